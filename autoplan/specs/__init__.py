@@ -1,0 +1,24 @@
+"""The shared vocabulary of autoplan. Standard library only: planning runs without torch."""
+from autoplan.specs.errors import AutoplanError, InfeasiblePlan, SchemaError
+from autoplan.specs.estimate import CostEstimate
+from autoplan.specs.hardware import (
+    COLLECTIVE_OPS, PROFILE_SCHEMA, SCOPES, AttentionSample, CollectiveSample, HardwareProfile,
+    MatmulSample, MemoryOpSample,
+)
+from autoplan.specs.jsonio import read_json, write_json_atomic, write_text_atomic
+from autoplan.specs.measurement import (
+    MEASUREMENT_SCHEMA, Measurement, append_measurement, read_measurements,
+)
+from autoplan.specs.model import ModelSpec
+from autoplan.specs.plan import RECOMPUTE_POLICIES, ParallelPlan
+from autoplan.specs.planfile import AUTOPLAN_VERSION, PLAN_SCHEMA, PlanDocument, plan_id
+from autoplan.specs.training import BYTES_PER_ELEMENT, DTYPES, ClusterSpec, TrainingSpec
+
+__all__ = [
+    "AUTOPLAN_VERSION", "AttentionSample", "AutoplanError", "BYTES_PER_ELEMENT", "COLLECTIVE_OPS",
+    "ClusterSpec", "CollectiveSample", "CostEstimate", "DTYPES", "HardwareProfile", "InfeasiblePlan",
+    "MEASUREMENT_SCHEMA", "MatmulSample", "Measurement", "MemoryOpSample", "ModelSpec",
+    "PLAN_SCHEMA", "PROFILE_SCHEMA", "ParallelPlan", "PlanDocument", "RECOMPUTE_POLICIES", "SCOPES",
+    "SchemaError", "TrainingSpec", "append_measurement", "plan_id", "read_json", "read_measurements",
+    "write_json_atomic", "write_text_atomic",
+]

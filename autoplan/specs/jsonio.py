@@ -1,0 +1,96 @@
+"""JSON reading and writing shared by every spec: schema checks, field checks, atomic writes."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from autoplan.specs.errors import AutoplanError, SchemaError
+
+
+def check_schema(data: Any, expected: str, what: str) -> dict:
+    """Return `data` if it is a dict whose "schema" is `expected`, else raise SchemaError."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"{what} must be a JSON object, got {type(data).__name__}")
+    found = data.get("schema")
+    if found != expected:
+        raise SchemaError(
+            f"{what} has schema {found!r}, expected {expected!r}; "
+            f"regenerate it with this version of autoplan"
+        )
+    return data
+
+
+def require(data: dict, key: str, kind: type | tuple, what: str) -> Any:
+    """Fetch `data[key]` and check its type; bools are not accepted where numbers are asked."""
+    if key not in data:
+        raise SchemaError(f"{what} is missing the field {key!r}")
+    value = data[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise SchemaError(f"{what} field {key!r} must be {_names(kinds)}, got {value!r}")
+    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kinds):
+        raise SchemaError(f"{what} field {key!r} must be {_names(kinds)}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SchemaError(f"{what} field {key!r} must be finite, got {value!r}")
+    return value
+
+
+def _names(kinds: tuple) -> str:
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def read_json(path: str | os.PathLike, what: str) -> Any:
+    """Load a JSON file, turning every I/O or parse failure into one clear AutoplanError."""
+    p = Path(path)
+    if not p.exists():
+        raise AutoplanError(f"{what} file {str(p)!r} does not exist")
+    if p.is_dir():
+        raise AutoplanError(f"{what} path {str(p)!r} is a folder, expected a JSON file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AutoplanError(f"cannot read {what} file {str(p)!r}: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AutoplanError(
+            f"{what} file {str(p)!r} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write through a temporary file in the same folder and rename it into place.
+
+    A run killed mid-write leaves the previous file (or none), never a half-written one.
+    """
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.exists():
+        raise AutoplanError(f"cannot write {str(p)!r}: the folder {str(parent)!r} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    write_text_atomic(path, dumps(data))

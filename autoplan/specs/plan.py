@@ -1,0 +1,141 @@
+"""ParallelPlan: the degrees and knobs of one way to train, and the rules every plan must obey.
+
+The rules here are structural (they need only the model's shape, the batch and the GPU count);
+whether a plan fits in memory is the cost model's answer, not a rule.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from autoplan.specs.errors import InfeasiblePlan, SchemaError
+from autoplan.specs.jsonio import require
+from autoplan.specs.model import ModelSpec
+from autoplan.specs.training import ClusterSpec, TrainingSpec
+
+RECOMPUTE_POLICIES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    dp: int = 1
+    """Data-parallel replicas (sharded or not, see zero_stage)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row split inside each layer)."""
+    pp: int = 1
+    """Pipeline stages."""
+    cp: int = 1
+    """Context-parallel degree: the sequence split across ranks for attention (ring exchange)."""
+    vpp: int = 1
+    """Virtual stages per pipeline rank; 1 = plain 1F1B, >1 = interleaved 1F1B."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism inside the TP group (norms/dropout sharded on sequence)."""
+    zero_stage: int = 0
+    """What is sharded over dp: 1 optimizer state, 2 + gradients, 3 + parameters (FSDP)."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch per data-parallel replica."""
+    num_microbatches: int = 1
+    """Micro-batches per step per pipeline (gradient accumulation steps)."""
+    recompute: str = "none"
+    """"none", "selective" (attention core of every layer) or "full" (whole layers)."""
+    recompute_num_layers: int = 0
+    """Layers per pipeline stage under full recompute (1..layers per stage); 0 for none/selective."""
+    ep: int = 1
+    """Expert-parallel degree for MoE models (a split of the dp*cp ranks); 1 for dense models."""
+
+    def degrees(self) -> dict:
+        return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp}
+
+    @property
+    def num_gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def layers_per_stage(self, num_layers: int) -> int:
+        return num_layers // self.pp
+
+    def replace(self, **changes) -> "ParallelPlan":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, what: str = "parallel") -> "ParallelPlan":
+        if not isinstance(data, dict):
+            raise SchemaError(f"{what} must be a JSON object")
+        ints = ("dp", "tp", "pp", "cp", "vpp", "zero_stage", "micro_batch_size", "num_microbatches",
+                "recompute_num_layers", "ep")
+        kwargs = {k: require(data, k, int, what) for k in ints if k in data}
+        for k in ("dp", "tp", "pp", "micro_batch_size", "num_microbatches"):
+            if k not in kwargs:
+                raise SchemaError(f"{what} is missing the field {k!r}")
+        if "sequence_parallel" in data:
+            kwargs["sequence_parallel"] = require(data, "sequence_parallel", bool, what)
+        if "recompute" in data:
+            kwargs["recompute"] = require(data, "recompute", str, what)
+        return cls(**kwargs)
+
+    def check(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+              allow_tp_across_nodes: bool = False) -> None:
+        """Raise InfeasiblePlan (with a reason tag) for the first rule this plan breaks."""
+        for key in ("dp", "tp", "pp", "cp", "vpp", "micro_batch_size", "num_microbatches", "ep"):
+            v = getattr(self, key)
+            if v < 1:
+                raise InfeasiblePlan(f"{key} must be a positive integer, got {key}={v}", "non_positive")
+        if self.num_gpus != cluster.num_gpus:
+            raise InfeasiblePlan(
+                f"dp*tp*pp*cp must equal the GPU count, got dp={self.dp} * tp={self.tp} * pp={self.pp} "
+                f"* cp={self.cp} = {self.num_gpus}, num_gpus={cluster.num_gpus}", "degree_product")
+        if model.num_heads % self.tp or model.num_kv_heads % self.tp:
+            raise InfeasiblePlan(
+                f"tp must divide num_heads and num_kv_heads, got tp={self.tp}, "
+                f"num_heads={model.num_heads}, num_kv_heads={model.num_kv_heads}", "tp_divides_heads")
+        if self.tp > cluster.gpus_per_node and not allow_tp_across_nodes:
+            raise InfeasiblePlan(
+                f"tp={self.tp} crosses nodes of {cluster.gpus_per_node} GPUs; tensor parallelism needs "
+                f"NVLink (pass --allow-tp-across-nodes to permit it)", "tp_across_nodes")
+        if cluster.gpus_per_node % self.tp and self.tp < cluster.gpus_per_node:
+            raise InfeasiblePlan(
+                f"tp must divide gpus_per_node so TP groups stay inside a node, got tp={self.tp}, "
+                f"gpus_per_node={cluster.gpus_per_node}", "tp_divides_node")
+        if model.num_layers % (self.pp * self.vpp):
+            raise InfeasiblePlan(
+                f"pp*vpp must divide num_layers (even stages), got pp={self.pp} * vpp={self.vpp} = "
+                f"{self.pp * self.vpp}, num_layers={model.num_layers}", "pp_divides_layers")
+        if self.vpp > 1 and self.pp == 1:
+            raise InfeasiblePlan(f"vpp={self.vpp} needs pp > 1 (interleaving splits pipeline stages)", "vpp_needs_pp")
+        if self.vpp > 1 and self.num_microbatches % self.pp:
+            raise InfeasiblePlan(
+                f"interleaved 1F1B needs num_microbatches divisible by pp, got "
+                f"num_microbatches={self.num_microbatches}, pp={self.pp}", "vpp_microbatches")
+        if self.sequence_parallel and self.tp == 1:
+            raise InfeasiblePlan("sequence_parallel needs tp > 1 (it shards along the TP group)", "sp_needs_tp")
+        if self.cp > 1 and training.seq_len % (2 * self.cp):
+            raise InfeasiblePlan(
+                f"cp needs seq_len divisible by 2*cp (load-balanced causal chunks), got seq_len="
+                f"{training.seq_len}, cp={self.cp}", "cp_divides_seq")
+        if not 0 <= self.zero_stage <= 3:
+            raise InfeasiblePlan(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}", "zero_stage")
+        if self.dp * self.micro_batch_size * self.num_microbatches != training.global_batch_size:
+            raise InfeasiblePlan(
+                f"global_batch_size must equal dp*micro_batch_size*num_microbatches, got "
+                f"{training.global_batch_size} != dp={self.dp} * micro_batch_size={self.micro_batch_size} "
+                f"* num_microbatches={self.num_microbatches}", "batch_product")
+        if self.recompute not in RECOMPUTE_POLICIES:
+            raise InfeasiblePlan(
+                f"recompute must be one of {RECOMPUTE_POLICIES}, got {self.recompute!r}", "recompute_policy")
+        per_stage = self.layers_per_stage(model.num_layers)
+        if self.recompute == "full" and not 1 <= self.recompute_num_layers <= per_stage:
+            raise InfeasiblePlan(
+                f"recompute='full' needs 1 <= recompute_num_layers <= layers per stage ({per_stage}), "
+                f"got {self.recompute_num_layers}", "recompute_layers")
+        if self.recompute != "full" and self.recompute_num_layers != 0:
+            raise InfeasiblePlan(
+                f"recompute_num_layers counts fully recomputed layers; it must be 0 with "
+                f"recompute={self.recompute!r}, got {self.recompute_num_layers}", "recompute_layers")
+        if self.ep > 1:
+            if not model.is_moe:
+                raise InfeasiblePlan(f"ep={self.ep} needs a mixture-of-experts model", "ep_needs_moe")
+            if model.num_experts % self.ep or (self.dp * self.cp) % self.ep:
+                raise InfeasiblePlan(
+                    f"ep must divide num_experts and dp*cp, got ep={self.ep}, num_experts="
+                    f"{model.num_experts}, dp*cp={self.dp * self.cp}", "ep_divides")

@@ -1,0 +1,89 @@
+"""PlanDocument: the plan file, schema `autoplan.plan/v1` (see DESIGN.md).
+
+What `search --json` prints and `-o` writes, and what `run`, `estimate` and the exporters read.
+Extra keys may be added; the documented ones are never renamed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from autoplan.specs.errors import SchemaError
+from autoplan.specs.jsonio import check_schema, read_json, require, write_json_atomic
+from autoplan.specs.model import ModelSpec
+from autoplan.specs.plan import ParallelPlan
+from autoplan.specs.training import ClusterSpec, TrainingSpec
+
+PLAN_SCHEMA = "autoplan.plan/v1"
+AUTOPLAN_VERSION = "0.1.0"
+
+
+@dataclass
+class PlanDocument:
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    parallel: ParallelPlan
+    prediction: dict = field(default_factory=dict)
+    """CostEstimate.to_prediction() of the chosen plan."""
+    alternatives: list = field(default_factory=list)
+    """[{"parallel": {...}, "prediction": {...}, "why_not": "..."}] ranked best first."""
+    search: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=lambda: {"autoplan_version": AUTOPLAN_VERSION,
+                                                       "cost_model": "analytical/1"})
+    extra: dict = field(default_factory=dict)
+    """Keys of the JSON this version does not know; written back unchanged."""
+
+    @property
+    def plan_id(self) -> str:
+        return plan_id(self.model, self.training, self.cluster, self.parallel)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": PLAN_SCHEMA,
+            "plan_id": self.plan_id,
+            "model": self.model.to_dict(),
+            "training": self.training.to_dict(),
+            "cluster": self.cluster.to_dict(),
+            "parallel": self.parallel.to_dict(),
+            "prediction": self.prediction,
+            "alternatives": self.alternatives,
+            "search": self.search,
+            "provenance": self.provenance,
+            **self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, what: str = "plan file") -> "PlanDocument":
+        check_schema(data, PLAN_SCHEMA, what)
+        known = {"schema", "plan_id", "model", "training", "cluster", "parallel", "prediction",
+                 "alternatives", "search", "provenance"}
+        doc = cls(
+            model=ModelSpec.from_dict(require(data, "model", dict, what), f"{what} model"),
+            training=TrainingSpec.from_dict(require(data, "training", dict, what), f"{what} training"),
+            cluster=ClusterSpec.from_dict(require(data, "cluster", dict, what), f"{what} cluster"),
+            parallel=ParallelPlan.from_dict(require(data, "parallel", dict, what), f"{what} parallel"),
+            prediction=data.get("prediction") or {},
+            alternatives=list(data.get("alternatives") or []),
+            search=dict(data.get("search") or {}),
+            provenance=dict(data.get("provenance") or {}),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+        if not isinstance(doc.prediction, dict):
+            raise SchemaError(f"{what} field 'prediction' must be a JSON object")
+        return doc
+
+    @classmethod
+    def load(cls, path) -> "PlanDocument":
+        return cls.from_dict(read_json(path, "plan"), f"plan file {str(path)!r}")
+
+    def save(self, path) -> None:
+        write_json_atomic(path, self.to_dict())
+
+
+def plan_id(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, parallel: ParallelPlan) -> str:
+    """A stable 12-hex-digit id of (model, training, cluster, parallel): same plan, same id."""
+    key = json.dumps([model.to_dict(), training.to_dict(), cluster.to_dict(), parallel.to_dict()],
+                     sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(key.encode()).hexdigest()[:12]

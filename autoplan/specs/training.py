@@ -1,0 +1,87 @@
+"""TrainingSpec (the training shape) and ClusterSpec (which GPUs, how many, which profile)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from autoplan.specs.errors import SchemaError
+from autoplan.specs.jsonio import require
+
+DTYPES = ("bf16", "fp16", "fp8", "fp32")
+BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    global_batch_size: int
+    """Sequences per optimizer step, over all data-parallel replicas."""
+    seq_len: int
+    """Tokens per sequence."""
+    dtype: str = "bf16"
+    """Compute dtype of the matmuls. fp8 keeps bf16 weights/activations outside the GEMMs."""
+    optimizer: str = "adamw"
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_len
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, what: str = "training") -> "TrainingSpec":
+        if not isinstance(data, dict):
+            raise SchemaError(f"{what} must be a JSON object")
+        spec = cls(
+            global_batch_size=require(data, "global_batch_size", int, what),
+            seq_len=require(data, "seq_len", int, what),
+            dtype=data.get("dtype", "bf16"),
+            optimizer=data.get("optimizer", "adamw"),
+        )
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        for key in ("global_batch_size", "seq_len"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise SchemaError(f"training {key} must be a positive integer, got {v!r}")
+        if self.dtype not in DTYPES:
+            raise SchemaError(f"training dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.optimizer != "adamw":
+            raise SchemaError(f"training optimizer must be 'adamw' (the only one modelled), got {self.optimizer!r}")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    """GPU type name of the profile, e.g. "h100-80gb"."""
+    num_gpus: int
+    gpus_per_node: int = 8
+    profile: str = ""
+    """Where the HardwareProfile comes from: "builtin:<name>" or a file path."""
+
+    @property
+    def num_nodes(self) -> int:
+        return -(-self.num_gpus // self.gpus_per_node)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict, what: str = "cluster") -> "ClusterSpec":
+        if not isinstance(data, dict):
+            raise SchemaError(f"{what} must be a JSON object")
+        spec = cls(
+            name=require(data, "name", str, what),
+            num_gpus=require(data, "num_gpus", int, what),
+            gpus_per_node=require(data, "gpus_per_node", int, what) if "gpus_per_node" in data else 8,
+            profile=data.get("profile", "") or "",
+        )
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        for key in ("num_gpus", "gpus_per_node"):
+            v = getattr(self, key)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise SchemaError(f"cluster {key} must be a positive integer, got {v!r}")
