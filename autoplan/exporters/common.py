@@ -1,0 +1,74 @@
+"""What every exporter shares: the result type, the target table and the checks on the plan."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, PlanDocument
+
+# target name -> (module under autoplan.exporters, file suffix of what it writes)
+_TARGETS = {
+    "megatron": ("megatron", ".sh"),
+    "torchtitan": ("torchtitan", ".toml"),
+    "deepspeed": ("deepspeed", ".json"),
+}
+
+
+@dataclass
+class Export:
+    target: str
+    text: str
+    """What to hand to the framework: a shell command, a TOML file or a JSON file."""
+    notes: list = field(default_factory=list)
+    """One line per part of the plan that does not map (or maps only approximately)."""
+    suffix: str = ""
+    """File suffix of `text` (".sh", ".toml", ".json")."""
+
+
+def target_names() -> tuple:
+    return tuple(_TARGETS)
+
+
+def export_plan(doc: PlanDocument, target: str) -> Export:
+    """Translate a checked plan into `target`'s configuration, with the notes on what does not map."""
+    if target not in _TARGETS:
+        raise AutoplanError(
+            f"unknown export target {target!r}; choose one of {', '.join(_TARGETS)}")
+    # A hand-edited plan file may break the rules; the frameworks would fail later and less clearly.
+    # TP across nodes is the user's choice (search has a flag for it), so it is not refused here.
+    doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
+    module_name, suffix = _TARGETS[target]
+    module = importlib.import_module(f"autoplan.exporters.{module_name}")
+    text, notes = module.export(doc)
+    return Export(target=target, text=text, notes=notes, suffix=suffix)
+
+
+def header_lines(doc: PlanDocument, target: str) -> list:
+    """The first comment lines of a text export: where it came from, for which model and cluster."""
+    par = doc.parallel
+    return [
+        f"{target} configuration exported by autoplan {AUTOPLAN_VERSION} from plan {doc.plan_id}",
+        f"model {doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}: dp={par.dp} tp={par.tp} "
+        f"pp={par.pp} cp={par.cp} vpp={par.vpp} sp={par.sequence_parallel} zero={par.zero_stage} "
+        f"mbs={par.micro_batch_size} microbatches={par.num_microbatches} recompute={par.recompute}"
+        f"({par.recompute_num_layers})",
+    ]
+
+
+def comment_block(lines: list, notes: list) -> str:
+    """`# `-prefixed header plus a "does not map" section (shell and TOML share the comment sign)."""
+    out = [f"# {line}" for line in lines]
+    if notes:
+        out.append("# Not mapped, or mapped approximately:")
+        out.extend(f"#  - {note}" for note in notes)
+    return "\n".join(out) + "\n"
+
+
+def full_recompute_every_k(num_layers_per_stage: int, num_recomputed: int) -> tuple:
+    """(k, count) so that checkpointing every k-th layer recomputes `count` of the stage's layers.
+
+    Frameworks that pick recomputed layers by stride (torchtitan's layer-selective checkpointing)
+    can hit the plan's count exactly only when it divides the layers per stage.
+    """
+    k = max(1, num_layers_per_stage // num_recomputed)
+    return k, -(-num_layers_per_stage // k)

@@ -1,0 +1,190 @@
+"""Exporters: each target for plans that exercise its mappings, parsed back with the real parsers."""
+import json
+import shlex
+import tomllib
+
+import pytest
+
+from autoplan.cli import main as cli_main
+from autoplan.exporters import export_plan
+from autoplan.specs import AutoplanError, ClusterSpec, InfeasiblePlan, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec
+
+LLAMA2_70B = ModelSpec(name="llama-2-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
+                       ffn_hidden_size=28672, vocab_size=32000)
+MIXTRAL = ModelSpec(name="mixtral-8x7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                    ffn_hidden_size=14336, vocab_size=32000, num_experts=8, num_experts_per_token=2)
+
+
+def _doc(model=LLAMA2_70B, num_gpus=128, gbs=512, seq_len=4096, dtype="bf16", **parallel):
+    return PlanDocument(model=model, training=TrainingSpec(global_batch_size=gbs, seq_len=seq_len, dtype=dtype),
+                        cluster=ClusterSpec(name="h100-80gb", num_gpus=num_gpus), parallel=ParallelPlan(**parallel))
+
+
+# dp=4 x tp=8 x pp=4, interleaved with 5 virtual stages of 4 layers, full recompute of 10 layers/rank
+TP_PP_VPP_SP = _doc(dp=4, tp=8, pp=4, vpp=5, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                    num_microbatches=128, recompute="full", recompute_num_layers=10)
+FSDP = _doc(num_gpus=64, gbs=128, dp=64, zero_stage=3, micro_batch_size=2, num_microbatches=1,
+            recompute="selective")
+CONTEXT = _doc(num_gpus=64, gbs=64, seq_len=32768, dp=4, tp=8, cp=2, sequence_parallel=True, zero_stage=1,
+               micro_batch_size=1, num_microbatches=16, recompute="full", recompute_num_layers=80)
+MOE = _doc(model=MIXTRAL, num_gpus=64, gbs=256, dtype="fp8", dp=16, tp=2, pp=2, ep=8, zero_stage=1,
+           sequence_parallel=True, micro_batch_size=1, num_microbatches=16)
+
+
+def _with(doc, **parallel_changes):
+    return PlanDocument(model=doc.model, training=doc.training, cluster=doc.cluster,
+                        parallel=doc.parallel.replace(**parallel_changes))
+
+
+def _megatron_args(doc) -> dict:
+    """Parse the exported shell command into {flag: value or True}."""
+    export = export_plan(doc, "megatron")
+    command = "\n".join(line for line in export.text.splitlines() if not line.startswith("#"))
+    words = shlex.split(command.replace("\\\n", " "))
+    assert words[0] == "torchrun" and "pretrain_gpt.py" in words
+    args, words = {}, words[words.index("pretrain_gpt.py") + 1:]
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            nxt = words[i + 1] if i + 1 < len(words) else "--"
+            args[word] = True if nxt.startswith("--") else nxt
+    return args
+
+
+def test_megatron_tp_pp_vpp_sp_and_block_recompute():
+    args = _megatron_args(TP_PP_VPP_SP)
+    assert args["--tensor-model-parallel-size"] == "8" and args["--pipeline-model-parallel-size"] == "4"
+    assert args["--num-layers-per-virtual-pipeline-stage"] == "4"  # 80 layers / (pp 4 * vpp 5)
+    assert args["--sequence-parallel"] is True and args["--use-distributed-optimizer"] is True
+    assert args["--micro-batch-size"] == "1" and args["--global-batch-size"] == "512"
+    # 10 recomputed layers per rank spread over 5 model chunks: 2 per chunk with the block method
+    assert (args["--recompute-granularity"], args["--recompute-method"], args["--recompute-num-layers"]) == \
+        ("full", "block", "2")
+    assert args["--num-query-groups"] == "8" and args["--group-query-attention"] is True
+    assert args["--ffn-hidden-size"] == "28672" and args["--seq-length"] == "4096"
+    assert args["--normalization"] == "RMSNorm" and args["--position-embedding-type"] == "rope"
+    for flag in ("--swiglu", "--bf16", "--untie-embeddings-and-output-weights", "--disable-bias-linear"):
+        assert args[flag] is True
+    assert "--add-qkv-bias" not in args and "--num-experts" not in args
+
+
+def test_megatron_fsdp_context_and_moe():
+    fsdp = _megatron_args(FSDP)
+    assert fsdp["--use-torch-fsdp2"] is True and "--use-distributed-optimizer" not in fsdp
+    assert fsdp["--recompute-granularity"] == "selective" and "--recompute-method" not in fsdp
+    assert _megatron_args(CONTEXT)["--context-parallel-size"] == "2"
+    assert _megatron_args(CONTEXT)["--recompute-num-layers"] == "80"
+    moe = _megatron_args(MOE)
+    assert (moe["--num-experts"], moe["--moe-router-topk"], moe["--expert-model-parallel-size"]) == ("8", "2", "8")
+    assert moe["--fp8-format"] == "hybrid" and moe["--bf16"] is True
+    qwen = ModelSpec(name="qwen", num_layers=4, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=128,
+                     vocab_size=100, qkv_bias=True)
+    assert _megatron_args(_doc(model=qwen, num_gpus=8, gbs=8, dp=8, micro_batch_size=1))["--add-qkv-bias"] is True
+
+
+def test_megatron_notes_what_does_not_map():
+    export = export_plan(_with(FSDP, zero_stage=2), "megatron")
+    assert any("zero_stage=2" in n and "gradient buffer" in n for n in export.notes)
+    assert all(f"#  - {n}" in export.text for n in export.notes)
+
+
+def test_torchtitan_toml():
+    cfg = tomllib.loads(export_plan(TP_PP_VPP_SP, "torchtitan").text)
+    par = cfg["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (4, 1)
+    assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (8, 4, 1)
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B" and par["pipeline_parallel_layers_per_stage"] == 4
+    assert par["fsdp_reshard_after_forward"] == "never"  # ZeRO-1 has no exact torchtitan form
+    # pipeline: the local batch is the pipeline's micro-batches of 1 sequence
+    assert (cfg["training"]["local_batch_size"], cfg["training"]["global_batch_size"]) == (128, 512)
+    assert cfg["training"]["seq_len"] == 4096 and cfg["training"]["mixed_precision_param"] == "bfloat16"
+    # 10 of 20 layers per stage: every 2nd layer
+    assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
+
+    fsdp = tomllib.loads(export_plan(FSDP, "torchtitan").text)
+    assert fsdp["parallelism"]["data_parallel_shard_degree"] == 64
+    assert fsdp["parallelism"]["fsdp_reshard_after_forward"] == "default"
+    assert fsdp["training"]["local_batch_size"] == 2  # no pipeline: one micro-batch, accumulation up to global
+    assert fsdp["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+
+    context = tomllib.loads(export_plan(CONTEXT, "torchtitan").text)
+    assert context["parallelism"]["context_parallel_degree"] == 2
+    assert context["activation_checkpoint"] == {"mode": "full"}  # all 80 layers of the single stage
+
+    moe = tomllib.loads(export_plan(MOE, "torchtitan").text)
+    assert moe["parallelism"]["expert_parallel_degree"] == 8 and moe["model"]["converters"] == ["float8"]
+    assert moe["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
+
+
+def test_torchtitan_plain_ddp_only_without_model_parallelism():
+    ddp = tomllib.loads(export_plan(_doc(num_gpus=8, gbs=8, dp=8, micro_batch_size=1), "torchtitan").text)
+    assert (ddp["parallelism"]["data_parallel_replicate_degree"], ddp["parallelism"]["data_parallel_shard_degree"]) == (8, 1)
+    export = export_plan(_doc(num_gpus=16, gbs=8, dp=8, tp=2, micro_batch_size=1, sequence_parallel=True),
+                         "torchtitan")
+    assert tomllib.loads(export.text)["parallelism"]["data_parallel_shard_degree"] == 8
+    assert any("DDP is one-dimensional" in n for n in export.notes)
+
+
+def test_deepspeed_json():
+    cfg = json.loads(export_plan(TP_PP_VPP_SP, "deepspeed").text)
+    assert cfg["train_batch_size"] == 512 and cfg["train_micro_batch_size_per_gpu"] == 1
+    assert cfg["gradient_accumulation_steps"] == 128
+    # DeepSpeed's own check: train_batch_size = micro * accumulation * data-parallel size
+    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 4
+    assert cfg["zero_optimization"]["stage"] == 1 and cfg["bf16"] == {"enabled": True}
+    assert cfg["activation_checkpointing"]["number_checkpoints"] == 10
+    assert cfg["activation_checkpointing"]["partition_activations"] is True
+    fsdp = json.loads(export_plan(FSDP, "deepspeed").text)
+    assert fsdp["zero_optimization"]["stage"] == 3 and fsdp["gradient_accumulation_steps"] == 1
+    assert "number_checkpoints" not in fsdp["activation_checkpointing"]
+    fp16 = json.loads(export_plan(_doc(num_gpus=8, gbs=8, dtype="fp16", dp=8, micro_batch_size=1), "deepspeed").text)
+    assert fp16["fp16"]["enabled"] is True and fp16["bf16"]["enabled"] is False
+    assert "activation_checkpointing" not in fp16
+
+
+def test_deepspeed_notes_pipeline_zero_limits_and_megatron_flags():
+    notes = export_plan(_with(TP_PP_VPP_SP, zero_stage=3), "deepspeed").notes
+    assert any("zero_stage=3 with pp=4" in n and "stage 0 or 1" in n for n in notes)
+    flags = next(n for n in notes if n.startswith("Megatron-DeepSpeed flags"))
+    assert "--tensor-model-parallel-size 8" in flags and "--pipeline-model-parallel-size 4" in flags
+    assert any("Ulysses" in n for n in export_plan(CONTEXT, "deepspeed").notes)
+
+
+def test_bad_plans_and_targets_are_refused():
+    with pytest.raises(AutoplanError, match="unknown export target 'nemo'"):
+        export_plan(FSDP, "nemo")
+    with pytest.raises(InfeasiblePlan, match="tp=3"):
+        export_plan(_with(FSDP, tp=3), "megatron")
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    # Only this command: the CLI's error handling is exercised without the other subcommands.
+    monkeypatch.setattr(cli_main, "COMMANDS", ["export"])
+    return cli_main.main
+
+
+def test_cli_writes_atomically_and_reports_notes(cli, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    TP_PP_VPP_SP.save(plan)
+    out = tmp_path / "train.toml"
+    assert cli(["export", str(plan), "--to", "torchtitan", "-o", str(out)]) == 0
+    assert tomllib.loads(out.read_text())["parallelism"]["tensor_parallel_degree"] == 8
+    captured = capsys.readouterr()
+    assert captured.out == "" and "torchtitan: zero_stage=1" in captured.err
+    assert {p.name for p in tmp_path.iterdir()} == {"plan.json", "train.toml"}  # no temporary left behind
+
+
+def test_cli_bad_input_is_one_line_exit_2(cli, tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    TP_PP_VPP_SP.save(plan)
+    with pytest.raises(SystemExit) as exc:
+        cli(["export", str(plan), "--to", "nemo"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "invalid choice: 'nemo'" in err
+    not_a_plan = tmp_path / "runs.json"
+    not_a_plan.write_text('{"schema": "autoplan.measurement/v1"}')
+    out = tmp_path / "megatron.sh"
+    assert cli(["export", str(not_a_plan), "--to", "megatron", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "expected 'autoplan.plan/v1'" in err and not out.exists()
