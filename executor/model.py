@@ -1,0 +1,253 @@
+"""A decoder-only transformer built from a `ModelSpec`, at any size, torchtitan style.
+
+Two families from one set of modules:
+- Llama/Qwen: RMSNorm, rotary positions (RoPE, Su et al. 2021, arXiv 2104.09864), grouped-query
+  attention (Ainslie et al. 2023, arXiv 2305.13245), SwiGLU MLP (Shazeer 2020, arXiv 2002.05202),
+  optional q/k/v bias (Qwen).
+- GPT-2/3: LayerNorm, GeLU MLP, biases on every linear layer, learned positions, tied embeddings.
+
+ALiBi models (BLOOM, MPT) are built with RoPE in place of ALiBi: neither has parameters, so the
+parameter count, the matmul shapes and the FLOPs are unchanged, but the numerics are not BLOOM's
+(`model_notes` says so and the executor logs it). Mixture-of-experts models are refused.
+
+The module names are a contract shared by both backends (and by checkpoints):
+`tok_embeddings`, `pos_embeddings` (learned positions only), `layers.<i>.attention_norm`,
+`layers.<i>.attention.{wq,wk,wv,wo}`, `layers.<i>.ffn_norm`, `layers.<i>.feed_forward.{w1,w2,w3}`
+(SwiGLU: w1 gate, w3 up, w2 down; GeLU: w1 up, w2 down), `norm`, `output`.
+`layers` is a ModuleDict keyed by the global layer index, so a pipeline stage that keeps layers 4-7
+still names them `layers.4` .. `layers.7`; a stage without the embedding or the head sets those
+attributes to None and `forward` passes hidden states through.
+
+Attention reads the number of heads from the projections' outputs (`view(b, s, -1, head_dim)`), so
+a tensor-parallel module whose wq/wk/wv produce 1/tp of the heads runs unchanged.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autoplan.specs import AutoplanError, ModelSpec
+
+ROPE_THETA = 10000.0
+"""RoPE base of Llama 1/2 (Touvron et al. 2023); ModelSpec carries no theta, and the base changes
+no shape, FLOP or byte the planner reasons about."""
+INIT_STD = 0.02
+"""Normal init of GPT-2 (Radford et al. 2019) and Megatron-LM for every weight matrix."""
+WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
+"""Names wrappers (activation checkpointing, torch.compile, FSDP1) insert into parameter FQNs."""
+
+
+def model_notes(spec: ModelSpec) -> list[str]:
+    """What this executor builds differently from the named architecture (empty when faithful)."""
+    notes = []
+    if spec.position == "alibi":
+        notes.append(f"model {spec.name!r} uses ALiBi; the executor substitutes RoPE "
+                     "(same parameters, shapes and FLOPs, different numerics)")
+    return notes
+
+
+def check_buildable(spec: ModelSpec) -> None:
+    """Raise AutoplanError for architectures this module cannot build."""
+    if spec.is_moe:
+        raise AutoplanError(
+            f"model {spec.name!r} is a mixture of experts ({spec.num_experts} experts); the executor "
+            "builds dense models only; plan and estimate it, or run a dense model")
+    if spec.head_dim % 2 and spec.position != "learned":
+        raise AutoplanError(f"model {spec.name!r}: RoPE needs an even head_dim, got {spec.head_dim}")
+
+
+def _norm(spec: ModelSpec) -> nn.Module:
+    if spec.norm == "layernorm":
+        return nn.LayerNorm(spec.hidden_size, eps=1e-5)
+    return nn.RMSNorm(spec.hidden_size, eps=1e-6)
+
+
+def rope_cache(head_dim: int, max_seq_len: int, device=None) -> torch.Tensor:
+    """cos and sin of position * theta^(-2i/d), shape (2, max_seq_len, head_dim/2), fp32."""
+    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32, device=device), inv_freq)
+    return torch.stack([angles.cos(), angles.sin()])
+
+
+def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[2i], x[2i+1]) of x (b, s, heads, head_dim) by the cached angles."""
+    seq_len = x.shape[1]
+    cos = cache[0, :seq_len].view(1, seq_len, 1, -1)
+    sin = cache[1, :seq_len].view(1, seq_len, 1, -1)
+    x_even, x_odd = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    rotated = torch.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], dim=-1)
+    return rotated.flatten(-2).type_as(x)
+
+
+class CausalAttention(nn.Module):
+    """The attention core: causal softmax(QK^T/sqrt(d))V. A module of its own, without parameters,
+    so selective recompute can wrap exactly this part (Korthikanti et al. 2022, section 4)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        h, q_bias = spec.hidden_size, spec.qkv_bias or spec.linear_bias
+        self.head_dim = spec.head_dim
+        self.num_queries_per_kv = spec.num_heads // spec.num_kv_heads
+        self.use_rope = spec.position != "learned"
+        self.wq = nn.Linear(h, spec.q_size, bias=q_bias)
+        self.wk = nn.Linear(h, spec.kv_size, bias=q_bias)
+        self.wv = nn.Linear(h, spec.kv_size, bias=q_bias)
+        self.wo = nn.Linear(spec.q_size, h, bias=spec.linear_bias)
+        self.core = CausalAttention()
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+        batch, seq_len = x.shape[0], x.shape[1]
+        # -1: the local head count, whatever share of the heads this rank's projections produce.
+        q = self.wq(x).view(batch, seq_len, -1, self.head_dim)
+        k = self.wk(x).view(batch, seq_len, -1, self.head_dim)
+        v = self.wv(x).view(batch, seq_len, -1, self.head_dim)
+        if self.use_rope:
+            q, k = apply_rope(q, rope), apply_rope(k, rope)
+        if self.num_queries_per_kv > 1:
+            # Grouped-query attention: each K/V head serves num_queries_per_kv query heads.
+            k = k.repeat_interleave(self.num_queries_per_kv, dim=2)
+            v = v.repeat_interleave(self.num_queries_per_kv, dim=2)
+        out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return self.wo(out.transpose(1, 2).reshape(batch, seq_len, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        h, f, bias = spec.hidden_size, spec.ffn_hidden_size, spec.linear_bias
+        self.swiglu = spec.mlp == "swiglu"
+        self.w1 = nn.Linear(h, f, bias=bias)
+        self.w2 = nn.Linear(f, h, bias=bias)
+        self.w3 = nn.Linear(h, f, bias=bias) if self.swiglu else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        return self.w2(F.gelu(self.w1(x), approximate="tanh"))  # GPT-2's tanh approximation
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: x + attention(norm(x)), then + feed_forward(norm(x))."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.attention_norm = _norm(spec)
+        self.attention = Attention(spec)
+        self.ffn_norm = _norm(spec)
+        self.feed_forward = FeedForward(spec)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.attention(self.attention_norm(x), rope)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Transformer(nn.Module):
+    """tokens (batch, seq) int64 -> logits (batch, seq, vocab) fp32; or hidden states in and out
+    for a pipeline stage without the embedding or the head."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        check_buildable(spec)
+        self.spec = spec
+        h = spec.hidden_size
+        self.tok_embeddings = nn.Embedding(spec.vocab_size, h)
+        self.pos_embeddings = nn.Embedding(spec.max_seq_len, h) if spec.position == "learned" else None
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(spec) for i in range(spec.num_layers)})
+        self.norm = _norm(spec)
+        self.output = nn.Linear(h, spec.vocab_size, bias=False)
+        if spec.tied_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        # Not persistent: recomputed by init_weights, never saved in checkpoints.
+        self.register_buffer("rope", rope_cache(spec.head_dim, spec.max_seq_len)
+                             if spec.position != "learned" else None, persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self.tok_embeddings is not None:
+            x = self.tok_embeddings(tokens)
+            if self.pos_embeddings is not None:
+                positions = torch.arange(tokens.shape[1], device=tokens.device)
+                x = x + self.pos_embeddings(positions)
+        else:
+            x = tokens
+        for layer in self.layers.values():
+            x = layer(x, self.rope)
+        if self.norm is not None:
+            x = self.norm(x)
+        if self.output is not None:
+            x = self.output(x).float()
+        return x
+
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        """Materialized weights that depend only on (seed, parameter name).
+
+        Each tensor is drawn on the CPU from its own generator, so the values do not depend on the
+        device, on which layers this pipeline stage holds, or on the order of initialization; a
+        sharded parameter (DTensor) receives its shard of the same full tensor. That is what lets a
+        parallel run be compared number for number with a single-device run.
+        """
+        if self.spec.tied_embeddings and self.tok_embeddings is not None and self.output is not None:
+            self.output.weight = self.tok_embeddings.weight  # to_empty() gives each its own storage
+        if self.spec.position != "learned":
+            self.rope = rope_cache(self.spec.head_dim, self.spec.max_seq_len).to(self._device())
+        residual_std = INIT_STD / math.sqrt(2 * self.spec.num_layers)  # GPT-2: scale residual outputs
+        for name, param in self.named_parameters():
+            name = canonical_name(name)
+            module_name = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
+            if module_name.endswith("norm"):  # norms start as identity: weight 1, bias 0
+                full = torch.ones(param.shape) if name.endswith(".weight") else torch.zeros(param.shape)
+            elif name.endswith(".bias"):
+                full = torch.zeros(param.shape)
+            else:
+                std = residual_std if name.endswith(("wo.weight", "w2.weight")) else INIT_STD
+                gen = torch.Generator().manual_seed(_name_seed(seed, name))
+                full = torch.empty(param.shape).normal_(0.0, std, generator=gen)
+            _copy_full(param, full)
+
+    def _device(self) -> torch.device:
+        return next(iter(self.parameters())).device
+
+
+def canonical_name(name: str) -> str:
+    """The parameter FQN without wrapper prefixes: the contract name."""
+    for prefix in WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def _name_seed(seed: int, name: str) -> int:
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def _copy_full(param: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy a full CPU tensor into `param`, or into this rank's shard when param is a DTensor."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if isinstance(param, DTensor):
+        # Every rank holds the same full tensor, so no rank needs to send it (src_data_rank=None).
+        shard = distribute_tensor(full.to(param.device), param.device_mesh, param.placements,
+                                  src_data_rank=None)
+        param.to_local().copy_(shard.to_local())
+    else:
+        param.copy_(full.to(device=param.device, dtype=param.dtype))
+
+
+def build_model(spec: ModelSpec, device: str | torch.device = "meta") -> Transformer:
+    """The model with uninitialized storage on `device` (meta: no memory at all)."""
+    with torch.device(device):
+        return Transformer(spec)
+
+
+def count_params(model: nn.Module) -> int:
+    """Distinct parameters (a tied embedding counted once), whatever device they live on."""
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,124 @@
+"""The executor's model, data, schedule and record helpers (single process, CPU, fast)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autoplan.specs import AutoplanError, ModelSpec
+from executor import RunOptions, get_backend
+from executor.data import FileTokens, SyntheticTokens, batch, local_slice, open_tokens
+from executor.model import build_model, count_params, model_notes
+from executor.record import model_flops_per_token, peak_flops_per_s
+from executor.schedule import lr_at
+
+LLAMA = ModelSpec("tiny-llama", 2, 64, 4, 2, 128, 256, max_seq_len=64)
+QWEN = ModelSpec("tiny-qwen", 2, 64, 4, 2, 128, 256, qkv_bias=True, max_seq_len=64)
+GPT = ModelSpec("tiny-gpt", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="learned",
+                tied_embeddings=True, linear_bias=True, max_seq_len=64)
+BLOOM = ModelSpec("tiny-bloom", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="alibi",
+                  linear_bias=True, max_seq_len=64)
+
+
+def _materialized(spec, seed=0):
+    model = build_model(spec)
+    model.to_empty(device="cpu")
+    model.init_weights(seed)
+    return model
+
+
+@pytest.mark.parametrize("spec", [LLAMA, QWEN, GPT, BLOOM], ids=lambda s: s.name)
+def test_numel_equals_independent_count_and_forward_runs(spec):
+    model = _materialized(spec)
+    assert count_params(model) == spec.num_params
+    tokens = torch.randint(0, spec.vocab_size, (2, 16))
+    logits = model(tokens)
+    assert logits.shape == (2, 16, spec.vocab_size) and logits.dtype == torch.float32
+    # At init the prediction is close to uniform: loss on unrelated labels near ln(vocab).
+    labels = torch.randint(0, spec.vocab_size, (2, 16))
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+    assert abs(loss.item() - math.log(spec.vocab_size)) < 0.5
+
+
+def test_real_size_on_meta_costs_nothing():
+    llama70 = ModelSpec("llama-2-70b", 80, 8192, 64, 8, 28672, 32000)
+    model = build_model(llama70)
+    assert count_params(model) == llama70.num_params
+    assert all(p.is_meta for p in model.parameters())
+
+
+def test_init_depends_only_on_seed_and_name():
+    a, b, c = _materialized(LLAMA, 1), _materialized(LLAMA, 1), _materialized(LLAMA, 2)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not torch.equal(sa["layers.0.attention.wq.weight"], sc["layers.0.attention.wq.weight"])
+    # A pipeline stage holding only layer 1 gets the same layer-1 weights.
+    stage = build_model(LLAMA)
+    del stage.layers["0"]
+    stage.tok_embeddings = None
+    stage.to_empty(device="cpu")
+    stage.init_weights(1)
+    assert torch.equal(stage.state_dict()["layers.1.feed_forward.w2.weight"], sa["layers.1.feed_forward.w2.weight"])
+    assert sa["layers.0.attention_norm.weight"].eq(1).all()
+
+
+def test_causality_and_tied_embeddings():
+    model = _materialized(GPT)
+    assert model.output.weight is model.tok_embeddings.weight
+    tokens = torch.randint(0, 256, (1, 12))
+    changed = tokens.clone()
+    changed[0, 8] = (changed[0, 8] + 1) % 256
+    before, after = model(tokens), model(changed)
+    assert torch.allclose(before[0, :8], after[0, :8], atol=1e-6)
+    assert not torch.allclose(before[0, 8:], after[0, 8:], atol=1e-4)
+
+
+def test_moe_refused_and_alibi_noted():
+    moe = ModelSpec("tiny-moe", 2, 64, 4, 4, 128, 256, num_experts=4, num_experts_per_token=2)
+    with pytest.raises(AutoplanError, match="mixture of experts"):
+        build_model(moe)
+    assert "RoPE" in model_notes(BLOOM)[0] and not model_notes(LLAMA)
+
+
+def test_data_is_a_function_of_seed_step_and_sequence(tmp_path):
+    source = SyntheticTokens(seed=3, vocab_size=256)
+    x, y = batch(source, step=5, first=0, count=4, seq_len=32)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    first, count = local_slice(4, dp=2, dp_rank=1)
+    x_rank1, _ = batch(source, 5, first, count, 32)
+    assert torch.equal(x_rank1, x[2:])
+    assert not torch.equal(batch(source, 6, 0, 4, 32)[0], x)
+    path = tmp_path / "tokens.bin"
+    np.arange(500, dtype=np.uint32).tofile(path)
+    tokens = open_tokens(str(path), "uint32", seed=0, vocab_size=1000)
+    fx, fy = batch(tokens, 0, 0, 2, 16)
+    assert torch.equal(fy - fx, torch.ones_like(fx))
+    with pytest.raises(AutoplanError, match="does not exist"):
+        FileTokens(str(tmp_path / "missing.bin"), "uint16", 0, 256)
+    with pytest.raises(AutoplanError, match="outside the model's vocab_size"):
+        batch(open_tokens(str(path), "uint32", 0, vocab_size=10), 0, 0, 1, 16)
+
+
+def test_schedule_warms_up_then_decays_to_min_lr():
+    lrs = [lr_at(s, 1.0, 0.1, warmup=4, total_steps=20) for s in range(20)]
+    assert lrs[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+    assert lr_at(20, 1.0, 0.1, 4, 20) == pytest.approx(0.1)
+
+
+def test_options_and_registry_reject_bad_input():
+    with pytest.raises(AutoplanError, match="warmup-steps"):
+        RunOptions(steps=2, warmup_steps=2)
+    with pytest.raises(AutoplanError, match="checkpoint-dir"):
+        RunOptions(resume=True)
+    with pytest.raises(AutoplanError, match="unknown backend 'jax'"):
+        get_backend("jax")
+
+
+def test_flops_and_peaks():
+    # PaLM appendix B: 6N + 12*L*H*Q*T per token.
+    assert model_flops_per_token(LLAMA, 32) == 6 * LLAMA.num_params + 12 * 2 * 4 * 16 * 32
+    assert peak_flops_per_s("NVIDIA H100 80GB HBM3", "bf16") == 989.5e12
+    assert peak_flops_per_s("NVIDIA H100 PCIe", "bf16") == 756.5e12
+    assert peak_flops_per_s("cpu", "fp32") == 0.0
