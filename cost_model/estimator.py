@@ -1,0 +1,187 @@
+"""Estimator: (model, training, cluster, profile) fixed once; `estimate(plan)` many times.
+
+Step time (exposed seconds per optimizer step) on the slowest pipeline stage:
+
+    per micro-batch  T_mb = layers_per_stage * (fwd + bwd + exposed TP/CP/EP comm) + stage extras
+                            + recompute + pipeline point-to-point
+    step             = m * T_mb                      (compute, memory-bound, recompute, comm terms)
+                     + (p - 1) / v * T_mb            (bubble, Narayanan 2021 sec. 2.2: (p-1)/(v*m))
+                     + exposed DP/FSDP collectives + optimizer step + software overhead
+
+Memory is the worse of the first stage (most micro-batches in flight, embedding) and the last
+(logits). The breakdown dictionaries' sums are the totals (CostEstimate checks it).
+"""
+from __future__ import annotations
+
+from autoplan.specs import (
+    ClusterSpec, CostEstimate, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
+)
+from cost_model.constants import Constants, SoftwareStack, load_constants
+from cost_model.flops import model_flops_per_token
+from cost_model.layer_time import Rates, embedding_time_s, head_times, layer_times
+from cost_model.memory import (
+    BYTES_GRAD, BYTES_LOGITS, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
+    in_flight_microbatches, model_state_bytes,
+)
+from cost_model.tables import ProfileTables
+
+GIB = 1024 ** 3
+CUDA_CONTEXT_BYTES = 0.5 * GIB     # assumption: CUDA context + cuBLAS/NCCL workspaces (~0.5 GiB)
+ALLOCATOR_OVERHEAD = 0.08          # assumption: caching-allocator rounding/fragmentation of transient memory
+OPTIMIZER_BYTES_PER_PARAM = 30     # AdamW: read master/m/v/grad fp32 (16 B), write master/m/v (12) + bf16 weight (2)
+_TABLES: dict = {}
+
+
+def tables_for(profile: HardwareProfile) -> ProfileTables:
+    """One ProfileTables per profile object, so every Estimator on it shares the caches."""
+    entry = _TABLES.get(id(profile))
+    if entry is None or entry[0] is not profile:
+        entry = _TABLES[id(profile)] = (profile, ProfileTables(profile))
+    return entry[1]
+
+
+class Estimator:
+    def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                 profile: HardwareProfile, software: SoftwareStack | None = None,
+                 constants: Constants | None = None, allow_tp_across_nodes: bool = False):
+        self.model, self.training, self.cluster, self.profile = model, training, cluster, profile
+        self.constants = constants or load_constants()
+        self.software = software or self.constants.software()
+        self.allow_tp_across_nodes = allow_tp_across_nodes
+        self.tables = tables_for(profile)
+        self.gpus_per_node = cluster.gpus_per_node
+        dtype = "bf16" if training.dtype == "fp16" else training.dtype
+        self.rates = Rates(
+            gemm_dtype=dtype,
+            matmul_scale=1.0 if profile.measured else self.constants.matmul_scale.get(profile.name, 1.0),
+            fp8_scale=self.constants.fp8_matmul_scale,
+            attention_scale=self.constants.attention_scale,
+            memory_scale=self.constants.elementwise_scale * self.software.fused_elementwise,
+            flash_attention=self.software.flash_attention)
+        self.peak_flops_per_s = profile.peak(training.dtype)
+        self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
+        # Parameter counts (whole model; stages and TP divide them below).
+        expert = model.num_experts * model.mlp_params_per_expert() if model.is_moe else 0
+        self._dense_layer_params = model.params_per_layer() - expert
+        self._expert_layer_params = expert
+        self._embedding_params = model.embedding_params()
+        self._head_params = model.output_params()
+        self._layer_cache: dict = {}
+
+    # -- shared pieces -------------------------------------------------------------------------
+    def _layer(self, plan: ParallelPlan):
+        key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel)
+        lt = self._layer_cache.get(key)
+        if lt is None:
+            lt = self._layer_cache[key] = layer_times(
+                self.model, self.tables, self.rates, plan.micro_batch_size, self.training.seq_len,
+                plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node)
+        return lt
+
+    def _extras(self, plan: ParallelPlan) -> tuple:
+        key = ("extras", plan.micro_batch_size, plan.tp, plan.cp)
+        ex = self._layer_cache.get(key)
+        if ex is None:
+            tokens = plan.micro_batch_size * (self.training.seq_len // plan.cp)
+            head_compute_s, head_memory_s = head_times(self.model, self.tables, self.rates, tokens, plan.tp)
+            ex = self._layer_cache[key] = (head_compute_s, head_memory_s,
+                                           embedding_time_s(self.model, self.tables, self.rates, tokens))
+        return ex
+
+    def _local_params(self, plan: ParallelPlan, first: bool, last: bool) -> tuple:
+        """(dense, expert) parameters one GPU of a stage holds before ZeRO sharding."""
+        per_stage = plan.layers_per_stage(self.model.num_layers)
+        dense = per_stage * self._dense_layer_params / plan.tp
+        expert = per_stage * self._expert_layer_params / (plan.tp * plan.ep)
+        if first:
+            dense += self._embedding_params / plan.tp
+        if last and not (first and self.model.tied_embeddings):
+            dense += self._head_params / plan.tp
+        return dense, expert
+
+    # -- memory --------------------------------------------------------------------------------
+    def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int) -> dict:
+        p, m = plan.pp, plan.num_microbatches
+        first, last = stage == 0, stage == p - 1
+        dense, expert = self._local_params(plan, first, last)
+        shard = plan.dp * plan.cp
+        states = model_state_bytes(dense, plan.zero_stage, shard)
+        if expert:
+            for k, v in model_state_bytes(expert, plan.zero_stage, max(1, shard // plan.ep)).items():
+                states[k] += v
+        s_local = self.training.seq_len // plan.cp
+        b = plan.micro_batch_size
+        layer_bytes = sum(activation_bytes_per_layer(
+            self.model, b, s_local, plan.tp, plan.sequence_parallel, self.software.flash_attention).values())
+        per_stage = plan.layers_per_stage(self.model.num_layers)
+        kept = per_stage - (num_recompute if recompute == "full" else 0)
+        input_only = full_recompute_layer_bytes(self.model, b, s_local, plan.tp, plan.sequence_parallel)
+        stored = kept * layer_bytes + (per_stage - kept) * input_only
+        in_flight = in_flight_microbatches(p, plan.vpp, m, stage)
+        # The layer under backward (or being recomputed) holds its full activations once more.
+        working = layer_bytes if recompute == "full" else 0.0
+        activations = stored * in_flight + working
+        logits = BYTES_LOGITS * b * s_local * self.model.vocab_size / plan.tp if last else 0.0
+        comm = 0.0
+        if plan.zero_stage >= 3 and shard > 1:
+            # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's
+            # unsharded gradients awaiting reduce-scatter.
+            layer = (self._dense_layer_params + self._expert_layer_params / plan.ep) / plan.tp
+            comm = 2 * BYTES_WEIGHT * layer + BYTES_GRAD * layer
+        transient = activations + logits + comm
+        return {**states, "activations": activations, "logits": logits, "comm_buffers": comm,
+                "allocator_overhead": ALLOCATOR_OVERHEAD * transient, "cuda_context": CUDA_CONTEXT_BYTES}
+
+    def memory(self, plan: ParallelPlan, recompute: str | None = None, num_recompute: int | None = None) -> dict:
+        """Memory breakdown (bytes) of the worst stage: the first and the last are checked."""
+        recompute = plan.recompute if recompute is None else recompute
+        num_recompute = plan.recompute_num_layers if num_recompute is None else num_recompute
+        candidates = [self._stage_memory(plan, 0, recompute, num_recompute)]
+        if plan.pp > 1:
+            candidates.append(self._stage_memory(plan, plan.pp - 1, recompute, num_recompute))
+        return max(candidates, key=lambda d: sum(d.values()))
+
+    def min_full_recompute_layers(self, plan: ParallelPlan) -> int | None:
+        """Fewest layers per stage to recompute fully so the plan fits in memory.
+
+        0 when it fits without any recompute, None when it does not fit even with every layer
+        of the stage recomputed. Memory falls monotonically with the count, so bisect.
+        """
+        capacity = self.profile.memory_capacity_bytes
+        if sum(self.memory(plan, "none", 0).values()) <= capacity:
+            return 0
+        per_stage = plan.layers_per_stage(self.model.num_layers)
+        if sum(self.memory(plan, "full", per_stage).values()) > capacity:
+            return None
+        lo, hi = 1, per_stage
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if sum(self.memory(plan, "full", mid).values()) <= capacity:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # -- time ----------------------------------------------------------------------------------
+    def estimate(self, plan: ParallelPlan) -> CostEstimate:
+        plan.check(self.model, self.training, self.cluster, allow_tp_across_nodes=self.allow_tp_across_nodes)
+        return self._estimate(plan)
+
+    def _estimate(self, plan: ParallelPlan) -> CostEstimate:
+        from cost_model.step_time import step_time_terms
+        time, details, hw_flops = step_time_terms(self, plan)
+        memory = self.memory(plan)
+        details["memory_first_stage_bytes"] = sum(self._stage_memory(plan, 0, plan.recompute, plan.recompute_num_layers).values())
+        return CostEstimate(
+            time_breakdown_s=time, memory_breakdown_bytes=memory,
+            memory_capacity_bytes=self.profile.memory_capacity_bytes,
+            tokens_per_step=self.training.tokens_per_step, num_gpus=plan.num_gpus,
+            model_flops_per_step=self.model_flops_per_step, hardware_flops_per_step=hw_flops,
+            peak_flops_per_s=self.peak_flops_per_s, cost_model="analytical/1",
+            details=details)
+
+
+def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, profile: HardwareProfile,
+             plan: ParallelPlan, **kwargs) -> CostEstimate:
+    """One-shot convenience: Estimator(...).estimate(plan)."""
+    return Estimator(model, training, cluster, profile, **kwargs).estimate(plan)

@@ -1,0 +1,107 @@
+"""FLOP counts: the GEMMs of one transformer layer after the TP split, and the MFU convention.
+
+A GEMM is (m, n, k): C[m,n] = A[m,k] @ B[k,n], 2*m*n*k FLOPs. Its backward is two GEMMs of the
+same FLOPs with transposed shapes (data gradient (m, k, n), weight gradient (k, n, m)), hence the
+"backward = 2x forward" of Narayanan et al. 2021 (arXiv 2104.04473, section 3.5).
+
+MFU convention (DESIGN.md "MFU"; the PaLM / Narayanan one): model FLOPs per token =
+6 * N_matmul + 12 * L * s * q_size, where N_matmul is every active parameter that takes part in a
+matmul (all but the token-embedding lookup; the LM head counts once, tied or not) and the second
+term is the attention score (QK^T) and value (AV) matmuls, forward + backward, counted for the full
+(non-causal) square as those papers do. Hardware FLOPs add what recompute executes again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoplan.specs import ModelSpec
+
+
+@dataclass(frozen=True)
+class Gemm:
+    name: str
+    m: int
+    n: int
+    k: int
+    count: int = 1
+    """How many such GEMMs run (e.g. local experts)."""
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.count
+
+
+def layer_gemms(model: ModelSpec, tokens: int, tp: int, ep: int = 1) -> tuple:
+    """Forward GEMMs of one transformer layer on one GPU for `tokens` rows (micro-batch x local seq).
+
+    Megatron column/row split (Shoeybi et al. 2019, arXiv 1909.08053): q/k/v and the MLP's first
+    matrix split their output columns over tp, the attention output and the MLP's last matrix split
+    their input rows. MoE: each token visits top-k experts; a GPU holds num_experts/ep experts and
+    receives, on average, tokens*k*ep/num_experts rows per local expert (balanced routing).
+    """
+    h = model.hidden_size
+    qkv_cols = (model.q_size + 2 * model.kv_size) // tp
+    mlp_in_cols = (2 if model.mlp == "swiglu" else 1) * model.ffn_hidden_size // tp
+    gemms = [
+        Gemm("qkv", tokens, qkv_cols, h),
+        Gemm("attn_out", tokens, h, model.q_size // tp),
+    ]
+    if model.is_moe:
+        local_experts = model.num_experts // ep
+        rows = max(1, tokens * model.num_experts_per_token * ep // model.num_experts)
+        gemms += [
+            Gemm("router", tokens, model.num_experts, h),
+            Gemm("mlp_in", rows, mlp_in_cols, h, local_experts),
+            Gemm("mlp_out", rows, h, model.ffn_hidden_size // tp, local_experts),
+        ]
+    else:
+        gemms += [
+            Gemm("mlp_in", tokens, mlp_in_cols, h),
+            Gemm("mlp_out", tokens, h, model.ffn_hidden_size // tp),
+        ]
+    return tuple(gemms)
+
+
+def logits_gemm(model: ModelSpec, tokens: int, tp: int) -> Gemm:
+    """The LM head, vocabulary split over tp (Megatron's parallel cross-entropy)."""
+    return Gemm("logits", tokens, model.vocab_size // tp, model.hidden_size)
+
+
+def backward_shapes(g: Gemm) -> tuple:
+    """Data-gradient and weight-gradient GEMMs of a forward GEMM."""
+    return (Gemm(g.name + "_dgrad", g.m, g.k, g.n, g.count), Gemm(g.name + "_wgrad", g.k, g.n, g.m, g.count))
+
+
+def attention_core_fwd_flops(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int,
+                             causal: bool = True) -> float:
+    """QK^T and AV of one layer's forward on one GPU: 4*b*s^2*q_size, halved under a causal mask.
+
+    Context parallelism splits the queries over cp ranks with load-balanced causal chunks, so
+    each rank does 1/cp of the work.
+    """
+    full = 4.0 * micro_batch * seq_len * seq_len * model.q_size / (tp * cp)
+    return full / 2 if causal else full
+
+
+def matmul_params(model: ModelSpec) -> int:
+    """Active parameters that take part in a matmul (everything but the embedding lookup)."""
+    head = model.vocab_size * model.hidden_size if model.tied_embeddings else 0
+    return model.num_active_params - model.embedding_params() + head
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """6*N_matmul + 12*L*s*q_size (forward + backward, attention counted non-causal)."""
+    return 6.0 * matmul_params(model) + 12.0 * model.num_layers * seq_len * model.q_size
+
+
+def narayanan_flops_per_step(model: ModelSpec, global_batch: int, seq_len: int, recompute: bool) -> float:
+    """Narayanan et al. 2021 eq. (3): 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) with full recompute.
+
+    Valid for their GPT shape (MHA, GeLU MLP with ffn = 4h). Without recompute the forward is not
+    run twice: 72/96 of it (Korthikanti et al. 2022, arXiv 2205.05198, section 6: 72*B*L*s*h^2*(...)).
+    Kept as an independent cross-check of the per-GEMM sums, and to convert published TFLOP/s.
+    """
+    B, s, l, h, V = global_batch, seq_len, model.num_layers, model.hidden_size, model.vocab_size
+    if recompute:
+        return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
+    return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h))

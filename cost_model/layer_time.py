@@ -1,0 +1,165 @@
+"""Seconds per micro-batch of one transformer layer (and of the stage extras) on one GPU.
+
+Every figure comes from the profile's tables through `ProfileTables`: GEMMs at their shape after
+the TP split, attention from the attention table (flash) or as batched GEMMs plus a memory-bound
+softmax (no flash), norms/activations/residuals/RoPE as memory-bound bytes, TP/SP/CP/EP traffic
+from the collective table. `LayerTimes` is cached per (micro-batch, tp, cp, ep, sp) by the
+estimator, so a search pays for each shape once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autoplan.specs import ModelSpec
+from cost_model.flops import Gemm, attention_core_fwd_flops, backward_shapes, layer_gemms, logits_gemm
+from cost_model.tables import ProfileTables
+
+BYTES_ACT = 2
+ATTN_BWD_FLOPS_RATIO = 2.5  # flash-attention backward does 2.5x the forward's matmul FLOPs (FA2 paper)
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """One layer, one micro-batch, one GPU. Forward and backward kept apart for recompute/overlap."""
+    gemm_fwd_s: float
+    gemm_bwd_s: float
+    attn_fwd_s: float
+    attn_bwd_s: float
+    memory_fwd_s: float
+    memory_bwd_s: float
+    tp_fwd_s: float
+    tp_bwd_s: float
+    cp_fwd_s: float
+    cp_bwd_s: float
+    ep_fwd_s: float
+    ep_bwd_s: float
+    gemm_fwd_flops: float
+    attn_fwd_flops: float
+    tp_bytes: float
+    """Bytes one rank puts on the wire for this layer's TP/SP collectives (forward + backward)."""
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the estimator fixed for this model/profile: dtypes and calibrated scales."""
+    gemm_dtype: str
+    matmul_scale: float
+    fp8_scale: float
+    attention_scale: float
+    memory_scale: float
+    flash_attention: bool
+
+
+def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
+    return gemm.flops / (tables.matmul_flops_per_s(gemm.m, gemm.n, gemm.k, dtype) * scale)
+
+
+def _gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
+    dtype = rates.gemm_dtype
+    scale = rates.matmul_scale * (rates.fp8_scale if dtype == "fp8" else 1.0)
+    fwd = sum(gemm_time_s(tables, g, dtype, scale) for g in gemms)
+    bwd = sum(gemm_time_s(tables, b, dtype, scale) for g in gemms for b in backward_shapes(g))
+    return fwd, bwd
+
+
+def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> float:
+    """Memory-bound traffic of `num_bytes` in ops of about `op_bytes` each."""
+    return num_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))
+
+
+def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
+                tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int) -> LayerTimes:
+    s_local = seq_len // cp
+    tokens = micro_batch * s_local
+    h = model.hidden_size
+    gemms = layer_gemms(model, tokens, tp, ep)
+    gemm_fwd_s, gemm_bwd_s = _gemms_time_s(tables, gemms, rates)
+
+    # Attention core (QK^T, softmax, AV).
+    heads_local = model.num_heads // tp
+    attn_flops = attention_core_fwd_flops(model, micro_batch, seq_len, tp, cp, causal=rates.flash_attention)
+    if rates.flash_attention:
+        fwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
+                                                rates.gemm_dtype, "fwd")
+        bwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
+                                                rates.gemm_dtype, "bwd")
+        attn_fwd_s = attn_flops / (fwd_rate * rates.attention_scale)
+        attn_bwd_s = ATTN_BWD_FLOPS_RATIO * attn_flops / (bwd_rate * rates.attention_scale)
+    else:
+        # Unfused (Megatron 2021): batched GEMMs over the full square + a fused softmax that
+        # reads and writes every score (fp16: 4 B forward, 6 B backward per score).
+        dtype = "bf16" if rates.gemm_dtype == "fp8" else rates.gemm_dtype
+        per_head = gemm_time_s(tables, Gemm("scores", s_local, seq_len, model.head_dim), dtype, rates.matmul_scale)
+        scores = micro_batch * heads_local * s_local * seq_len
+        gemm_s = 2 * per_head * micro_batch * heads_local / rates.attention_scale
+        attn_fwd_s = gemm_s + memory_time_s(tables, 4.0 * scores * rates.memory_scale, 2.0 * s_local * seq_len)
+        attn_bwd_s = 2 * gemm_s + memory_time_s(tables, 6.0 * scores * rates.memory_scale, 2.0 * s_local * seq_len)
+
+    # Memory-bound ops (per token): 2 norms (read+write h), 2 residual adds (2 reads + 1 write),
+    # the MLP activation (SwiGLU reads 2f writes f; GeLU reads f writes f), RoPE on q and k.
+    # Tensors outside the TP region are split by tp only under sequence parallelism.
+    outside = tp if sequence_parallel else 1
+    act = (3 if model.mlp == "swiglu" else 2) * model.ffn_hidden_size * (model.num_experts_per_token if model.is_moe else 1)
+    elems = (2 * 2 * h + 2 * 3 * h) / outside + act / tp
+    if model.position == "rope":
+        elems += 2 * (model.q_size + model.kv_size) / tp
+    fwd_bytes = BYTES_ACT * elems * tokens * rates.memory_scale
+    if rates.gemm_dtype == "fp8":
+        # Float8 scaling: each GEMM's input and weight read in bf16, written in fp8 (3 B/element).
+        fwd_bytes += sum(3.0 * (g.m * g.k + g.k * g.n * g.count) for g in gemms)
+    memory_fwd_s = memory_time_s(tables, fwd_bytes, BYTES_ACT * tokens * h / outside)
+    memory_bwd_s = 2.0 * memory_fwd_s
+
+    # TP: two all-reduces per pass, or with SP an all-gather + reduce-scatter pair in their place
+    # (Korthikanti 2022 section 4.2.2: same bytes on the wire). Narayanan 2021 section 3.2.
+    tp_rpn = min(tp, gpus_per_node)
+    buffer = BYTES_ACT * tokens * h
+    if tp == 1:
+        tp_pass_s = 0.0
+    elif sequence_parallel:
+        tp_pass_s = 2 * (tables.collective_time_s("all_gather", buffer, tp, tp_rpn)
+                         + tables.collective_time_s("reduce_scatter", buffer, tp, tp_rpn))
+    else:
+        tp_pass_s = 2 * tables.collective_time_s("all_reduce", buffer, tp, tp_rpn)
+    tp_bytes = 0.0 if tp == 1 else 2 * 2 * 2.0 * (tp - 1) / tp * buffer
+
+    # CP: ring exchange of K/V chunks (fwd), and of K/V plus their gradients (bwd), overlapped
+    # with the attention compute of the same step where it fits (Liu et al. 2023, Ring Attention).
+    cp_rpn = max(1, min(cp, gpus_per_node // tp)) if tp <= gpus_per_node else 1
+    kv_buffer = BYTES_ACT * micro_batch * seq_len * 2 * model.kv_size / tp
+    cp_fwd = tables.collective_time_s("all_gather", kv_buffer, cp, cp_rpn)
+    cp_fwd_s = max(0.0, cp_fwd - attn_fwd_s)
+    cp_bwd_s = max(0.0, 2 * cp_fwd - attn_bwd_s)
+
+    # MoE: dispatch + combine all-to-all of the routed tokens, forward and backward.
+    ep_fwd_s = 0.0
+    if model.is_moe and ep > 1:
+        ep_rpn = max(1, min(ep, gpus_per_node // tp))
+        routed = BYTES_ACT * tokens * model.num_experts_per_token * h
+        ep_fwd_s = 2 * tables.collective_time_s("all_to_all", routed, ep, ep_rpn)
+    return LayerTimes(
+        gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn_fwd_s, attn_bwd_s=attn_bwd_s,
+        memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_pass_s, tp_bwd_s=tp_pass_s,
+        cp_fwd_s=cp_fwd_s, cp_bwd_s=cp_bwd_s, ep_fwd_s=ep_fwd_s, ep_bwd_s=ep_fwd_s,
+        gemm_fwd_flops=sum(g.flops for g in gemms), attn_fwd_flops=attn_flops, tp_bytes=tp_bytes)
+
+
+def head_times(model: ModelSpec, tables: ProfileTables, rates: Rates, tokens: int, tp: int) -> tuple:
+    """(compute_s, memory_s) of the LM head + loss for one micro-batch (forward + backward).
+
+    The head GEMM stays bf16 under fp8 (torchtitan and Transformer Engine keep the output layer
+    in high precision). The fp32 cross-entropy reads/writes each logit ~4 times (4 B each).
+    """
+    g = logits_gemm(model, tokens, tp)
+    dtype = "bf16" if rates.gemm_dtype == "fp8" else rates.gemm_dtype
+    fwd = gemm_time_s(tables, g, dtype, rates.matmul_scale)
+    bwd = sum(gemm_time_s(tables, b, dtype, rates.matmul_scale) for b in backward_shapes(g))
+    logits = tokens * model.vocab_size / tp
+    mem = memory_time_s(tables, 16.0 * logits * rates.memory_scale, 4.0 * logits)
+    return fwd + bwd, mem
+
+
+def embedding_time_s(model: ModelSpec, tables: ProfileTables, rates: Rates, tokens: int) -> float:
+    """Embedding lookup (write b*s*h) and its gradient scatter-add (read + read-modify-write)."""
+    return memory_time_s(tables, 4 * BYTES_ACT * tokens * model.hidden_size * rates.memory_scale,
+                         BYTES_ACT * tokens * model.hidden_size)

@@ -1,0 +1,100 @@
+"""Build a calibration from measurements, published runs and/or a measured profile.
+
+The library behind `autoplan calibrate`: it gathers the calibration rows (dataset.py), fits the
+plan-level correction on all of them, scores it honestly with grouped cross-validation
+(evaluate.py), fits the op-level regressors of a measured profile (ops.py), and returns one
+CalibrationFile plus the lines worth telling the user. Nothing is written here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from autoplan.specs import AutoplanError, HardwareProfile, read_json, read_measurements
+from cost_model.learned.correction import make_correction
+from cost_model.learned.dataset import CalibrationData, measurement_data, published_data
+from cost_model.learned.evaluate import evaluate_calibration
+from cost_model.learned.ops import fit_op_models, learned_profile, profile_with_raw_samples
+from cost_model.learned.store import CalibrationFile
+
+MIN_TRAINING_ROWS = 5
+"""Fewer usable rows than this cannot constrain a correction of ~20 features, even with ridge."""
+MIN_CV_GROUPS = 3
+"""Grouped CV needs groups to hold out; with fewer, the file says the correction is unevaluated."""
+
+
+def load_measured_profile(path) -> HardwareProfile:
+    profile = HardwareProfile.from_dict(read_json(path, "hardware profile"), f"hardware profile {str(path)!r}")
+    return profile_with_raw_samples(profile, path)
+
+
+def gather(measurement_paths, published: bool, learned: HardwareProfile | None = None) -> tuple[CalibrationData, int]:
+    """All calibration rows; returns (data, number of malformed JSONL lines skipped)."""
+    data, malformed = CalibrationData(), 0
+    for path in measurement_paths:
+        records, problems = read_measurements(path)
+        malformed += len(problems)
+        data.skipped += problems
+        data.extend(measurement_data(records, Path(path).name, Path(path).parent, learned))
+    if published:
+        data.extend(published_data())
+    return data, malformed
+
+
+def build_calibration(measurement_paths=(), published: bool = False, profile_path=None,
+                      alpha: float = 3.0) -> tuple[CalibrationFile, list[str]]:
+    """Fit everything the inputs allow; raise AutoplanError when they allow nothing."""
+    measurement_paths = [str(p) for p in measurement_paths]
+    if not measurement_paths and not published and profile_path is None:
+        raise AutoplanError("nothing to calibrate from: give measurement files (runs.jsonl), "
+                            "--published, and/or --profile cluster.json")
+    lines, calibration = [], CalibrationFile()
+    if profile_path is not None:
+        measured = load_measured_profile(profile_path)
+        fits = fit_op_models(measured)
+        calibration.profile = learned_profile(measured, fits)
+        calibration.op_models = [f.summary() for f in fits]
+        lines += [f"op model {f.table}[{'/'.join(f.group)}]: {f.num_samples} samples, 5-fold CV MAPE "
+                  f"{f.cv_mape:.1%}" for f in fits]
+        if not fits:
+            lines.append(f"profile {str(profile_path)!r} has too few samples per table to learn from; "
+                         f"its measured tables are kept as they are")
+    if not measurement_paths and not published:
+        return calibration, lines
+
+    data, malformed = gather(measurement_paths, published, calibration.profile)
+    if malformed:
+        lines.append(f"skipped {malformed} malformed measurement line(s)")
+    if len(data.skipped) > malformed:
+        lines.append(f"skipped {len(data.skipped) - malformed} unusable row(s) (failed runs, infeasible plans)")
+    if len(data) < MIN_TRAINING_ROWS:
+        raise AutoplanError(
+            f"only {len(data)} usable training row(s) (at least {MIN_TRAINING_ROWS} needed) from "
+            f"{', '.join(measurement_paths) or 'no measurement files'}{' and the published runs' if published else ''}; "
+            f"record more runs with `autoplan run` or add --published")
+    records = data.records
+    target = np.log(np.asarray(data.measured_s) / np.array([r["analytical_step_time_s"] for r in records]))
+    calibration.correction = make_correction(alpha=alpha).fit(records, target)
+    num_groups = len(set(data.groups))
+    evaluation = None
+    if num_groups >= MIN_CV_GROUPS:
+        evaluation = evaluate_calibration(records, data.measured_s, data.groups)
+        evaluation.pop("predictions")
+        a, c = evaluation["analytical"], evaluation["calibrated"]
+        lines.append(f"grouped CV over {num_groups} sweeps (leave-one-sweep-out), step-time MAPE: "
+                     f"analytical {a['mape']:.1%} -> calibrated {c['mape']:.1%} (median {a['median']:.1%} -> "
+                     f"{c['median']:.1%}, max {a['max']:.1%} -> {c['max']:.1%})")
+    else:
+        lines.append(f"only {num_groups} sweep(s): the correction is fitted but cannot be cross-validated "
+                     f"across sweeps (need {MIN_CV_GROUPS})")
+    calibration.training = {
+        "num_rows": len(data),
+        "num_measured": data.origins.count("measured"), "num_published": data.origins.count("published"),
+        "num_groups": num_groups, "num_skipped": len(data.skipped), "num_malformed_lines": malformed,
+        "skipped": data.skipped[:50], "inputs": measurement_paths + (["published"] if published else []),
+        "alpha": alpha, "evaluation": evaluation,
+    }
+    lines.insert(0, f"trained the correction on {len(data)} rows ({data.origins.count('measured')} measured, "
+                    f"{data.origins.count('published')} published) in {num_groups} sweeps")
+    return calibration, lines

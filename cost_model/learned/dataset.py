@@ -1,0 +1,112 @@
+"""Calibration data: plan records with their measured step time and their sweep.
+
+Two sources feed the learned correction, both turned into the same rows here:
+- Measurement records (executor JSONL): the plan document they ran, the analytical estimate of
+  that plan on the profile it names (or the learned profile for the same device), and the median
+  measured step time. Only status "ok" runs with step times count.
+- The shipped published runs (cost_model/data/published_runs.csv via the analytical model's loader):
+  each row's architecture, cluster and plan, estimated on the built-in profile of its GPU.
+
+A row's *group* is its sweep, "<source> | <model>", the unit of grouped cross-validation.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoplan.specs import AutoplanError, HardwareProfile, InfeasiblePlan, PlanDocument, read_json
+from cost_model.learned.features import plan_record
+
+
+@dataclass
+class CalibrationData:
+    records: list = field(default_factory=list)
+    measured_s: list = field(default_factory=list)
+    groups: list = field(default_factory=list)
+    origins: list = field(default_factory=list)
+    """"published" or "measured", per row."""
+    skipped: list = field(default_factory=list)
+    """One line per input row that could not be used, saying why."""
+
+    def add(self, record: dict, measured_s: float, group: str, origin: str) -> None:
+        self.records.append({**record, "group": group, "origin": origin, "measured_step_time_s": measured_s})
+        self.measured_s.append(float(measured_s))
+        self.groups.append(group)
+        self.origins.append(origin)
+
+    def extend(self, other: "CalibrationData") -> "CalibrationData":
+        self.records += other.records
+        self.measured_s += other.measured_s
+        self.groups += other.groups
+        self.origins += other.origins
+        self.skipped += other.skipped
+        return self
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def _estimate_record(model, training, cluster, plan, profile):
+    from cost_model import Estimator
+
+    estimate = Estimator(model, training, cluster, profile).estimate(plan)
+    return plan_record(model, training, cluster, plan, profile, estimate)
+
+
+def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> HardwareProfile:
+    """The profile a measured plan is re-estimated with: the learned one for the same device, else
+    the one the plan names (a built-in name or a profile file relative to the measurements)."""
+    from cost_model import builtin_profile
+
+    ref = cluster.profile or f"builtin:{cluster.name}"
+    if ref.startswith("builtin:"):
+        profile = builtin_profile(ref.split(":", 1)[1])
+    else:
+        path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
+        profile = HardwareProfile.from_dict(read_json(path, "hardware profile"), f"hardware profile {str(path)!r}")
+    if learned is not None and learned.device_name == profile.device_name:
+        return learned
+    return profile
+
+
+def measurement_data(measurements, source: str, base_dir=".", learned: HardwareProfile | None = None) -> CalibrationData:
+    """Rows from Measurement records (one file's worth, named `source` in the groups)."""
+    data = CalibrationData()
+    for m in measurements:
+        where = f"{source}: plan {m.plan_id}"
+        if m.status != "ok" or not m.step_times_s or not m.median_step_time_s > 0:
+            data.skipped.append(f"{where}: status {m.status!r} with {len(m.step_times_s)} step times (not a timing)")
+            continue
+        try:
+            doc = PlanDocument.from_dict(m.plan, f"{where} plan")
+            profile = _profile_for(doc.cluster, learned, Path(base_dir))
+            record = _estimate_record(doc.model, doc.training, doc.cluster, doc.parallel, profile)
+        except (AutoplanError, InfeasiblePlan) as exc:
+            data.skipped.append(f"{where}: {exc}")
+            continue
+        device = m.environment.get("device_name") or m.environment.get("device") or doc.cluster.name
+        data.add(record, m.median_step_time_s, f"measured {m.backend} on {device} | {doc.model.name}", "measured")
+    return data
+
+
+def published_data(dtypes=("bf16",)) -> CalibrationData:
+    """Rows from the shipped published runs with the given precisions, on built-in profiles."""
+    from cost_model import builtin_profile, load_published_runs
+
+    data = CalibrationData()
+    for run in load_published_runs():
+        if run.training.dtype not in dtypes:
+            continue
+        try:
+            record = _estimate_record(run.model, run.training, run.cluster, run.parallel,
+                                      builtin_profile(run.cluster.name))
+        except (AutoplanError, InfeasiblePlan) as exc:
+            data.skipped.append(f"published {run.id}: {exc}")
+            continue
+        if not (run.step_time_s > 0 and math.isfinite(run.step_time_s)):
+            data.skipped.append(f"published {run.id}: no step time")
+            continue
+        data.add({**record, "id": run.id, "source": run.source}, run.step_time_s,
+                 f"{run.source} | {run.model.name}", "published")
+    return data

@@ -1,0 +1,83 @@
+"""Per-GPU memory terms of one pipeline stage, in bytes. Each term names its source.
+
+- Model states (ZeRO, Rajbhandari et al. 2019, arXiv 1910.02054, section 3): bf16 weights 2 B,
+  gradients kept in fp32 4 B (Megatron's main-grad buffer, FSDP's fp32 reduce), Adam's fp32 master
+  weights + momentum + variance 12 B. Stage 1 shards the 12 B, 2 also the gradients, 3 also the
+  weights, over the data-parallel group (dp x cp ranks that hold replicas) -- never over all GPUs.
+- Activations (Korthikanti et al. 2022, arXiv 2205.05198, section 4, Table 2): per layer and
+  micro-batch s*b*h*(34 + 5*a*s/h) bytes for GPT (MHA, GeLU, ffn = 4h, dropout), written here as
+  named tensors so GQA, SwiGLU and other widths follow. With flash attention (the default) the
+  5*a*s^2*b score/softmax/dropout term is never stored; only the softmax statistics (fp32 per query
+  and head) are. TP splits the tensors inside the TP region; sequence parallelism splits the rest.
+"""
+from __future__ import annotations
+
+from autoplan.specs import ModelSpec
+
+BYTES_WEIGHT = 2        # bf16 / fp16 weights
+BYTES_GRAD = 4          # fp32 gradient accumulation
+BYTES_OPTIMIZER = 12    # fp32 master + Adam m + v
+BYTES_ACT = 2           # bf16 activations
+BYTES_LOGITS = 4        # fp32 logits for the cross-entropy (Korthikanti section 4.3)
+
+
+def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
+                               sequence_parallel: bool, flash_attention: bool = True,
+                               dropout: bool = False) -> dict:
+    """Stored activations of one layer for one micro-batch (seq_len already divided by cp).
+
+    Returns the named parts (bytes). `dropout=True` with a GPT shape reproduces Korthikanti's
+    34*s*b*h + 5*a*s^2*b exactly: norms 4, QKV input 2, Q/K/V 6, projection input 2, attention
+    dropout mask 1, MLP input 2, GeLU in/out 16, MLP dropout mask 1.
+    """
+    sb = micro_batch * seq_len
+    h = model.hidden_size
+    outside = tp if sequence_parallel else 1            # tensors outside the TP region
+    act_elems = (3 if model.mlp == "swiglu" else 2) * model.ffn_hidden_size
+    if model.is_moe:
+        act_elems *= model.num_experts_per_token         # each token's rows in its top-k experts
+    parts = {
+        "norm_inputs": 2 * BYTES_ACT * sb * h / outside,
+        "qkv_input": BYTES_ACT * sb * h / outside,
+        "qkv": BYTES_ACT * sb * (model.q_size + 2 * model.kv_size) / tp,
+        "attn_out_input": BYTES_ACT * sb * model.q_size / tp,
+        "mlp_input": BYTES_ACT * sb * h / outside,
+        "mlp_activation": BYTES_ACT * sb * act_elems / tp,
+    }
+    if dropout:
+        parts["dropout_masks"] = 2 * sb * h / outside    # 1 byte per element, two masks
+    a_local = model.num_heads / tp
+    if flash_attention:
+        parts["softmax_stats"] = 4.0 * sb * a_local      # fp32 log-sum-exp per query and head
+    else:
+        # softmax output 2 B + dropout mask 1 B + dropout output 2 B per score: 5*a*s^2*b
+        parts["attention_scores"] = (5 if dropout else 2) * a_local * sb * seq_len
+    return parts
+
+
+def full_recompute_layer_bytes(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
+                               sequence_parallel: bool) -> float:
+    """A fully recomputed layer keeps only its input: 2*s*b*h (/tp with SP), Korthikanti sec. 5."""
+    return BYTES_ACT * micro_batch * seq_len * model.hidden_size / (tp if sequence_parallel else 1)
+
+
+def in_flight_microbatches(pp: int, vpp: int, num_microbatches: int, stage: int) -> float:
+    """Micro-batches whose activations a stage holds at its peak under 1F1B.
+
+    Stage i (0-based) of plain 1F1B holds pp - i in flight (Narayanan 2021 section 2.2.1); the
+    interleaved schedule multiplies the first stage's by (1 + (pp-1)/(pp*vpp)) (Korthikanti 2022
+    section 4.2.3, where their m is the number of interleaved stages). Never more than exist.
+    """
+    held = pp - stage
+    if vpp > 1:
+        held *= 1.0 + (pp - 1) / (pp * vpp)
+    return min(float(held), float(num_microbatches) * (1.0 if vpp == 1 else 1.0 + (pp - 1) / (pp * vpp)))
+
+
+def model_state_bytes(num_local_params: float, zero_stage: int, shard: int) -> dict:
+    """Weights, gradients and optimizer state of `num_local_params` (after TP/PP/EP splits)."""
+    return {
+        "params": BYTES_WEIGHT * num_local_params / (shard if zero_stage >= 3 else 1),
+        "grads": BYTES_GRAD * num_local_params / (shard if zero_stage >= 2 else 1),
+        "optimizer": BYTES_OPTIMIZER * num_local_params / (shard if zero_stage >= 1 else 1),
+    }

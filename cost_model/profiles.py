@@ -1,0 +1,186 @@
+"""Built-in hardware profiles: datasheet peaks turned into the tables a measured profile has.
+
+A built-in profile is a HardwareProfile with the same four tables the profiler writes (matmul,
+attention, memory ops, collectives), generated from a few cited numbers by small physical models:
+a GEMM roofline with wave quantization, a flash-attention efficiency ramp over sequence length,
+an HBM copy with a fixed launch cost, and an alpha-beta collective. Every number's source is in
+`SPECS` below and travels with the profile in `HardwareProfile.sources`.
+
+Sizes: capacities in bytes (GiB where written), bandwidths in bytes/s (base 10).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from autoplan.specs import (
+    AttentionSample, AutoplanError, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
+)
+
+GIB = 1024 ** 3
+_H100_SOURCES = {
+    "peak_flops_per_s": "NVIDIA H100 SXM datasheet: 989 TFLOP/s dense bf16/fp16, 1979 fp8",
+    "matmul": "best measured bf16 GEMM ~795 TFLOP/s on H100 SXM (DESIGN.md facts) = 0.804 of peak; "
+              "fp8 assumed the same fraction of its peak (the fit's fp8 scale corrects it)",
+    "attention": "FlashAttention-2 through PyTorch SDPA on H100: FA3 paper (arXiv 2407.08608) reports "
+                 "FA3 at up to 740 TFLOP/s (75%) and 1.5-2.0x FA2, so FA2 ~0.45 of peak forward",
+    "intra_node_bandwidth_bytes_per_s": "NVLink 4: 450 GB/s per direction per GPU",
+    "inter_node_bandwidth_bytes_per_s": "DGX H100: 8x400 Gb/s InfiniBand per node = 50 GB/s per GPU",
+    "collectives": "NCCL all-reduce bus bandwidth ~370 GB/s in an 8xH100 node (DESIGN.md facts); "
+                   "across nodes assumed 90% of the node's NIC line rate",
+}
+_A100_SOURCES = {
+    "peak_flops_per_s": "NVIDIA A100 SXM datasheet: 312 TFLOP/s dense bf16/fp16, 19.5 fp32",
+    "matmul": "best measured bf16 GEMM ~271 TFLOP/s on A100 (DESIGN.md facts) = 0.869 of peak",
+    "attention": "FlashAttention-2 paper (arXiv 2307.08691): 50-73% of peak on A100; forward 0.70, "
+                 "backward 0.55 taken at long sequences",
+    "intra_node_bandwidth_bytes_per_s": "NVLink 3: 300 GB/s per direction per GPU",
+    "inter_node_bandwidth_bytes_per_s": "DGX A100: 8x200 Gb/s InfiniBand per node = 25 GB/s per GPU",
+    "collectives": "NCCL all-reduce bus bandwidth ~230 GB/s in an 8xA100 node (DESIGN.md facts); "
+                   "across nodes assumed 90% of the node's NIC line rate",
+}
+
+# One entry per built-in GPU. `*_eff` are achieved fractions of the datasheet figure.
+SPECS = {
+    "a100-40gb": dict(
+        device_name="NVIDIA A100-SXM4-40GB", peak={"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+        capacity_bytes=int(39.59 * GIB), hbm_bytes_per_s=1555e9, nvlink_bytes_per_s=300e9,
+        nic_bytes_per_s=25e9, num_sms=108, matmul_eff=0.869, attn_fwd_eff=0.70, attn_bwd_eff=0.55,
+        allreduce_busbw=230e9, sources={
+            **_A100_SOURCES,
+            "memory_capacity_bytes": "40 GB part; torch reports 39.59 GiB total capacity",
+            "memory_bandwidth_bytes_per_s": "A100 40GB datasheet: 1555 GB/s HBM2"}),
+    "a100-80gb": dict(
+        device_name="NVIDIA A100-SXM4-80GB", peak={"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
+        capacity_bytes=int(79.15 * GIB), hbm_bytes_per_s=2039e9, nvlink_bytes_per_s=300e9,
+        nic_bytes_per_s=25e9, num_sms=108, matmul_eff=0.869, attn_fwd_eff=0.70, attn_bwd_eff=0.55,
+        allreduce_busbw=230e9, sources={
+            **_A100_SOURCES,
+            "memory_capacity_bytes": "80 GB part; torch reports 79.15 GiB total capacity",
+            "memory_bandwidth_bytes_per_s": "A100 80GB SXM datasheet: 2039 GB/s HBM2e"}),
+    "h100-80gb": dict(
+        device_name="NVIDIA H100 80GB HBM3", peak={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "fp32": 67e12},
+        capacity_bytes=int(79.11 * GIB), hbm_bytes_per_s=3350e9, nvlink_bytes_per_s=450e9,
+        nic_bytes_per_s=50e9, num_sms=132, matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
+        allreduce_busbw=370e9, sources={
+            **_H100_SOURCES,
+            "memory_capacity_bytes": "80 GB part; torch reports 79.11 GiB total capacity",
+            "memory_bandwidth_bytes_per_s": "H100 SXM datasheet: 3.35 TB/s HBM3"}),
+    "h200": dict(
+        device_name="NVIDIA H200", peak={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "fp32": 67e12},
+        capacity_bytes=int(139.8 * GIB), hbm_bytes_per_s=4800e9, nvlink_bytes_per_s=450e9,
+        nic_bytes_per_s=50e9, num_sms=132, matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
+        allreduce_busbw=370e9, sources={
+            **_H100_SOURCES,
+            "peak_flops_per_s": "NVIDIA H200 datasheet: same tensor-core peaks as H100 SXM",
+            "memory_capacity_bytes": "141 GB HBM3e part (143771 MiB); torch reports ~139.8 GiB",
+            "memory_bandwidth_bytes_per_s": "H200 datasheet: 4.8 TB/s HBM3e"}),
+    "h100-96gb-500w": dict(
+        device_name="NVIDIA H100 96GB HBM2e (500 W cap)",
+        peak={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "fp32": 67e12},
+        capacity_bytes=int(94.5 * GIB), hbm_bytes_per_s=2400e9, nvlink_bytes_per_s=450e9,
+        nic_bytes_per_s=50e9, num_sms=132, matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
+        allreduce_busbw=370e9, sources={
+            **_H100_SOURCES,
+            "peak_flops_per_s": "H100 SXM datasheet peaks (torchtitan reports MFU against them); the 500 W "
+                                "cap lowers achieved clocks, which the fitted per-profile matmul scale carries",
+            "memory_capacity_bytes": "96 GB HBM2e part; allocatable assumed 94.5 GiB (torchtitan runs peak at 84.9 GiB)",
+            "memory_bandwidth_bytes_per_s": "assumption: H100 PCIe HBM2e 2.0 TB/s for 5 stacks, x6/5 for 96 GB = 2.4 TB/s"}),
+}
+BUILTIN_PROFILE_NAMES = tuple(SPECS)
+DEFAULT_PROFILE_NAME = "h100-80gb"
+
+# Generated table grids (powers of two cover the shapes transformer training produces).
+_MATMUL_DIMS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+_ATTN_SEQ = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
+_ATTN_SEQ_HALF = 384       # assumption: causal flash attention reaches half its plateau at ~384 tokens
+_MEMORY_SIZES = tuple(2 ** e for e in range(12, 35, 2))
+_HBM_COPY_EFF = 0.90       # assumption: STREAM-style copies reach ~90% of datasheet HBM bandwidth
+_KERNEL_LAUNCH_S = 4e-6    # assumption: fixed per-kernel cost (launch + tail) of a few microseconds
+_NIC_EFF = 0.90            # assumption: collectives reach ~90% of InfiniBand line rate
+_GEMM_TILE = (256, 128)    # CUTLASS/cuBLAS large-tile shape that sets wave quantization
+
+
+def _gemm_flops_per_s(m: int, n: int, k: int, peak: float, eff: float, hbm: float, num_sms: int,
+                      bytes_per_elem: float) -> float:
+    """Roofline with wave quantization: the tiles of the output fill the SMs in whole waves."""
+    flops = 2.0 * m * n * k
+    tiles = math.ceil(m / _GEMM_TILE[0]) * math.ceil(n / _GEMM_TILE[1])
+    wave_eff = tiles / (math.ceil(tiles / num_sms) * num_sms)
+    compute_s = flops / (peak * eff * wave_eff)
+    memory_s = bytes_per_elem * (m * k + k * n + m * n) / (hbm * _HBM_COPY_EFF)
+    return flops / (max(compute_s, memory_s) + _KERNEL_LAUNCH_S)
+
+
+def _matmul_table(spec: dict) -> tuple:
+    samples = []
+    for dtype, bpe in (("bf16", 2.0), ("fp8", 1.0)):
+        if dtype not in spec["peak"]:
+            continue
+        for m in _MATMUL_DIMS:
+            for n in _MATMUL_DIMS:
+                for k in _MATMUL_DIMS:
+                    fps = _gemm_flops_per_s(m, n, k, spec["peak"][dtype], spec["matmul_eff"],
+                                            spec["hbm_bytes_per_s"], spec["num_sms"], bpe)
+                    samples.append(MatmulSample(m, n, k, dtype, fps))
+    return tuple(samples)
+
+
+def _attention_table(spec: dict) -> tuple:
+    samples = []
+    for pass_, eff in (("fwd", spec["attn_fwd_eff"]), ("bwd", spec["attn_bwd_eff"])):
+        for s in _ATTN_SEQ:
+            for head_dim in (64, 128):
+                # Smaller heads do less work per byte of Q/K/V: FA2 reports ~15% lower at d=64.
+                head_eff = 1.0 if head_dim == 128 else 0.85
+                fps = spec["peak"]["bf16"] * eff * head_eff * s / (s + _ATTN_SEQ_HALF)
+                samples.append(AttentionSample(1, s, 32, head_dim, "bf16", pass_, fps))
+    return tuple(samples)
+
+
+def _memory_table(spec: dict) -> tuple:
+    bw = spec["hbm_bytes_per_s"] * _HBM_COPY_EFF
+    return tuple(MemoryOpSample("copy", b, b / (_KERNEL_LAUNCH_S + b / bw)) for b in _MEMORY_SIZES)
+
+
+def _collective_table(spec: dict) -> tuple:
+    samples = []
+    intra_latency_s, inter_latency_s = 8e-6, 15e-6  # assumption: NCCL small-message latencies
+    node_nic = 8 * spec["nic_bytes_per_s"] * _NIC_EFF
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"):
+        for scope, groups in (("intra_node", (2, 4, 8)), ("inter_node", (16, 64, 256, 1024, 4096))):
+            for n in groups:
+                if scope == "intra_node":
+                    peak = spec["allreduce_busbw"] if op != "send_recv" else 0.8 * spec["nvlink_bytes_per_s"]
+                    latency = intra_latency_s
+                else:
+                    peak = node_nic
+                    latency = inter_latency_s * (1.0 + math.log2(n / 8) / 4)  # deeper trees / longer rings
+                for e in range(12, 33, 2):
+                    size = 2 ** e
+                    factor = 2.0 * (n - 1) / n if op == "all_reduce" else ((n - 1) / n if op != "send_recv" else 1.0)
+                    time_s = latency + size * factor / peak
+                    samples.append(CollectiveSample(op, scope, n, size, size * factor / time_s, time_s))
+    return tuple(samples)
+
+
+@lru_cache(maxsize=None)
+def builtin_profile(name: str = DEFAULT_PROFILE_NAME) -> HardwareProfile:
+    """The built-in HardwareProfile of a GPU type (one of BUILTIN_PROFILE_NAMES)."""
+    spec = SPECS.get(name)
+    if spec is None:
+        raise AutoplanError(f"unknown built-in profile {name!r}; known: {', '.join(BUILTIN_PROFILE_NAMES)} "
+                            f"(or pass a measured profile JSON from `autoplan profile`)")
+    return HardwareProfile(
+        name=name, device_name=spec["device_name"], gpus_per_node=8,
+        memory_capacity_bytes=spec["capacity_bytes"],
+        memory_bandwidth_bytes_per_s=spec["hbm_bytes_per_s"] * _HBM_COPY_EFF,
+        peak_flops_per_s=dict(spec["peak"]),
+        intra_node_bandwidth_bytes_per_s=spec["nvlink_bytes_per_s"],
+        inter_node_bandwidth_bytes_per_s=spec["nic_bytes_per_s"],
+        intra_node_latency_s=8e-6, inter_node_latency_s=15e-6, measured=False,
+        matmul=_matmul_table(spec), attention=_attention_table(spec), memory_ops=_memory_table(spec),
+        collectives=_collective_table(spec),
+        sources={**spec["sources"], "gpus_per_node": "DGX/HGX nodes: 8 GPUs",
+                 "memory_ops": f"HBM copy at {_HBM_COPY_EFF:.0%} of datasheet + {_KERNEL_LAUNCH_S * 1e6:.0f} us per kernel (assumption)"},
+    )

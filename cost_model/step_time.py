@@ -1,0 +1,157 @@
+"""The step-time terms of one plan: per-stage micro-batch time, bubble, DP, optimizer.
+
+Each term is exposed seconds per optimizer step on the slowest pipeline stage; their sum is the
+step time. Sources: Narayanan et al. 2021 (arXiv 2104.04473) for the pipeline schedule, bubble and
+point-to-point volume; ZeRO (arXiv 1910.02054, section 7) for the data-parallel volumes: plain DP
+all-reduces gradients (2*Psi on the wire per rank), stages 1-2 reduce-scatter gradients and
+all-gather updated weights (same 2*Psi), stage 3 adds a weight all-gather in forward and backward
+(3*Psi), per micro-batch unless weights stay gathered across micro-batches (pipeline schedules).
+"""
+from __future__ import annotations
+
+from autoplan.specs import ParallelPlan
+from cost_model.layer_time import BYTES_ACT, memory_time_s
+from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT
+
+GRAD_REDUCE_BYTES = {0: BYTES_GRAD, 1: BYTES_GRAD, 2: BYTES_GRAD, 3: BYTES_WEIGHT}
+"""Bytes per gradient on the wire: Megatron/DeepSpeed reduce the fp32 main grads; FSDP/ZeRO-3
+reduce-scatter in the compute dtype."""
+
+
+def _dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
+    """Gradient-reduction ranks (dp x cp replicas) sit tp apart (Megatron order tp, cp, dp, pp):
+    how many of them share a node."""
+    return max(1, min(plan.dp * plan.cp, gpus_per_node // plan.tp))
+
+
+def step_time_terms(est, plan: ParallelPlan) -> tuple:
+    """(time_breakdown_s, details, hardware_flops_per_step) for a checked plan."""
+    lt = est._layer(plan)
+    head_compute_s, head_memory_s, embed_s = est._extras(plan)
+    p, v, m = plan.pp, plan.vpp, plan.num_microbatches
+    per_stage = plan.layers_per_stage(est.model.num_layers)
+    tables, sw = est.tables, est.software
+    gpn = est.gpus_per_node
+
+    layer_compute = lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
+    layer_memory = lt.memory_fwd_s + lt.memory_bwd_s
+    tp_exposed = (1.0 - sw.tp_comm_overlap) * (lt.tp_fwd_s + lt.tp_bwd_s)
+    cp_exposed = lt.cp_fwd_s + lt.cp_bwd_s
+    ep_exposed = lt.ep_fwd_s + lt.ep_bwd_s
+
+    # Recompute (Korthikanti 2022 sec. 5): selective reruns the attention core of every layer;
+    # full reruns the whole forward (with its TP traffic) of the recomputed layers.
+    if plan.recompute == "selective":
+        recompute_s = per_stage * lt.attn_fwd_s
+        recompute_flops_mb = per_stage * lt.attn_fwd_flops
+    elif plan.recompute == "full":
+        r = plan.recompute_num_layers
+        recompute_s = r * (lt.gemm_fwd_s + lt.attn_fwd_s + lt.memory_fwd_s
+                           + (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s + lt.cp_fwd_s + lt.ep_fwd_s)
+        recompute_flops_mb = r * (lt.gemm_fwd_flops + lt.attn_fwd_flops)
+    else:
+        recompute_s, recompute_flops_mb = 0.0, 0.0
+
+    # Stage extras: the first stage embeds, the last computes logits and the loss.
+    first_extra = embed_s
+    last_extra_compute, last_extra_memory = head_compute_s, head_memory_s
+    if p == 1:
+        extra_compute, extra_memory = last_extra_compute, last_extra_memory + first_extra
+    elif last_extra_compute + last_extra_memory >= first_extra:
+        extra_compute, extra_memory = last_extra_compute, last_extra_memory
+    else:
+        extra_compute, extra_memory = 0.0, first_extra
+
+    # Pipeline point-to-point: one activation forward and one gradient backward per micro-batch
+    # and virtual stage, b*s*h/t bytes with the scatter/gather optimisation (Narayanan sec. 4.1).
+    pp_s = 0.0
+    if p > 1:
+        p2p_bytes = BYTES_ACT * plan.micro_batch_size * (est.training.seq_len // plan.cp) * est.model.hidden_size / plan.tp
+        inside = plan.tp * plan.cp * plan.dp * p <= gpn
+        pp_rpn = 2 if inside else 1
+        pp_s = 2 * v * tables.collective_time_s("send_recv", p2p_bytes, 2, pp_rpn)
+
+    compute_mb = per_stage * layer_compute + extra_compute
+    memory_mb = per_stage * layer_memory + extra_memory
+    comm_mb = per_stage * (tp_exposed + cp_exposed + ep_exposed) + pp_s
+    t_mb = compute_mb + memory_mb + comm_mb + recompute_s
+    bubble_fraction = (p - 1) / (v * m)
+    bubble_s = (p - 1) / v * t_mb
+
+    dp_s, dp_total_s, dp_bytes = _dp_time(est, plan, per_stage, lt, compute_mb, m)
+    # Optimizer: memory-bound AdamW over the local shard of the stage's parameters.
+    dense, expert = est._local_params(plan, first=(p == 1), last=True)
+    shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
+    local = dense / shard + expert / max(1, shard // plan.ep if plan.zero_stage >= 1 else 1)
+    optimizer_s = memory_time_s(tables, 30.0 * local, 30.0 * local)
+
+    busy = m * t_mb + bubble_s
+    time = {
+        "compute": m * compute_mb,
+        "memory_bound": m * memory_mb,
+        "recompute": m * recompute_s,
+        "tp_comm": m * per_stage * tp_exposed,
+        "cp_comm": m * per_stage * cp_exposed,
+        "ep_comm": m * per_stage * ep_exposed,
+        "pp_comm": m * pp_s,
+        "pp_bubble": bubble_s,
+        "dp_comm": dp_s,
+        "optimizer": optimizer_s,
+        "overhead": sw.step_overhead_fraction * busy,
+    }
+    tokens_mb = plan.micro_batch_size * est.training.seq_len
+    hw_flops = est.model_flops_per_step + recompute_flops_mb * m * plan.dp * plan.tp * plan.cp * p
+    details = {
+        "bubble_fraction": bubble_fraction,
+        "microbatch_time_s": t_mb,
+        "layer_fwd_s": lt.gemm_fwd_s + lt.attn_fwd_s + lt.memory_fwd_s,
+        "layer_bwd_s": lt.gemm_bwd_s + lt.attn_bwd_s + lt.memory_bwd_s,
+        "layer_gemm_fwd_s": lt.gemm_fwd_s,
+        "layer_attention_fwd_s": lt.attn_fwd_s,
+        "layer_tp_comm_total_s": lt.tp_fwd_s + lt.tp_bwd_s,
+        "tp_bytes_per_layer_microbatch": lt.tp_bytes,
+        "dp_comm_total_s": dp_total_s,
+        "dp_bytes_per_step": dp_bytes,
+        "pp_p2p_s_per_microbatch": pp_s,
+        "tokens_per_microbatch": tokens_mb,
+        "layers_per_stage": per_stage,
+        "software": sw.name,
+    }
+    return time, details, hw_flops
+
+
+def _dp_time(est, plan: ParallelPlan, per_stage: int, lt, compute_mb: float, m: int) -> tuple:
+    """(exposed_s, total_s, bytes) of the data-parallel collectives of one step."""
+    group = plan.dp * plan.cp
+    if group == 1:
+        return 0.0, 0.0, 0.0
+    tables, sw = est.tables, est.software
+    rpn = _dp_ranks_per_node(plan, est.gpus_per_node)
+    dense, expert = est._local_params(plan, first=(plan.pp == 1), last=True)
+    params = dense + expert / max(1, plan.ep)  # expert replicas are fewer; count their share
+    grad_bytes = GRAD_REDUCE_BYTES[plan.zero_stage] * params
+    weight_bytes = BYTES_WEIGHT * params
+    if plan.zero_stage == 0:
+        total = tables.collective_time_s("all_reduce", grad_bytes, group, rpn)
+        wire = 2.0 * grad_bytes
+    elif plan.zero_stage in (1, 2):
+        total = (tables.collective_time_s("reduce_scatter", grad_bytes, group, rpn)
+                 + tables.collective_time_s("all_gather", weight_bytes, group, rpn))
+        wire = grad_bytes + weight_bytes
+    else:
+        # Weights re-gathered for forward and backward of every micro-batch; with a pipeline they
+        # stay gathered across micro-batches (torchtitan: no reshard after forward under PP).
+        rounds = 1 if plan.pp > 1 else m
+        per_round = (2 * tables.collective_time_s("all_gather", weight_bytes, group, rpn)
+                     + tables.collective_time_s("reduce_scatter", grad_bytes, group, rpn))
+        total = rounds * per_round
+        wire = rounds * (2 * weight_bytes + grad_bytes)
+    # Overlap: ZeRO 0-2 reduce during the last micro-batch's backward; ZeRO-3 prefetches during
+    # all forward and backward compute. One layer's share always stays exposed (the last bucket).
+    if plan.zero_stage >= 3:
+        window = m * compute_mb
+    else:
+        window = per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
+    tail = total / max(1, per_stage)
+    exposed = max(total - sw.dp_comm_overlap * window, tail)
+    return exposed, total, wire

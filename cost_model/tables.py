@@ -1,0 +1,159 @@
+"""Read a HardwareProfile's sample tables: achieved throughput at any shape, size or group.
+
+A built-in profile has dense grids; a measured one may have only a handful of points. Both go
+through the same lookups here, so the estimator never asks where a number came from:
+
+- 1-D tables (memory ops over bytes, collectives over message size): piecewise-linear in log(size),
+  flat beyond the measured range (a bandwidth neither grows nor collapses past the last point).
+- Matmul and attention: inverse-distance weighting in log-shape space over the nearest samples.
+  It needs no grid, reproduces a sample exactly at its own shape, and stays inside the measured
+  range of values (no wild extrapolation from two points).
+
+Every lookup is cached per shape (`functools.lru_cache`): the search asks for the same few
+shapes tens of thousands of times.
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from functools import lru_cache
+
+from autoplan.specs import AutoplanError, HardwareProfile
+
+# Bus-bandwidth factor per collective (nccl-tests PERFORMANCE.md): bytes each rank moves per byte
+# of buffer, as a function of the group size n.
+BUS_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+}
+_IDW_NEIGHBOURS = 4
+
+
+def _interp_log(xs: list, ys: list, x: float) -> float:
+    """Piecewise-linear interpolation of ys over log(xs); flat outside [xs[0], xs[-1]]."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    x0, x1 = math.log(xs[i - 1]), math.log(xs[i])
+    w = (math.log(x) - x0) / (x1 - x0)
+    return ys[i - 1] * (1.0 - w) + ys[i] * w
+
+
+def _idw(points: list, values: list, query: tuple) -> float:
+    """Inverse-distance weighting (power 2) over the nearest samples, in log space."""
+    dists = []
+    for p, v in zip(points, values):
+        d2 = sum((a - b) ** 2 for a, b in zip(p, query))
+        if d2 < 1e-12:
+            return v
+        dists.append((d2, v))
+    dists.sort(key=lambda t: t[0])
+    near = dists[:_IDW_NEIGHBOURS]
+    wsum = sum(1.0 / d2 for d2, _ in near)
+    return sum(v / d2 for d2, v in near) / wsum
+
+
+class ProfileTables:
+    """Cached lookups over one HardwareProfile's tables."""
+
+    def __init__(self, profile: HardwareProfile):
+        self.profile = profile
+        self._matmul = {}
+        for s in profile.matmul:
+            pts, vals = self._matmul.setdefault(s.dtype, ([], []))
+            pts.append((math.log(s.m), math.log(s.n), math.log(s.k)))
+            vals.append(s.flops_per_s)
+        self._attention = {}
+        for s in profile.attention:
+            pts, vals = self._attention.setdefault((s.dtype, s.pass_), ([], []))
+            pts.append((math.log(s.seq_len), math.log(s.batch * s.num_heads), math.log(s.head_dim)))
+            vals.append(s.flops_per_s)
+        by_size = sorted((s.num_bytes, s.bytes_per_s) for s in profile.memory_ops)
+        self._mem_x = [b for b, _ in by_size]
+        self._mem_y = [bw for _, bw in by_size]
+        coll = {}
+        for s in profile.collectives:
+            coll.setdefault((s.op, s.scope), {}).setdefault(s.group_size, []).append(
+                (s.message_bytes, s.bus_bandwidth_bytes_per_s))
+        self._coll = {key: {n: ([b for b, _ in sorted(v)], [bw for _, bw in sorted(v)])
+                            for n, v in groups.items()} for key, groups in coll.items()}
+        self.matmul_flops_per_s = lru_cache(maxsize=4096)(self._matmul_flops_per_s)
+        self.attention_flops_per_s = lru_cache(maxsize=1024)(self._attention_flops_per_s)
+        self.memory_bytes_per_s = lru_cache(maxsize=4096)(self._memory_bytes_per_s)
+        self.bus_bandwidth = lru_cache(maxsize=4096)(self._bus_bandwidth)
+
+    # -- compute ---------------------------------------------------------------------------
+    def _matmul_flops_per_s(self, m: int, n: int, k: int, dtype: str) -> float:
+        table = self._matmul.get(dtype)
+        if table is None and dtype == "fp16":
+            table = self._matmul.get("bf16")
+        if table is None:
+            # No samples for this dtype: scale the bf16 table by the ratio of datasheet peaks.
+            base = self._matmul.get("bf16")
+            if base is None:
+                raise AutoplanError(f"profile {self.profile.name!r} has no matmul samples; "
+                                    f"measure it with `autoplan profile` or use a built-in profile")
+            ratio = self.profile.peak(dtype) / self.profile.peak("bf16")
+            return ratio * _idw(base[0], base[1], (math.log(m), math.log(n), math.log(k)))
+        return _idw(table[0], table[1], (math.log(m), math.log(n), math.log(k)))
+
+    def _attention_flops_per_s(self, seq_len: int, batch_heads: int, head_dim: int, dtype: str,
+                               pass_: str) -> float:
+        dtype = "bf16" if dtype in ("fp16", "fp8") else dtype  # attention runs in bf16 under fp8
+        table = self._attention.get((dtype, pass_)) or self._attention.get(("bf16", pass_))
+        if table is None:
+            # No attention samples: fall back to a large matmul's throughput at the same depth.
+            return 0.5 * self._matmul_flops_per_s(seq_len, seq_len, head_dim, dtype)
+        return _idw(table[0], table[1], (math.log(seq_len), math.log(batch_heads), math.log(head_dim)))
+
+    # -- memory ----------------------------------------------------------------------------
+    def _memory_bytes_per_s(self, num_bytes: int) -> float:
+        if not self._mem_x:
+            return self.profile.memory_bandwidth_bytes_per_s
+        return _interp_log(self._mem_x, self._mem_y, max(num_bytes, 1))
+
+    # -- collectives -----------------------------------------------------------------------
+    def _bus_bandwidth(self, op: str, scope: str, group_size: int, message_bytes: int) -> float:
+        groups = self._coll.get((op, scope))
+        if groups is None and op in ("all_gather", "reduce_scatter", "all_to_all", "send_recv"):
+            groups = self._coll.get(("all_reduce", scope))
+        if groups is None:
+            nominal = (self.profile.intra_node_bandwidth_bytes_per_s if scope == "intra_node"
+                       else self.profile.inter_node_bandwidth_bytes_per_s * self.profile.gpus_per_node)
+            latency = self.profile.intra_node_latency_s if scope == "intra_node" else self.profile.inter_node_latency_s
+            return message_bytes / (latency + message_bytes / nominal)
+        sizes = sorted(groups)
+        if group_size <= sizes[0]:
+            return _interp_log(*groups[sizes[0]], message_bytes)
+        if group_size >= sizes[-1]:
+            return _interp_log(*groups[sizes[-1]], message_bytes)
+        i = bisect.bisect_right(sizes, group_size)
+        lo, hi = sizes[i - 1], sizes[i]
+        y0 = _interp_log(*groups[lo], message_bytes)
+        y1 = _interp_log(*groups[hi], message_bytes)
+        w = (math.log(group_size) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return y0 * (1.0 - w) + y1 * w
+
+    def collective_time_s(self, op: str, message_bytes: float, group_size: int,
+                          ranks_per_node: int) -> float:
+        """Seconds for one collective over `message_bytes` (the full buffer) in a group.
+
+        `ranks_per_node` is how many of the group's ranks share a node: the group is intra-node
+        when all of them do. Across nodes the table's bus bandwidth is the one of a group that
+        fills its nodes (every GPU drives its own NIC share); a group with fewer ranks per node
+        drives only that many NIC shares, so it gets that fraction.
+        """
+        if group_size <= 1 or message_bytes <= 0:
+            return 0.0
+        size = int(message_bytes)
+        gpn = self.profile.gpus_per_node
+        if group_size <= ranks_per_node:
+            busbw = self.bus_bandwidth(op, "intra_node", group_size, size)
+        else:
+            busbw = self.bus_bandwidth(op, "inter_node", group_size, size) * min(ranks_per_node, gpn) / gpn
+        return message_bytes * BUS_FACTOR[op](group_size) / busbw
