@@ -34,6 +34,24 @@ class SoftwareStack:
     """Per-step software time (kernel launches, Python, sync) as a fraction of the busy time."""
 
 
+# What each framework is known to do (facts, not fitted): whether attention is fused/flash, how
+# the data-parallel gradients travel. Fitted overlap/overhead values are merged over these.
+FRAMEWORK_FACTS = {
+    "megatron-core": {},
+    # Megatron-LM of 2021 (Narayanan et al.): unfused softmax attention, DP all-reduce after the
+    # pipeline flush (no overlap with backward).
+    "megatron-2021": {"flash_attention": False, "dp_comm_overlap": 0.0},
+    # Megatron-DeepSpeed as BigScience ran it in 2022 (fused softmax, no flash attention).
+    "megatron-deepspeed": {"flash_attention": False},
+    # DeepSpeed ZeRO-3 baseline of Narayanan 2021 Table 2 (no flash attention in 2021).
+    "deepspeed": {"flash_attention": False},
+    # MosaicML llm-foundry: FSDP (composer) + flash attention.
+    "llm-foundry": {},
+    # torchtitan: FSDP2 + SDPA flash attention, optional torch.compile and async TP.
+    "torchtitan": {},
+}
+
+
 @dataclass(frozen=True)
 class Constants:
     matmul_scale: dict = field(default_factory=dict)
@@ -42,20 +60,26 @@ class Constants:
     """fp8 GEMMs' achieved fraction relative to the bf16 fraction of their own peak."""
     attention_scale: float = 1.0
     elementwise_scale: float = 1.0
+    compile_elementwise_factor: float = 1.0
+    """Memory-bound bytes left after torch.compile fuses elementwise ops (1 = no fusion)."""
+    async_tp_overlap: float = 0.0
+    """Fraction of TP collective time async TP hides behind the GEMMs."""
     frameworks: dict = field(default_factory=dict)
-    """Framework name -> SoftwareStack field overrides."""
+    """Framework name -> fitted SoftwareStack field overrides."""
     provenance: dict = field(default_factory=dict)
 
     def software(self, name: str = "megatron-core", **overrides) -> SoftwareStack:
         """The SoftwareStack of a named framework, with per-run overrides (e.g. compile on)."""
-        known = self.frameworks.get(name)
-        if known is None and name != "megatron-core":
-            raise AutoplanError(f"unknown framework {name!r}; known: {', '.join(sorted({'megatron-core', *self.frameworks}))}")
-        return replace(SoftwareStack(name=name), **{**(known or {}), **overrides})
+        if name not in FRAMEWORK_FACTS:
+            raise AutoplanError(f"unknown framework {name!r}; known: {', '.join(FRAMEWORK_FACTS)}")
+        fitted = self.frameworks.get(name, {})
+        return replace(SoftwareStack(name=name), **{**FRAMEWORK_FACTS[name], **fitted, **overrides})
 
     def to_dict(self) -> dict:
         return {"matmul_scale": dict(self.matmul_scale), "fp8_matmul_scale": self.fp8_matmul_scale,
                 "attention_scale": self.attention_scale, "elementwise_scale": self.elementwise_scale,
+                "compile_elementwise_factor": self.compile_elementwise_factor,
+                "async_tp_overlap": self.async_tp_overlap,
                 "frameworks": {k: dict(v) for k, v in self.frameworks.items()},
                 "provenance": dict(self.provenance)}
 
@@ -65,6 +89,8 @@ class Constants:
                    fp8_matmul_scale=float(data.get("fp8_matmul_scale", 1.0)),
                    attention_scale=float(data.get("attention_scale", 1.0)),
                    elementwise_scale=float(data.get("elementwise_scale", 1.0)),
+                   compile_elementwise_factor=float(data.get("compile_elementwise_factor", 1.0)),
+                   async_tp_overlap=float(data.get("async_tp_overlap", 0.0)),
                    frameworks={k: dict(v) for k, v in data.get("frameworks", {}).items()},
                    provenance=dict(data.get("provenance", {})))
 

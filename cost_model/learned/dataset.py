@@ -11,7 +11,6 @@ A row's *group* is its sweep, "<source> | <model>", the unit of grouped cross-va
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,11 +46,12 @@ class CalibrationData:
         return len(self.records)
 
 
-def _estimate_record(model, training, cluster, plan, profile):
+def _estimate_record(model, training, cluster, plan, profile, software=None):
     from cost_model import Estimator
 
-    estimate = Estimator(model, training, cluster, profile).estimate(plan)
-    return plan_record(model, training, cluster, plan, profile, estimate)
+    estimate = Estimator(model, training, cluster, profile, software=software).estimate(plan)
+    record = plan_record(model, training, cluster, plan, profile, estimate)
+    return {**record, "software": software.name if software is not None else "megatron-core"}
 
 
 def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> HardwareProfile:
@@ -91,22 +91,23 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
 
 
 def published_data(dtypes=("bf16",)) -> CalibrationData:
-    """Rows from the shipped published runs with the given precisions, on built-in profiles."""
-    from cost_model import builtin_profile, load_published_runs
+    """Rows from the shipped published runs with the given precisions, each estimated on the
+    built-in profile of its GPU with the software stack of its framework (as `autoplan validate`).
+    The measured step time is the published tokens/s/GPU turned back into seconds per step."""
+    from cost_model import builtin_profile
+    from cost_model.published import load_published_runs
 
     data = CalibrationData()
     for run in load_published_runs():
         if run.training.dtype not in dtypes:
             continue
         try:
-            record = _estimate_record(run.model, run.training, run.cluster, run.parallel,
-                                      builtin_profile(run.cluster.name))
+            record = _estimate_record(run.model, run.training, run.cluster, run.plan,
+                                      builtin_profile(run.gpu), run.software)
         except (AutoplanError, InfeasiblePlan) as exc:
             data.skipped.append(f"published {run.id}: {exc}")
             continue
-        if not (run.step_time_s > 0 and math.isfinite(run.step_time_s)):
-            data.skipped.append(f"published {run.id}: no step time")
-            continue
-        data.add({**record, "id": run.id, "source": run.source}, run.step_time_s,
+        measured_s = run.training.tokens_per_step / (run.measured_tokens_per_s_per_gpu * run.cluster.num_gpus)
+        data.add({**record, "id": run.id, "source": run.source, "sweep": run.sweep}, measured_s,
                  f"{run.source} | {run.model.name}", "published")
     return data

@@ -1,0 +1,69 @@
+"""`autoplan validate`: the cost model's error on published training runs.
+
+Thin: load the runs, predict each one, print per-source and overall MAPE, median and max APE,
+and the Spearman rank correlation within each source's sweeps (or the `--json` document, or the
+per-row table with `--rows`). Errors are fractions of the measured tokens/s/GPU.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "validate", help="compare the cost model with published training runs",
+        description="Predict every published run (cost_model/data/published_runs.csv, or --runs) "
+                    "and print the errors per source and overall.")
+    p.add_argument("--runs", default=None, metavar="CSV",
+                   help="a published-runs CSV with the same columns (default: the shipped one)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (errors as fractions)")
+    p.add_argument("--rows", action="store_true", help="also print every row: predicted vs measured")
+    p.set_defaults(func=run)
+
+
+def _fmt(summary: dict) -> str:
+    if not summary.get("num_rows"):
+        return "no rows"
+    rho = summary.get("spearman_min")
+    rho_text = "n/a" if rho is None else f"{rho:+.2f}"
+    return (f"{summary['num_rows']:4d} rows  MAPE {summary['mape']:6.1%}  median {summary['median']:6.1%}  "
+            f"max {summary['max']:7.1%}  Spearman(min over sweeps) {rho_text}")
+
+
+def run(args) -> int:
+    from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
+    from cost_model.validation import predict_runs, summarize
+
+    results = predict_runs(load_published_runs(args.runs or PUBLISHED_RUNS_PATH))
+    summary = summarize(results)
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
+    out = sys.stdout
+    if args.rows:
+        out.write(f"{'id':48s} {'dtype':5s} {'measured':>10s} {'predicted':>10s} {'error':>8s}\n")
+        for r in results:
+            if r.skipped:
+                out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
+                          f"{'skipped':>10s}\n")
+                continue
+            err = (r.predicted_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu) / r.run.measured_tokens_per_s_per_gpu
+            out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
+                      f"{r.predicted_tokens_per_s_per_gpu:10.1f} {err:+8.1%}{'' if r.fits else '  (predicted OOM)'}\n")
+        out.write("\n")
+    a = summary["analytical"]
+    out.write("tokens/s/GPU, analytical cost model vs published runs (errors as % of measured)\n")
+    for name, s in a["per_source"].items():
+        out.write(f"  {name:16s} {_fmt(s)}\n")
+    out.write(f"  {'all':16s} {_fmt(a)}\n")
+    out.write(f"  {'bf16/fp16 only':16s} {_fmt(a['bf16_fp16'])}\n")
+    out.write(f"  {'fp8 only':16s} {_fmt(a['fp8'])}\n")
+    base = summary["constant_mfu_baseline"]
+    out.write(f"  {'constant MFU':16s} {_fmt(base)}  (MFU {base['mfu']:.1%} for every run)\n")
+    if summary["skipped"]:
+        out.write(f"skipped {len(summary['skipped'])} rows whose plan breaks a rule of ours:\n")
+        for s in summary["skipped"]:
+            out.write(f"  {s['id']}: {s['reason']}\n")
+    return 0

@@ -1,0 +1,138 @@
+"""Published training runs (cost_model/data/published_runs.csv) as cost-model inputs.
+
+Each row becomes (ModelSpec, TrainingSpec, ClusterSpec, ParallelPlan, SoftwareStack, measured
+tokens/s/GPU). Where the source leaves a cell empty, the filling rule is written next to it here
+and recorded on the run (`assumptions`), so a reader can see what was inferred.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autoplan.specs import AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+from cost_model.constants import Constants, SoftwareStack, load_constants
+
+PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
+
+# Architecture facts each source's models share (not in the CSV's columns).
+# GPT (Megatron) and BLOOM: LayerNorm, biases, tied embeddings; GPT learned positions, BLOOM ALiBi.
+# MPT (llm-foundry yamls): LayerNorm without biases (no_bias: true), ALiBi, tied embeddings.
+# Llama 3 (torchtitan): RMSNorm, RoPE, no biases, untied.
+SOURCES = {
+    "N21": dict(source="narayanan2021", norm="layernorm", position="learned", tied_embeddings=True,
+                linear_bias=True, framework="megatron-2021"),
+    "BLOOM": dict(source="bigscience", norm="layernorm", position="alibi", tied_embeddings=True,
+                  linear_bias=True, framework="megatron-deepspeed"),
+    "LLMFOUNDRY": dict(source="llm-foundry", norm="layernorm", position="alibi", tied_embeddings=True,
+                       linear_bias=False, framework="llm-foundry"),
+    "TORCHTITAN": dict(source="torchtitan", norm="rmsnorm", position="rope", tied_embeddings=False,
+                       linear_bias=False, framework="torchtitan"),
+}
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    id: str
+    source: str
+    """Short source key: narayanan2021, bigscience, llm-foundry, torchtitan."""
+    gpu: str
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: ClusterSpec
+    plan: ParallelPlan
+    software: SoftwareStack
+    measured_tokens_per_s_per_gpu: float
+    assumptions: tuple = ()
+    notes: str = ""
+    sweep: str = field(default="")
+    """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
+
+
+def _int(row: dict, key: str, default=None):
+    value = row[key].strip()
+    return int(value) if value else default
+
+
+def _source_key(row_id: str) -> str:
+    prefix = row_id.split("-")[0]
+    if prefix not in SOURCES:
+        raise AutoplanError(f"published run {row_id!r} has an unknown source prefix {prefix!r}; "
+                            f"known: {', '.join(SOURCES)}")
+    return prefix
+
+
+def row_to_run(row: dict, constants: Constants | None = None) -> PublishedRun:
+    """One CSV row as cost-model inputs. Raises AutoplanError on a malformed row."""
+    constants = constants or load_constants()
+    prefix = _source_key(row["id"])
+    facts = SOURCES[prefix]
+    assumptions = []
+    layers, seq_len = _int(row, "num_layers"), _int(row, "seq_len")
+    model = ModelSpec(
+        name=row["model_name"], num_layers=layers, hidden_size=_int(row, "hidden_size"),
+        num_heads=_int(row, "num_heads"), num_kv_heads=_int(row, "num_kv_heads"),
+        ffn_hidden_size=_int(row, "ffn_hidden_size"), vocab_size=_int(row, "vocab_size"),
+        mlp=row["mlp"], norm=facts["norm"], position=facts["position"],
+        tied_embeddings=facts["tied_embeddings"], linear_bias=facts["linear_bias"],
+        max_seq_len=seq_len)
+    training = TrainingSpec(global_batch_size=_int(row, "global_batch"), seq_len=seq_len,
+                            dtype=row["precision"])
+    cluster = ClusterSpec(name=row["gpu"], num_gpus=_int(row, "num_gpus"), gpus_per_node=8,
+                          profile=f"builtin:{row['gpu']}")
+    tp, pp, dp, cp = (_int(row, k) for k in ("tp", "pp", "dp", "cp"))
+    mb = _int(row, "micro_batch")
+    if mb is None:
+        # Megatron-LM's runs in Narayanan 2021 Table 1 do not state it; their Table 2 PTD rows
+        # use 1, so do we.
+        mb = 1
+        assumptions.append("micro_batch missing: 1 (as the paper's PTD rows)")
+    m = training.global_batch_size // max(1, dp * mb)
+    recompute = row["recompute"].strip()
+    if not recompute:
+        if prefix == "N21":
+            recompute = "full"    # the paper recomputes activations in every run (section 5)
+        else:
+            recompute = "selective"  # torchtitan's llama3_8b.toml default activation checkpointing
+        assumptions.append(f"recompute missing: {recompute}")
+    vpp = _int(row, "vpp")
+    if vpp is None:
+        vpp = 1
+        per_stage = layers // pp if pp else layers
+        if prefix == "N21" and "interleaved" in row["notes"] and pp > 1 and m % pp == 0:
+            # Interleaved 1F1B with an unstated chunk count: the smallest split of a stage.
+            vpp = next((v for v in (2, 3, 5) if per_stage % v == 0), 1)
+            assumptions.append(f"vpp missing: {vpp} (interleaved per the notes)")
+    sp = row["sequence_parallel"].strip().lower() == "true"
+    zero = _int(row, "zero_stage", 0)
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, sequence_parallel=sp, zero_stage=zero,
+                        micro_batch_size=mb, num_microbatches=max(1, m), recompute=recompute,
+                        recompute_num_layers=layers // pp if recompute == "full" else 0)
+    framework = facts["framework"]
+    if prefix == "N21" and zero == 3:
+        framework = "deepspeed"     # Table 2's ZeRO-3 baseline ran on DeepSpeed
+    notes = row["notes"]
+    overrides = {}
+    if "compile" in notes:
+        overrides["fused_elementwise"] = constants.compile_elementwise_factor
+    if "asyncTP" in notes or "AsyncTP" in notes:
+        overrides["tp_comm_overlap"] = constants.async_tp_overlap
+    software = constants.software(framework, **overrides)
+    return PublishedRun(
+        id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
+        cluster=cluster, plan=plan, software=software,
+        measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
+        assumptions=tuple(assumptions), notes=notes,
+        sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
+
+
+def load_published_runs(path: str | Path = PUBLISHED_RUNS_PATH, constants: Constants | None = None) -> list:
+    """Every row of the CSV as a PublishedRun (rows whose plan breaks a rule are still returned)."""
+    p = Path(path)
+    if not p.exists():
+        raise AutoplanError(f"published-runs file {p} does not exist; pass an existing CSV")
+    with p.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or "tokens_per_s_per_gpu" not in rows[0]:
+        raise AutoplanError(f"{p} is not a published-runs CSV (no tokens_per_s_per_gpu column)")
+    return [row_to_run(r, constants) for r in rows]
