@@ -105,7 +105,8 @@ class HardwareProfile:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["attention"] = [{**a, "pass": a.pop("pass_")} for a in d["attention"]]
+        d["attention"] = [{**{k: v for k, v in a.items() if k != "pass_"}, "pass": a["pass_"]}
+                          for a in d["attention"]]
         return d
 
     @classmethod
