@@ -16,7 +16,7 @@ from autoplan.specs import AutoplanError
 
 # Order is the order `autoplan --help` lists them in.
 COMMANDS = [
-    "search", "estimate", "models", "validate", "export",
+    "search", "estimate", "models", "validate", "export", "profile",
 ]
 
 

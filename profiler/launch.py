@@ -1,0 +1,142 @@
+"""Starting the profiling processes: in-process, spawned on this machine, or under torchrun.
+
+- One process: measured in the calling process (no process group, no collectives).
+- N processes on this machine: `torch.multiprocessing` spawns them, rendezvous on a free localhost
+  port, NCCL on GPUs (one process per GPU) and gloo on the CPU.
+- Across nodes: `torchrun ... -m profiler --out cluster.json` sets RANK/WORLD_SIZE/LOCAL_* and
+  `profile_under_torchrun` joins that group. Rank 0 writes in every case.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+from autoplan.specs import AutoplanError
+from profiler.runner import ProfileRequest, RankInfo
+
+DEVICES = ("auto", "cuda", "cpu")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device not in DEVICES:
+        raise AutoplanError(f"--device must be one of {DEVICES}, got {device!r}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise AutoplanError("--device cuda was asked but torch sees no CUDA device here; use --device cpu")
+    return device
+
+
+def available_devices(device_type: str) -> int:
+    import torch
+
+    return torch.cuda.device_count() if device_type == "cuda" else (os.cpu_count() or 1)
+
+
+def resolve_nproc(device_type: str, nproc: int | None) -> int:
+    """Processes to start: default one per GPU, or two on the CPU (one pair for the collectives)."""
+    available = available_devices(device_type)
+    if nproc is None:
+        return available if device_type == "cuda" else min(2, available)
+    what = "GPUs" if device_type == "cuda" else "CPU cores"
+    if nproc < 1 or nproc > available:
+        raise AutoplanError(f"--nproc must be between 1 and the {available} {what} of this machine, got {nproc}; "
+                            f"use --nproc {available} or fewer")
+    return nproc
+
+
+def check_output_path(out: str | os.PathLike) -> Path:
+    """Fail before measuring, not after minutes of it, when the profile could not be written."""
+    path = Path(out)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise AutoplanError(f"--out {str(path)!r} is a folder; give a file name such as {str(path / 'profile.json')!r}")
+    if not folder.is_dir():
+        raise AutoplanError(f"cannot write {str(path)!r}: the folder {str(folder)!r} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise AutoplanError(f"cannot write {str(path)!r}: the folder {str(folder)!r} is not writable; "
+                            f"choose another --out")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _backend(device_type: str) -> str:
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
+def _spawned(local_rank: int, request: ProfileRequest, nproc: int, port: int) -> None:
+    import torch.distributed as dist
+
+    from profiler.runner import run_rank
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    if request.device_type == "cuda":
+        import torch
+
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(_backend(request.device_type), rank=local_rank, world_size=nproc)
+    try:
+        run_rank(request, RankInfo(local_rank, nproc, local_rank, nproc, distributed=True))
+    finally:
+        dist.destroy_process_group()
+
+
+def _child_error_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
+def profile_local(request: ProfileRequest, nproc: int) -> None:
+    """Profile this machine with `nproc` processes; rank 0 writes request.out and prints a report."""
+    from profiler.runner import run_rank
+
+    if nproc == 1:
+        run_rank(request, RankInfo(0, 1, 0, 1, distributed=False))
+        return
+    import torch.multiprocessing as mp
+
+    try:
+        mp.start_processes(_spawned, args=(request, nproc, _free_port()), nprocs=nproc, start_method="spawn")
+    except mp.ProcessRaisedException as exc:
+        line = _child_error_line(exc)
+        if "AutoplanError" in line or "SchemaError" in line:
+            raise AutoplanError(f"{line.split(': ', 1)[-1]}; nothing was written to {str(request.out)!r}") from None
+        raise
+    except mp.ProcessExitedException as exc:
+        raise AutoplanError(f"a profiling process stopped ({_child_error_line(exc)}); "
+                            f"nothing was written to {str(request.out)!r}") from None
+
+
+def profile_under_torchrun(out: str, device: str, quick: bool, name: str = "") -> None:
+    """Entry for `torchrun ... -m profiler`: join the group torchrun describes in the environment."""
+    import torch.distributed as dist
+
+    from profiler.runner import run_rank
+
+    missing = [v for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE") if v not in os.environ]
+    if missing:
+        raise AutoplanError(f"python -m profiler runs under torchrun (missing {', '.join(missing)}); "
+                            f"on one machine use `autoplan profile --out {out}`")
+    info = RankInfo(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]),
+                    int(os.environ["LOCAL_WORLD_SIZE"]), distributed=True)
+    device_type = resolve_device(device)
+    path = check_output_path(out) if info.rank == 0 else Path(out)
+    if device_type == "cuda":
+        import torch
+
+        torch.cuda.set_device(info.local_rank)
+    dist.init_process_group(_backend(device_type))
+    try:
+        run_rank(ProfileRequest(out=path, device_type=device_type, quick=quick, name=name), info)
+    finally:
+        dist.destroy_process_group()
+    sys.stdout.flush()
