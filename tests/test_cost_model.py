@@ -1,0 +1,175 @@
+"""The analytical cost model: formulas checked two independent ways, and its invariants."""
+from dataclasses import replace
+
+import pytest
+
+from autoplan.specs import (
+    AutoplanError, ClusterSpec, CollectiveSample, HardwareProfile, InfeasiblePlan, MatmulSample,
+    MemoryOpSample, ModelSpec, ParallelPlan, TrainingSpec,
+)
+from cost_model import (
+    BUILTIN_PROFILE_NAMES, Estimator, activation_bytes_per_layer, builtin_profile, estimate,
+    load_constants, model_flops_per_token, narayanan_flops_per_step,
+)
+from cost_model.flops import attention_core_fwd_flops, layer_gemms, logits_gemm
+
+# GPT-3 175B as Narayanan 2021 Table 1 lists it: MHA, GeLU MLP with ffn = 4h.
+GPT = ModelSpec(name="gpt-175b", num_layers=96, hidden_size=12288, num_heads=96, num_kv_heads=96,
+                ffn_hidden_size=4 * 12288, vocab_size=51200, mlp="gelu", norm="layernorm",
+                position="learned", tied_embeddings=True, max_seq_len=2048)
+LLAMA = ModelSpec(name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                  ffn_hidden_size=14336, vocab_size=128256)
+TRAIN = TrainingSpec(global_batch_size=64, seq_len=4096)
+CLUSTER = ClusterSpec(name="h100-80gb", num_gpus=16)
+H100 = builtin_profile("h100-80gb")
+
+
+def _est(model=LLAMA, training=TRAIN, cluster=CLUSTER, profile=H100, **kw):
+    return Estimator(model, training, cluster, profile, **kw)
+
+
+def _plan(**kw):
+    base = dict(dp=2, tp=4, pp=2, zero_stage=1, micro_batch_size=1, num_microbatches=32,
+                sequence_parallel=True)
+    base.update(kw)
+    return ParallelPlan(**base)
+
+
+# -- FLOPs: per-GEMM sums against the closed forms -------------------------------------------
+def test_per_gemm_flops_match_6n_plus_attention():
+    s, tokens = 2048, 2048
+    per_layer = sum(g.flops for g in layer_gemms(GPT, tokens, tp=1))
+    attention = attention_core_fwd_flops(GPT, 1, s, tp=1, cp=1, causal=False)
+    forward = GPT.num_layers * (per_layer + attention) + logits_gemm(GPT, tokens, tp=1).flops
+    per_token = 3 * forward / tokens  # forward + backward (2x)
+    # 6N counts norm/bias parameters too (no GEMM); they are < 0.1% of a 175B model.
+    assert per_token == pytest.approx(model_flops_per_token(GPT, s), rel=1e-3)
+
+
+def test_hardware_flops_match_narayanan_eq3_with_full_recompute():
+    training = TrainingSpec(global_batch_size=1536, seq_len=2048)
+    cluster = ClusterSpec(name="a100-80gb", num_gpus=384)
+    est = Estimator(GPT, training, cluster, builtin_profile("a100-80gb"),
+                    software=load_constants().software("megatron-2021"))
+    plan = ParallelPlan(dp=4, tp=8, pp=12, micro_batch_size=1, num_microbatches=384,
+                        recompute="full", recompute_num_layers=8)
+    e = est.estimate(plan)
+    assert e.hardware_flops_per_step == pytest.approx(
+        narayanan_flops_per_step(GPT, 1536, 2048, recompute=True), rel=2e-3)
+    assert e.model_flops_per_step == pytest.approx(
+        narayanan_flops_per_step(GPT, 1536, 2048, recompute=False), rel=2e-3)
+
+
+# -- Memory: Korthikanti's activation formulas -------------------------------------------------
+@pytest.mark.parametrize("tp,sp", [(1, False), (8, False), (8, True)])
+def test_activation_terms_match_korthikanti(tp, sp):
+    s, b, h, a = 2048, 2, GPT.hidden_size, GPT.num_heads
+    parts = activation_bytes_per_layer(GPT, b, s, tp, sp, flash_attention=False, dropout=True)
+    if sp:
+        expected = s * b * h / tp * (34 + 5 * a * s / h)          # Table 2, TP + SP
+    else:
+        expected = s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))  # Table 2, TP only
+    assert sum(parts.values()) == pytest.approx(expected, rel=1e-12)
+
+
+def test_flash_attention_drops_the_score_term():
+    with_scores = activation_bytes_per_layer(GPT, 1, 2048, 8, True, flash_attention=False)
+    flash = activation_bytes_per_layer(GPT, 1, 2048, 8, True, flash_attention=True)
+    assert "attention_scores" in with_scores and "attention_scores" not in flash
+    assert sum(flash.values()) < sum(with_scores.values())
+
+
+# -- Invariants --------------------------------------------------------------------------------
+def test_breakdowns_sum_to_totals_and_details_are_there():
+    e = _est().estimate(_plan(vpp=2, recompute="selective"))
+    assert e.step_time_s == pytest.approx(sum(e.time_breakdown_s.values()))
+    assert e.peak_memory_bytes == int(sum(e.memory_breakdown_bytes.values()))
+    for key in ("bubble_fraction", "layer_fwd_s", "tp_bytes_per_layer_microbatch", "dp_comm_total_s"):
+        assert key in e.details
+    assert e.details["bubble_fraction"] == pytest.approx((2 - 1) / (2 * 32))
+    assert 0 < e.mfu < e.hfu < 1
+
+
+def test_tp1_means_no_tp_traffic_and_pp1_no_bubble():
+    e = _est().estimate(_plan(dp=16, tp=1, pp=1, sequence_parallel=False, num_microbatches=4))
+    assert e.time_breakdown_s["tp_comm"] == 0 and e.details["tp_bytes_per_layer_microbatch"] == 0
+    assert e.time_breakdown_s["pp_bubble"] == 0 and e.time_breakdown_s["pp_comm"] == 0
+    with_tp = _est().estimate(_plan())
+    assert with_tp.time_breakdown_s["tp_comm"] > 0 and with_tp.time_breakdown_s["pp_bubble"] > 0
+
+
+def test_more_recompute_means_less_memory_and_more_time():
+    est = _est()
+    none = est.estimate(_plan(recompute="none"))
+    some = est.estimate(_plan(recompute="full", recompute_num_layers=4))
+    full = est.estimate(_plan(recompute="full", recompute_num_layers=16))
+    sel = est.estimate(_plan(recompute="selective"))
+    acts = [x.memory_breakdown_bytes["activations"] for x in (none, some, full)]
+    times = [x.step_time_s for x in (none, sel, some, full)]
+    assert acts[0] > acts[1] > acts[2]
+    assert times == sorted(times) and times[0] < times[-1]
+
+
+def test_zero_shards_over_dp_not_over_all_gpus():
+    est = _est()
+    z0 = est.estimate(_plan(zero_stage=0)).memory_breakdown_bytes
+    z1 = est.estimate(_plan(zero_stage=1)).memory_breakdown_bytes
+    z3 = est.estimate(_plan(zero_stage=3)).memory_breakdown_bytes
+    dp = 2  # 16 GPUs = dp 2 x tp 4 x pp 2: the optimizer shards over 2, not 16
+    assert z1["optimizer"] == pytest.approx(z0["optimizer"] / dp)
+    assert z1["params"] == z0["params"] and z3["params"] == pytest.approx(z0["params"] / dp)
+
+
+def test_faster_matmuls_shorten_compute():
+    fast = replace(H100, name="h100-2x", matmul=tuple(replace(s, flops_per_s=2 * s.flops_per_s) for s in H100.matmul))
+    plan = _plan()
+    slow_e, fast_e = _est().estimate(plan), _est(profile=fast).estimate(plan)
+    assert fast_e.time_breakdown_s["compute"] < 0.8 * slow_e.time_breakdown_s["compute"]
+    assert fast_e.step_time_s < slow_e.step_time_s
+
+
+def test_measured_profile_with_few_points_still_interpolates():
+    few = HardwareProfile(
+        name="measured-few", device_name="test", gpus_per_node=8, memory_capacity_bytes=80 * 2**30,
+        memory_bandwidth_bytes_per_s=3e12, peak_flops_per_s={"bf16": 989e12},
+        intra_node_bandwidth_bytes_per_s=450e9, inter_node_bandwidth_bytes_per_s=50e9, measured=True,
+        matmul=(MatmulSample(1024, 1024, 1024, "bf16", 400e12), MatmulSample(8192, 8192, 8192, "bf16", 700e12)),
+        memory_ops=(MemoryOpSample("copy", 2**20, 1e12), MemoryOpSample("copy", 2**30, 2.8e12)),
+        collectives=(CollectiveSample("all_reduce", "intra_node", 8, 2**20, 50e9),
+                     CollectiveSample("all_reduce", "intra_node", 8, 2**30, 350e9)))
+    e = _est(profile=few).estimate(_plan())
+    assert e.step_time_s > 0 and e.time_breakdown_s["tp_comm"] > 0
+    # Between the two measured GEMMs, the rate lies between theirs.
+    from cost_model.tables import ProfileTables
+    rate = ProfileTables(few).matmul_flops_per_s(4096, 4096, 4096, "bf16")
+    assert 400e12 < rate < 700e12
+
+
+def test_min_full_recompute_layers_is_the_fewest_that_fit():
+    training = TrainingSpec(global_batch_size=64, seq_len=8192)
+    est = _est(training=training)
+    plan = ParallelPlan(dp=8, tp=2, pp=1, sequence_parallel=True, zero_stage=1, micro_batch_size=8,
+                        num_microbatches=1)
+    r = est.min_full_recompute_layers(plan)
+    assert r is not None and r > 0
+    fits = est.estimate(plan.replace(recompute="full", recompute_num_layers=r))
+    assert fits.fits
+    if r > 1:
+        assert not est.estimate(plan.replace(recompute="full", recompute_num_layers=r - 1)).fits
+    assert est.min_full_recompute_layers(_plan(micro_batch_size=1)) == 0
+
+
+def test_bad_input_raises_one_clear_error():
+    with pytest.raises(AutoplanError, match="known: a100-40gb"):
+        builtin_profile("b200")
+    with pytest.raises(InfeasiblePlan, match="dp\\*tp\\*pp\\*cp"):
+        estimate(LLAMA, TRAIN, CLUSTER, H100, _plan(dp=4))
+    assert set(BUILTIN_PROFILE_NAMES) >= {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "h100-96gb-500w"}
+
+
+def test_builtin_profiles_round_trip_and_cite_sources():
+    for name in BUILTIN_PROFILE_NAMES:
+        p = builtin_profile(name)
+        assert HardwareProfile.from_dict(p.to_dict()) == p
+        for key in ("peak_flops_per_s", "memory_capacity_bytes", "matmul", "collectives"):
+            assert p.sources.get(key), (name, key)
