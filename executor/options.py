@@ -73,3 +73,37 @@ class RunOptions:
 
     def replace(self, **changes) -> "RunOptions":
         return RunOptions(**{**asdict(self), **changes})
+
+
+def add_run_arguments(parser) -> None:
+    """The flags of `autoplan run` and of `python -m executor` (torchrun), defined once."""
+    d = RunOptions()
+    parser.add_argument("--backend", default=d.backend, help="torch (torch.distributed) or xla (torch_xla SPMD)")
+    parser.add_argument("--nproc", type=int, default=d.nproc,
+                        help="local processes to start (default: the plan's GPU count; must equal it)")
+    parser.add_argument("--device", default=d.device, choices=DEVICES, help="cpu (gloo, fp32) or cuda")
+    parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
+    parser.add_argument("--warmup-steps", type=int, default=d.warmup_steps,
+                        help="leading steps left out of the step-time statistics (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default %(default)s)")
+    parser.add_argument("--min-lr", type=float, default=d.min_lr, help="final cosine learning rate")
+    parser.add_argument("--lr-warmup", type=int, default=d.warmup, help="linear LR warm-up steps")
+    parser.add_argument("--grad-clip", type=float, default=d.grad_clip, help="global-norm clip (0 = off)")
+    parser.add_argument("--data", default=d.data, help="flat token-id file (numpy memmap); default synthetic")
+    parser.add_argument("--data-dtype", default=d.data_dtype, choices=DATA_DTYPES)
+    parser.add_argument("--out", default=d.out, help="JSONL file the measurement is appended to "
+                        "(default %(default)s; '' = none)")
+    parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir)
+    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
+    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    parser.add_argument("--log-every", type=int, default=d.log_every)
+
+
+def options_from_args(args) -> RunOptions:
+    return RunOptions(
+        steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed, lr=args.lr, min_lr=args.min_lr,
+        warmup=args.lr_warmup, grad_clip=args.grad_clip, data=args.data, data_dtype=args.data_dtype,
+        out=args.out, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+        resume=args.resume, device=args.device, nproc=args.nproc, log_every=args.log_every,
+        backend=args.backend)

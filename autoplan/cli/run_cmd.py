@@ -1,0 +1,67 @@
+"""`autoplan run PLAN.json [PLAN2.json ...]`: train with a plan and record what was measured.
+
+Checks every plan against the backend before anything starts (a plan for 128 GPUs on 4 local
+processes, a missing data file or an unknown backend is one line and exit code 2), then runs the
+plans in one launch and appends one Measurement per plan to --out. Torch and the executor are
+imported inside `run` only.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    from executor.options import add_run_arguments
+
+    parser = subparsers.add_parser(
+        "run", help="train with a plan file and record the measurement",
+        description="Train with one or more plan files (schema autoplan.plan/v1) and append one "
+                    "measurement per plan to --out. Plans with the same GPU count share one launch.")
+    parser.add_argument("plans", nargs="+", metavar="PLAN", help="plan file(s) from `autoplan search -o`")
+    add_run_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from autoplan.specs import AutoplanError, PlanDocument, append_measurement
+    from executor.backends import get_backend
+    from executor.options import options_from_args
+
+    options = options_from_args(args)
+    docs = [PlanDocument.load(path) for path in args.plans]
+    backend = get_backend(options.backend)
+    if options.out and not Path(options.out).resolve().parent.is_dir():
+        raise AutoplanError(f"--out {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
+    for doc in docs:
+        backend.check(doc, options)
+    if hasattr(backend, "run_many"):
+        records = backend.run_many(docs, options)
+    else:
+        records = [backend.run(doc, options) for doc in docs]
+    for record in records:
+        if options.out:
+            append_measurement(options.out, record)
+        print(summary(record, options.out))
+    if len(records) < len(docs):
+        sys.stderr.write(f"autoplan run: {len(docs) - len(records)} plan(s) after the failed one were not run\n")
+    return 0 if all(r.status == "ok" for r in records) and len(records) == len(docs) else 1
+
+
+def summary(record, out: str) -> str:
+    """One line per plan: status, median step time, tokens/s, MFU, peak memory, loss trend."""
+    head = f"plan {record.plan_id} [{record.backend}]: {record.status}"
+    if record.status != "ok":
+        return f"{head}: {record.error}" + (f" (recorded in {out})" if out else "")
+    mfu = record.extra.get("mfu", 0.0)
+    kind = "RSS high-water" if record.extra.get("peak_memory_kind") == "cpu_rss_high_water" else "max allocated"
+    parts = [
+        f"median step {record.median_step_time_s:.4f} s over {len(record.step_times_s)} steps" if record.step_times_s
+        else "no measured steps",
+        f"{record.tokens_per_s:,.0f} tokens/s" if record.step_times_s else "",
+        f"MFU {mfu:.1%}" if record.peak_flops_per_s else "MFU n/a (no datasheet peak for this device)",
+        f"peak memory {record.peak_memory_bytes / 2**30:.2f} GiB ({kind})",
+        f"loss {record.losses[0]:.4f} -> {record.losses[-1]:.4f}" if record.losses else "",
+    ]
+    tail = f"; appended to {out}" if out else ""
+    return f"{head}, " + ", ".join(p for p in parts if p) + tail

@@ -1,0 +1,48 @@
+"""`python -m executor PLAN.json [flags]`: the cluster entry point, one process per GPU under
+torchrun, e.g.
+
+    torchrun --nnodes 16 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+        -m executor plan.json --device cuda --steps 50 --out runs.jsonl
+
+Rank 0 appends the Measurement to --out. Without torchrun (no WORLD_SIZE in the environment) it
+behaves like `autoplan run`, which starts the local processes itself.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from autoplan.specs import AutoplanError, PlanDocument
+
+from executor.options import add_run_arguments, options_from_args
+
+
+def main(argv: list[str] | None = None) -> int:
+    if "WORLD_SIZE" not in os.environ:
+        from autoplan.cli.main import main as autoplan_main
+
+        return autoplan_main(["run", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("plans", nargs="+", metavar="PLAN")
+    add_run_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        options = options_from_args(args)
+        if options.backend != "torch":
+            raise AutoplanError(f"under torchrun only --backend torch runs, got {options.backend!r}; "
+                                "start the xla backend with `autoplan run --backend xla`")
+        from executor.torch_backend import check
+
+        for path in args.plans:
+            check(PlanDocument.load(path), options)
+    except AutoplanError as exc:
+        sys.stderr.write(f"python -m executor: error: {exc}\n")
+        return 2
+    from executor.torch_backend.worker import run_plans
+
+    return run_plans(args.plans, options, result_path=None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Pipeline parallelism: split the layer stack into stages and pick the schedule.
+
+With pp ranks and vpp virtual stages per rank there are pp*vpp stages of num_layers/(pp*vpp)
+consecutive layers. Rank r holds stages r, r+pp, r+2pp, ... (the looping placement of Narayanan
+et al. 2021, arXiv 2104.04473, section 2.2.1), which is what ScheduleInterleaved1F1B expects.
+The first stage keeps the embeddings, the last the final norm and the head.
+"""
+from __future__ import annotations
+
+import torch
+
+from autoplan.specs import ModelSpec
+
+from executor.model import Transformer, build_model
+
+
+def stage_layer_ids(num_layers: int, num_stages: int, stage_index: int) -> list[int]:
+    per_stage = num_layers // num_stages
+    return list(range(stage_index * per_stage, (stage_index + 1) * per_stage))
+
+
+def stage_indices(pp_rank: int, pp: int, vpp: int) -> list[int]:
+    """The (virtual) stages pipeline rank `pp_rank` holds, in execution order."""
+    return [pp_rank + k * pp for k in range(vpp)]
+
+
+def build_stage(spec: ModelSpec, stage_index: int, num_stages: int) -> Transformer:
+    """The whole model on the meta device, then everything this stage does not own removed."""
+    model = build_model(spec, "meta")
+    keep = {str(i) for i in stage_layer_ids(spec.num_layers, num_stages, stage_index)}
+    for key in [k for k in model.layers.keys() if k not in keep]:
+        del model.layers[key]
+    if stage_index > 0:
+        model.tok_embeddings = None
+        model.pos_embeddings = None
+    if stage_index < num_stages - 1:
+        model.norm = None
+        model.output = None
+    return model
+
+
+def build_schedule(stage_models: list, stage_ids: list[int], num_stages: int, num_microbatches: int,
+                   device, pp_group, loss_fn):
+    """Schedule1F1B for one stage per rank, ScheduleInterleaved1F1B for several. The schedules
+    divide gradients by the number of micro-batches (scale_grads), so loss_fn is a plain mean."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+
+    stages = [PipelineStage(model, index, num_stages, device, group=pp_group)
+              for model, index in zip(stage_models, stage_ids)]
+    for stage in stages:
+        _match_init_p2p_dtypes(stage)
+    if len(stages) == 1:
+        return Schedule1F1B(stages[0], n_microbatches=num_microbatches, loss_fn=loss_fn)
+    return ScheduleInterleaved1F1B(stages, n_microbatches=num_microbatches, loss_fn=loss_fn)
+
+
+def _match_init_p2p_dtypes(stage) -> None:
+    """Work around torch 2.9: the schedules' first "hello" exchange between neighbour stages sends
+    an int64 scalar (`torch.tensor(stage_index)`) into a float32 receive buffer (`torch.zeros(1)`),
+    which NCCL lets pass and gloo aborts on ("8 vs 4. Received data size doesn't match"). Sending
+    the same value as float32 makes the sizes agree on every backend."""
+    original = stage._get_init_p2p_neighbors_ops
+
+    def ops_with_matching_dtypes():
+        ops = original()
+        for op in ops:
+            if op.tensor.dtype != torch.float32:
+                op.tensor = op.tensor.float().reshape(1)
+        return ops
+
+    stage._get_init_p2p_neighbors_ops = ops_with_matching_dtypes

@@ -1,0 +1,227 @@
+"""The training loop of one plan inside an initialized process group (one call per plan).
+
+AdamW, gradient clipping on the global norm, linear warm-up + cosine LR, checkpoint/resume; logs
+loss, step time, tokens/s, MFU and peak memory; returns the Measurement (on every rank; rank 0's
+is the one recorded). Memory is torch.cuda.max_memory_allocated on GPU and the process's RSS
+high-water mark on CPU (which includes the Python interpreter and torch itself), maximum over ranks.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from autoplan.specs import Measurement, PlanDocument
+
+from executor.data import batch, local_slice, open_tokens
+from executor.model import build_model, model_notes
+from executor.options import RunOptions
+from executor.record import build_measurement, cpu_peak_rss_bytes, environment, mfu, peak_flops_per_s
+from executor.schedule import lr_at
+from executor.torch_backend import checkpoint
+from executor.torch_backend.parallel_dims import ParallelDims
+from executor.torch_backend.parallelize import (
+    all_reduce_grads, apply_fsdp, apply_recompute, apply_tp, mixed_precision,
+)
+from executor.torch_backend.pipeline import build_schedule, build_stage, stage_indices
+
+ADAMW_BETAS = (0.9, 0.95)
+"""GPT-3 (Brown et al. 2020, appendix B) and Llama 2 (Touvron et al. 2023, section 2.2)."""
+WEIGHT_DECAY = 0.1
+"""Same sources."""
+
+
+def _loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+
+def _optimizers(model, lr: float) -> list:
+    """AdamW over the model's parameters: one optimizer for DTensor parameters and one for plain
+    ones (tensor parallel without sequence parallel leaves the norms plain), since the fused
+    multi-tensor update cannot mix the two kinds."""
+    from torch.distributed.tensor import DTensor
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    kinds = [[p for p in params if isinstance(p, DTensor)], [p for p in params if not isinstance(p, DTensor)]]
+    return [torch.optim.AdamW(group, lr=lr, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, foreach=True)
+            for group in kinds if group]
+
+
+class PlanRunner:
+    """One plan's sharded model chunks, optimizers and (with pp > 1) pipeline schedule."""
+
+    def __init__(self, doc: PlanDocument, options: RunOptions, device: torch.device):
+        self.doc, self.options, self.device = doc, options, device
+        plan, spec = doc.parallel, doc.model
+        self.dims = ParallelDims.from_plan(plan, dist.get_world_size())
+        self.mesh = self.dims.build_mesh(device.type)
+        self.rank = {name: self.mesh[name].get_local_rank() for name in ("pp", "dp", "cp", "tp")}
+        num_stages = plan.pp * plan.vpp
+        self.stage_ids = stage_indices(self.rank["pp"], plan.pp, plan.vpp) if plan.pp > 1 else [0]
+        self.is_last_stage = num_stages - 1 in self.stage_ids
+        self.models = [build_stage(spec, i, num_stages) if plan.pp > 1 else build_model(spec)
+                       for i in self.stage_ids]
+        self._parallelize()
+        if plan.zero_stage == 0 and plan.dp > 1 and plan.tp == 1 and plan.pp == 1:
+            from torch.nn.parallel import DistributedDataParallel
+            self.models = [DistributedDataParallel(self.models[0], process_group=self.mesh["dp"].get_group())]
+        self.optimizers = [_optimizers(m, options.lr) for m in self.models]
+        self.schedule = None
+        if plan.pp > 1:
+            self.schedule = build_schedule(self.models, self.stage_ids, num_stages, plan.num_microbatches,
+                                           device, self.mesh["pp"].get_group(), _loss_fn)
+        self.autocast_dtype = {"bf16": torch.bfloat16}.get(doc.training.dtype) if device.type == "cuda" else None
+
+    def _parallelize(self) -> None:
+        """TP -> recompute -> FSDP -> materialize, per chunk (torchtitan's order)."""
+        plan = self.doc.parallel
+        remaining_full = plan.recompute_num_layers
+        for model in self.models:
+            if plan.tp > 1:
+                apply_tp(model, self.mesh["tp"], plan.sequence_parallel)
+            # Full recompute covers the first recompute_num_layers layers of the pipeline rank,
+            # spread over its virtual chunks in execution order.
+            apply_recompute(model, plan.recompute, min(remaining_full, len(model.layers)))
+            remaining_full -= min(remaining_full, len(model.layers))
+            if plan.zero_stage > 0 and plan.dp > 1:
+                apply_fsdp(model, self.mesh["dp"], plan.zero_stage,
+                           mixed_precision(self.device.type, self.doc.training.dtype))
+            model.to_empty(device=self.device)
+            model.init_weights(self.options.seed)
+            model.train()
+
+    # -- one optimizer step ------------------------------------------------------------------
+    def step(self, source, step: int) -> torch.Tensor:
+        plan, training = self.doc.parallel, self.doc.training
+        first, count = local_slice(training.global_batch_size, plan.dp, self.rank["dp"])
+        inputs, labels = (t.to(self.device) for t in batch(source, step, first, count, training.seq_len))
+        lr = lr_at(step, self.options.lr, self.options.min_lr, self.options.warmup, self.options.steps)
+        for opt in self._all_optimizers():
+            opt.zero_grad(set_to_none=True)
+            for group in opt.param_groups:
+                group["lr"] = lr
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            loss = self._pipeline_step(inputs, labels) if self.schedule else self._local_step(inputs, labels)
+        if plan.zero_stage == 0 and plan.dp > 1 and (plan.tp > 1 or plan.pp > 1):
+            all_reduce_grads(self.models, self.mesh["dp"].get_group())
+        # Always measured (and recorded): unlike the loss under AdamW, it is sensitive to the scale
+        # of the gradients, so the tests catch a missing average over replicas with it.
+        self.grad_norm = self._clip_grad_norm(self.options.grad_clip)
+        for opt in self._all_optimizers():
+            opt.step()
+        return self._global_loss(loss)
+
+    def _all_optimizers(self) -> list:
+        return [opt for chunk in self.optimizers for opt in chunk]
+
+    def _local_step(self, inputs, labels) -> torch.Tensor:
+        """Gradient accumulation over micro-batches; gradients synchronized on the last one only
+        where that is what the ZeRO stage means (DDP always, FSDP for zero 1)."""
+        plan, model = self.doc.parallel, self.models[0]
+        total = torch.zeros((), device=self.device)
+        chunks = list(zip(inputs.chunk(plan.num_microbatches), labels.chunk(plan.num_microbatches)))
+        for i, (x, y) in enumerate(chunks):
+            last = i == len(chunks) - 1
+            self._set_grad_sync(model, last)
+            loss = _loss_fn(model(x), y) / len(chunks)
+            loss.backward()
+            total += loss.detach()
+        return total
+
+    def _set_grad_sync(self, model, sync: bool) -> None:
+        plan = self.doc.parallel
+        if hasattr(model, "require_backward_grad_sync"):  # DDP: the no_sync() flag
+            model.require_backward_grad_sync = sync
+        elif plan.zero_stage == 1 and plan.dp > 1:
+            # ZeRO-1: gradients stay whole until the last micro-batch, then one reduce-scatter.
+            model.set_requires_gradient_sync(sync)
+
+    def _pipeline_step(self, inputs, labels) -> torch.Tensor:
+        args = (inputs,) if 0 in self.stage_ids else ()
+        losses: list = []
+        kwargs = {"target": labels, "losses": losses} if self.is_last_stage else {}
+        self.schedule.step(*args, **kwargs)
+        if not self.is_last_stage:
+            return torch.zeros((), device=self.device)
+        return torch.stack([l.detach().float() for l in losses]).mean()
+
+    def _clip_grad_norm(self, max_norm: float) -> float:
+        """Global L2 norm over every rank's gradients (DTensors grouped by mesh, plus plain tensors,
+        then summed over pipeline ranks), and every gradient scaled by min(1, max_norm/norm) unless
+        max_norm is 0. Returns the norm before clipping."""
+        from torch.distributed.tensor import DTensor
+
+        grads = [p.grad for m in self.models for p in m.parameters() if p.grad is not None]
+        groups: dict = {}
+        for g in grads:
+            groups.setdefault(id(g.device_mesh) if isinstance(g, DTensor) else None, []).append(g)
+        squared = torch.zeros((), device=self.device)
+        for key, group in groups.items():
+            norm = torch.nn.utils.get_total_norm(group, foreach=True)
+            squared += (norm.full_tensor() if key is not None else norm).float() ** 2
+        if self.dims.pp > 1:
+            dist.all_reduce(squared, group=self.mesh["pp"].get_group())
+        total = squared.sqrt().item()
+        if max_norm > 0:
+            coef = min(1.0, max_norm / (total + 1e-6))
+            for g in grads:
+                g.mul_(coef)
+        return total
+
+    def _global_loss(self, loss: torch.Tensor) -> float:
+        """Mean loss over the global batch: summed from one rank per dp replica (last stage, tp/cp
+        rank 0), divided by dp."""
+        owner = self.is_last_stage and self.rank["tp"] == 0 and self.rank["cp"] == 0
+        value = (loss.detach().float() if owner else torch.zeros((), device=self.device)).reshape(1).clone()
+        dist.all_reduce(value)
+        return value.item() / self.dims.dp
+
+    def peak_memory_bytes(self) -> int:
+        local = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else cpu_peak_rss_bytes()
+        value = torch.tensor([local], dtype=torch.int64, device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return int(value.item())
+
+
+def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measurement:
+    """Run one plan for options.steps steps (fewer after a resume) and return its Measurement."""
+    rank0 = dist.get_rank() == 0
+    if rank0:
+        for note in model_notes(doc.model):
+            print(f"[autoplan run] note: {note}", flush=True)
+    runner = PlanRunner(doc, options, device)
+    source = open_tokens(options.data, options.data_dtype, options.seed, doc.model.vocab_size)
+    start = checkpoint.load(options.checkpoint_dir, runner.models, runner.optimizers, runner.rank["pp"]) \
+        if options.resume else 0
+    peak = peak_flops_per_s(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                            doc.training.dtype)
+    losses, step_times, grad_norms = [], [], []
+    for step in range(start, options.steps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        losses.append(runner.step(source, step))  # the loss all-reduce ends the step on every rank
+        grad_norms.append(runner.grad_norm)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - t0
+        if step - start >= options.warmup_steps:
+            step_times.append(elapsed)
+        if rank0 and ((step + 1) % options.log_every == 0 or step + 1 == options.steps):
+            tps = doc.training.tokens_per_step / elapsed
+            util = mfu(doc.model, doc.training.seq_len, tps, doc.parallel.num_gpus, peak)
+            print(f"[autoplan run] step {step + 1}/{options.steps} loss {losses[-1]:.4f} grad_norm {grad_norms[-1]:.3f} "
+                  f"step_time {elapsed:.3f}s tokens/s {tps:,.0f} mfu {f'{util:.1%}' if peak else 'n/a (no peak for CPU)'}",
+                  flush=True)
+        if options.checkpoint_every and (step + 1) % options.checkpoint_every == 0:
+            checkpoint.save(options.checkpoint_dir, step + 1, runner.models, runner.optimizers, runner.rank["pp"])
+    peak_memory = runner.peak_memory_bytes()
+    env = environment(device.type, dist.get_world_size(), "torch")
+    extra = {"first_step": start, "grad_norms": grad_norms, "options": options.to_dict(),
+             "peak_memory_kind": "cuda_max_memory_allocated" if device.type == "cuda" else "cpu_rss_high_water",
+             "notes": model_notes(doc.model)}
+    return build_measurement(doc, "torch", "ok", step_times_s=step_times, losses=losses,
+                             peak_memory_bytes=peak_memory, env=env,
+                             num_warmup_steps=min(options.warmup_steps, len(losses)), peak=peak, extra=extra)

@@ -1,0 +1,96 @@
+"""One training process. Started by the local launcher (`launch.py`) or by torchrun through
+`python -m executor`; the rendezvous comes from the environment (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, LOCAL_RANK). Several plans of the same world size run one after another in the same
+process group, which saves a launch per plan.
+
+Results: with `--result PATH` (the local launcher) rank 0 writes the list of Measurement dicts to
+PATH and a failing rank writes its own failure record to PATH.rank<r>; without it (torchrun) rank 0
+appends to --out, and a failing rank appends its failure record itself.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+from autoplan.specs import Measurement, PlanDocument, append_measurement, write_json_atomic
+
+from executor.options import RunOptions
+
+
+def init_distributed(device_type: str):
+    import torch
+    import torch.distributed as dist
+
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if device_type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return device
+
+
+def failure_record(doc: PlanDocument, exc: BaseException, device_type: str) -> Measurement:
+    import torch
+
+    from executor.record import build_measurement, environment
+
+    status = "oom" if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) else "error"
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())[:2000]
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    return build_measurement(doc, "torch", status, step_times_s=[], losses=[], peak_memory_bytes=0,
+                             env=environment(device_type, world, "torch"), num_warmup_steps=0, peak=0.0,
+                             error=message, extra={"failed_rank": int(os.environ.get("RANK", 0))})
+
+
+def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | None = None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from executor.torch_backend.train import train
+
+    if options.device == "cpu":
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    device = init_distributed(options.device)
+    rank, records, doc = dist.get_rank(), [], None
+    try:
+        for path in plan_paths:
+            doc = PlanDocument.load(path)
+            record = train(doc, options, device)
+            records.append(record)
+            if rank == 0 and result_path is not None:  # after every plan: a later crash keeps it
+                write_json_atomic(result_path, [r.to_dict() for r in records])
+            elif rank == 0 and options.out:
+                append_measurement(options.out, record)
+    except Exception as exc:  # an OOM or a crash is a record, not a lost run
+        traceback.print_exc()
+        if doc is not None:
+            record = failure_record(doc, exc, options.device)
+            if result_path is not None:
+                write_json_atomic(f"{result_path}.rank{rank}", record.to_dict())
+            elif options.out:
+                append_measurement(options.out, record)
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="executor.torch_backend.worker")
+    parser.add_argument("plans", nargs="+")
+    parser.add_argument("--options-json", required=True, help="RunOptions as a JSON object")
+    parser.add_argument("--result", default=None, help="where rank 0 writes the Measurement list")
+    args = parser.parse_args(argv)
+    options = RunOptions(**json.loads(args.options_json))
+    return run_plans(args.plans, options, args.result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

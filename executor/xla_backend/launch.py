@@ -1,0 +1,81 @@
+"""The `xla` backend's contract: `check(doc, options)` refuses what it cannot run before anything
+starts; `run(doc, options)` runs the plan in a torch_xla SPMD worker process and returns its
+Measurement. `run_many` runs several plans in one worker (one runtime start, one process)."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from autoplan.specs import AutoplanError, Measurement, PlanDocument, write_json_atomic
+from executor.model import check_buildable
+from executor.options import RunOptions
+
+_STDERR_TAIL_LINES = 20
+
+
+def check(doc: PlanDocument, options: RunOptions) -> None:
+    """Raise AutoplanError naming the plan feature (or option) this backend cannot run."""
+    par = doc.parallel
+    par.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
+    check_buildable(doc.model)
+    if par.pp > 1:
+        raise AutoplanError(
+            f"pp={par.pp}: the xla backend runs a plan as one SPMD program and has no pipeline "
+            f"schedule; run this plan with --backend torch, or pick a plan with pp=1")
+    if options.device != "cpu":
+        raise AutoplanError(
+            f"--device {options.device}: the xla backend runs on XLA's CPU devices (torch_xla 2.9 from "
+            f"PyPI ships no CUDA plugin); run GPU plans with --backend torch")
+    if options.checkpoint_dir or options.resume:
+        raise AutoplanError("--checkpoint-dir/--resume: the xla backend does not save checkpoints; "
+                            "use --backend torch for checkpointed runs")
+
+
+def run(doc: PlanDocument, options: RunOptions) -> Measurement:
+    return run_many([(doc, options)])[0]
+
+
+def run_many(runs: list) -> list:
+    """Run [(doc, options), ...] in one worker; every plan must use the same number of devices."""
+    for doc, options in runs:
+        check(doc, options)
+    counts = sorted({doc.parallel.num_gpus for doc, _ in runs})
+    if len(counts) != 1:
+        raise AutoplanError(f"plans run together must use one device count, got {counts}; run them separately")
+    env = dict(os.environ)
+    # PJRT reads these when torch_xla starts: one virtual CPU device per GPU of the plan.
+    env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(counts[0]))
+    with tempfile.TemporaryDirectory(prefix="autoplan-xla-") as tmp:
+        request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        write_json_atomic(request, {"runs": [{"plan": d.to_dict(), "options": o.to_dict()} for d, o in runs]})
+        returncode, tail = _run_worker([str(request), str(result)], env)
+        data = json.loads(result.read_text()) if result.exists() else {}
+    if "error" in data:
+        raise AutoplanError(data["error"])
+    if returncode != 0 or "measurements" not in data:
+        reason = f"the xla worker exited with code {returncode}: {tail[-1] if tail else 'no output'}"
+        return [_crashed(doc, options, reason) for doc, options in runs]
+    return [Measurement.from_dict(m) for m in data["measurements"]]
+
+
+def _run_worker(args: list, env: dict) -> tuple:
+    """Run the worker, passing its stderr (progress lines) through and keeping the last lines."""
+    tail = collections.deque(maxlen=_STDERR_TAIL_LINES)
+    with subprocess.Popen([sys.executable, "-m", "executor.xla_backend.worker", *args], env=env,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        for line in proc.stderr:
+            tail.append(line.rstrip())
+            sys.stderr.write(line)
+    return proc.returncode, list(tail)
+
+
+def _crashed(doc: PlanDocument, options: RunOptions, reason: str) -> Measurement:
+    return Measurement(plan_id=doc.plan_id, plan=doc.to_dict(), prediction=dict(doc.prediction), backend="xla",
+                       status="error", error=reason, environment={"backend": "xla"},
+                       num_warmup_steps=options.warmup_steps, tokens_per_step=doc.training.tokens_per_step,
+                       num_gpus=doc.cluster.num_gpus)

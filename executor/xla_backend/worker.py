@@ -1,0 +1,149 @@
+"""The process that runs plans under torch_xla SPMD: `python -m executor.xla_backend.worker REQ RES`.
+
+A process of its own because PJRT reads PJRT_DEVICE / CPU_NUM_DEVICES when torch_xla starts, and
+SPMD mode cannot be switched off again; the parent (launch.py) sets them. REQ holds
+{"runs": [{"plan": ..., "options": ...}, ...]}: several plans share one process and so one start of
+the runtime. RES receives {"measurements": [...]} or {"error": "<one line>"} for bad input (exit 2).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from functools import partial
+
+import torch
+
+from autoplan.specs import AutoplanError, Measurement, PlanDocument, read_json, write_json_atomic
+from executor.model import build_model, canonical_name
+from executor.options import RunOptions
+from executor.record import build_measurement, cpu_peak_rss_bytes, environment
+from executor.xla_backend.mesh import AXES, MeshShape
+from executor.xla_backend.sharding import (
+    activation_specs, apply_recompute, init_optimizer_state, shard_activations, shard_gradients,
+    shard_parameters,
+)
+from executor.xla_backend.train import Placement, make_optimizer, train
+
+PEAK_MEMORY_SOURCE = "host peak RSS of the whole process (all virtual CPU devices together)"
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(f"[xla] {message}\n")
+    sys.stderr.flush()
+
+
+def _num_compilations() -> int:
+    import torch_xla.debug.metrics as met
+
+    data = met.metric_data("CompileTime")
+    return int(data[0]) if data else 0
+
+
+def _sharding_of(tensor: torch.Tensor) -> str:
+    import torch_xla
+
+    return torch_xla._XLAC._get_xla_sharding_spec(tensor) or "replicated"
+
+
+def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
+    """Build, annotate and train one plan on the SPMD mesh; the record of what it measured."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+    from torch_xla.utils.checkpoint import checkpoint as xla_checkpoint
+
+    par = doc.parallel
+    num_devices = xr.global_runtime_device_count()
+    mesh = MeshShape.from_plan(par).build(num_devices)
+    device = torch_xla.device()
+    compilations_before = _num_compilations()
+
+    # The parallelize order of torchtitan: build, initialize (weights depend on the seed and the
+    # parameter name only), place, annotate parameters, annotate activations, wrap for recompute.
+    model = build_model(doc.model, "cpu")
+    model.init_weights(options.seed)
+    model.to(device)
+    marked = shard_parameters(model, mesh, par.zero_stage)
+    shard_activations(model, mesh, par.sequence_parallel)
+    recomputed = apply_recompute(model, par.recompute, par.recompute_num_layers,
+                                 partial(xla_checkpoint, use_reentrant=True,
+                                         preserve_rng_state=False))  # no dropout: no RNG to replay
+    optimizer = make_optimizer(model, options)
+    init_optimizer_state(optimizer, model, mesh, par.zero_stage)
+    torch_xla.sync()  # materialize weights and moments now, so step 1 compiles the same graph as step 2
+    token_spec = activation_specs(par.sequence_parallel)["tokens"]
+
+    def place_tokens(tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.to(device)
+        xs.mark_sharding(tokens, mesh, token_spec)
+        return tokens
+
+    def end_step() -> None:
+        torch_xla.sync()
+        xm.wait_device_ops()
+
+    placement = Placement(place_tokens=place_tokens, end_step=end_step,
+                          before_update=(lambda: shard_gradients(model, mesh)) if par.zero_stage == 2 else (lambda: None))
+    _log(f"plan {doc.plan_id}: mesh {dict(zip(AXES, (par.dp, par.cp, par.tp)))} on {num_devices} "
+         f"{xr.device_type()} devices, zero={par.zero_stage} sp={par.sequence_parallel} recompute={par.recompute}")
+    result = train(model, optimizer, doc, options, placement, log=_log)
+    # The last step's gradients are still held: their sharding is what the update consumed.
+    # Layer 0 and the non-layer parameters show the layout without repeating every layer.
+    shown = {canonical_name(n): _sharding_of(p) for n, p in model.named_parameters()
+             if not canonical_name(n).startswith("layers.") or canonical_name(n).startswith("layers.0.")}
+    probe = next(p for n, p in model.named_parameters() if canonical_name(n) == "layers.0.attention.wq.weight")
+    layout = {"param": _sharding_of(probe), "exp_avg": _sharding_of(optimizer.state[probe]["exp_avg"]),
+              "grad": _sharding_of(probe.grad) if probe.grad is not None else "none"}
+    env = environment("cpu" if xr.device_type() == "CPU" else xr.device_type().lower(), num_devices, "xla",
+                      device_name=f"XLA {xr.device_type()} x{num_devices}")
+    extra = {
+        "mesh": {"axes": list(AXES), "shape": [par.dp, par.cp, par.tp]},
+        "param_partition_specs": {k: list(v) for k, v in marked.items() if k in shown},
+        "param_sharding": shown,
+        "wq_layout": layout,
+        "recomputed_modules": recomputed,
+        "num_xla_compilations": _num_compilations() - compilations_before,
+        "compute_dtype": "float32",
+        "peak_memory_source": PEAK_MEMORY_SOURCE,
+    }
+    return build_measurement(doc, "xla", "ok", step_times_s=result.step_times_s[options.warmup_steps:],
+                             losses=result.losses, peak_memory_bytes=cpu_peak_rss_bytes(), env=env,
+                             num_warmup_steps=options.warmup_steps, peak=0.0, extra=extra)
+
+
+def _failed(doc: PlanDocument, options: RunOptions, exc: Exception) -> Measurement:
+    """An error is a record too: out-of-memory or a runtime failure, with its one-line reason."""
+    text = " ".join(str(exc).split())[:500]
+    status = "oom" if "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower() else "error"
+    return build_measurement(doc, "xla", status, step_times_s=[], losses=[], peak_memory_bytes=cpu_peak_rss_bytes(),
+                             env={"backend": "xla"}, num_warmup_steps=options.warmup_steps, peak=0.0,
+                             error=f"{type(exc).__name__}: {text}")
+
+
+def main(argv: list) -> int:
+    request_path, result_path = argv
+    try:
+        runs = [(PlanDocument.from_dict(r["plan"]), RunOptions(**r["options"]))
+                for r in read_json(request_path, "xla run request")["runs"]]
+        import torch_xla.runtime as xr
+
+        xr.use_spmd()  # before any XLA tensor exists
+        measurements = []
+        for doc, options in runs:
+            try:
+                measurements.append(run_plan(doc, options))
+            except AutoplanError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a failed run is data, not a crash
+                _log(f"plan {doc.plan_id} failed: {type(exc).__name__}: {exc}")
+                measurements.append(_failed(doc, options, exc))
+    except AutoplanError as exc:
+        write_json_atomic(result_path, {"error": str(exc)})
+        return 2
+    write_json_atomic(result_path, {"measurements": [m.to_dict() for m in measurements]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
