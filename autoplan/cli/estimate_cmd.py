@@ -1,0 +1,86 @@
+"""`autoplan estimate`: predict the step time and memory of one plan, with breakdowns.
+
+Either re-score a plan file (`autoplan estimate plan.json`, with the profile the file names), or
+score one plan given on the command line (`--model ... --gpus ... --tp 8 --pp 4 ...`); knobs left
+out take their plain value (cp 1, vpp 1, micro-batch 1, ZeRO 0, no recompute, no SP) and dp is
+whatever the GPU count leaves.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from autoplan.cli.search_cmd import add_output_arguments, add_pin_arguments, add_problem_arguments, emit
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("estimate", help="predict step time and memory of one plan (a plan file or pins)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("plan", nargs="?", default=None, metavar="PLAN.json", help="a plan file to re-score")
+    add_problem_arguments(p, model_required=False)
+    add_pin_arguments(p)
+    add_output_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _plan_from_file(args):
+    from autoplan.planner import estimate_document
+    from autoplan.specs import AutoplanError, PlanDocument
+
+    given = [flag for flag, v in (("--model", args.model), ("--gpus", args.gpus), ("--tp", args.tp),
+                                  ("--pp", args.pp)) if v is not None]
+    if given:
+        raise AutoplanError(f"give either a plan file or {', '.join(given)}, not both "
+                            f"(edit the plan file, or describe the whole plan with flags)")
+    doc = PlanDocument.load(args.plan)
+    return estimate_document(doc, base_dir=Path(args.plan).parent)
+
+
+def _plan_from_flags(args):
+    from autoplan.catalog import resolve_model
+    from autoplan.clusters import resolve_cluster
+    from autoplan.planner import score_one, training_shape
+    from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument
+
+    if args.model is None or args.gpus is None:
+        raise AutoplanError("give a plan file (autoplan estimate plan.json) or --model and --gpus with the plan's pins")
+    model = resolve_model(args.model)
+    cluster, profile = resolve_cluster(args.gpus, args.gpu, args.gpus_per_node, args.profile)
+    training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, args.dtype)
+    tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
+    if args.dp is None and cluster.num_gpus % (tp * pp * cp):
+        raise AutoplanError(f"tp*pp*cp must divide --gpus, got tp={tp} * pp={pp} * cp={cp} = {tp * pp * cp}, "
+                            f"gpus={cluster.num_gpus}")
+    dp = args.dp or cluster.num_gpus // (tp * pp * cp)
+    mbs = args.micro_batch or 1
+    if training.global_batch_size % (dp * mbs):
+        raise AutoplanError(f"global batch {training.global_batch_size} is not a multiple of dp*micro_batch = "
+                            f"{dp}*{mbs}; set --global-batch or --micro-batch")
+    recompute = args.recompute or "none"
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=args.vpp or 1, ep=args.ep or 1,
+                        sequence_parallel=bool(args.sequence_parallel), zero_stage=args.zero or 0,
+                        micro_batch_size=mbs, num_microbatches=training.global_batch_size // (dp * mbs),
+                        recompute=recompute,
+                        recompute_num_layers=model.num_layers // pp if recompute == "full" else 0)
+    if recompute == "full":
+        from autoplan.planner import make_estimator
+
+        plan.check(model, training, cluster, allow_tp_across_nodes=args.allow_tp_across_nodes)
+        fewest = make_estimator(model, training, cluster, profile).min_full_recompute_layers(plan)
+        plan = plan.replace(recompute_num_layers=fewest or plan.recompute_num_layers)
+    scored = score_one(model, training, cluster, profile, plan, args.allow_tp_across_nodes)
+    doc = PlanDocument(model=model, training=training, cluster=cluster, parallel=plan,
+                       prediction=scored.estimate.to_prediction(),
+                       provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": scored.estimate.cost_model})
+    return doc, scored, defaults
+
+
+def run(args) -> int:
+    from autoplan.render import render_document
+
+    if args.plan is not None:
+        (doc, scored), defaults = _plan_from_file(args), []
+    else:
+        doc, scored, defaults = _plan_from_flags(args)
+    note = f"\nwarning: this plan {scored.reason}\n" if scored.reason else ""
+    emit(doc, render_document(doc, defaults, title="plan") + note, args)
+    return 0

@@ -1,0 +1,112 @@
+"""`autoplan search`: the best parallel plan for a model on a cluster, its predicted step time and
+memory as breakdowns, the runners-up and why they lost, and the plan file (`-o`, `--json`).
+
+Thin: parse, build a PlanRequest, call `autoplan.planner.plan_search`, print or write.
+The argument helpers here are shared with `autoplan estimate`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+RECOMPUTE_CHOICES = ("none", "selective", "full")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def add_problem_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+    """Model, cluster and training shape: what both `search` and `estimate` plan for."""
+    g = p.add_argument_group("model and cluster")
+    g.add_argument("--model", required=model_required,
+                   help="catalog name (see `autoplan models`), a Hugging Face config.json, or a folder holding one")
+    g.add_argument("--gpus", type=positive_int, required=model_required, help="number of GPUs")
+    g.add_argument("--gpu", default=None, help="built-in GPU type (default h100-80gb)")
+    g.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per node (default 8)")
+    g.add_argument("--profile", default=None, metavar="PATH",
+                   help="a measured hardware profile JSON (from `autoplan profile`) instead of --gpu")
+    t = p.add_argument_group("training shape (defaults are printed)")
+    t.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (default ~4M tokens)")
+    t.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (default 4096)")
+    t.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
+
+
+def add_pin_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("pins (fix a knob; the rest is searched)")
+    for flag in ("dp", "tp", "pp", "cp", "vpp", "ep"):
+        g.add_argument(f"--{flag}", type=positive_int, default=None)
+    g.add_argument("--micro-batch", type=positive_int, default=None, help="micro-batch size in sequences")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage")
+    g.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=None)
+    g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
+    g.add_argument("--allow-tp-across-nodes", action="store_true", help="let tp exceed the GPUs of one node")
+
+
+def pins_from_args(args):
+    from autoplan.space import Pins
+
+    return Pins(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vpp=args.vpp, ep=args.ep,
+                micro_batch_size=args.micro_batch, zero_stage=args.zero, recompute=args.recompute,
+                sequence_parallel=args.sequence_parallel)
+
+
+def add_output_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", default=None, metavar="PLAN.json", help="write the plan file (atomically)")
+    p.add_argument("--json", action="store_true", help="print the plan file (schema autoplan.plan/v1) to stdout")
+
+
+def emit(doc, text: str, args) -> None:
+    """Write the plan file first (so a bad -o path fails before anything is printed), then print."""
+    from autoplan.specs import write_json_atomic
+    from autoplan.specs.jsonio import dumps
+
+    if args.output:
+        write_json_atomic(args.output, doc.to_dict())
+    if args.json:
+        sys.stdout.write(dumps(doc.to_dict()))
+    else:
+        sys.stdout.write(text)
+        if args.output:
+            sys.stdout.write(f"\nplan file written: {args.output}\n")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("search", help="find the best parallel plan for a model on a cluster",
+                              description=__doc__.split("\n\n")[0])
+    add_problem_arguments(p)
+    add_pin_arguments(p)
+    s = p.add_argument_group("search")
+    s.add_argument("--sampler", choices=("tpe", "nsga2"), default="tpe",
+                   help="tpe: fastest plan; nsga2: step-time/memory Pareto front")
+    s.add_argument("--trials", type=positive_int, default=None, help="Optuna trials (default 200 tpe + local polish, 600 nsga2)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--exhaustive", action="store_true", help="score every valid plan (slow on big spaces; exact)")
+    s.add_argument("--storage", default=None, help="Optuna storage URL to keep/resume the study, e.g. sqlite:///plans.db")
+    s.add_argument("--study-name", default=None, help="study name in --storage")
+    add_output_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from autoplan.planner import PlanRequest, plan_search
+    from autoplan.render import render_document
+    from autoplan.specs import AutoplanError
+
+    if args.study_name and not args.storage:
+        raise AutoplanError("--study-name needs --storage (e.g. --storage sqlite:///plans.db)")
+    request = PlanRequest(
+        model=args.model, num_gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
+        profile_path=args.profile, global_batch_size=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
+        pins=pins_from_args(args), allow_tp_across_nodes=args.allow_tp_across_nodes, sampler=args.sampler,
+        num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
+        study_name=args.study_name)
+    outcome = plan_search(request)
+    emit(outcome.document, render_document(outcome.document, outcome.defaults), args)
+    return 0

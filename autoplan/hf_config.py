@@ -1,0 +1,180 @@
+"""Read a Hugging Face `config.json` into a ModelSpec, without transformers and without downloads.
+
+Each supported `model_type` names its fields differently; `_FAMILIES` maps them. The defaults
+used when a field is absent are the defaults of the matching `transformers` configuration class
+(so a config.json saved by transformers, which omits defaults, reads the same). Errors name the
+file and the field.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from autoplan.specs import AutoplanError, ModelSpec, SchemaError, read_json
+
+SUPPORTED_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen", "gpt2", "gpt_neox", "bloom", "falcon")
+
+
+class _Fields:
+    """Typed access to one config.json, with errors that name the file and the field."""
+
+    def __init__(self, data: dict, path: Path):
+        self.data, self.path = data, path
+
+    def fail(self, key: str, problem: str) -> AutoplanError:
+        model_type = self.data.get("model_type")
+        return AutoplanError(f"config.json {str(self.path)!r} (model_type {model_type!r}): field {key!r} {problem}")
+
+    def get_int(self, *keys: str, default: int | None = None) -> int:
+        """The first of `keys` present (families rename fields, e.g. n_layer/num_hidden_layers)."""
+        for key in keys:
+            if key in self.data and self.data[key] is not None:
+                value = self.data[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    raise self.fail(key, f"must be a positive integer, got {value!r}")
+                return value
+        if default is None:
+            raise self.fail(keys[0], "is missing" + (f" (also looked for {', '.join(keys[1:])})" if keys[1:] else ""))
+        return default
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(key, f"must be true or false, got {value!r}")
+        return value
+
+    def get_str(self, key: str, default: str) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str):
+            raise self.fail(key, f"must be a string, got {value!r}")
+        return value
+
+
+def _llama_like(f: _Fields, model_type: str) -> dict:
+    """llama, mistral, mixtral, qwen2: RMSNorm, RoPE, SwiGLU, optional GQA."""
+    heads = f.get_int("num_attention_heads")
+    hidden = f.get_int("hidden_size")
+    spec = dict(
+        num_layers=f.get_int("num_hidden_layers"), hidden_size=hidden, num_heads=heads,
+        num_kv_heads=f.get_int("num_key_value_heads", default=heads),
+        ffn_hidden_size=f.get_int("intermediate_size"), vocab_size=f.get_int("vocab_size"),
+        max_seq_len=f.get_int("max_position_embeddings", default=4096 if model_type == "llama" else 32768),
+        tied_embeddings=f.get_bool("tie_word_embeddings", False),
+        # Qwen2 always puts a bias on q/k/v; Llama has `attention_bias` (default false).
+        qkv_bias=True if model_type == "qwen2" else f.get_bool("attention_bias", False),
+        head_dim=f.get_int("head_dim", default=hidden // heads),
+    )
+    if f.get_str("hidden_act", "silu") not in ("silu", "swish"):
+        raise f.fail("hidden_act", f"is {f.data['hidden_act']!r}; {model_type} configs are read as SwiGLU (silu)")
+    if model_type == "mixtral":
+        spec.update(num_experts=f.get_int("num_local_experts", default=8),
+                    num_experts_per_token=f.get_int("num_experts_per_tok", default=2))
+    return spec
+
+
+def _qwen_v1(f: _Fields, model_type: str) -> dict:
+    """Qwen (v1, remote code): its `intermediate_size` is twice the SwiGLU width (gate and up fused)."""
+    heads = f.get_int("num_attention_heads")
+    return dict(
+        num_layers=f.get_int("num_hidden_layers"), hidden_size=f.get_int("hidden_size"), num_heads=heads,
+        num_kv_heads=heads, ffn_hidden_size=f.get_int("intermediate_size") // 2, vocab_size=f.get_int("vocab_size"),
+        max_seq_len=f.get_int("seq_length", "max_position_embeddings", default=8192),
+        tied_embeddings=f.get_bool("tie_word_embeddings", False), qkv_bias=True,
+    )
+
+
+def _gpt2(f: _Fields, model_type: str) -> dict:
+    """GPT-2 (and GPT-3-shaped configs): learned positions, LayerNorm, GeLU, biases, tied head."""
+    hidden = f.get_int("n_embd", "hidden_size")
+    heads = f.get_int("n_head", "num_attention_heads")
+    return dict(
+        num_layers=f.get_int("n_layer", "num_hidden_layers"), hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
+        ffn_hidden_size=f.get_int("n_inner", default=4 * hidden), vocab_size=f.get_int("vocab_size"),
+        max_seq_len=f.get_int("n_positions", "n_ctx", default=1024), mlp="gelu", norm="layernorm",
+        position="learned", tied_embeddings=f.get_bool("tie_word_embeddings", True), linear_bias=True,
+    )
+
+
+def _gpt_neox(f: _Fields, model_type: str) -> dict:
+    """GPT-NeoX/Pythia: RoPE (partial), LayerNorm, GeLU, biases, untied head by default."""
+    heads = f.get_int("num_attention_heads")
+    return dict(
+        num_layers=f.get_int("num_hidden_layers"), hidden_size=f.get_int("hidden_size"), num_heads=heads,
+        num_kv_heads=heads, ffn_hidden_size=f.get_int("intermediate_size"), vocab_size=f.get_int("vocab_size"),
+        max_seq_len=f.get_int("max_position_embeddings", default=2048), mlp="gelu", norm="layernorm",
+        tied_embeddings=f.get_bool("tie_word_embeddings", False), linear_bias=f.get_bool("attention_bias", True),
+    )
+
+
+def _bloom(f: _Fields, model_type: str) -> dict:
+    """BLOOM: ALiBi, LayerNorm, GeLU with a 4h MLP, biases, tied head."""
+    hidden = f.get_int("hidden_size", "n_embed")
+    heads = f.get_int("n_head", "num_attention_heads")
+    return dict(
+        num_layers=f.get_int("n_layer", "num_hidden_layers"), hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
+        ffn_hidden_size=4 * hidden, vocab_size=f.get_int("vocab_size"), max_seq_len=f.get_int("seq_length", default=2048),
+        mlp="gelu", norm="layernorm", position="alibi", tied_embeddings=f.get_bool("tie_word_embeddings", True),
+        linear_bias=True,
+    )
+
+
+def _falcon(f: _Fields, model_type: str) -> dict:
+    """Falcon: multi-query (7B) or grouped KV (new_decoder_architecture, 40B/180B), GeLU 4h MLP."""
+    hidden = f.get_int("hidden_size")
+    heads = f.get_int("num_attention_heads", "n_head")
+    if f.get_bool("new_decoder_architecture", False):
+        kv = f.get_int("num_kv_heads", "n_head_kv", default=heads)
+    else:
+        kv = 1 if f.get_bool("multi_query", True) else heads
+    return dict(
+        num_layers=f.get_int("num_hidden_layers", "n_layer"), hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
+        ffn_hidden_size=f.get_int("ffn_hidden_size", default=4 * hidden), vocab_size=f.get_int("vocab_size"),
+        max_seq_len=f.get_int("max_position_embeddings", default=2048), mlp="gelu", norm="layernorm",
+        position="alibi" if f.get_bool("alibi", False) else "rope",
+        tied_embeddings=f.get_bool("tie_word_embeddings", True), linear_bias=f.get_bool("bias", False),
+    )
+
+
+_FAMILIES = {
+    "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _llama_like,
+    "qwen": _qwen_v1, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "falcon": _falcon,
+}
+
+
+def config_path(path: str | Path) -> Path:
+    """The config.json itself, given it or the folder that holds it."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        inner = p / "config.json"
+        if not inner.is_file():
+            raise AutoplanError(f"folder {str(p)!r} holds no config.json; pass the file or a model folder that has one")
+        return inner
+    if not p.exists():
+        raise AutoplanError(f"config.json {str(p)!r} does not exist; pass a catalog name (see `autoplan models`), "
+                            f"a config.json path or a folder holding one")
+    return p
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """A ModelSpec from a Hugging Face config.json (or a folder holding one)."""
+    p = config_path(path)
+    data = read_json(p, "config.json")
+    if not isinstance(data, dict):
+        raise AutoplanError(f"config.json {str(p)!r} must hold a JSON object, got {type(data).__name__}")
+    return spec_from_hf_dict(data, p)
+
+
+def spec_from_hf_dict(data: dict, path: Path) -> ModelSpec:
+    f = _Fields(data, path)
+    model_type = data.get("model_type")
+    if model_type not in _FAMILIES:
+        raise AutoplanError(
+            f"config.json {str(path)!r}: field 'model_type' is {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}")
+    fields = _FAMILIES[model_type](f, model_type)
+    try:
+        spec = ModelSpec(name=str(path), family=model_type, **fields)
+        spec.check()
+    except SchemaError as exc:
+        raise AutoplanError(f"config.json {str(path)!r}: {exc}") from None
+    return spec

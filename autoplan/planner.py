@@ -1,0 +1,239 @@
+"""The library entry point: a planning request in, a PlanDocument (schema autoplan.plan/v1) out.
+
+`plan_search` resolves the model and the cluster, fills in the training shape it was not given
+(and says which defaults it chose), searches, and ranks the runners-up with why each lost.
+`estimate_document` re-scores a plan file; `estimate_pinned` scores one fully pinned plan.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autoplan.catalog import resolve_model
+from autoplan.clusters import check_count, cluster_for_plan_file, resolve_cluster
+from autoplan.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
+from autoplan.space import Pins, SearchSpace
+from autoplan.specs import (
+    AUTOPLAN_VERSION, AutoplanError, ClusterSpec, InfeasiblePlan, ModelSpec, PlanDocument, TrainingSpec,
+)
+
+DEFAULT_SEQ_LEN = 4096
+DEFAULT_TOKENS_PER_STEP = 2**22
+"""~4M tokens per optimizer step: the batch of Llama 2 (4M tokens, arXiv 2307.09288 sec. 2.2) and the
+order of GPT-3's 175B run (3.2M, arXiv 2005.14165 Table 2.1)."""
+NUM_ALTERNATIVES = 4
+MAX_NODES_TRIED = 4096
+
+
+@dataclass
+class PlanRequest:
+    """What the user asked for; None means "choose for me"."""
+    model: str
+    num_gpus: int
+    gpu: str | None = None
+    gpus_per_node: int | None = None
+    profile_path: str | None = None
+    global_batch_size: int | None = None
+    seq_len: int | None = None
+    dtype: str = "bf16"
+    pins: Pins = field(default_factory=Pins)
+    allow_tp_across_nodes: bool = False
+    sampler: str = "tpe"
+    num_trials: int | None = None
+    seed: int = 0
+    exhaustive: bool = False
+    storage: str | None = None
+    study_name: str | None = None
+
+
+@dataclass
+class PlanOutcome:
+    document: PlanDocument
+    result: SearchResult | None
+    defaults: list
+    """Lines saying which training-shape values were chosen for the user, and why."""
+    best: Scored
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, global_batch_size: int | None,
+                   dtype: str) -> tuple[TrainingSpec, list]:
+    """The training shape, with defaults for what was not given and a line for each default."""
+    defaults = []
+    if seq_len is None:
+        seq_len = min(DEFAULT_SEQ_LEN, model.max_seq_len)
+        defaults.append(f"seq_len {seq_len} (default {DEFAULT_SEQ_LEN}, capped at the model's context "
+                        f"{model.max_seq_len}; set --seq-len)")
+    check_count("--seq-len", seq_len)
+    if global_batch_size is None:
+        # ~4M tokens, but at least one sequence per GPU of every 8 so huge clusters still have
+        # micro-batches to pipeline; a power of two divides evenly over power-of-two degrees.
+        by_tokens = max(1, DEFAULT_TOKENS_PER_STEP // seq_len)
+        global_batch_size = _next_pow2(max(by_tokens, cluster.num_gpus // 8))
+        defaults.append(f"global batch {global_batch_size} sequences = {global_batch_size * seq_len / 1e6:.2f}M tokens "
+                        f"(default ~4M tokens, at least num_gpus/8 sequences; set --global-batch)")
+    check_count("--global-batch", global_batch_size)
+    training = TrainingSpec(global_batch_size=global_batch_size, seq_len=seq_len, dtype=dtype)
+    training.check()
+    return training, defaults
+
+
+def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False):
+    from cost_model import Estimator
+
+    return Estimator(model, training, cluster, profile, allow_tp_across_nodes=allow_tp_across_nodes)
+
+
+def why_lost(alt: Scored, best: Scored, num_terms: int = 2) -> str:
+    """The breakdown terms that differ most from the winner, e.g. '+0.41 s pp_bubble, -0.10 s tp_comm'."""
+    if not alt.feasible:
+        return alt.reason
+    a, b = alt.estimate.time_breakdown_s, best.estimate.time_breakdown_s
+    deltas = sorted(((a.get(k, 0.0) - b.get(k, 0.0), k) for k in set(a) | set(b)), key=lambda d: -abs(d[0]))
+    slower = alt.step_time_s / best.step_time_s - 1.0
+    terms = ", ".join(f"{d:+.3f} s {k}" for d, k in deltas[:num_terms] if d != 0.0)
+    return f"{slower * 100:+.1f}% step time: {terms or 'same terms'}"
+
+
+def _layout(plan) -> tuple:
+    return (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep)
+
+
+def pick_alternatives(result: SearchResult, best: Scored, count: int = NUM_ALTERNATIVES) -> list:
+    """Runners-up worth reading: the best plan of each other parallel layout (dp, tp, pp, cp, ep),
+    then same-layout variants if layouts run out, and the fastest plan that did not fit."""
+    chosen, layouts = [], {_layout(best.plan)}
+    for s in result.ranked[1:]:
+        if len(chosen) < count and _layout(s.plan) not in layouts:
+            layouts.add(_layout(s.plan))
+            chosen.append(s)
+    for s in result.ranked[1:]:
+        if len(chosen) < count and s not in chosen:
+            chosen.append(s)
+    faster_unfit = [s for s in result.unfit if s.step_time_s < best.step_time_s]
+    if faster_unfit:
+        chosen.append(faster_unfit[0])
+    return chosen
+
+
+def alternative_entry(alt: Scored, best: Scored) -> dict:
+    entry = {"parallel": alt.plan.to_dict(), "why_not": why_lost(alt, best)}
+    entry["prediction"] = alt.estimate.to_prediction() if alt.estimate else {}
+    return entry
+
+
+def _fits_somewhere(model, training, cluster, profile) -> bool:
+    """Does any plan fit in memory on this cluster? Asks only the leanest memory plan of each layout
+    (ZeRO-3, sequence parallel, micro-batch 1, full recompute of the fewest layers that fit)."""
+    space = SearchSpace(model, training, cluster)
+    est = make_estimator(model, training, cluster, profile)
+    for tp in space.domains["tp"]:
+        for pp in space.domains["pp"]:
+            for cp in space.domains["cp"]:
+                for ep in space.domains["ep"]:
+                    knobs = dict(tp=tp, pp=pp, cp=cp, vpp=1, ep=ep, micro_batch_size=1, zero_stage=3,
+                                 recompute="full", sequence_parallel=tp > 1)
+                    try:
+                        if est.min_full_recompute_layers(space.plan(knobs)) is not None:
+                            return True
+                    except InfeasiblePlan:
+                        continue
+    return False
+
+
+def smallest_fitting_gpus(model, training, cluster, profile) -> int | None:
+    """The fewest GPUs (whole nodes, upwards from the current count) on which some plan fits."""
+    per_node = cluster.gpus_per_node
+    start = max(1, cluster.num_gpus // per_node + 1)
+    for nodes in range(start, start + MAX_NODES_TRIED):
+        bigger = ClusterSpec(cluster.name, nodes * per_node, per_node, cluster.profile)
+        if _fits_somewhere(model, training, bigger, profile):
+            return bigger.num_gpus
+    return None
+
+
+# Which rules (InfeasiblePlan reason tags) a pinned knob can break, to blame the pin for them.
+_PIN_RULES = {
+    "dp": ("degree_product", "batch_product"), "tp": ("tp_divides_heads", "tp_across_nodes", "tp_divides_node",
+                                                     "degree_product"),
+    "pp": ("pp_divides_layers", "degree_product"), "cp": ("cp_divides_seq", "degree_product"),
+    "vpp": ("pp_divides_layers", "vpp_needs_pp", "vpp_microbatches"), "ep": ("ep_needs_moe", "ep_divides"),
+    "micro_batch_size": ("batch_product", "vpp_microbatches"), "zero_stage": ("zero_stage",),
+    "sequence_parallel": ("sp_needs_tp",), "recompute": ("recompute_policy", "recompute_layers"),
+}
+
+
+def _rule_that_broke(result: SearchResult, pins: Pins) -> tuple:
+    """The rule to blame: one a pinned knob can break (the most specific, then the most frequent),
+    else the most frequent rule broken."""
+    blamable = {tag for knob in pins.pinned() for tag in _PIN_RULES.get(knob, ())}
+    ranked = sorted(result.rejections.items(),
+                    key=lambda kv: (kv[0] not in blamable, kv[0] == "degree_product", -kv[1][0]))
+    tag, (_, first) = ranked[0]
+    return tag, first
+
+
+def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cluster, profile) -> AutoplanError:
+    pins = space.pins.describe()
+    if pins and result.unfit:
+        leanest = min(result.unfit, key=lambda s: s.peak_memory_bytes)
+        return InfeasiblePlan(f"no plan with {pins} fits on {cluster.num_gpus} GPUs; the leanest "
+                              f"{leanest.reason}; relax the pins", "out_of_memory")
+    rule_rejections = {k: v for k, v in result.rejections.items() if k != "out_of_memory"}
+    if rule_rejections and not result.unfit:
+        tag, first = _rule_that_broke(result, space.pins)
+        where = f"{pins} cannot work" if pins else f"no valid plan on {cluster.num_gpus} GPUs"
+        return InfeasiblePlan(f"{where}: {first}", tag)
+    needed = smallest_fitting_gpus(model, training, cluster, profile)
+    gib = profile.memory_capacity_bytes / GIB
+    head = f"{model.name} does not fit on {cluster.num_gpus} x {cluster.name} ({gib:.1f} GiB each) with any plan"
+    if needed is None:
+        return InfeasiblePlan(f"{head}, nor on up to {MAX_NODES_TRIED} more nodes", "out_of_memory")
+    return InfeasiblePlan(f"{head}; the smallest GPU count that fits is {needed} (--gpus {needed})", "out_of_memory")
+
+
+def plan_search(request: PlanRequest) -> PlanOutcome:
+    """Search the best plan for the request; raises AutoplanError with one line when there is none."""
+    model = resolve_model(request.model)
+    cluster, profile = resolve_cluster(request.num_gpus, request.gpu, request.gpus_per_node, request.profile_path)
+    training, defaults = training_shape(model, cluster, request.seq_len, request.global_batch_size, request.dtype)
+    space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes)
+    scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes))
+    result = search(space, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive,
+                    request.storage, request.study_name)
+    if result.best is None and not request.exhaustive:
+        # The sampler found nothing that runs; only the full enumeration can say that nothing does.
+        result = search(space, scorer, exhaustive=True)
+    if result.best is None:
+        raise _no_plan_error(space, result, model, training, cluster, profile)
+    best = result.best
+    doc = PlanDocument(
+        model=model, training=training, cluster=cluster, parallel=best.plan,
+        prediction=best.estimate.to_prediction(),
+        alternatives=[alternative_entry(a, best) for a in pick_alternatives(result, best)],
+        search={**result.summary(), "defaults": defaults},
+        provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": best.estimate.cost_model},
+    )
+    if result.pareto:
+        doc.extra["pareto_front"] = [{"parallel": s.plan.to_dict(), "step_time_s": s.step_time_s,
+                                      "peak_memory_bytes": s.peak_memory_bytes} for s in result.pareto]
+    return PlanOutcome(doc, result, defaults, best)
+
+
+def score_one(model, training, cluster, profile, plan, allow_tp_across_nodes: bool = False) -> Scored:
+    """Score one given plan; a broken rule or a plan that does not fit raises InfeasiblePlan."""
+    plan.check(model, training, cluster, allow_tp_across_nodes=allow_tp_across_nodes)
+    estimate = make_estimator(model, training, cluster, profile, allow_tp_across_nodes).estimate(plan)
+    return Scored(plan, estimate, "" if estimate.fits else out_of_memory_message(estimate),
+                  "" if estimate.fits else "out_of_memory")
+
+
+def estimate_document(doc: PlanDocument, base_dir=None) -> tuple[PlanDocument, Scored]:
+    """Re-score a plan file's plan with today's cost model (and the profile the file names)."""
+    profile = cluster_for_plan_file(doc.cluster, base_dir)
+    scored = score_one(doc.model, doc.training, doc.cluster, profile, doc.parallel, allow_tp_across_nodes=True)
+    doc.prediction = scored.estimate.to_prediction()
+    doc.provenance = {**doc.provenance, "cost_model": scored.estimate.cost_model}
+    return doc, scored

@@ -1,0 +1,311 @@
+"""Searching the plan space: Optuna (TPE by default, NSGA-II for a time/memory Pareto front) or an
+exhaustive enumeration, the oracle the tests compare the samplers against.
+
+Every candidate is scored by the cost model once (`PlanScorer` caches by plan). A plan that breaks
+a rule or does not fit in memory is data, not a crash: the objective reports it to Optuna through
+`Trial.set_constraint` (Optuna 5's constraint API), "rules" = 1 for a broken rule and "memory" =
+the relative overflow, so the sampler learns how far from fitting a region is.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from autoplan.space import KNOBS, SearchSpace
+from autoplan.specs import AutoplanError, CostEstimate, InfeasiblePlan, ParallelPlan
+
+GIB = 2**30
+SAMPLERS = ("tpe", "nsga2")
+DEFAULT_TRIALS = {"tpe": 200, "nsga2": 600}
+NSGA2_POPULATION = 40
+POLISH_ROUNDS = 20
+POLISH_STARTS = 3
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One plan with its estimate (None when a rule is broken) and why it cannot run, if it cannot."""
+    plan: ParallelPlan
+    estimate: CostEstimate | None
+    reason: str = ""
+    """Empty for a plan that runs; else the InfeasiblePlan message ("does not fit: ...")."""
+    tag: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return not self.reason
+
+    @property
+    def step_time_s(self) -> float:
+        return self.estimate.step_time_s if self.estimate else math.inf
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        return self.estimate.peak_memory_bytes if self.estimate else 0
+
+
+class PlanScorer:
+    """The cost model behind a cache. `full` recompute plans get the fewest recomputed layers that fit."""
+
+    def __init__(self, estimator):
+        self.estimator = estimator
+        self._cache: dict = {}
+
+    @property
+    def num_evaluated(self) -> int:
+        return len(self._cache)
+
+    def scored(self) -> list:
+        return list(self._cache.values())
+
+    def score(self, plan: ParallelPlan) -> Scored:
+        hit = self._cache.get(plan)
+        if hit is None:
+            hit = self._cache[plan] = self._score(plan)
+        return hit
+
+    def _score(self, plan: ParallelPlan) -> Scored:
+        est = self.estimator
+        try:
+            if plan.recompute == "full":
+                fewest = est.min_full_recompute_layers(plan)
+                if fewest == 0:  # fits with no recompute at all: the same plan as recompute="none"
+                    plan = plan.replace(recompute="none", recompute_num_layers=0)
+                elif fewest is not None:
+                    plan = plan.replace(recompute_num_layers=fewest)
+            estimate = est.estimate(plan)
+        except InfeasiblePlan as exc:
+            return Scored(plan, None, str(exc), exc.reason)
+        if not estimate.fits:
+            return Scored(plan, estimate, out_of_memory_message(estimate), "out_of_memory")
+        return Scored(plan, estimate)
+
+
+def out_of_memory_message(estimate: CostEstimate) -> str:
+    return (f"does not fit: {estimate.peak_memory_bytes / GIB:.1f} GiB > "
+            f"{estimate.memory_capacity_bytes / GIB:.1f} GiB")
+
+
+@dataclass
+class SearchResult:
+    ranked: list
+    """Plans that run, fastest first, each once."""
+    unfit: list
+    """Plans that break no rule but do not fit in memory, fastest first."""
+    rejections: dict
+    """Reason tag -> (count, first message), for the trials that broke a rule or did not fit."""
+    sampler: str
+    num_trials: int
+    seed: int | None
+    wall_time_s: float
+    num_evaluated: int
+    pareto: list = field(default_factory=list)
+    """NSGA-II only: the non-dominated plans (step time vs memory), fastest first."""
+
+    @property
+    def best(self) -> Scored | None:
+        return self.ranked[0] if self.ranked else None
+
+    def summary(self) -> dict:
+        """The plan file's `search` block."""
+        return {"sampler": self.sampler, "num_trials": self.num_trials, "seed": self.seed,
+                "wall_time_s": round(self.wall_time_s, 4), "num_plans_scored": self.num_evaluated,
+                "num_feasible": len(self.ranked),
+                "rejected": {tag: count for tag, (count, _) in sorted(self.rejections.items())}}
+
+
+def _collect(scored: list, sampler: str, num_trials: int, seed, started: float, num_evaluated: int,
+             rule_rejections: dict | None = None) -> SearchResult:
+    by_plan = {s.plan: s for s in scored}
+    ranked = sorted((s for s in by_plan.values() if s.feasible), key=lambda s: s.step_time_s)
+    unfit = sorted((s for s in by_plan.values() if s.tag == "out_of_memory"), key=lambda s: s.step_time_s)
+    rejections = dict(rule_rejections or {})
+    for s in by_plan.values():
+        if not s.feasible:
+            count, first = rejections.get(s.tag, (0, s.reason))
+            rejections[s.tag] = (count + 1, first)
+    return SearchResult(ranked, unfit, rejections, sampler, num_trials, seed, time.perf_counter() - started,
+                        num_evaluated)
+
+
+def exhaustive_search(space: SearchSpace, scorer: PlanScorer) -> SearchResult:
+    """Score every structurally valid plan: the optimum by construction (the tests' oracle)."""
+    started = time.perf_counter()
+    plans, rejections = space.enumerate()
+    scored = [scorer.score(p) for p in plans]
+    return _collect(scored, "exhaustive", len(plans), None, started, scorer.num_evaluated, rejections)
+
+
+def _import_optuna():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def _make_study(optuna, sampler: str, seed: int, storage: str | None, study_name: str | None, space_key: str):
+    if sampler == "tpe":
+        s = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=20)
+        directions = ["minimize"]
+    elif sampler == "nsga2":
+        s = optuna.samplers.NSGAIISampler(seed=seed, population_size=NSGA2_POPULATION)
+        directions = ["minimize", "minimize"]
+    else:
+        raise AutoplanError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    try:
+        study = optuna.create_study(storage=storage, study_name=study_name, sampler=s, directions=directions,
+                                    load_if_exists=storage is not None)
+    except (ValueError, ImportError, RuntimeError) as exc:
+        raise AutoplanError(f"cannot open the Optuna study (storage {storage!r}, name {study_name!r}): "
+                            f"{str(exc).splitlines()[0]}") from None
+    stored_key = study.user_attrs.get("autoplan_space")
+    if stored_key is None:
+        study.set_user_attr("autoplan_space", space_key)
+    elif stored_key != space_key:
+        raise AutoplanError(f"study {study.study_name!r} in {storage} was searched for a different problem "
+                            f"({stored_key}); use another --study-name to start a new one")
+    return study
+
+
+def _outcome(s: Scored, multi: bool) -> tuple:
+    """(objective value(s), constraints) that Optuna records for one scored plan."""
+    if s.estimate is None:
+        return ((math.inf, math.inf) if multi else math.inf), {"rules": 1.0, "memory": 0.0}
+    e = s.estimate
+    constraints = {"rules": 0.0, "memory": e.peak_memory_bytes / e.memory_capacity_bytes - 1.0}
+    return ((e.step_time_s, e.peak_memory_bytes / GIB) if multi else e.step_time_s), constraints
+
+
+def _score_knobs(space: SearchSpace, scorer: PlanScorer, knobs: dict) -> Scored:
+    try:
+        return scorer.score(space.plan(knobs))
+    except InfeasiblePlan as exc:
+        return Scored(ParallelPlan(), None, str(exc), exc.reason)
+
+
+LAYOUT_KNOBS = ("tp", "pp", "cp", "ep")
+"""dp is what the GPU count leaves after tp*pp*cp (and ep splits dp*cp), so moving one of these alone also moves dp;
+trading a factor between two of them (or changing one with a knob it interacts with) keeps the
+rest of the plan valid. The polish step therefore also tries pair moves that involve them."""
+
+
+def _neighbours(space: SearchSpace, current: dict):
+    """Plans one knob away, and two knobs away when one of the two is a layout knob."""
+    for knob in KNOBS:
+        for value in space.domains[knob]:
+            if value != current[knob]:
+                yield {**current, knob: value}
+    for i, a in enumerate(KNOBS):
+        for b in KNOBS[i + 1:]:
+            if a not in LAYOUT_KNOBS and b not in LAYOUT_KNOBS:
+                continue
+            for va in space.domains[a]:
+                for vb in space.domains[b]:
+                    if va != current[a] and vb != current[b]:
+                        yield {**current, a: va, b: vb}
+
+
+def _polish(optuna, study, space: SearchSpace, scorer: PlanScorer, start: dict, max_rounds: int) -> None:
+    """Local search from the sampler's best plan: score the neighbours (`_neighbours`), move to the
+    fastest one that fits, repeat until none is faster. TPE finds the right region; this settles
+    the last per cent that a few hundred samples of a ~10^4-plan space leave on the table. Each
+    accepted move is recorded in the study as a trial (user attr phase=polish) so a stored study
+    resumes from it; the neighbours are scored through the same cache as the sampler's trials."""
+    distributions = {k: optuna.distributions.CategoricalDistribution(list(v)) for k, v in space.domains.items()}
+    current, current_time = dict(start), _score_knobs(space, scorer, start).step_time_s
+    for _ in range(max_rounds):
+        best_move, best_time = None, current_time
+        for knobs in _neighbours(space, current):
+            s = _score_knobs(space, scorer, knobs)
+            if s.feasible and s.step_time_s < best_time:
+                best_move, best_time = knobs, s.step_time_s
+        if best_move is None:
+            return
+        current, current_time = best_move, best_time
+        s = _score_knobs(space, scorer, current)
+        value, constraints = _outcome(s, multi=False)
+        study.add_trial(optuna.trial.create_trial(value=value, params=current, distributions=distributions,
+                                                  constraints=constraints, user_attrs={"tag": s.tag, "phase": "polish"}))
+
+
+def _polish_starts(study, space: SearchSpace, scorer: PlanScorer, count: int) -> list:
+    """Knobs of the best sampled plan of each of the `count` best parallel layouts (dp, tp, pp, cp, ep):
+    the optimum can sit in a layout whose best plan differs from the sampler's best in three knobs
+    or more, too far for one local search, but near the best plan sampled in that layout."""
+    best_by_layout = {}
+    for t in study.trials:
+        if t.state.name != "COMPLETE" or set(t.params) != set(KNOBS):
+            continue
+        s = _score_knobs(space, scorer, t.params)
+        if not s.feasible:
+            continue
+        layout = (s.plan.dp, s.plan.tp, s.plan.pp, s.plan.cp, s.plan.ep)
+        if layout not in best_by_layout or s.step_time_s < best_by_layout[layout][0]:
+            best_by_layout[layout] = (s.step_time_s, t.params)
+    return [params for _, params in sorted(best_by_layout.values(), key=lambda v: v[0])[:count]]
+
+
+def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,
+                  seed: int = 0, storage: str | None = None, study_name: str | None = None,
+                  polish: bool = True) -> SearchResult:
+    """Let an Optuna sampler pick the knobs; stored studies resume (their trials count too)."""
+    optuna = _import_optuna()
+    started = time.perf_counter()
+    num_trials = num_trials if num_trials is not None else DEFAULT_TRIALS[sampler]
+    study = _make_study(optuna, sampler, seed, storage, study_name, space_key(space))
+    domains = {k: list(v) for k, v in space.domains.items()}
+    multi = sampler == "nsga2"
+
+    def objective(trial):
+        s = _score_knobs(space, scorer, {k: trial.suggest_categorical(k, domains[k]) for k in KNOBS})
+        trial.set_user_attr("tag", s.tag)
+        values, constraints = _outcome(s, multi)
+        for key, value in constraints.items():
+            trial.set_constraint(key, value)
+        return values
+
+    study.optimize(objective, n_trials=num_trials, gc_after_trial=False)
+    if polish and not multi:
+        for start in _polish_starts(study, space, scorer, POLISH_STARTS):
+            _polish(optuna, study, space, scorer, start, POLISH_ROUNDS)
+    rules = {}
+    for t in study.trials:  # a resumed study's earlier trials count too
+        if t.state.name != "COMPLETE" or set(t.params) != set(KNOBS):
+            continue
+        try:
+            scorer.score(space.plan(t.params))
+        except InfeasiblePlan as exc:
+            count, first = rules.get(exc.reason, (0, str(exc)))
+            rules[exc.reason] = (count + 1, first)
+    scored = scorer.scored()
+    result = _collect(scored, sampler, len(study.trials), seed, started, scorer.num_evaluated, rules)
+    if multi:
+        result.pareto = pareto_front(result.ranked)
+    return result
+
+
+def pareto_front(scored: list) -> list:
+    """Plans no other plan beats on both step time and memory (ties kept once), fastest first."""
+    front, best_memory = [], math.inf
+    for s in sorted(scored, key=lambda s: (s.step_time_s, s.peak_memory_bytes)):
+        if s.peak_memory_bytes < best_memory:
+            front.append(s)
+            best_memory = s.peak_memory_bytes
+    return front
+
+
+def space_key(space: SearchSpace) -> str:
+    """What a stored study was searched for; resuming it for another problem would mix trials."""
+    m, t, c = space.model, space.training, space.cluster
+    pins = space.pins.describe() or "no pins"
+    return (f"{m.name} gb={t.global_batch_size} seq={t.seq_len} {t.dtype} {c.num_gpus}x{c.name}"
+            f"/{c.gpus_per_node} ({c.profile}) {pins}")
+
+
+def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,
+           seed: int = 0, exhaustive: bool = False, storage: str | None = None,
+           study_name: str | None = None) -> SearchResult:
+    if exhaustive:
+        return exhaustive_search(space, scorer)
+    return optuna_search(space, scorer, sampler, num_trials, seed, storage, study_name)

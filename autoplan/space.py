@@ -1,0 +1,167 @@
+"""The search space: which values each knob of a ParallelPlan may take, and how a choice of knobs
+becomes a plan.
+
+The knobs are fixed categorical domains (what Optuna samples and what `--exhaustive` enumerates).
+`dp` and `num_microbatches` are not knobs: they follow from the GPU count and the global batch.
+Choices that cannot matter are folded onto one canonical plan instead of being searched twice:
+sequence parallelism without TP, ZeRO without data parallelism and interleaving without a pipeline
+are the same plan as the feature switched off. The structural rules themselves are
+`ParallelPlan.check`; whether a plan fits in memory is the cost model's answer.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+
+from autoplan.specs import (
+    RECOMPUTE_POLICIES, ClusterSpec, InfeasiblePlan, ModelSpec, ParallelPlan, TrainingSpec,
+)
+
+# Order matters only for display and for the enumeration order of `--exhaustive`.
+KNOBS = ("tp", "pp", "cp", "vpp", "ep", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel")
+MAX_MICRO_BATCH = 16
+MIN_CP_CHUNK_TOKENS = 256
+"""Context parallelism splits each sequence into 2*cp load-balanced chunks; below a few hundred
+tokens per chunk the ring exchange cannot hide behind attention, so such degrees are not searched."""
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Knobs the user fixed on the command line; None leaves a knob to the search."""
+    dp: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    vpp: int | None = None
+    ep: int | None = None
+    micro_batch_size: int | None = None
+    zero_stage: int | None = None
+    recompute: str | None = None
+    sequence_parallel: bool | None = None
+
+    def pinned(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def describe(self) -> str:
+        flags = {"micro_batch_size": "micro-batch", "zero_stage": "zero"}
+        parts = []
+        for k, v in self.pinned().items():
+            if k == "sequence_parallel":
+                parts.append("--sequence-parallel" if v else "--no-sequence-parallel")
+            else:
+                parts.append(f"--{flags.get(k, k)} {v}")
+        return " ".join(parts)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class SearchSpace:
+    """The discrete plan space for one (model, training, cluster), with the user's pins applied."""
+
+    def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
+                 pins: Pins = Pins(), allow_tp_across_nodes: bool = False):
+        self.model, self.training, self.cluster = model, training, cluster
+        self.pins = pins
+        self.allow_tp_across_nodes = allow_tp_across_nodes
+        self.domains = self._domains()
+
+    # -- domains -------------------------------------------------------------------------------
+    def _domains(self) -> dict:
+        m, t, c = self.model, self.training, self.cluster
+        n = c.num_gpus
+        tp_limit = n if self.allow_tp_across_nodes else min(n, c.gpus_per_node)
+        heads_gcd = math.gcd(m.num_heads, m.num_kv_heads)
+        free = {
+            "tp": [d for d in divisors(heads_gcd) if d <= tp_limit and n % d == 0],
+            "pp": [d for d in divisors(m.num_layers) if n % d == 0],
+            "cp": [d for d in divisors(n) if t.seq_len % (2 * d) == 0
+                   and t.seq_len // (2 * d) >= MIN_CP_CHUNK_TOKENS] if t.seq_len % 2 == 0 else [1],
+            "vpp": sorted({v for p in divisors(m.num_layers) if p > 1 and n % p == 0
+                           for v in divisors(m.num_layers // p)} | {1}),
+            "ep": divisors(m.num_experts) if m.is_moe else [1],
+            "micro_batch_size": [d for d in divisors(t.global_batch_size) if d <= MAX_MICRO_BATCH],
+            "zero_stage": [0, 1, 2, 3],
+            "recompute": list(RECOMPUTE_POLICIES),
+            "sequence_parallel": [False, True],
+        }
+        if 1 not in free["cp"]:
+            free["cp"].insert(0, 1)
+        pinned = self.pins.pinned()
+        return {k: (pinned[k],) if k in pinned else tuple(v) for k, v in free.items()}
+
+    @property
+    def size(self) -> int:
+        """Number of knob combinations (before rules and canonical folding)."""
+        return math.prod(len(v) for v in self.domains.values())
+
+    # -- from knobs to a plan ------------------------------------------------------------------
+    def plan(self, knobs: dict) -> ParallelPlan:
+        """The canonical plan for one choice of knobs; raises InfeasiblePlan for a broken rule.
+
+        A `full` recompute plan comes back with every layer of a stage recomputed; the search then
+        asks the cost model for the fewest layers that fit.
+        """
+        m, t, c = self.model, self.training, self.cluster
+        pinned = self.pins.pinned()
+        k = dict(knobs)
+        model_parallel = k["tp"] * k["pp"] * k["cp"]
+        if c.num_gpus % model_parallel:
+            raise InfeasiblePlan(
+                f"tp*pp*cp must divide the GPU count, got tp={k['tp']} * pp={k['pp']} * cp={k['cp']} = "
+                f"{model_parallel}, num_gpus={c.num_gpus}", "degree_product")
+        dp = c.num_gpus // model_parallel
+        if "dp" in pinned and pinned["dp"] != dp:
+            raise InfeasiblePlan(
+                f"dp*tp*pp*cp must equal the GPU count, got dp={pinned['dp']} * tp={k['tp']} * pp={k['pp']} "
+                f"* cp={k['cp']} = {pinned['dp'] * model_parallel}, num_gpus={c.num_gpus}", "degree_product")
+        # Fold choices that cannot change the plan onto the canonical one (unless the user pinned them,
+        # in which case ParallelPlan.check says why they cannot work).
+        if k["tp"] == 1 and "sequence_parallel" not in pinned:
+            k["sequence_parallel"] = False
+        if dp == 1 and "zero_stage" not in pinned:
+            k["zero_stage"] = 0
+        if k["pp"] == 1 and "vpp" not in pinned:
+            k["vpp"] = 1
+        if not m.is_moe and "ep" not in pinned:
+            k["ep"] = 1
+        per_replica = dp * k["micro_batch_size"]
+        if t.global_batch_size % per_replica:
+            raise InfeasiblePlan(
+                f"global_batch_size must be a multiple of dp*micro_batch_size, got global_batch_size="
+                f"{t.global_batch_size}, dp={dp} * micro_batch_size={k['micro_batch_size']} = {per_replica}",
+                "batch_product")
+        plan = ParallelPlan(
+            dp=dp, tp=k["tp"], pp=k["pp"], cp=k["cp"], vpp=k["vpp"], ep=k["ep"],
+            sequence_parallel=k["sequence_parallel"], zero_stage=k["zero_stage"],
+            micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
+            recompute=k["recompute"],
+            recompute_num_layers=m.num_layers // k["pp"] if k["recompute"] == "full" else 0,
+        )
+        plan.check(m, t, c, allow_tp_across_nodes=self.allow_tp_across_nodes)
+        return plan
+
+    def enumerate(self):
+        """Every structurally valid canonical plan once, and the rules the rest broke.
+
+        Returns (plans, rejections) where rejections maps a reason tag to (count, first message).
+        """
+        plans, seen, rejections = [], set(), {}
+        names = list(self.domains)
+        for values in itertools.product(*(self.domains[k] for k in names)):
+            try:
+                plan = self.plan(dict(zip(names, values)))
+            except InfeasiblePlan as exc:
+                count, first = rejections.get(exc.reason, (0, str(exc)))
+                rejections[exc.reason] = (count + 1, first)
+                continue
+            if plan not in seen:
+                seen.add(plan)
+                plans.append(plan)
+        return plans, rejections
+
+    def knobs_of(self, plan: ParallelPlan) -> dict:
+        """The knob values that produce `plan` (for enqueuing a known plan into a study)."""
+        return {k: getattr(plan, k) for k in KNOBS}
