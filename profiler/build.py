@@ -89,21 +89,20 @@ def _best_link(collectives, scope: str, group_size_pick) -> tuple[float, float, 
     """(bus bandwidth, small-message latency, note) of a scope's measured collectives, or None.
 
     Bandwidth: the best all-reduce bus bandwidth over message sizes (the link-bound regime, nccl-tests'
-    headline). Latency: the median time of the smallest send/recv (one hop, nothing to move).
+    headline). Latency: the fastest op's median time at the smallest message, where nothing is left
+    to move; an upper bound on one hop (gloo's send/recv is far slower there than its all-reduce).
     """
     rows = [c for c in collectives if c.scope == scope]
     if not rows:
         return None
     group_size = group_size_pick({c.group_size for c in rows})
-    reduces = [c for c in rows if c.op == "all_reduce" and c.group_size == group_size]
-    best = max(reduces, key=lambda c: c.bus_bandwidth_bytes_per_s)
-    hops = sorted((c for c in rows if c.op == "send_recv" and c.group_size == group_size),
-                  key=lambda c: c.message_bytes)
-    latency_s = hops[0].time_s if hops else None
-    note = (f"measured: best all_reduce bus bandwidth over {group_size} ranks ({scope}, at "
-            f"{best.message_bytes} B); latency = median smallest send/recv ({hops[0].message_bytes} B)"
-            if hops else f"measured: best all_reduce bus bandwidth over {group_size} ranks ({scope})")
-    return best.bus_bandwidth_bytes_per_s, latency_s, note
+    rows = [c for c in rows if c.group_size == group_size]
+    best = max((c for c in rows if c.op == "all_reduce"), key=lambda c: c.bus_bandwidth_bytes_per_s)
+    smallest_bytes = min(c.message_bytes for c in rows)
+    fastest = min((c for c in rows if c.message_bytes == smallest_bytes), key=lambda c: c.time_s)
+    note = (f"measured: best all_reduce bus bandwidth over {group_size} ranks ({scope}, at {best.message_bytes} B); "
+            f"latency = median time of {fastest.op} at {smallest_bytes} B, the fastest op at the smallest size")
+    return best.bus_bandwidth_bytes_per_s, fastest.time_s, note
 
 
 def build_profile(frame: pd.DataFrame, facts: RunFacts, raw_samples_name: str) -> HardwareProfile:

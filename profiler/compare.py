@@ -102,10 +102,10 @@ def format_comparison(a: HardwareProfile, b: HardwareProfile, label_a: str, labe
     rows = comparison_rows(a, b)
     width = max(len(r[0]) for r in rows) + 2
     col_a, col_b = max(12, len(label_a) + 2), max(12, len(label_b) + 2)
-    lines = [f"{'':<{width}}{label_a:>{col_a}}{label_b:>{col_b}}{'b/a':>8}"]
+    lines = [f"{'':<{width}}{label_a:>{col_a}}{label_b:>{col_b}}{'b/a':>11}"]
     for label, (va, ea), (vb, eb) in rows:
         ratio = f"{vb / va:.3g}" if va and vb is not None else "-"
-        lines.append(f"{label:<{width}}{_cell(va, ea):>{col_a}}{_cell(vb, eb):>{col_b}}{ratio:>8}")
+        lines.append(f"{label:<{width}}{_cell(va, ea):>{col_a}}{_cell(vb, eb):>{col_b}}{ratio:>11}")
     lines += [
         f"a = {a.name} ({a.device_name}, {'measured' if a.measured else 'built-in'}); "
         f"b = {b.name} ({b.device_name}, {'measured' if b.measured else 'built-in'})",

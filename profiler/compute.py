@@ -7,6 +7,7 @@ with its neighbours busy, as in training.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -37,14 +38,24 @@ class Bench:
     skipped: list = field(default_factory=list)
     """Shapes not run (too big for the device's memory), kept for the environment stamp."""
 
-    def fits(self, num_bytes: int, what: str, num_steps: int = 1) -> bool:
-        """Whether a shape fits in memory; a skipped one still advances the progress bar."""
-        if num_bytes <= self.memory_limit_bytes:
-            return True
-        self.skipped.append(what)
-        for _ in range(num_steps):
-            self.tick()
-        return False
+    @contextmanager
+    def shape(self, what: str, num_bytes: int, num_steps: int = 1):
+        """Guard one shape's measurement: yields whether to run it; a shape over the memory limit,
+        or one that runs out of device memory, is skipped and listed, not fatal. The allocator's
+        cache is emptied after each shape so that fragments of one do not starve the next."""
+        try:
+            if num_bytes > self.memory_limit_bytes:
+                self.skipped.append(f"{what} (over {self.memory_limit_bytes} B)")
+                yield False
+            else:
+                yield True
+        except torch.OutOfMemoryError:
+            self.skipped.append(f"{what} (out of memory)")
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            for _ in range(num_steps):
+                self.tick()
 
 
 def _fp8_matmul_runs(device: torch.device) -> bool:
@@ -89,18 +100,21 @@ def _matmul_fn(m: int, n: int, k: int, dtype: str, device: torch.device) -> Call
     return lambda: torch.matmul(a, b, out=c)
 
 
-def measure_matmuls(bench: Bench, sweep: Sweep, dtypes: list[str]) -> None:
+def _time_matmul(bench: Bench, m: int, n: int, k: int, dtype: str, policy) -> None:
     """C[m,n] = A[m,k] @ B[k,n] costs 2*m*n*k FLOPs (one multiply and one add per term)."""
+    fn = _matmul_fn(m, n, k, dtype, bench.device)
+    samples, inner = sample_times_s(fn, bench.clock, policy)
+    bench.recorder.add("matmul", samples, inner, flops=2.0 * m * n * k, m=m, n=n, k=k, dtype=dtype)
+
+
+def measure_matmuls(bench: Bench, sweep: Sweep, dtypes: list[str]) -> None:
     for dtype in dtypes:
         element_bytes = 1 if dtype == "fp8" else TORCH_DTYPES[dtype].itemsize
         for m, n, k in sweep.matmul_shapes:
-            if not bench.fits((m * k + k * n + 2 * m * n) * element_bytes, f"matmul {m}x{n}x{k} {dtype}"):
-                continue
-            fn = _matmul_fn(m, n, k, dtype, bench.device)
-            samples, inner = sample_times_s(fn, bench.clock, sweep.compute_policy)
-            bench.recorder.add("matmul", samples, inner, flops=2.0 * m * n * k, m=m, n=n, k=k, dtype=dtype)
-            del fn
-            bench.tick()
+            operand_bytes = (m * k + k * n + 2 * m * n) * element_bytes
+            with bench.shape(f"matmul {m}x{n}x{k} {dtype}", operand_bytes) as runs:
+                if runs:
+                    _time_matmul(bench, m, n, k, dtype, sweep.compute_policy)
 
 
 def attention_forward_flops(batch: int, seq_len: int, num_heads: int, head_dim: int) -> float:
@@ -113,39 +127,40 @@ BACKWARD_FLOPS_RATIO = 2.5
 recompute of flash attention (Dao 2022, arXiv 2205.14135, sec. 3.1) = 5 vs the forward's 2."""
 
 
+def _time_attention(bench: Bench, batch: int, seq_len: int, num_heads: int, head_dim: int, dtype: str,
+                    policy) -> None:
+    q, k, v = (torch.randn((batch, num_heads, seq_len, head_dim), device=bench.device, dtype=TORCH_DTYPES[dtype],
+                           requires_grad=True) for _ in range(3))
+    fields = dict(batch=batch, seq_len=seq_len, num_heads=num_heads, head_dim=head_dim, dtype=dtype)
+    forward_flops = attention_forward_flops(batch, seq_len, num_heads, head_dim)
+
+    def forward():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    samples, inner = sample_times_s(forward, bench.clock, policy)
+    bench.recorder.add("attention", samples, inner, flops=forward_flops, **fields, **{"pass": "fwd"})
+    out = forward()
+    grad_out = torch.randn_like(out)
+
+    def backward():
+        # retain_graph keeps the saved tensors, so each run is one whole backward pass.
+        return torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
+
+    samples, inner = sample_times_s(backward, bench.clock, policy)
+    bench.recorder.add("attention", samples, inner, flops=BACKWARD_FLOPS_RATIO * forward_flops,
+                       **fields, **{"pass": "bwd"})
+
+
 def measure_attention(bench: Bench, sweep: Sweep, dtypes: list[str]) -> None:
     """Causal SDPA forward, and backward timed alone by re-running autograd on a kept graph."""
     for dtype in dtypes:
-        torch_dtype = TORCH_DTYPES[dtype]
         for batch, seq_len, num_heads, head_dim in sweep.attention_shapes:
-            shape = (batch, num_heads, seq_len, head_dim)
-            tensor_bytes = batch * num_heads * seq_len * head_dim * torch_dtype.itemsize
+            tensor_bytes = batch * num_heads * seq_len * head_dim * TORCH_DTYPES[dtype].itemsize
             what = f"attention b={batch} s={seq_len} h={num_heads} d={head_dim} {dtype}"
-            if not bench.fits(12 * tensor_bytes, what, num_steps=2):  # q,k,v, out, grads, workspace
-                continue
-            q, k, v = (torch.randn(shape, device=bench.device, dtype=torch_dtype, requires_grad=True)
-                       for _ in range(3))
-            fields = dict(batch=batch, seq_len=seq_len, num_heads=num_heads, head_dim=head_dim, dtype=dtype)
-            forward_flops = attention_forward_flops(batch, seq_len, num_heads, head_dim)
-
-            def forward():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-            samples, inner = sample_times_s(forward, bench.clock, sweep.compute_policy)
-            bench.recorder.add("attention", samples, inner, flops=forward_flops, **fields, **{"pass": "fwd"})
-            bench.tick()
-            out = forward()
-            grad_out = torch.randn_like(out)
-
-            def backward():
-                # retain_graph keeps the saved tensors, so each run is one whole backward pass.
-                return torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
-
-            samples, inner = sample_times_s(backward, bench.clock, sweep.compute_policy)
-            bench.recorder.add("attention", samples, inner, flops=BACKWARD_FLOPS_RATIO * forward_flops,
-                               **fields, **{"pass": "bwd"})
-            del q, k, v, out, grad_out
-            bench.tick()
+            # q, k, v, out, their gradients and the kernels' workspace
+            with bench.shape(what, 12 * tensor_bytes, num_steps=2) as runs:
+                if runs:
+                    _time_attention(bench, batch, seq_len, num_heads, head_dim, dtype, sweep.compute_policy)
 
 
 def _memory_op(op: str, num_elements: int, dtype: torch.dtype, device: torch.device):
@@ -166,19 +181,21 @@ def _memory_op(op: str, num_elements: int, dtype: torch.dtype, device: torch.dev
     raise ValueError(f"unknown memory op {op!r}")
 
 
+def _time_memory_op(bench: Bench, op: str, num_elements: int, dtype: torch.dtype, policy) -> None:
+    fn, num_passes = _memory_op(op, num_elements, dtype, bench.device)
+    samples, inner = sample_times_s(fn, bench.clock, policy)
+    bench.recorder.add("memory_op", samples, inner, bytes_moved=num_passes * num_elements * dtype.itemsize,
+                       op=op, num_bytes=num_elements * dtype.itemsize)
+
+
 def measure_memory_ops(bench: Bench, sweep: Sweep, ops: tuple) -> None:
     dtype = TORCH_DTYPES[sweep.memory_op_dtype]
     for num_bytes in sweep.memory_op_bytes:
         num_elements = num_bytes // dtype.itemsize // NORM_HIDDEN * NORM_HIDDEN
         for op in ops:
-            if not bench.fits(4 * num_bytes, f"memory op {op} {num_bytes} B"):
-                continue
-            fn, num_passes = _memory_op(op, num_elements, dtype, bench.device)
-            samples, inner = sample_times_s(fn, bench.clock, sweep.compute_policy)
-            bench.recorder.add("memory_op", samples, inner, bytes_moved=num_passes * num_elements * dtype.itemsize,
-                               op=op, num_bytes=num_elements * dtype.itemsize)
-            del fn
-            bench.tick()
+            with bench.shape(f"memory op {op} {num_bytes} B", 4 * num_bytes) as runs:
+                if runs:
+                    _time_memory_op(bench, op, num_elements, dtype, sweep.compute_policy)
 
 
 def _available_ram_bytes() -> tuple[int, str]:
