@@ -31,37 +31,43 @@ def synthetic_records(n=80, seed=0):
             recompute=str(rng.choice(["none", "selective", "full"])), recompute_num_layers=0, dtype="bf16",
             peak_flops_per_s=312e12, memory_bandwidth_bytes_per_s=1.8e12,
             analytical_step_time_s=float(rng.uniform(1, 10)), analytical_comm_time_s=float(rng.uniform(0, 0.5)),
-            analytical_mfu=float(rng.uniform(0.3, 0.6))))
+            analytical_mfu=float(rng.uniform(0.3, 0.6)), software="megatron-core"))
         if records[-1]["recompute"] == "full":
             records[-1]["recompute_num_layers"] = 48 // pp
     truth = np.array([0.25 * np.log2(r["tp"]) - 0.05 * r["pp"] for r in records])
     return records, truth + rng.normal(0, 0.01, n)
 
 
-def test_regressor_passes_the_scikit_learn_estimator_checks():
-    failed = [c["check_name"] for c in check_estimator(LogRatioRegressor(), on_fail=None) if c["status"] == "failed"]
-    assert failed == []
+SMALL_TREES = dict(kind="trees", n_estimators=60, learning_rate=0.15)
 
 
-def test_pipeline_contract_fit_returns_self_clone_and_cross_validation():
+@pytest.mark.parametrize("params", [dict(kind="ridge"), SMALL_TREES], ids=["ridge", "trees"])
+def test_regressor_passes_the_scikit_learn_estimator_checks(params):
+    checks = check_estimator(LogRatioRegressor(**params), on_fail=None)
+    assert [c["check_name"] for c in checks if c["status"] == "failed"] == []
+
+
+@pytest.mark.parametrize("params,state", [(dict(kind="ridge", alpha=0.5), {"coef_", "mean_", "scale_", "intercept_"}),
+                                          (SMALL_TREES, {"trees_"})], ids=["ridge", "trees"])
+def test_pipeline_contract_fit_returns_self_clone_and_cross_validation(params, state):
     records, y = synthetic_records()
-    pipe = make_correction(alpha=0.5)
+    pipe = make_correction(**params)
     assert pipe.fit(records, y) is pipe
     model = pipe[-1]
-    fitted = [k for k in vars(model) if k.endswith("_") and not k.startswith("_")]
-    assert {"coef_", "mean_", "scale_", "lower_", "upper_"} <= set(fitted)
-    assert set(vars(LogRatioRegressor(alpha=0.5))) == {"alpha", "ood_margin"}  # __init__ stores only params
+    fitted = {k for k in vars(model) if k.endswith("_") and not k.startswith("_")}
+    assert state | {"lower_", "upper_", "y_min_", "y_max_", "n_features_in_"} <= fitted
+    assert set(vars(LogRatioRegressor(**params))) == set(LogRatioRegressor().get_params())  # __init__ stores params only
     fresh = clone(pipe)
-    assert not hasattr(fresh[-1], "coef_") and fresh[-1].alpha == 0.5
+    assert not any(k.endswith("_") for k in vars(fresh[-1])) and fresh[-1].get_params() == model.get_params()
     scores = cross_val_score(fresh, records, y, cv=GroupKFold(4), groups=np.arange(len(y)) % 8)
-    # The known residual is linear in the features: R^2 near 1 (a fold may hold a few OOD rows).
-    assert np.median(scores) > 0.95 and scores.min() > 0.5
+    # The known residual is a function of tp and pp: R^2 near 1 (a fold may hold a few OOD rows).
+    assert np.median(scores) > 0.9 and scores.min() > 0.5
     assert list(pipe[0].get_feature_names_out()) == list(FEATURE_NAMES)
 
 
 def test_out_of_distribution_rows_fall_back_to_factor_one():
     records, y = synthetic_records()
-    pipe = make_correction().fit(records, y)
+    pipe = make_correction(**SMALL_TREES).fit(records, y)
     inside = dict(records[0])
     far = dict(records[0], num_gpus=65536, dp=65536 // (records[0]["tp"] * records[0]["pp"]))
     fp8 = dict(records[0], dtype="fp8")  # a dtype never seen in training
@@ -72,9 +78,10 @@ def test_out_of_distribution_rows_fall_back_to_factor_one():
     assert pipe.predict(records).max() <= y.max() + 1e-12
 
 
-def test_json_round_trip_predicts_identically_and_refuses_other_features():
+@pytest.mark.parametrize("params", [dict(kind="ridge"), SMALL_TREES], ids=["ridge", "trees"])
+def test_json_round_trip_predicts_identically_and_refuses_other_features(params):
     records, y = synthetic_records()
-    pipe = make_correction().fit(records, y)
+    pipe = make_correction(**params).fit(records, y)
     data = json.loads(json.dumps(correction_to_json(pipe)))
     again = correction_from_json(data)
     assert np.array_equal(again.predict(records), pipe.predict(records))
@@ -86,9 +93,9 @@ def test_json_round_trip_predicts_identically_and_refuses_other_features():
 def test_calibration_file_refuses_version_and_schema_mismatch(tmp_path):
     records, y = synthetic_records()
     path = tmp_path / "calibration.json"
-    CalibrationFile(correction=make_correction().fit(records, y)).save(path)
+    CalibrationFile(correction=make_correction(**SMALL_TREES).fit(records, y)).save(path)
     loaded = CalibrationFile.load(path)
-    assert np.array_equal(loaded.correction.predict(records), make_correction().fit(records, y).predict(records))
+    assert np.array_equal(loaded.correction.predict(records), make_correction(**SMALL_TREES).fit(records, y).predict(records))
     data = json.loads(path.read_text())
     data["versions"]["scikit-learn"] = "0.24.2"
     with pytest.raises(AutoplanError, match=r"scikit-learn 0\.24\.2.*regenerate") as info:
@@ -131,16 +138,17 @@ def test_evaluation_reports_both_models_and_improves_on_a_learnable_residual():
     records, y = synthetic_records(90)
     groups = [f"g{i % 9}" for i in range(90)]
     measured = [r["analytical_step_time_s"] * np.exp(v) for r, v in zip(records, y)]
-    result = evaluate_calibration(records, measured, groups)
+    result = evaluate_calibration(records, measured, groups, make_correction(**SMALL_TREES))
     assert set(result["analytical"]) >= {"mape", "median", "max", "spearman_within_sweeps"}
     assert result["calibrated"]["mape"] < 0.05 < result["analytical"]["mape"]
     assert result["cv"]["num_groups"] == 9
 
 
 def test_error_metrics_by_hand():
+    # Errors are on throughput (tokens/s = tokens / step time), as `autoplan validate` reports them.
     m = error_metrics([1.1, 2.0, 2.7], [1.0, 2.0, 3.0], sweeps=["a", "a", "a"])
-    assert m["mape"] == pytest.approx((0.1 + 0 + 0.1) / 3)
-    assert m["median"] == pytest.approx(0.1) and m["max"] == pytest.approx(0.1)
+    assert m["mape"] == pytest.approx((1 - 1 / 1.1 + 0 + 3 / 2.7 - 1) / 3)
+    assert m["median"] == pytest.approx(1 - 1 / 1.1) and m["max"] == pytest.approx(3 / 2.7 - 1)
     assert m["spearman_within_sweeps"] == pytest.approx(1.0)
 
 

@@ -43,7 +43,7 @@ def gather(measurement_paths, published: bool, learned: HardwareProfile | None =
 
 
 def build_calibration(measurement_paths=(), published: bool = False, profile_path=None,
-                      alpha: float = 3.0) -> tuple[CalibrationFile, list[str]]:
+                      kind: str = "trees") -> tuple[CalibrationFile, list[str]]:
     """Fit everything the inputs allow; raise AutoplanError when they allow nothing."""
     measurement_paths = [str(p) for p in measurement_paths]
     if not measurement_paths and not published and profile_path is None:
@@ -66,35 +66,38 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     data, malformed = gather(measurement_paths, published, calibration.profile)
     if malformed:
         lines.append(f"skipped {malformed} malformed measurement line(s)")
-    if len(data.skipped) > malformed:
-        lines.append(f"skipped {len(data.skipped) - malformed} unusable row(s) (failed runs, infeasible plans)")
+    unusable = len(data.skipped) - malformed
+    if unusable:
+        lines.append(f"skipped {unusable} unusable row(s) (failed runs, or plans the cost model rejects)")
     if len(data) < MIN_TRAINING_ROWS:
         raise AutoplanError(
-            f"only {len(data)} usable training row(s) (at least {MIN_TRAINING_ROWS} needed) from "
-            f"{', '.join(measurement_paths) or 'no measurement files'}{' and the published runs' if published else ''}; "
-            f"record more runs with `autoplan run` or add --published")
+            f"only {len(data)} usable training row(s) (at least {MIN_TRAINING_ROWS} needed; {malformed} malformed "
+            f"line(s) and {unusable} unusable row(s) skipped) from {', '.join(measurement_paths) or 'no measurement files'}"
+            f"{' and the published runs' if published else ''}; record more runs with `autoplan run` or add --published")
     records = data.records
     target = np.log(np.asarray(data.measured_s) / np.array([r["analytical_step_time_s"] for r in records]))
-    calibration.correction = make_correction(alpha=alpha).fit(records, target)
+    estimator = make_correction(kind=kind)
+    calibration.correction = estimator.fit(records, target)
     num_groups = len(set(data.groups))
     evaluation = None
     if num_groups >= MIN_CV_GROUPS:
-        evaluation = evaluate_calibration(records, data.measured_s, data.groups)
+        evaluation = evaluate_calibration(records, data.measured_s, data.groups, estimator,
+                                          sweeps=[r.get("sweep") or r["group"] for r in records])
         evaluation.pop("predictions")
         a, c = evaluation["analytical"], evaluation["calibrated"]
-        lines.append(f"grouped CV over {num_groups} sweeps (leave-one-sweep-out), step-time MAPE: "
+        lines.append(f"grouped CV over {num_groups} groups (leave-one-source-and-model-out), throughput MAPE: "
                      f"analytical {a['mape']:.1%} -> calibrated {c['mape']:.1%} (median {a['median']:.1%} -> "
                      f"{c['median']:.1%}, max {a['max']:.1%} -> {c['max']:.1%})")
     else:
-        lines.append(f"only {num_groups} sweep(s): the correction is fitted but cannot be cross-validated "
-                     f"across sweeps (need {MIN_CV_GROUPS})")
+        lines.append(f"only {num_groups} group(s): the correction is fitted but cannot be cross-validated "
+                     f"across groups (need {MIN_CV_GROUPS})")
     calibration.training = {
         "num_rows": len(data),
         "num_measured": data.origins.count("measured"), "num_published": data.origins.count("published"),
         "num_groups": num_groups, "num_skipped": len(data.skipped), "num_malformed_lines": malformed,
         "skipped": data.skipped[:50], "inputs": measurement_paths + (["published"] if published else []),
-        "alpha": alpha, "evaluation": evaluation,
+        "estimator": {k: v for k, v in estimator[-1].get_params().items()}, "evaluation": evaluation,
     }
     lines.insert(0, f"trained the correction on {len(data)} rows ({data.origins.count('measured')} measured, "
-                    f"{data.origins.count('published')} published) in {num_groups} sweeps")
+                    f"{data.origins.count('published')} published) in {num_groups} groups")
     return calibration, lines

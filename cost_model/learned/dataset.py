@@ -49,9 +49,9 @@ class CalibrationData:
 def _estimate_record(model, training, cluster, plan, profile, software=None):
     from cost_model import Estimator
 
-    estimate = Estimator(model, training, cluster, profile, software=software).estimate(plan)
-    record = plan_record(model, training, cluster, plan, profile, estimate)
-    return {**record, "software": software.name if software is not None else "megatron-core"}
+    estimator = Estimator(model, training, cluster, profile, software=software)
+    estimate = estimator.estimate(plan)
+    return plan_record(model, training, cluster, plan, profile, estimate, estimator.software.name)
 
 
 def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> HardwareProfile:
@@ -90,7 +90,7 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
     return data
 
 
-def published_data(dtypes=("bf16",)) -> CalibrationData:
+def published_data(dtypes=("bf16", "fp16")) -> CalibrationData:
     """Rows from the shipped published runs with the given precisions, each estimated on the
     built-in profile of its GPU with the software stack of its framework (as `autoplan validate`).
     The measured step time is the published tokens/s/GPU turned back into seconds per step."""
@@ -103,7 +103,7 @@ def published_data(dtypes=("bf16",)) -> CalibrationData:
             continue
         try:
             record = _estimate_record(run.model, run.training, run.cluster, run.plan,
-                                      builtin_profile(run.gpu), run.software)
+                                      builtin_profile(run.gpu), run.software())
         except (AutoplanError, InfeasiblePlan) as exc:
             data.skipped.append(f"published {run.id}: {exc}")
             continue

@@ -6,8 +6,9 @@ part of a sweep has seen the answer for the rest. Every calibrated prediction he
 by a correction fitted without any row of the predicted row's group (GroupKFold or leave-one-group-
 out), and the analytical prediction of the same rows is scored beside it.
 
-Errors are absolute percentage errors of the step time, |predicted - measured| / measured, reported
-as fractions: mean (MAPE), median and max; plus Spearman's rank correlation within each sweep of at
+Errors are absolute percentage errors of the throughput (tokens/s), |predicted - measured| / measured,
+as `autoplan validate` reports them; from step times that is |measured_s / predicted_s - 1|. They are
+fractions: mean (MAPE), median and max; plus Spearman's rank correlation within each sweep of at
 least 3 rows (does the model order the plans of one sweep correctly?), averaged over sweeps.
 """
 from __future__ import annotations
@@ -21,14 +22,20 @@ from cost_model.learned.correction import correction_in_distribution, make_corre
 
 
 def error_metrics(predicted_s, measured_s, sweeps=None) -> dict:
-    """MAPE, median and max absolute percentage error (fractions), and mean within-sweep Spearman."""
+    """Throughput MAPE, median and max absolute percentage error (fractions) from step times, and
+    the mean within-sweep Spearman correlation."""
     predicted_s, measured_s = np.asarray(predicted_s, float), np.asarray(measured_s, float)
-    ape = np.abs(predicted_s - measured_s) / measured_s
+    ape = throughput_ape(predicted_s, measured_s)
     out = {"mape": float(ape.mean()), "median": float(np.median(ape)), "max": float(ape.max()),
            "num_rows": int(ape.size)}
     if sweeps is not None:
         out["spearman_within_sweeps"] = spearman_within_sweeps(predicted_s, measured_s, sweeps)
     return out
+
+
+def throughput_ape(predicted_s, measured_s) -> np.ndarray:
+    """|predicted - measured| / measured of tokens/s, from step times (tokens/s = tokens / step time)."""
+    return np.abs(np.asarray(measured_s, float) / np.asarray(predicted_s, float) - 1.0)
 
 
 def spearman_within_sweeps(predicted_s, measured_s, sweeps, min_rows: int = 3) -> float | None:
@@ -89,8 +96,8 @@ def evaluate_calibration(records, measured_s, groups, estimator=None, n_splits: 
     for g in np.unique(groups):
         sel = groups == g
         per_group.append({"group": str(g), "num_rows": int(sel.sum()),
-                          "analytical_mape": float(np.mean(np.abs(analytical_s[sel] / measured_s[sel] - 1))),
-                          "calibrated_mape": float(np.mean(np.abs(calibrated_s[sel] / measured_s[sel] - 1))),
+                          "analytical_mape": float(throughput_ape(analytical_s[sel], measured_s[sel]).mean()),
+                          "calibrated_mape": float(throughput_ape(calibrated_s[sel], measured_s[sel]).mean()),
                           "corrected_fraction": float(corrected[sel].mean())})
     return {
         "analytical": error_metrics(analytical_s, measured_s, sweeps),

@@ -18,6 +18,11 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 FEATURE_SCHEMA = "autoplan.plan-features/1"
 
+SOFTWARE_STACKS = ("megatron-core", "megatron-2021", "megatron-deepspeed", "deepspeed", "llm-foundry", "torchtitan")
+"""Software stacks the analytical estimate can assume (cost_model.constants frameworks). Each is a
+0/1 feature: the analytical model's residual differs by framework (overlap, fusion, launch costs it
+cannot know), and a stack the correction never saw is out of distribution through `software_other`."""
+
 # Name -> one-line meaning. The order is the column order of the feature matrix.
 FEATURES = {
     "log10_num_params": "model size, log10 of the parameter count",
@@ -41,6 +46,8 @@ FEATURES = {
     "log10_hbm_bandwidth": "the GPU's achievable HBM bandwidth (separates A100 40/80GB, H100/H200)",
     "fp8": "fp8 matmuls (1) or 16-bit (0)",
     "analytical_mfu": "the MFU the analytical model predicts",
+    **{f"software_{name}": f"the analytical estimate assumed the {name} software stack" for name in SOFTWARE_STACKS},
+    "software_other": "the analytical estimate assumed another software stack",
 }
 FEATURE_NAMES = tuple(FEATURES)
 
@@ -50,15 +57,16 @@ RECORD_FIELDS = (
     "dp", "tp", "pp", "cp", "vpp", "sequence_parallel", "zero_stage", "micro_batch_size",
     "num_microbatches", "recompute", "recompute_num_layers", "dtype", "peak_flops_per_s",
     "memory_bandwidth_bytes_per_s", "analytical_step_time_s", "analytical_comm_time_s",
-    "analytical_mfu",
+    "analytical_mfu", "software",
 )
 
 COMM_TERMS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm", "ep_comm")
 """Time-breakdown terms counted as communication in `comm_share` (others: compute, bubble, ...)."""
 
 
-def plan_record(model, training, cluster, plan, profile, estimate) -> dict:
-    """One flat record of a plan and its analytical estimate (the unit of calibration data)."""
+def plan_record(model, training, cluster, plan, profile, estimate, software: str = "megatron-core") -> dict:
+    """One flat record of a plan and its analytical estimate (the unit of calibration data);
+    `software` names the software stack the analytical estimate assumed."""
     comm_s = sum(v for k, v in estimate.time_breakdown_s.items() if k in COMM_TERMS or k.endswith("_comm"))
     return {
         "model_name": model.name, "gpu": cluster.name,
@@ -76,6 +84,7 @@ def plan_record(model, training, cluster, plan, profile, estimate) -> dict:
         "analytical_comm_time_s": float(comm_s),
         "analytical_mfu": float(estimate.mfu),
         "analytical_peak_memory_bytes": int(estimate.peak_memory_bytes),
+        "software": software,
     }
 
 
@@ -108,6 +117,8 @@ def featurize_record(r) -> list[float]:
         math.log10(float(r["memory_bandwidth_bytes_per_s"])),
         float(r["dtype"] == "fp8"),
         float(r["analytical_mfu"]),
+        *[float(r["software"] == name) for name in SOFTWARE_STACKS],
+        float(r["software"] not in SOFTWARE_STACKS),
     ]
 
 

@@ -10,7 +10,8 @@ which tables were learned, from how many samples, with what cross-validated erro
 
 Targets are logs (log efficiency for matmul/attention, log bus bandwidth for collectives) so that
 the regressors' errors are relative; the cross-validated error is the mean absolute percentage
-error of the throughput itself (5-fold, shuffled, seeded).
+error of the throughput itself on shapes the regressor did not see (5-fold CV grouped by shape,
+so repeated samples of one shape never sit on both sides).
 """
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.ensemble import GradientBoostingRegressor
-from sklearn.model_selection import KFold, cross_val_predict
+from sklearn.model_selection import GroupKFold, cross_val_predict
+from sklearn.neighbors import KNeighborsRegressor
 
 from autoplan.specs import AttentionSample, CollectiveSample, HardwareProfile, MatmulSample
 
-MIN_SAMPLES = 6
-"""Fewer measured points than this in one group: keep them as measured (nothing to learn from)."""
+MIN_SHAPES = 4
+"""Fewer distinct measured shapes than this in one group: keep them as measured (a curve through
+three points is no better than the cost model's own interpolation)."""
 
 
 @dataclass
@@ -35,15 +38,24 @@ class OpFit:
     table: str
     group: tuple
     num_samples: int
+    num_shapes: int
     cv_mape: float
-    """Mean absolute percentage error of the throughput under 5-fold CV (a fraction)."""
+    """Mean absolute percentage error of the throughput on held-out shapes (5-fold grouped CV)."""
+    baseline_cv_mape: float
+    """The same error for inverse-distance interpolation between measured shapes (what the cost
+    model's table lookup does); the learned table replaces the measured one only when it is lower."""
     model: object
     feature_ranges: list
     """(min, max) of each input (log2 of sizes) seen in training: the grid stays inside them."""
 
     def summary(self) -> dict:
         return {"table": self.table, "group": list(self.group), "num_samples": self.num_samples,
-                "cv_mape": self.cv_mape}
+                "num_shapes": self.num_shapes, "cv_mape": self.cv_mape,
+                "interpolation_cv_mape": self.baseline_cv_mape, "used": self.used}
+
+    @property
+    def used(self) -> bool:
+        return self.cv_mape < self.baseline_cv_mape
 
 
 def _regressor(seed: int = 0) -> GradientBoostingRegressor:
@@ -53,14 +65,26 @@ def _regressor(seed: int = 0) -> GradientBoostingRegressor:
                                      subsample=0.9, random_state=seed)
 
 
+def _num_shapes(X: np.ndarray) -> int:
+    return len(np.unique(X, axis=0))
+
+
 def _fit(table: str, group: tuple, X: np.ndarray, y_log: np.ndarray, seed: int) -> OpFit:
-    n = len(y_log)
-    cv = KFold(n_splits=min(5, n), shuffle=True, random_state=seed)
-    pred = cross_val_predict(_regressor(seed), X, y_log, cv=cv)
-    cv_mape = float(np.mean(np.abs(np.exp(pred - y_log) - 1.0)))
+    # Repeated samples of one shape are grouped, so the CV error is that of an unmeasured shape.
+    _, shape_id = np.unique(X, axis=0, return_inverse=True)
+    cv = GroupKFold(n_splits=min(5, _num_shapes(X)))
+    groups = shape_id.ravel()
+    pred = cross_val_predict(_regressor(seed), X, y_log, cv=cv, groups=groups)
+    largest_fold = max(len(test) for _, test in cv.split(X, y_log, groups))
+    idw = KNeighborsRegressor(n_neighbors=min(4, len(y_log) - largest_fold), weights="distance")
+    baseline = cross_val_predict(idw, X, y_log, cv=cv, groups=groups)
     model = _regressor(seed).fit(X, y_log)
     ranges = [(float(c.min()), float(c.max())) for c in X.T]
-    return OpFit(table, group, n, cv_mape, model, ranges)
+    return OpFit(table, group, len(y_log), _num_shapes(X), _mape(pred, y_log), _mape(baseline, y_log), model, ranges)
+
+
+def _mape(pred_log: np.ndarray, y_log: np.ndarray) -> float:
+    return float(np.mean(np.abs(np.exp(pred_log - y_log) - 1.0)))
 
 
 def _grid_axis(lo_log2: float, hi_log2: float) -> list[int]:
@@ -84,21 +108,21 @@ def _groups(samples, key):
 
 
 def fit_op_models(profile: HardwareProfile, seed: int = 0) -> list[OpFit]:
-    """Fit one regressor per (table, group) with at least MIN_SAMPLES measured points."""
+    """Fit one regressor per (table, group) with at least MIN_SHAPES distinct measured shapes."""
     fits = []
     for (dtype,), rows in _groups(profile.matmul, lambda s: (s.dtype,)).items():
-        if len(rows) >= MIN_SAMPLES:
-            X = np.log2([[s.m, s.n, s.k] for s in rows])
+        X = np.log2([[s.m, s.n, s.k] for s in rows])
+        if _num_shapes(X) >= MIN_SHAPES:
             eff = np.array([s.flops_per_s for s in rows]) / profile.peak(dtype)
             fits.append(_fit("matmul", (dtype,), X, np.log(eff), seed))
     for (dtype, pass_), rows in _groups(profile.attention, lambda s: (s.dtype, s.pass_)).items():
-        if len(rows) >= MIN_SAMPLES:
-            X = np.log2([[s.batch, s.seq_len, s.num_heads, s.head_dim] for s in rows])
+        X = np.log2([[s.batch, s.seq_len, s.num_heads, s.head_dim] for s in rows])
+        if _num_shapes(X) >= MIN_SHAPES:
             eff = np.array([s.flops_per_s for s in rows]) / profile.peak(dtype)
             fits.append(_fit("attention", (dtype, pass_), X, np.log(eff), seed))
     for (op, scope), rows in _groups(profile.collectives, lambda s: (s.op, s.scope)).items():
-        if len(rows) >= MIN_SAMPLES:
-            X = np.log2([[s.message_bytes, s.group_size] for s in rows])
+        X = np.log2([[s.message_bytes, s.group_size] for s in rows])
+        if _num_shapes(X) >= MIN_SHAPES:
             fits.append(_fit("collectives", (op, scope), X,
                              np.log([s.bus_bandwidth_bytes_per_s for s in rows]), seed))
     return fits
@@ -127,8 +151,10 @@ def _learned_rows(fit: OpFit, peak) -> list:
 def learned_profile(profile: HardwareProfile, fits: list[OpFit] | None = None, seed: int = 0) -> HardwareProfile:
     """The measured profile with each learnable table replaced by its regressor's grid predictions.
 
-    Groups too small to learn keep their measured samples. `sources` names every learned table with
-    its sample count and cross-validated error; `environment["learned_from"]` keeps the summaries.
+    A table is replaced only when its regressor predicts held-out shapes better than interpolating
+    the measured ones; groups too small to learn, and regressors that lose, keep their measured
+    samples. `sources` says which, with sample counts and both cross-validated errors;
+    `environment["learned_from"]` keeps the summaries.
     """
     fits = fit_op_models(profile, seed) if fits is None else fits
     tables = {"matmul": list(profile.matmul), "attention": list(profile.attention),
@@ -137,12 +163,15 @@ def learned_profile(profile: HardwareProfile, fits: list[OpFit] | None = None, s
                 "collectives": lambda s: (s.op, s.scope)}
     sources = dict(profile.sources)
     for fit in fits:
+        errors = (f"CV MAPE on held-out shapes {fit.cv_mape:.1%} learned vs {fit.baseline_cv_mape:.1%} "
+                  f"interpolated, from {fit.num_samples} samples ({fit.num_shapes} shapes) of profile {profile.name!r}")
+        key = f"{fit.table}[{'/'.join(fit.group)}]"
+        if not fit.used:
+            sources[key] = f"measured (the learned model lost to interpolation: {errors})"
+            continue
         kept = [s for s in tables[fit.table] if group_of[fit.table](s) != fit.group]
         tables[fit.table] = kept + _learned_rows(fit, profile.peak)
-        sources[f"{fit.table}[{'/'.join(fit.group)}]"] = (
-            f"learned: gradient-boosted trees on {fit.num_samples} measured samples of profile "
-            f"{profile.name!r}, predicted on a grid inside the measured range; 5-fold CV MAPE "
-            f"{fit.cv_mape:.1%}")
+        sources[key] = f"learned: gradient-boosted trees predicted on a grid inside the measured range; {errors}"
     return replace(
         profile, name=f"{profile.name}+learned", matmul=tuple(tables["matmul"]),
         attention=tuple(tables["attention"]), collectives=tuple(tables["collectives"]),
@@ -151,8 +180,9 @@ def learned_profile(profile: HardwareProfile, fits: list[OpFit] | None = None, s
 
 
 def profile_with_raw_samples(profile: HardwareProfile, profile_path) -> HardwareProfile:
-    """The profile with its tables rebuilt from every raw sample (not only the medians), if the raw
-    samples CSV named by `raw_samples` exists and has the sample tables' columns."""
+    """The profile with its tables rebuilt from every raw sample (repeats and ranks, not only the
+    medians) when the samples CSV its `raw_samples` names exists next to it (profiler layout: a
+    `kind` column of matmul / attention / collective rows); else the profile unchanged."""
     if not profile.raw_samples:
         return profile
     path = Path(profile_path).parent / profile.raw_samples
@@ -160,26 +190,33 @@ def profile_with_raw_samples(profile: HardwareProfile, profile_path) -> Hardware
         return profile
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    return replace(profile, **_raw_tables(rows)) if rows and "table" in rows[0] else profile
+    return replace(profile, **_raw_tables(rows)) if rows and "kind" in rows[0] else profile
+
+
+def _i(value: str) -> int:
+    return int(float(value))  # pandas writes integer columns with gaps as floats ("1024.0")
+
+
+_RAW_MAKERS = {
+    "matmul": ("matmul", lambda r: MatmulSample(_i(r["m"]), _i(r["n"]), _i(r["k"]), r["dtype"], float(r["flops_per_s"]))),
+    "attention": ("attention", lambda r: AttentionSample(_i(r["batch"]), _i(r["seq_len"]), _i(r["num_heads"]),
+                                                         _i(r["head_dim"]), r["dtype"], r["pass"], float(r["flops_per_s"]))),
+    "collective": ("collectives", lambda r: CollectiveSample(r["op"], r["scope"], _i(r["group_size"]), _i(r["message_bytes"]),
+                                                             float(r["bus_bandwidth_bytes_per_s"]), float(r["time_s"] or 0.0))),
+}
 
 
 def _raw_tables(rows: list[dict]) -> dict:
-    makers = {
-        "matmul": lambda r: MatmulSample(int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"], float(r["flops_per_s"])),
-        "attention": lambda r: AttentionSample(int(r["batch"]), int(r["seq_len"]), int(r["num_heads"]),
-                                               int(r["head_dim"]), r["dtype"], r["pass"], float(r["flops_per_s"])),
-        "collectives": lambda r: CollectiveSample(r["op"], r["scope"], int(r["group_size"]), int(r["message_bytes"]),
-                                                  float(r["bus_bandwidth_bytes_per_s"])),
-    }
-    out = {}
-    for table, make in makers.items():
-        samples = []
-        for r in rows:
-            if r.get("table") == table:
-                try:
-                    samples.append(make(r))
-                except (KeyError, ValueError, TypeError):
-                    continue  # a row of another layout: the profile's own table stays authoritative
-        if samples:
-            out[table] = tuple(samples)
-    return out
+    tables: dict = {}
+    for r in rows:
+        maker = _RAW_MAKERS.get(r.get("kind", ""))
+        if maker is None:
+            continue
+        table, make = maker
+        try:
+            sample = make(r)
+        except (KeyError, ValueError, TypeError):
+            continue  # a malformed row: the profile's own median table stays authoritative for it
+        if sample.flops_per_s > 0 if table != "collectives" else sample.bus_bandwidth_bytes_per_s > 0:
+            tables.setdefault(table, []).append(sample)
+    return {k: tuple(v) for k, v in tables.items()}

@@ -1,0 +1,89 @@
+"""Use a calibration file (written by `autoplan calibrate`) when planning.
+
+Two things can come out of calibration, and the planner uses both:
+
+- a learned HardwareProfile (op regressors fitted on a measured profile, see cost_model.learned.ops):
+  it replaces the profile the analytical model reads, so measured matmul/attention efficiencies and
+  collective bandwidths enter every term of the estimate;
+- a plan-level correction of the step time (cost_model.learned.correction): every time term of the
+  analytical estimate is multiplied by exp(predicted log(measured/analytical)), so the breakdown still
+  sums to the total. A plan outside the correction's training range keeps the analytical answer.
+
+`provenance.cost_model` / `CostEstimate.cost_model` says which model scored a plan:
+"analytical/1" or "analytical/1+learned/1".
+
+    calibration = load_calibration("calibration.json")
+    estimator = CalibratedEstimator(model, training, cluster, profile, calibration)
+    estimate = estimator.estimate(plan)          # a CostEstimate, corrected where it may be
+"""
+from __future__ import annotations
+
+import math
+
+from autoplan.specs import CostEstimate, HardwareProfile
+from cost_model.learned.correction import correction_in_distribution
+from cost_model.learned.features import plan_record
+from cost_model.learned.store import LEARNED_COST_MODEL, CalibrationFile
+
+__all__ = ["CalibratedEstimator", "CalibrationFile", "apply", "correction_factor", "load_calibration",
+           "scoring_profile"]
+
+
+def load_calibration(path) -> CalibrationFile:
+    """Read and check a calibration file; any mismatch is one AutoplanError line."""
+    return CalibrationFile.load(path)
+
+
+def correction_factor(calibration: CalibrationFile | None, record: dict) -> float:
+    """exp(predicted log(measured/analytical)) for one plan record; exactly 1.0 when there is no
+    trained correction or the record lies outside its training range."""
+    if calibration is None or calibration.correction is None:
+        return 1.0
+    if not correction_in_distribution(calibration.correction, [record])[0]:
+        return 1.0
+    return float(math.exp(calibration.correction.predict([record])[0]))
+
+
+def apply(calibration: CalibrationFile | None, estimate: CostEstimate, record: dict) -> CostEstimate:
+    """The estimate with its time terms scaled by the correction factor, labelled with the model
+    that scored it; the analytical estimate itself when the correction does not apply."""
+    factor = correction_factor(calibration, record)
+    if factor == 1.0:
+        return estimate
+    return estimate.scaled_time(factor, f"{estimate.cost_model}+{LEARNED_COST_MODEL}")
+
+
+def scoring_profile(profile: HardwareProfile, calibration: CalibrationFile | None) -> HardwareProfile:
+    """The profile to score with: the calibration's learned profile when it has one for this GPU
+    (same device name as the requested profile), else the requested profile unchanged."""
+    learned = calibration.profile if calibration is not None else None
+    if learned is not None and learned.device_name == profile.device_name:
+        return learned
+    return profile
+
+
+class CalibratedEstimator:
+    """The analytical Estimator with a calibration applied (same `estimate(plan)` interface)."""
+
+    def __init__(self, model, training, cluster, profile: HardwareProfile,
+                 calibration: CalibrationFile | None = None):
+        from cost_model import Estimator
+
+        self.model, self.training, self.cluster = model, training, cluster
+        self.calibration = calibration
+        self.profile = scoring_profile(profile, calibration)
+        self.analytical = Estimator(model, training, cluster, self.profile)
+
+    def __getattr__(self, name):
+        # Everything else (memory(), min_full_recompute_layers(), ...) is the analytical model's.
+        if name == "analytical":
+            raise AttributeError(name)
+        return getattr(self.analytical, name)
+
+    def estimate(self, plan) -> CostEstimate:
+        estimate = self.analytical.estimate(plan)
+        if self.calibration is None or self.calibration.correction is None:
+            return estimate
+        record = plan_record(self.model, self.training, self.cluster, plan, self.profile, estimate,
+                             self.analytical.software.name)
+        return apply(self.calibration, estimate, record)

@@ -1,0 +1,47 @@
+"""`autoplan calibrate`: learn corrections from measurements and write a calibration file.
+
+    autoplan calibrate runs.jsonl [more.jsonl] [--published] [--profile cluster.json] -o calibration.json
+
+Malformed measurement lines are skipped and counted; an empty training set is one line and exit 2;
+the output is written atomically, so a failed run leaves any previous calibration untouched.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="learn a step-time correction (and a learned profile) from measurements",
+        description="Fit the learned cost model: a plan-level correction of the analytical step time "
+                    "from measured runs and/or the shipped published runs, scored by grouped "
+                    "cross-validation, and op-level regressors from a measured hardware profile.")
+    p.add_argument("measurements", nargs="*", help="measurement JSONL files written by `autoplan run`")
+    p.add_argument("--published", action="store_true",
+                   help="also train on the shipped published runs (their bf16 and fp16 rows)")
+    p.add_argument("--profile", metavar="PATH", help="measured hardware profile (from `autoplan profile`) "
+                   "to learn matmul/attention/collective models from")
+    p.add_argument("--kind", choices=("trees", "ridge"), default="trees",
+                   help="correction model: boosted shallow trees (default) or ridge regression")
+    p.add_argument("-o", "--output", required=True, metavar="PATH", help="calibration JSON to write")
+    p.add_argument("--json", action="store_true", help="print the training summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from cost_model.learned.calibrate import build_calibration
+
+    calibration, lines = build_calibration(args.measurements, args.published, args.profile, args.kind)
+    calibration.save(args.output)
+    if args.json:
+        json.dump({"output": args.output, "training": calibration.training, "op_models": calibration.op_models},
+                  sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        for line in lines:
+            print(line)
+        parts = (["correction"] if calibration.correction is not None else []) + \
+                (["learned profile"] if calibration.profile is not None else [])
+        print(f"wrote {args.output} ({' + '.join(parts)})")
+    return 0

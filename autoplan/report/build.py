@@ -1,0 +1,199 @@
+"""`autoplan report`: gather predicted vs measured data and a plan's figures into PNGs + index.html.
+
+Two halves, each optional but not both absent:
+- Accuracy: the measured set (measurement JSONL files and/or the shipped published runs) against the
+  analytical prediction, the calibrated prediction under grouped cross-validation (each sweep
+  predicted by a correction that never saw it), and a given calibration file's prediction.
+- Plan: the focus plan (a plan.json, else the first measured run's plan) with its time and memory
+  breakdowns and those of its alternatives, the throughput-memory Pareto front of its search space,
+  and the scaling of the best plan of its model over GPU counts.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from autoplan.report import plots
+from autoplan.report.html import Section, write_index
+from autoplan.specs import AutoplanError, InfeasiblePlan, PlanDocument
+
+EXHAUSTIVE_SPACE_SIZE = 200_000
+"""Knob combinations up to which the report scores every plan (~10k valid plans take ~3 s)."""
+NSGA2_TRIALS = 600
+
+
+# -- accuracy -------------------------------------------------------------------------------------
+def _metrics_rows(metrics: dict) -> list:
+    rows = [["prediction", "rows", "MAPE", "median APE", "max APE", "Spearman within sweeps"]]
+    for name, m in metrics.items():
+        rho = m.get("spearman_within_sweeps")
+        rows.append([name, m["num_rows"], f"{m['mape']:.1%}", f"{m['median']:.1%}", f"{m['max']:.1%}",
+                     "n/a" if rho is None else f"{rho:.2f}"])
+    return rows
+
+
+def accuracy_sections(data, out_dir: Path, calibration=None) -> list[Section]:
+    from autoplan.calibration import correction_factor
+    from cost_model.learned.calibrate import MIN_CV_GROUPS, MIN_TRAINING_ROWS
+    from cost_model.learned.evaluate import error_metrics, evaluate_calibration, throughput_ape
+
+    measured = np.asarray(data.measured_s, float)
+    groups = np.asarray(data.groups)
+    predicted = {"analytical": np.array([r["analytical_step_time_s"] for r in data.records])}
+    notes = [f"{len(data)} measured rows in {len(set(data.groups))} sweeps "
+             f"({data.origins.count('measured')} measured here, {data.origins.count('published')} published)."]
+    if len(set(data.groups)) >= MIN_CV_GROUPS and len(data) >= MIN_TRAINING_ROWS:
+        evaluation = evaluate_calibration(data.records, measured, groups)
+        predicted["calibrated (grouped CV)"] = np.asarray(evaluation["predictions"]["calibrated_s"])
+        notes.append("'calibrated (grouped CV)': each sweep is predicted by a correction trained on the other "
+                     f"sweeps only (leave-one-sweep-out); {evaluation['cv']['corrected_fraction']:.0%} of rows "
+                     "were inside the correction's training range, the rest keep the analytical value.")
+    if calibration is not None and calibration.correction is not None:
+        factors = np.array([correction_factor(calibration, r) for r in data.records])
+        predicted["calibration file"] = predicted["analytical"] * factors
+        notes.append("'calibration file': the given calibration applied as is (rows it was trained on are "
+                     "in-sample for it).")
+    metrics = {name: error_metrics(p, measured, groups) for name, p in predicted.items()}
+    scatter = plots.predicted_vs_measured(
+        out_dir / "predicted_vs_measured.png", measured,
+        {f"{name} (MAPE {metrics[name]['mape']:.1%})": p for name, p in predicted.items()})
+    names = sorted(set(data.groups))
+    errors = {name: [float(throughput_ape(p[groups == g], measured[groups == g]).mean()) for g in names]
+              for name, p in predicted.items()}
+    bars = plots.error_by_group(out_dir / "error_by_group.png", names, errors)
+    per_group = [["sweep (source | model)", "rows", *[f"{n} MAPE" for n in predicted]]]
+    per_group += [[g, int((groups == g).sum()), *[f"{errors[n][i]:.1%}" for n in predicted]] for i, g in enumerate(names)]
+    return [Section("Predicted vs measured step time", notes, [Path(scatter).name], _metrics_rows(metrics)),
+            Section("Error per source and model", [], [Path(bars).name], per_group)]
+
+
+# -- plan -----------------------------------------------------------------------------------------
+def _estimator(doc: PlanDocument, profile, calibration, num_gpus: int | None = None):
+    from autoplan.calibration import CalibratedEstimator
+
+    cluster = doc.cluster if num_gpus is None else replace(doc.cluster, num_gpus=num_gpus)
+    return cluster, CalibratedEstimator(doc.model, doc.training, cluster, profile, calibration)
+
+
+def search_plans(doc: PlanDocument, profile, calibration=None, num_gpus: int | None = None):
+    """The search library's result for the doc's problem (at its GPU count or another one):
+    exhaustive when the space is small enough, else NSGA-II (seeded) for a time/memory front."""
+    from autoplan.search import PlanScorer, search
+    from autoplan.space import SearchSpace
+
+    cluster, estimator = _estimator(doc, profile, calibration, num_gpus)
+    space = SearchSpace(doc.model, doc.training, cluster)
+    scorer = PlanScorer(estimator)
+    if space.size <= EXHAUSTIVE_SPACE_SIZE:
+        return search(space, scorer, exhaustive=True)
+    return search(space, scorer, sampler="nsga2", num_trials=NSGA2_TRIALS, seed=0)
+
+
+def _point(e) -> dict:
+    return {"tokens_per_s": e.tokens_per_s, "peak_memory_bytes": e.peak_memory_bytes, "mfu": e.mfu, "fits": e.fits}
+
+
+def _points(result) -> list[dict]:
+    return [_point(s.estimate) for s in result.ranked + result.unfit]
+
+
+def _label(parallel: dict) -> str:
+    return (f"dp{parallel['dp']} tp{parallel['tp']} pp{parallel['pp']} cp{parallel.get('cp', 1)} "
+            f"mb{parallel['micro_batch_size']} z{parallel.get('zero_stage', 0)} {parallel.get('recompute', 'none')[:4]}")
+
+
+def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
+                  scaling_factors=(0.25, 0.5, 1, 2, 4)) -> list[Section]:
+    _, estimator = _estimator(doc, profile, calibration)
+    chosen = estimator.estimate(doc.parallel)
+    entries = [("chosen", doc.parallel.to_dict(), chosen.to_prediction())]
+    entries += [(f"alt {i + 1}", a["parallel"], a["prediction"]) for i, a in enumerate(doc.alternatives[:5])
+                if a.get("prediction", {}).get("time_breakdown_s")]
+    names = [f"{tag}: {_label(par)}" for tag, par, _ in entries]
+    bars = plots.breakdown_bars(out_dir / "breakdown.png", names, [p["time_breakdown_s"] for _, _, p in entries],
+                                [p["memory_breakdown_bytes"] for _, _, p in entries], chosen.memory_capacity_bytes,
+                                title=f"{doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}")
+    table = [["plan", "step time (s)", "tokens/s/GPU", "MFU", "peak memory (GiB)", "fits", "cost model"]]
+    table += [[n, p["step_time_s"], p["tokens_per_s_per_gpu"], f"{p['mfu']:.1%}", p["peak_memory_bytes"] / 2 ** 30,
+               str(p.get("fits", "")), p.get("cost_model", "")] for n, (_, _, p) in zip(names, entries)]
+    result = search_plans(doc, profile, calibration)
+    points = _points(result)
+    pareto = plots.pareto_plot(out_dir / "pareto.png", points, chosen.memory_capacity_bytes, _point(chosen),
+                               title=f"{result.sampler} search: {len(points)} plans of {doc.model.name} on "
+                                     f"{doc.cluster.num_gpus} x {doc.cluster.name}")
+    counts, tps, mfu = [], [], []
+    for factor in scaling_factors:
+        n = doc.cluster.num_gpus * factor
+        if n < 1 or n != int(n):
+            continue
+        n = int(n)
+        best = search_plans(doc, profile, calibration, n).best
+        if best is not None:
+            counts.append(n), tps.append(best.estimate.tokens_per_s), mfu.append(best.estimate.mfu)
+    sections = [
+        Section("Chosen plan and alternatives", [f"Time terms are exposed (non-overlapped) seconds per step; memory "
+                                                 f"is per GPU on the worst pipeline stage (GiB = 2^30 bytes)."],
+                [Path(bars).name], table),
+        Section("Throughput vs memory", [f"The plans the search scored ({result.sampler}: every structurally valid "
+                                         f"plan when the space is small, else NSGA-II's trials); the front keeps the "
+                                         f"fitting plans no other fitting plan beats in both tokens/s and memory."],
+                [Path(pareto).name]),
+    ]
+    if len(counts) >= 2:
+        curve = plots.scaling_curve(out_dir / "scaling.png", counts, tps, mfu,
+                                    title=f"Best plan of {doc.model.name} (global batch {doc.training.global_batch_size})")
+        sections.append(Section("Scaling", ["The fastest plan that fits at each GPU count, same global batch "
+                                            "(strong scaling); dotted: linear scaling from the smallest count."],
+                                [Path(curve).name]))
+    return sections
+
+
+# -- the whole report -----------------------------------------------------------------------------
+def build_report(out_dir, measurement_paths=(), published: bool = False, plan_path=None,
+                 calibration_path=None) -> list[str]:
+    """Write the PNGs and index.html into out_dir (created if missing); return the files written."""
+    from autoplan.calibration import load_calibration
+    from cost_model.learned.calibrate import gather
+
+    if not measurement_paths and not published and plan_path is None:
+        raise AutoplanError("nothing to report: give measurement files (runs.jsonl), --published, and/or a plan.json")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise AutoplanError(f"report output {str(out)!r} is a file; give a folder")
+    calibration = load_calibration(calibration_path) if calibration_path else None
+    doc = PlanDocument.load(plan_path) if plan_path else None
+    data = None
+    if measurement_paths or published:
+        data, _ = gather(measurement_paths, published, calibration.profile if calibration else None)
+        if not len(data):
+            raise AutoplanError(f"no usable measured rows in {', '.join(map(str, measurement_paths))}; "
+                                f"{len(data.skipped)} skipped (failed runs or malformed lines)")
+        if doc is None and data.origins.count("measured"):
+            doc = _first_measured_plan(measurement_paths)
+    out.mkdir(parents=True, exist_ok=True)
+    sections = accuracy_sections(data, out, calibration) if data is not None else []
+    if doc is not None:
+        sections += plan_sections(doc, out, _profile_of(doc), calibration)
+    title = "autoplan report" + (f": {doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}" if doc else "")
+    index = write_index(out, title, sections, footer="Step times in seconds; tokens/s base 10; memory in GiB (2^30 bytes).")
+    return sorted(str(p) for p in out.glob("*.png")) + [index]
+
+
+def _profile_of(doc: PlanDocument):
+    from autoplan.clusters import load_profile_file
+    from cost_model import builtin_profile
+
+    ref = doc.cluster.profile or f"builtin:{doc.cluster.name}"
+    return builtin_profile(ref.split(":", 1)[1]) if ref.startswith("builtin:") else load_profile_file(ref)
+
+
+def _first_measured_plan(paths) -> PlanDocument | None:
+    from autoplan.specs import read_measurements
+
+    for path in paths:
+        for m in read_measurements(path)[0]:
+            if m.status == "ok":
+                return PlanDocument.from_dict(m.plan)
+    return None
