@@ -237,3 +237,22 @@ def test_single_process_profile_is_complete_but_has_no_collectives(tmp_path, mon
     assert {s.pass_ for s in profile.attention} == {"fwd", "bwd"}
     assert all(math.isfinite(s.flops_per_s) and s.flops_per_s > 0 for s in profile.matmul + profile.attention)
     assert "no link measured" in profile.sources["intra_node_bandwidth_bytes_per_s"]
+
+
+def test_shipped_cpu_profile_loads_and_compares(capsys):
+    """profiler/data holds a real 2-process quick CPU profile (see docs/profiler.md) with its samples."""
+    from pathlib import Path
+
+    import profiler
+
+    path = Path(profiler.__file__).parent / "data" / "cpu2-quick.json"
+    profile = HardwareProfile.from_dict(json.loads(path.read_text()))
+    frame = pd.read_csv(path.parent / profile.raw_samples)
+    assert len(frame[frame["kind"] == "matmul"]) >= 3 * len(profile.matmul)
+    assert main(["profile", "--compare", str(path), "builtin:h100-80gb"]) == 0
+    rows = {line[:40].strip(): line.split() for line in capsys.readouterr().out.splitlines()}
+    ratio = float(rows["memory bandwidth GB/s"][-1])
+    from cost_model import builtin_profile
+
+    h100 = builtin_profile("h100-80gb")
+    assert ratio == pytest.approx(h100.memory_bandwidth_bytes_per_s / profile.memory_bandwidth_bytes_per_s, rel=0.01)
