@@ -73,17 +73,25 @@ def _backend(device_type: str) -> str:
     return "nccl" if device_type == "cuda" else "gloo"
 
 
+def _device_binding(device_type: str, local_rank: int) -> dict:
+    """NCCL: bind the process to its GPU before the group forms (barriers and object gathers then use
+    that GPU, not GPU 0). gloo needs nothing."""
+    if device_type != "cuda":
+        return {}
+    import torch
+
+    torch.cuda.set_device(local_rank)
+    return {"device_id": torch.device("cuda", local_rank)}
+
+
 def _spawned(local_rank: int, request: ProfileRequest, nproc: int, port: int) -> None:
     import torch.distributed as dist
 
     from profiler.runner import run_rank
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    if request.device_type == "cuda":
-        import torch
-
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(_backend(request.device_type), rank=local_rank, world_size=nproc)
+    dist.init_process_group(_backend(request.device_type), rank=local_rank, world_size=nproc,
+                            **_device_binding(request.device_type, local_rank))
     try:
         run_rank(request, RankInfo(local_rank, nproc, local_rank, nproc, distributed=True))
     finally:
@@ -130,11 +138,7 @@ def profile_under_torchrun(out: str, device: str, quick: bool, name: str = "") -
                     int(os.environ["LOCAL_WORLD_SIZE"]), distributed=True)
     device_type = resolve_device(device)
     path = check_output_path(out) if info.rank == 0 else Path(out)
-    if device_type == "cuda":
-        import torch
-
-        torch.cuda.set_device(info.local_rank)
-    dist.init_process_group(_backend(device_type))
+    dist.init_process_group(_backend(device_type), **_device_binding(device_type, info.local_rank))
     try:
         run_rank(ProfileRequest(out=path, device_type=device_type, quick=quick, name=name), info)
     finally:

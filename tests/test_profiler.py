@@ -256,3 +256,13 @@ def test_shipped_cpu_profile_loads_and_compares(capsys):
 
     h100 = builtin_profile("h100-80gb")
     assert ratio == pytest.approx(h100.memory_bandwidth_bytes_per_s / profile.memory_bandwidth_bytes_per_s, rel=0.01)
+
+
+def test_module_entry_outside_torchrun_is_bad_input(tmp_path, monkeypatch, capsys):
+    from profiler.__main__ import main as module_main
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert module_main(["--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "torchrun" in err and "autoplan profile --out" in err

@@ -133,3 +133,34 @@ def test_gpu_quick_profile(tmp_path):
     assert 0.5 * total_bytes < profile.memory_capacity_bytes <= total_bytes
     assert _positive_finite(s.flops_per_s for s in profile.matmul + profile.attention)
     assert profile.environment["driver"] and profile.environment["nccl"]
+
+
+@pytest.mark.slow
+def test_torchrun_across_two_nodes_measures_inter_node_links(tmp_path):
+    """Two torchrun agents on this machine rendezvous as two one-process nodes: the multi-node path."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "two_nodes.json"
+
+    def agent(node_rank: int):
+        return subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+             "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+             "--rdzv-id", "test", "-m", "profiler", "--device", "cpu", "--quick", "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    agents = [agent(0), agent(1)]
+    results = [a.communicate(timeout=300) for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], results
+    profile = HardwareProfile.from_dict(json.loads(out.read_text()))
+    assert (profile.num_nodes, profile.gpus_per_node, profile.environment["world_size"]) == (2, 1, 2)
+    assert {(c.op, c.scope, c.group_size) for c in profile.collectives} == {(op, "inter_node", 2) for op in COLLECTIVE_OPS}
+    assert profile.sources["inter_node_bandwidth_bytes_per_s"].startswith("measured")
+    assert profile.inter_node_bandwidth_bytes_per_s == max(
+        c.bus_bandwidth_bytes_per_s for c in profile.collectives if c.op == "all_reduce")
+    assert "wrote" in results[0][0] and "wrote" not in results[1][0]  # rank 0 writes and reports
