@@ -90,7 +90,9 @@ def pareto_lines(front: list) -> list:
 def search_lines(search: dict) -> list:
     rejected = ", ".join(f"{n} {tag}" for tag, n in search.get("rejected", {}).items())
     seed = f", seed {search['seed']}" if search.get("seed") is not None else ""
-    return [f"search   {search['sampler']}, {search['num_trials']} trials{seed}, {search['num_plans_scored']} plans scored, "
+    extra = "".join(f" + {search[k]} {what}" for k, what in (("num_polish_moves", "polish moves"),
+                                                             ("num_resumed_trials", "resumed trials")) if search.get(k))
+    return [f"search   {search['sampler']}, {search['num_trials']} trials{extra}{seed}, {search['num_plans_scored']} plans scored, "
             f"{search['num_feasible']} run, {search['wall_time_s']:.2f} s" + (f"; rejected: {rejected}" if rejected else "")]
 
 

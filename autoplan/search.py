@@ -100,6 +100,10 @@ class SearchResult:
     seed: int | None
     wall_time_s: float
     num_evaluated: int
+    num_polish_moves: int = 0
+    """Improving moves of the local search after the sampler (each recorded as a study trial)."""
+    num_resumed_trials: int = 0
+    """Trials a stored study already held."""
     pareto: list = field(default_factory=list)
     """NSGA-II only: the non-dominated plans (step time vs memory), fastest first."""
 
@@ -109,7 +113,8 @@ class SearchResult:
 
     def summary(self) -> dict:
         """The plan file's `search` block."""
-        return {"sampler": self.sampler, "num_trials": self.num_trials, "seed": self.seed,
+        return {"sampler": self.sampler, "num_trials": self.num_trials, "num_polish_moves": self.num_polish_moves,
+                "num_resumed_trials": self.num_resumed_trials, "seed": self.seed,
                 "wall_time_s": round(self.wall_time_s, 4), "num_plans_scored": self.num_evaluated,
                 "num_feasible": len(self.ranked),
                 "rejected": {tag: count for tag, (count, _) in sorted(self.rejections.items())}}
@@ -144,28 +149,31 @@ def _import_optuna():
     return optuna
 
 
-def _make_study(optuna, sampler: str, seed: int, storage: str | None, study_name: str | None, space_key: str):
+def _make_study(optuna, sampler: str, seed: int, directions: list):
     if sampler == "tpe":
         s = optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=20)
-        directions = ["minimize"]
     elif sampler == "nsga2":
         s = optuna.samplers.NSGAIISampler(seed=seed, population_size=NSGA2_POPULATION)
-        directions = ["minimize", "minimize"]
     else:
         raise AutoplanError(f"unknown sampler {sampler!r}; choose one of {', '.join(SAMPLERS)}")
+    return optuna.create_study(sampler=s, directions=directions)
+
+
+def _open_stored_study(optuna, storage: str, study_name: str | None, directions: list, key: str):
+    """The stored study to resume, checked to be about the same problem."""
     try:
-        study = optuna.create_study(storage=storage, study_name=study_name, sampler=s, directions=directions,
-                                    load_if_exists=storage is not None)
+        stored = optuna.create_study(storage=storage, study_name=study_name, directions=directions,
+                                     load_if_exists=True)
     except (ValueError, ImportError, RuntimeError) as exc:
         raise AutoplanError(f"cannot open the Optuna study (storage {storage!r}, name {study_name!r}): "
                             f"{str(exc).splitlines()[0]}") from None
-    stored_key = study.user_attrs.get("autoplan_space")
-    if stored_key is None:
-        study.set_user_attr("autoplan_space", space_key)
-    elif stored_key != space_key:
-        raise AutoplanError(f"study {study.study_name!r} in {storage} was searched for a different problem "
-                            f"({stored_key}); use another --study-name to start a new one")
-    return study
+    found = stored.user_attrs.get("autoplan_space")
+    if found is None:
+        stored.set_user_attr("autoplan_space", key)
+    elif found != key:
+        raise AutoplanError(f"study {stored.study_name!r} in {storage} was searched for a different problem "
+                            f"({found}); use another --study-name to start a new one")
+    return stored
 
 
 def _outcome(s: Scored, multi: bool) -> tuple:
@@ -206,7 +214,7 @@ def _neighbours(space: SearchSpace, current: dict):
                         yield {**current, a: va, b: vb}
 
 
-def _polish(optuna, study, space: SearchSpace, scorer: PlanScorer, start: dict, max_rounds: int) -> None:
+def _polish(optuna, study, space: SearchSpace, scorer: PlanScorer, start: dict, max_rounds: int) -> int:
     """Local search from the sampler's best plan: score the neighbours (`_neighbours`), move to the
     fastest one that fits, repeat until none is faster. TPE finds the right region; this settles
     the last per cent that a few hundred samples of a ~10^4-plan space leave on the table. Each
@@ -214,19 +222,20 @@ def _polish(optuna, study, space: SearchSpace, scorer: PlanScorer, start: dict, 
     resumes from it; the neighbours are scored through the same cache as the sampler's trials."""
     distributions = {k: optuna.distributions.CategoricalDistribution(list(v)) for k, v in space.domains.items()}
     current, current_time = dict(start), _score_knobs(space, scorer, start).step_time_s
-    for _ in range(max_rounds):
+    for moves in range(max_rounds):
         best_move, best_time = None, current_time
         for knobs in _neighbours(space, current):
             s = _score_knobs(space, scorer, knobs)
             if s.feasible and s.step_time_s < best_time:
                 best_move, best_time = knobs, s.step_time_s
         if best_move is None:
-            return
+            return moves
         current, current_time = best_move, best_time
         s = _score_knobs(space, scorer, current)
         value, constraints = _outcome(s, multi=False)
         study.add_trial(optuna.trial.create_trial(value=value, params=current, distributions=distributions,
                                                   constraints=constraints, user_attrs={"tag": s.tag, "phase": "polish"}))
+    return max_rounds
 
 
 def _polish_starts(study, space: SearchSpace, scorer: PlanScorer, count: int) -> list:
@@ -253,7 +262,15 @@ def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", 
     optuna = _import_optuna()
     started = time.perf_counter()
     num_trials = num_trials if num_trials is not None else DEFAULT_TRIALS[sampler]
-    study = _make_study(optuna, sampler, seed, storage, study_name, space_key(space))
+    directions = ["minimize", "minimize"] if sampler == "nsga2" else ["minimize"]
+    study = _make_study(optuna, sampler, seed, directions)
+    # The sampler works on an in-memory study: a database commit per suggested value (~20 per
+    # trial) would cost more than the search. A stored study is copied in first and the new
+    # trials are written back at the end, one transaction each.
+    stored = _open_stored_study(optuna, storage, study_name, directions, space_key(space)) if storage else None
+    if stored is not None:
+        study.add_trials([t for t in stored.trials if t.state.name == "COMPLETE"])
+    num_resumed = len(study.trials)
     domains = {k: list(v) for k, v in space.domains.items()}
     multi = sampler == "nsga2"
 
@@ -266,9 +283,12 @@ def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", 
         return values
 
     study.optimize(objective, n_trials=num_trials, gc_after_trial=False)
+    num_moves = 0
     if polish and not multi:
         for start in _polish_starts(study, space, scorer, POLISH_STARTS):
-            _polish(optuna, study, space, scorer, start, POLISH_ROUNDS)
+            num_moves += _polish(optuna, study, space, scorer, start, POLISH_ROUNDS)
+    if stored is not None:
+        stored.add_trials(study.trials[num_resumed:])
     rules = {}
     for t in study.trials:  # a resumed study's earlier trials count too
         if t.state.name != "COMPLETE" or set(t.params) != set(KNOBS):
@@ -279,7 +299,8 @@ def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", 
             count, first = rules.get(exc.reason, (0, str(exc)))
             rules[exc.reason] = (count + 1, first)
     scored = scorer.scored()
-    result = _collect(scored, sampler, len(study.trials), seed, started, scorer.num_evaluated, rules)
+    result = _collect(scored, sampler, num_trials, seed, started, scorer.num_evaluated, rules)
+    result.num_polish_moves, result.num_resumed_trials = num_moves, num_resumed
     if multi:
         result.pareto = pareto_front(result.ranked)
     return result

@@ -1,0 +1,120 @@
+"""The search against its oracle (the exhaustive enumeration), the Pareto front, pins, plan files,
+stored studies, and the answers when nothing runs. Small spaces keep each search well under a second."""
+import math
+
+import pytest
+
+from autoplan.planner import PlanRequest, plan_search, smallest_fitting_gpus
+from autoplan.search import PlanScorer, optuna_search
+from autoplan.space import Pins, SearchSpace
+from autoplan.specs import AutoplanError, InfeasiblePlan, PlanDocument
+
+SMALL = dict(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048)
+MOE = dict(model="mixtral-8x7b", num_gpus=16, global_batch_size=32, seq_len=2048)
+
+
+@pytest.fixture(scope="module")
+def small_oracle():
+    return plan_search(PlanRequest(exhaustive=True, **SMALL))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tpe_finds_the_exhaustive_optimum(small_oracle, seed):
+    found = plan_search(PlanRequest(seed=seed, **SMALL))
+    assert found.best.step_time_s == pytest.approx(small_oracle.best.step_time_s, rel=1e-9)
+    assert found.result.num_evaluated < small_oracle.result.num_evaluated
+
+
+def test_tpe_alone_finds_the_optimum_of_a_small_space_given_trials():
+    """No local polish: the sampler itself, on a space of a few dozen plans."""
+    req = PlanRequest(**SMALL)
+    oracle = plan_search(PlanRequest(exhaustive=True, pins=Pins(pp=1, cp=1, micro_batch_size=1), **SMALL))
+    space = SearchSpace(oracle.document.model, oracle.document.training, oracle.document.cluster,
+                        Pins(pp=1, cp=1, micro_batch_size=1))
+    from autoplan.planner import make_estimator
+    from autoplan.clusters import resolve_cluster
+
+    _, profile = resolve_cluster(req.num_gpus)
+    scorer = PlanScorer(make_estimator(space.model, space.training, space.cluster, profile))
+    result = optuna_search(space, scorer, num_trials=120, seed=3, polish=False)
+    assert result.best.plan == oracle.best.plan
+
+
+def test_moe_search_uses_expert_parallelism_and_matches_the_oracle():
+    oracle = plan_search(PlanRequest(exhaustive=True, pins=Pins(cp=1, micro_batch_size=1), **MOE))
+    found = plan_search(PlanRequest(seed=0, pins=Pins(cp=1, micro_batch_size=1), **MOE))
+    assert found.best.step_time_s == pytest.approx(oracle.best.step_time_s, rel=0.01)
+    assert {s.plan.ep for s in oracle.result.ranked} >= {1, 2, 4, 8}
+
+
+def test_nsga2_front_is_non_dominated_and_covers_what_it_saw():
+    outcome = plan_search(PlanRequest(sampler="nsga2", num_trials=150, seed=0, **SMALL))
+    front = outcome.result.pareto
+    assert len(front) >= 2
+    for a in front:
+        assert a.feasible
+        for b in front:
+            if a is not b:
+                assert not (b.step_time_s <= a.step_time_s and b.peak_memory_bytes <= a.peak_memory_bytes)
+    for s in outcome.result.ranked:  # every plan it ran is matched or beaten by a front member
+        assert any(f.step_time_s <= s.step_time_s and f.peak_memory_bytes <= s.peak_memory_bytes for f in front)
+    assert len(outcome.document.extra["pareto_front"]) == len(front)
+
+
+def test_pins_are_respected_by_the_winner_and_every_alternative():
+    outcome = plan_search(PlanRequest(pins=Pins(tp=2, zero_stage=1, recompute="selective"), **SMALL))
+    for parallel in [outcome.document.parallel.to_dict()] + [a["parallel"] for a in outcome.document.alternatives]:
+        assert (parallel["tp"], parallel["zero_stage"], parallel["recompute"]) == (2, 1, "selective")
+
+
+def test_a_pin_that_cannot_work_says_why():
+    with pytest.raises(InfeasiblePlan, match=r"--tp 3 cannot work: .*tp=3"):
+        plan_search(PlanRequest(pins=Pins(tp=3), **SMALL))
+    with pytest.raises(InfeasiblePlan, match="sequence_parallel needs tp > 1"):
+        plan_search(PlanRequest(pins=Pins(tp=1, sequence_parallel=True), **SMALL))
+
+
+def test_plan_document_has_breakdowns_alternatives_and_round_trips(tmp_path):
+    doc = plan_search(PlanRequest(**SMALL)).document
+    pred = doc.prediction
+    assert math.isclose(sum(pred["time_breakdown_s"].values()), pred["step_time_s"], rel_tol=1e-9)
+    assert sum(pred["memory_breakdown_bytes"].values()) == pytest.approx(pred["peak_memory_bytes"], abs=16)
+    assert pred["fits"] and len(doc.alternatives) >= 3
+    assert all(a["why_not"] for a in doc.alternatives)
+    runners = [a for a in doc.alternatives if a["prediction"].get("fits")]
+    assert all(a["prediction"]["step_time_s"] >= pred["step_time_s"] for a in runners)
+    path = tmp_path / "plan.json"
+    doc.save(path)
+    again = PlanDocument.load(path)
+    assert again.to_dict() == doc.to_dict()
+    assert again.parallel == doc.parallel and again.plan_id == doc.plan_id
+
+
+def test_training_defaults_are_chosen_and_reported():
+    outcome = plan_search(PlanRequest(model="llama-2-7b", num_gpus=8))
+    t = outcome.document.training
+    assert (t.seq_len, t.global_batch_size) == (4096, 1024)
+    assert any("seq_len 4096" in d for d in outcome.defaults) and any("global batch 1024" in d for d in outcome.defaults)
+    gpt3 = plan_search(PlanRequest(model="gpt3-175b", num_gpus=1024, num_trials=40)).document.training
+    assert gpt3.seq_len == 2048  # capped at the model's context
+
+
+def test_model_that_fits_nowhere_names_the_smallest_gpu_count():
+    with pytest.raises(InfeasiblePlan) as exc:
+        plan_search(PlanRequest(model="llama-2-70b", num_gpus=8, global_batch_size=64, seq_len=2048,
+                                num_trials=30))
+    msg = str(exc.value)
+    needed = int(msg.split("--gpus ")[1].rstrip(")"))
+    assert needed > 8 and needed % 8 == 0
+    assert plan_search(PlanRequest(model="llama-2-70b", num_gpus=needed, global_batch_size=64, seq_len=2048,
+                                   num_trials=30)).best.feasible
+
+
+def test_stored_study_resumes_and_refuses_another_problem(tmp_path):
+    url = f"sqlite:///{tmp_path / 'plans.db'}"
+    first = plan_search(PlanRequest(num_trials=10, storage=url, study_name="s", **SMALL))
+    second = plan_search(PlanRequest(num_trials=10, storage=url, study_name="s", **SMALL))
+    assert second.result.num_resumed_trials == first.result.num_trials + first.result.num_polish_moves == 10 + first.result.num_polish_moves
+    assert second.best.step_time_s <= first.best.step_time_s
+    with pytest.raises(AutoplanError, match="different problem"):
+        plan_search(PlanRequest(num_trials=5, storage=url, study_name="s", **{**SMALL, "num_gpus": 16}))
