@@ -30,8 +30,16 @@ class SoftwareStack:
     """Fraction of the overlappable compute window the DP/FSDP collectives can hide behind."""
     fused_elementwise: float = 1.0
     """Multiplier on the memory-bound ops' bytes (torch.compile / fused kernels lower it)."""
-    step_overhead_fraction: float = 0.0
-    """Per-step software time (kernel launches, Python, sync) as a fraction of the busy time."""
+    pp_scatter_gather: bool = True
+    """Pipeline sends split over the TP ranks (b*s*h/t each, Narayanan 2021 sec. 4.1), or each
+    TP rank sends the whole b*s*h activation (DeepSpeed's pipeline engine)."""
+    fp8_rowwise: bool = False
+    """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
+    layer_overhead_s: float = 0.0
+    """Host-side time per layer and micro-batch (forward + backward) the GPU waits for: Python
+    dispatch, kernel launches, FSDP/DeepSpeed hooks. Exposed when the layer's GPU work is short."""
+    dp_bandwidth_scale: float = 1.0
+    """Fraction of the profile's bus bandwidth the framework's DP/ZeRO collectives reach."""
 
 
 # What each framework is known to do (facts, not fitted): whether attention is fused/flash, how
@@ -42,7 +50,8 @@ FRAMEWORK_FACTS = {
     # pipeline flush (no overlap with backward).
     "megatron-2021": {"flash_attention": False, "dp_comm_overlap": 0.0},
     # Megatron-DeepSpeed as BigScience ran it in 2022 (fused softmax, no flash attention).
-    "megatron-deepspeed": {"flash_attention": False},
+    # Its pipeline engine sends whole activations from every TP rank (no scatter/gather).
+    "megatron-deepspeed": {"flash_attention": False, "pp_scatter_gather": False},
     # DeepSpeed ZeRO-3 baseline of Narayanan 2021 Table 2 (no flash attention in 2021).
     "deepspeed": {"flash_attention": False},
     # MosaicML llm-foundry: FSDP (composer) + flash attention.
@@ -58,6 +67,8 @@ class Constants:
     """Per built-in profile: achieved-in-training over best-benchmark GEMM throughput."""
     fp8_matmul_scale: float = 1.0
     """fp8 GEMMs' achieved fraction relative to the bf16 fraction of their own peak."""
+    fp8_rowwise_scale: float = 1.0
+    """Extra factor for row-wise scaled fp8 GEMMs (their scaling epilogue costs more)."""
     attention_scale: float = 1.0
     elementwise_scale: float = 1.0
     compile_elementwise_factor: float = 1.0
@@ -77,6 +88,7 @@ class Constants:
 
     def to_dict(self) -> dict:
         return {"matmul_scale": dict(self.matmul_scale), "fp8_matmul_scale": self.fp8_matmul_scale,
+                "fp8_rowwise_scale": self.fp8_rowwise_scale,
                 "attention_scale": self.attention_scale, "elementwise_scale": self.elementwise_scale,
                 "compile_elementwise_factor": self.compile_elementwise_factor,
                 "async_tp_overlap": self.async_tp_overlap,
@@ -87,6 +99,7 @@ class Constants:
     def from_dict(cls, data: dict) -> "Constants":
         return cls(matmul_scale=dict(data.get("matmul_scale", {})),
                    fp8_matmul_scale=float(data.get("fp8_matmul_scale", 1.0)),
+                   fp8_rowwise_scale=float(data.get("fp8_rowwise_scale", 1.0)),
                    attention_scale=float(data.get("attention_scale", 1.0)),
                    elementwise_scale=float(data.get("elementwise_scale", 1.0)),
                    compile_elementwise_factor=float(data.get("compile_elementwise_factor", 1.0)),

@@ -54,7 +54,8 @@ class Estimator:
         self.rates = Rates(
             gemm_dtype=dtype,
             matmul_scale=1.0 if profile.measured else self.constants.matmul_scale.get(profile.name, 1.0),
-            fp8_scale=self.constants.fp8_matmul_scale,
+            fp8_scale=self.constants.fp8_matmul_scale
+            * (self.constants.fp8_rowwise_scale if self.software.fp8_rowwise else 1.0),
             attention_scale=self.constants.attention_scale,
             memory_scale=self.constants.elementwise_scale * self.software.fused_elementwise,
             flash_attention=self.software.flash_attention)

@@ -91,7 +91,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         dtype = "bf16" if rates.gemm_dtype == "fp8" else rates.gemm_dtype
         per_head = gemm_time_s(tables, Gemm("scores", s_local, seq_len, model.head_dim), dtype, rates.matmul_scale)
         scores = micro_batch * heads_local * s_local * seq_len
-        gemm_s = 2 * per_head * micro_batch * heads_local / rates.attention_scale
+        gemm_s = 2 * per_head * micro_batch * heads_local
         attn_fwd_s = gemm_s + memory_time_s(tables, 4.0 * scores * rates.memory_scale, 2.0 * s_local * seq_len)
         attn_bwd_s = 2 * gemm_s + memory_time_s(tables, 6.0 * scores * rates.memory_scale, 2.0 * s_local * seq_len)
 

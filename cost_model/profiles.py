@@ -98,16 +98,33 @@ _MEMORY_SIZES = tuple(2 ** e for e in range(12, 35, 2))
 _HBM_COPY_EFF = 0.90       # assumption: STREAM-style copies reach ~90% of datasheet HBM bandwidth
 _KERNEL_LAUNCH_S = 4e-6    # assumption: fixed per-kernel cost (launch + tail) of a few microseconds
 _NIC_EFF = 0.90            # assumption: collectives reach ~90% of InfiniBand line rate
-_GEMM_TILE = (256, 128)    # CUTLASS/cuBLAS large-tile shape that sets wave quantization
+_RING_HOP_S = 2e-6         # assumption: per-step latency of a ring collective across nodes
+# cuBLAS picks, per shape, the tile that quantizes best; smaller tiles reuse operands less
+# (assumption: 5% and 15% lower per-SM throughput for 128x128 and 128x64 than for 256x128).
+_GEMM_TILES = ((256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85))
+_GEMM_K_TILE = 64          # K consumed per main-loop iteration of such a tile
+_K_FILL_ITERS = 2.0        # assumption: prologue + epilogue ~ 2 main-loop steps per tile
+# The cited best GEMM (~8k-16k cubed) already pays the fill at K=8192: divide it out once.
+_BEST_FILL_EFF = (8192 / 64) / (8192 / 64 + _K_FILL_ITERS)
 
 
 def _gemm_flops_per_s(m: int, n: int, k: int, peak: float, eff: float, hbm: float, num_sms: int,
-                      bytes_per_elem: float) -> float:
-    """Roofline with wave quantization: the tiles of the output fill the SMs in whole waves."""
+                      bytes_per_elem: float, k_fill_iters: float) -> float:
+    """Roofline with wave quantization and pipeline fill.
+
+    The output tiles fill the SMs in whole waves (NVIDIA's "Matrix Multiplication Background"
+    guide: wave quantization). Each tile walks K in steps of _GEMM_K_TILE; filling the
+    load/MMA pipeline and writing the epilogue cost about `k_fill_iters` extra steps per tile,
+    which short-K GEMMs cannot amortize.
+    """
     flops = 2.0 * m * n * k
-    tiles = math.ceil(m / _GEMM_TILE[0]) * math.ceil(n / _GEMM_TILE[1])
-    wave_eff = tiles / (math.ceil(tiles / num_sms) * num_sms)
-    compute_s = flops / (peak * eff * wave_eff)
+    wave_eff = 0.0
+    for tile_m, tile_n, tile_eff in _GEMM_TILES:
+        tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n)
+        wave_eff = max(wave_eff, tile_eff * tiles / (math.ceil(tiles / num_sms) * num_sms))
+    k_iters = math.ceil(k / _GEMM_K_TILE)
+    fill_eff = k_iters / (k_iters + k_fill_iters)
+    compute_s = flops / (peak * eff * wave_eff * fill_eff)
     memory_s = bytes_per_elem * (m * k + k * n + m * n) / (hbm * _HBM_COPY_EFF)
     return flops / (max(compute_s, memory_s) + _KERNEL_LAUNCH_S)
 
@@ -120,8 +137,8 @@ def _matmul_table(spec: dict) -> tuple:
         for m in _MATMUL_DIMS:
             for n in _MATMUL_DIMS:
                 for k in _MATMUL_DIMS:
-                    fps = _gemm_flops_per_s(m, n, k, spec["peak"][dtype], spec["matmul_eff"],
-                                            spec["hbm_bytes_per_s"], spec["num_sms"], bpe)
+                    fps = _gemm_flops_per_s(m, n, k, spec["peak"][dtype], spec["matmul_eff"] / _BEST_FILL_EFF,
+                                            spec["hbm_bytes_per_s"], spec["num_sms"], bpe, _K_FILL_ITERS)
                     samples.append(MatmulSample(m, n, k, dtype, fps))
     return tuple(samples)
 
@@ -155,7 +172,12 @@ def _collective_table(spec: dict) -> tuple:
                     latency = intra_latency_s
                 else:
                     peak = node_nic
-                    latency = inter_latency_s * (1.0 + math.log2(n / 8) / 4)  # deeper trees / longer rings
+                    if op in ("all_gather", "reduce_scatter"):
+                        # Rings only: n-1 dependent steps, each paying a network hop.
+                        latency = inter_latency_s + _RING_HOP_S * (n - 1)
+                    else:
+                        # All-reduce can use NCCL's trees: depth grows with log2 of the nodes.
+                        latency = inter_latency_s * (1.0 + math.log2(n / 8) / 4)
                 for e in range(12, 33, 2):
                     size = 2 ** e
                     factor = 2.0 * (n - 1) / n if op == "all_reduce" else ((n - 1) / n if op != "send_recv" else 1.0)
@@ -165,12 +187,20 @@ def _collective_table(spec: dict) -> tuple:
 
 
 @lru_cache(maxsize=None)
-def builtin_profile(name: str = DEFAULT_PROFILE_NAME) -> HardwareProfile:
-    """The built-in HardwareProfile of a GPU type (one of BUILTIN_PROFILE_NAMES)."""
+def builtin_profile(name: str = DEFAULT_PROFILE_NAME, nic_bytes_per_s: float | None = None) -> HardwareProfile:
+    """The built-in HardwareProfile of a GPU type (one of BUILTIN_PROFILE_NAMES).
+
+    `nic_bytes_per_s` replaces the DGX scale-out bandwidth per GPU for clusters wired otherwise
+    (e.g. BigScience's Jean Zay: 4 x 100 Gb/s Omni-Path per 8-GPU node = 6.25 GB/s per GPU).
+    """
     spec = SPECS.get(name)
     if spec is None:
         raise AutoplanError(f"unknown built-in profile {name!r}; known: {', '.join(BUILTIN_PROFILE_NAMES)} "
                             f"(or pass a measured profile JSON from `autoplan profile`)")
+    sources = dict(spec["sources"])
+    if nic_bytes_per_s is not None:
+        spec = {**spec, "nic_bytes_per_s": float(nic_bytes_per_s)}
+        sources["inter_node_bandwidth_bytes_per_s"] = f"given: {nic_bytes_per_s / 1e9:g} GB/s per GPU"
     return HardwareProfile(
         name=name, device_name=spec["device_name"], gpus_per_node=8,
         memory_capacity_bytes=spec["capacity_bytes"],
@@ -181,6 +211,6 @@ def builtin_profile(name: str = DEFAULT_PROFILE_NAME) -> HardwareProfile:
         intra_node_latency_s=8e-6, inter_node_latency_s=15e-6, measured=False,
         matmul=_matmul_table(spec), attention=_attention_table(spec), memory_ops=_memory_table(spec),
         collectives=_collective_table(spec),
-        sources={**spec["sources"], "gpus_per_node": "DGX/HGX nodes: 8 GPUs",
+        sources={**sources, "gpus_per_node": "DGX/HGX nodes: 8 GPUs",
                  "memory_ops": f"HBM copy at {_HBM_COPY_EFF:.0%} of datasheet + {_KERNEL_LAUNCH_S * 1e6:.0f} us per kernel (assumption)"},
     )

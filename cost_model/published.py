@@ -10,8 +10,9 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoplan.specs import AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+from autoplan.specs import AutoplanError, ClusterSpec, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec
 from cost_model.constants import Constants, SoftwareStack, load_constants
+from cost_model.profiles import builtin_profile
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
 
@@ -22,8 +23,10 @@ PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
 SOURCES = {
     "N21": dict(source="narayanan2021", norm="layernorm", position="learned", tied_embeddings=True,
                 linear_bias=True, framework="megatron-2021"),
+    # Jean Zay nodes: 8 A100 80GB with NVLink and 4 Omni-Path 100 Gb/s links per node
+    # (BigScience tr11-176B-ml README, "Hardware") = 6.25 GB/s per GPU, a quarter of a DGX A100.
     "BLOOM": dict(source="bigscience", norm="layernorm", position="alibi", tied_embeddings=True,
-                  linear_bias=True, framework="megatron-deepspeed"),
+                  linear_bias=True, framework="megatron-deepspeed", nic_bytes_per_s=4 * 100e9 / 8 / 8),
     "LLMFOUNDRY": dict(source="llm-foundry", norm="layernorm", position="alibi", tied_embeddings=True,
                        linear_bias=False, framework="llm-foundry"),
     "TORCHTITAN": dict(source="torchtitan", norm="rmsnorm", position="rope", tied_embeddings=False,
@@ -41,12 +44,37 @@ class PublishedRun:
     training: TrainingSpec
     cluster: ClusterSpec
     plan: ParallelPlan
-    software: SoftwareStack
+    framework: str
+    """Training framework (a key of cost_model.constants.FRAMEWORK_FACTS)."""
+    compiled: bool
+    """torch.compile fused the elementwise ops (from the run's notes)."""
+    async_tp: bool
+    """Async tensor parallelism overlapped TP collectives with GEMMs (from the run's notes)."""
+    fp8_rowwise: bool
+    """fp8 with row-wise scales (torchao's "rowwise" recipe, from the run's id)."""
     measured_tokens_per_s_per_gpu: float
+    nic_bytes_per_s: float | None = None
+    """Scale-out bandwidth per GPU when the cluster is not DGX-like (None: the profile's)."""
     assumptions: tuple = ()
     notes: str = ""
     sweep: str = field(default="")
     """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
+
+    def software(self, constants: Constants | None = None) -> SoftwareStack:
+        """The run's SoftwareStack under the given (fitted) constants."""
+        constants = constants or load_constants()
+        overrides = {}
+        if self.compiled:
+            overrides["fused_elementwise"] = constants.compile_elementwise_factor
+        if self.async_tp:
+            overrides["tp_comm_overlap"] = constants.async_tp_overlap
+        if self.fp8_rowwise:
+            overrides["fp8_rowwise"] = True
+        return constants.software(self.framework, **overrides)
+
+    def profile(self) -> HardwareProfile:
+        """The built-in profile of the run's GPU, on the run's network."""
+        return builtin_profile(self.gpu, self.nic_bytes_per_s)
 
 
 def _int(row: dict, key: str, default=None):
@@ -62,9 +90,8 @@ def _source_key(row_id: str) -> str:
     return prefix
 
 
-def row_to_run(row: dict, constants: Constants | None = None) -> PublishedRun:
+def row_to_run(row: dict) -> PublishedRun:
     """One CSV row as cost-model inputs. Raises AutoplanError on a malformed row."""
-    constants = constants or load_constants()
     prefix = _source_key(row["id"])
     facts = SOURCES[prefix]
     assumptions = []
@@ -112,21 +139,16 @@ def row_to_run(row: dict, constants: Constants | None = None) -> PublishedRun:
     if prefix == "N21" and zero == 3:
         framework = "deepspeed"     # Table 2's ZeRO-3 baseline ran on DeepSpeed
     notes = row["notes"]
-    overrides = {}
-    if "compile" in notes:
-        overrides["fused_elementwise"] = constants.compile_elementwise_factor
-    if "asyncTP" in notes or "AsyncTP" in notes:
-        overrides["tp_comm_overlap"] = constants.async_tp_overlap
-    software = constants.software(framework, **overrides)
     return PublishedRun(
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
-        cluster=cluster, plan=plan, software=software,
+        cluster=cluster, plan=plan, framework=framework, compiled="compile" in notes,
+        async_tp="asyncTP" in notes or "AsyncTP" in notes, fp8_rowwise="rowwise" in row["id"], nic_bytes_per_s=facts.get("nic_bytes_per_s"),
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         assumptions=tuple(assumptions), notes=notes,
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
 
 
-def load_published_runs(path: str | Path = PUBLISHED_RUNS_PATH, constants: Constants | None = None) -> list:
+def load_published_runs(path: str | Path = PUBLISHED_RUNS_PATH) -> list:
     """Every row of the CSV as a PublishedRun (rows whose plan breaks a rule are still returned)."""
     p = Path(path)
     if not p.exists():
@@ -135,4 +157,4 @@ def load_published_runs(path: str | Path = PUBLISHED_RUNS_PATH, constants: Const
         rows = list(csv.DictReader(f))
     if not rows or "tokens_per_s_per_gpu" not in rows[0]:
         raise AutoplanError(f"{p} is not a published-runs CSV (no tokens_per_s_per_gpu column)")
-    return [row_to_run(r, constants) for r in rows]
+    return [row_to_run(r) for r in rows]

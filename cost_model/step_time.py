@@ -66,7 +66,9 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     # and virtual stage, b*s*h/t bytes with the scatter/gather optimisation (Narayanan sec. 4.1).
     pp_s = 0.0
     if p > 1:
-        p2p_bytes = BYTES_ACT * plan.micro_batch_size * (est.training.seq_len // plan.cp) * est.model.hidden_size / plan.tp
+        p2p_bytes = BYTES_ACT * plan.micro_batch_size * (est.training.seq_len // plan.cp) * est.model.hidden_size
+        if sw.pp_scatter_gather:
+            p2p_bytes /= plan.tp
         inside = plan.tp * plan.cp * plan.dp * p <= gpn
         pp_rpn = 2 if inside else 1
         pp_s = 2 * v * tables.collective_time_s("send_recv", p2p_bytes, 2, pp_rpn)
@@ -74,7 +76,9 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     compute_mb = per_stage * layer_compute + extra_compute
     memory_mb = per_stage * layer_memory + extra_memory
     comm_mb = per_stage * (tp_exposed + cp_exposed + ep_exposed) + pp_s
-    t_mb = compute_mb + memory_mb + comm_mb + recompute_s
+    # Host time per layer: torch.compile fuses kernels, so it launches fewer of them too.
+    overhead_mb = per_stage * sw.layer_overhead_s * sw.fused_elementwise
+    t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb
     bubble_fraction = (p - 1) / (v * m)
     bubble_s = (p - 1) / v * t_mb
 
@@ -85,7 +89,6 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     local = dense / shard + expert / max(1, shard // plan.ep if plan.zero_stage >= 1 else 1)
     optimizer_s = memory_time_s(tables, 30.0 * local, 30.0 * local)
 
-    busy = m * t_mb + bubble_s
     time = {
         "compute": m * compute_mb,
         "memory_bound": m * memory_mb,
@@ -97,7 +100,7 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
         "pp_bubble": bubble_s,
         "dp_comm": dp_s,
         "optimizer": optimizer_s,
-        "overhead": sw.step_overhead_fraction * busy,
+        "overhead": m * overhead_mb,
     }
     tokens_mb = plan.micro_batch_size * est.training.seq_len
     hw_flops = est.model_flops_per_step + recompute_flops_mb * m * plan.dp * plan.tp * plan.cp * p
@@ -152,6 +155,7 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, lt, compute_mb: float, m: 
         window = m * compute_mb
     else:
         window = per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
+    total /= sw.dp_bandwidth_scale
     tail = total / max(1, per_stage)
     exposed = max(total - sw.dp_comm_overlap * window, tail)
     return exposed, total, wire

@@ -58,16 +58,68 @@ def _idw(points: list, values: list, query: tuple) -> float:
     return sum(v / d2 for d2, v in near) / wsum
 
 
+class _Grid3:
+    """Trilinear interpolation in log space over a full Cartesian grid of samples (fast path).
+
+    Built-in profiles and grid sweeps from the profiler take this path; any other sample set
+    falls back to inverse-distance weighting.
+    """
+
+    def __init__(self, axes: tuple, values: dict):
+        self.axes = axes                      # three sorted tuples of sizes
+        self.logs = tuple(tuple(math.log(v) for v in axis) for axis in axes)
+        self.values = values                  # (m, n, k) -> value
+
+    @classmethod
+    def build(cls, keys: list, values: list):
+        axes = tuple(tuple(sorted({key[i] for key in keys})) for i in range(3))
+        if len(axes[0]) < 2 or len(axes[1]) < 2 or len(axes[2]) < 2:
+            return None
+        table = dict(zip(keys, values))
+        if len(table) != len(axes[0]) * len(axes[1]) * len(axes[2]):
+            return None
+        return cls(axes, table)
+
+    def _bracket(self, i: int, x: float) -> tuple:
+        axis, logs = self.axes[i], self.logs[i]
+        if x <= axis[0]:
+            return axis[0], axis[0], 0.0
+        if x >= axis[-1]:
+            return axis[-1], axis[-1], 0.0
+        j = bisect.bisect_right(axis, x)
+        return axis[j - 1], axis[j], (math.log(x) - logs[j - 1]) / (logs[j] - logs[j - 1])
+
+    def __call__(self, m: int, n: int, k: int) -> float:
+        (m0, m1, wm), (n0, n1, wn), (k0, k1, wk) = (self._bracket(0, m), self._bracket(1, n), self._bracket(2, k))
+        v = self.values
+        total = 0.0
+        for mm, fm in ((m0, 1.0 - wm), (m1, wm)):
+            if fm == 0.0:
+                continue
+            for nn, fn in ((n0, 1.0 - wn), (n1, wn)):
+                if fn == 0.0:
+                    continue
+                for kk, fk in ((k0, 1.0 - wk), (k1, wk)):
+                    if fk:
+                        total += fm * fn * fk * v[(mm, nn, kk)]
+        return total
+
+
 class ProfileTables:
     """Cached lookups over one HardwareProfile's tables."""
 
     def __init__(self, profile: HardwareProfile):
         self.profile = profile
         self._matmul = {}
+        self._matmul_grid = {}
+        by_dtype = {}
         for s in profile.matmul:
-            pts, vals = self._matmul.setdefault(s.dtype, ([], []))
-            pts.append((math.log(s.m), math.log(s.n), math.log(s.k)))
+            keys, vals = by_dtype.setdefault(s.dtype, ([], []))
+            keys.append((s.m, s.n, s.k))
             vals.append(s.flops_per_s)
+        for dtype, (keys, vals) in by_dtype.items():
+            self._matmul[dtype] = ([tuple(math.log(x) for x in key) for key in keys], vals)
+            self._matmul_grid[dtype] = _Grid3.build(keys, vals)
         self._attention = {}
         for s in profile.attention:
             pts, vals = self._attention.setdefault((s.dtype, s.pass_), ([], []))
@@ -88,19 +140,24 @@ class ProfileTables:
         self.bus_bandwidth = lru_cache(maxsize=4096)(self._bus_bandwidth)
 
     # -- compute ---------------------------------------------------------------------------
+    def _lookup_matmul(self, dtype: str, m: int, n: int, k: int) -> float:
+        grid = self._matmul_grid.get(dtype)
+        if grid is not None:
+            return grid(m, n, k)
+        pts, vals = self._matmul[dtype]
+        return _idw(pts, vals, (math.log(m), math.log(n), math.log(k)))
+
     def _matmul_flops_per_s(self, m: int, n: int, k: int, dtype: str) -> float:
-        table = self._matmul.get(dtype)
-        if table is None and dtype == "fp16":
-            table = self._matmul.get("bf16")
-        if table is None:
+        if dtype == "fp16" and dtype not in self._matmul:
+            dtype = "bf16"
+        if dtype not in self._matmul:
             # No samples for this dtype: scale the bf16 table by the ratio of datasheet peaks.
-            base = self._matmul.get("bf16")
-            if base is None:
+            if "bf16" not in self._matmul:
                 raise AutoplanError(f"profile {self.profile.name!r} has no matmul samples; "
                                     f"measure it with `autoplan profile` or use a built-in profile")
             ratio = self.profile.peak(dtype) / self.profile.peak("bf16")
-            return ratio * _idw(base[0], base[1], (math.log(m), math.log(n), math.log(k)))
-        return _idw(table[0], table[1], (math.log(m), math.log(n), math.log(k)))
+            return ratio * self._lookup_matmul("bf16", m, n, k)
+        return self._lookup_matmul(dtype, m, n, k)
 
     def _attention_flops_per_s(self, seq_len: int, batch_heads: int, head_dim: int, dtype: str,
                                pass_: str) -> float:

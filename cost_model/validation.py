@@ -39,8 +39,8 @@ def predict_runs(runs: list, constants: Constants | None = None) -> list:
     """Predict every run; a plan that breaks a rule becomes a skipped row with its reason."""
     results = []
     for run in runs:
-        est = Estimator(run.model, run.training, run.cluster, builtin_profile(run.gpu),
-                        software=run.software, constants=constants)
+        est = Estimator(run.model, run.training, run.cluster, run.profile(),
+                        software=run.software(constants), constants=constants)
         try:
             e = est.estimate(run.plan)
         except InfeasiblePlan as exc:
