@@ -85,6 +85,22 @@ def _collectives(frame):
                  for (_, r), (_, t) in zip(bus.iterrows(), times.iterrows()))
 
 
+def _split_inter_node(frame: pd.DataFrame, gpus_per_node: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(samples for the profile's tables, one-rank-per-node inter-node samples).
+
+    The inter-node table holds only groups that fill their nodes, whose bus bandwidth is the node's
+    whole NIC bandwidth: the convention the cost model reads it by (a group with fewer ranks per node
+    gets that fraction). One-rank-per-node groups measure one GPU's NIC share instead; they give
+    `inter_node_bandwidth_bytes_per_s` and stay in the samples CSV.
+    """
+    if "ranks_per_node" not in frame:
+        return frame, frame.iloc[0:0]
+    inter = (frame["kind"] == "collective") & (frame["scope"] == "inter_node")
+    one_per_node = inter & (frame["ranks_per_node"] == 1)
+    partial = inter & (frame["ranks_per_node"] != gpus_per_node)
+    return frame[~partial], frame[one_per_node]
+
+
 def _best_link(collectives, scope: str, group_size_pick) -> tuple[float, float, str] | None:
     """(bus bandwidth, small-message latency, note) of a scope's measured collectives, or None.
 
@@ -107,7 +123,8 @@ def _best_link(collectives, scope: str, group_size_pick) -> tuple[float, float, 
 
 def build_profile(frame: pd.DataFrame, facts: RunFacts, raw_samples_name: str) -> HardwareProfile:
     matmul, attention = _matmuls(frame), _attention(frame)
-    memory_ops, collectives = _memory_ops(frame), _collectives(frame)
+    table_frame, one_per_node_frame = _split_inter_node(frame, facts.gpus_per_node)
+    memory_ops, collectives = _memory_ops(frame), _collectives(table_frame)
     sheet = facts.datasheet
     sources = {"memory_capacity_bytes": facts.capacity_source + "; the smallest over all processes"}
     if sheet is not None:
@@ -126,7 +143,7 @@ def build_profile(frame: pd.DataFrame, facts: RunFacts, raw_samples_name: str) -
     capacity = int(frame.loc[frame["kind"] == "capacity", "num_bytes"].min())
 
     intra = _best_link(collectives, "intra_node", max)
-    inter = _best_link(collectives, "inter_node", min)
+    inter = _best_link(_collectives(one_per_node_frame), "inter_node", min)
     if intra is not None:
         intra_bw, intra_latency, sources["intra_node_bandwidth_bytes_per_s"] = intra
     elif sheet is not None:

@@ -13,7 +13,9 @@ Conventions follow nccl-tests (NVIDIA/nccl-tests, doc/PERFORMANCE.md):
 
 Groups: inside a node, blocks of 2, 4, 8 consecutive local ranks (a TP group), all blocks running
 at once as they do in training; across nodes, one rank per node (the local ranks of equal index form
-concurrent groups, like DP replicas) and all ranks together.
+concurrent groups, like DP replicas: each rank drives its own NIC share) and all ranks together
+(a group that fills its nodes: its bus bandwidth is the node's whole NIC bandwidth, the figure the
+profile's inter-node table holds, see build.py).
 """
 from __future__ import annotations
 
@@ -54,6 +56,8 @@ class GroupLayout:
     group_size: int
     rank_lists: tuple
     """Global ranks of each concurrent group; every rank is in exactly one."""
+    ranks_per_node: int
+    """How many of a group's ranks share a node: the group fills its nodes when this is the node size."""
 
 
 def group_layouts(world_size: int, local_world_size: int) -> list[GroupLayout]:
@@ -67,13 +71,14 @@ def group_layouts(world_size: int, local_world_size: int) -> list[GroupLayout]:
         sizes.append(local_world_size)
     for g in sizes:
         rank_lists = tuple(tuple(range(start, start + g)) for start in range(0, world_size, g))
-        layouts.append(GroupLayout("intra_node", g, rank_lists))
+        layouts.append(GroupLayout("intra_node", g, rank_lists, ranks_per_node=g))
     if num_nodes > 1:
         one_per_node = tuple(tuple(node * local_world_size + local for node in range(num_nodes))
                              for local in range(local_world_size))
-        layouts.append(GroupLayout("inter_node", num_nodes, one_per_node))
+        layouts.append(GroupLayout("inter_node", num_nodes, one_per_node, ranks_per_node=1))
         if local_world_size > 1:
-            layouts.append(GroupLayout("inter_node", world_size, (tuple(range(world_size)),)))
+            layouts.append(GroupLayout("inter_node", world_size, (tuple(range(world_size)),),
+                                       ranks_per_node=local_world_size))
     return layouts
 
 
@@ -136,7 +141,8 @@ def measure_collectives(bench: Bench, sweep: Sweep, layouts: list[GroupLayout], 
                                                 before_sample=line_up, agree=agree)
                 bench.recorder.add("collective", samples, inner, bytes_moved=numel * dtype.itemsize,
                                    bus_factor=bus_bandwidth_factor(op, g), op=op, scope=layout.scope,
-                                   group_size=g, message_bytes=numel * dtype.itemsize,
+                                   group_size=g, ranks_per_node=layout.ranks_per_node,
+                                   message_bytes=numel * dtype.itemsize,
                                    dtype=sweep.collective_dtype)
                 del fn
                 bench.tick()

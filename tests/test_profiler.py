@@ -142,6 +142,24 @@ def test_build_profile_uses_datasheet_peaks_for_a_known_gpu():
     assert "datasheet" in profile.sources["inter_node_bandwidth_bytes_per_s"]
 
 
+def test_inter_node_table_keeps_groups_that_fill_their_nodes():
+    """One-rank-per-node groups give the per-GPU NIC share; the table keeps the node-filling groups."""
+    rows = _rows()
+    extra = []
+    for group_size, ranks_per_node, time_s in ((2, 1, 0.1), (16, 8, 0.01)):
+        for size in (1 << 20, 1 << 30):
+            extra.append({"rank": 0, "kind": "collective", "op": "all_reduce", "scope": "inter_node",
+                          "group_size": group_size, "ranks_per_node": ranks_per_node, "message_bytes": size,
+                          "time_s": time_s * size / (1 << 30),
+                          "bus_bandwidth_bytes_per_s": (1 << 30) / time_s * bus_bandwidth_factor("all_reduce", group_size)})
+    frame = pd.concat([rows.assign(ranks_per_node=2), pd.DataFrame(extra)], ignore_index=True)
+    facts = dataclasses.replace(_facts(), gpus_per_node=8, num_nodes=2)
+    profile = build_profile(frame, facts, "x.csv")
+    assert {c.group_size for c in profile.collectives if c.scope == "inter_node"} == {16}
+    assert profile.inter_node_bandwidth_bytes_per_s == pytest.approx((1 << 30) / 0.1)  # 2(n-1)/n = 1 at n=2
+    assert profile.sources["inter_node_bandwidth_bytes_per_s"].startswith("measured")
+
+
 # -- hosting check for the planner ------------------------------------------------------------------
 
 def test_check_profile_hosts():

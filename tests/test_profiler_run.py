@@ -164,3 +164,4 @@ def test_torchrun_across_two_nodes_measures_inter_node_links(tmp_path):
     assert profile.inter_node_bandwidth_bytes_per_s == max(
         c.bus_bandwidth_bytes_per_s for c in profile.collectives if c.op == "all_reduce")
     assert "wrote" in results[0][0] and "wrote" not in results[1][0]  # rank 0 writes and reports
+
