@@ -37,14 +37,15 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
 
 
 def run(doc: PlanDocument, options: RunOptions) -> Measurement:
-    return run_many([(doc, options)])[0]
+    return run_many([doc], options)[0]
 
 
-def run_many(runs: list) -> list:
-    """Run [(doc, options), ...] in one worker; every plan must use the same number of devices."""
-    for doc, options in runs:
+def run_many(docs: list, options: RunOptions) -> list:
+    """Run the plans one after another in one worker; they must use the same number of devices."""
+    for doc in docs:
         check(doc, options)
-    counts = sorted({doc.parallel.num_gpus for doc, _ in runs})
+    runs = [(doc, options) for doc in docs]
+    counts = sorted({doc.parallel.num_gpus for doc in docs})
     if len(counts) != 1:
         raise AutoplanError(f"plans run together must use one device count, got {counts}; run them separately")
     env = dict(os.environ)

@@ -18,6 +18,7 @@ from autoplan.specs import PlanDocument
 from executor.data import batch, local_slice, open_tokens
 from executor.options import RunOptions
 from executor.schedule import lr_at
+from executor.torch_backend.train import ADAMW_BETAS, WEIGHT_DECAY
 
 
 @dataclass
@@ -36,6 +37,9 @@ class TrainResult:
     losses: list = field(default_factory=list)
     step_times_s: list = field(default_factory=list)
     """Wall time of every step, warm-up included (the caller drops the warm-up steps)."""
+    grad_norms: list = field(default_factory=list)
+    """Global gradient L2 norm of every step, before clipping. Unlike the loss under AdamW (which
+    normalizes the update), it shows a gradient scaled wrongly, e.g. a sum where a mean belongs."""
 
 
 def microbatch_rows(doc: PlanDocument) -> list:
@@ -49,9 +53,10 @@ def microbatch_rows(doc: PlanDocument) -> list:
 
 
 def make_optimizer(model: torch.nn.Module, options: RunOptions) -> torch.optim.AdamW:
-    # No weight decay: the plan carries none, and it keeps the comparison free of one more knob.
-    return torch.optim.AdamW(model.parameters(), lr=options.lr, betas=(0.9, 0.95), eps=1e-8,
-                             weight_decay=0.0, foreach=False)
+    # The torch backend's hyperparameters, so both backends train a plan the same way. foreach=False:
+    # the per-tensor update keeps each tensor's own sharding annotation visible to the partitioner.
+    return torch.optim.AdamW(model.parameters(), lr=options.lr, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY,
+                             foreach=False)
 
 
 def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, doc: PlanDocument, options: RunOptions,
@@ -78,13 +83,15 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, doc: PlanDoc
             loss.backward()
             total = loss.detach() if total is None else total + loss.detach()
         placement.before_update()
-        if options.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, options.grad_clip, foreach=False)
+        grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None], foreach=False)
+        if options.grad_clip > 0:  # scale by min(1, clip / (norm + 1e-6)), as torch's clip_grad_norm_
+            torch.nn.utils.clip_grads_with_norm_(params, options.grad_clip, grad_norm, foreach=False)
         optimizer.step()
         placement.end_step()
         result.step_times_s.append(time.perf_counter() - start)
         result.losses.append(float(total))
+        result.grad_norms.append(float(grad_norm))
         if (step + 1) % options.log_every == 0:
-            log(f"step {step + 1}/{options.steps} loss {result.losses[-1]:.4f} "
+            log(f"step {step + 1}/{options.steps} loss {result.losses[-1]:.4f} grad norm {result.grad_norms[-1]:.4f} "
                 f"lr {lr:.2e} time {result.step_times_s[-1] * 1e3:.1f} ms")
     return result

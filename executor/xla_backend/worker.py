@@ -14,7 +14,7 @@ from functools import partial
 import torch
 
 from autoplan.specs import AutoplanError, Measurement, PlanDocument, read_json, write_json_atomic
-from executor.model import build_model, canonical_name
+from executor.model import build_model, canonical_name, model_notes
 from executor.options import RunOptions
 from executor.record import build_measurement, cpu_peak_rss_bytes, environment
 from executor.xla_backend.mesh import AXES, MeshShape
@@ -23,8 +23,6 @@ from executor.xla_backend.sharding import (
     shard_parameters,
 )
 from executor.xla_backend.train import Placement, make_optimizer, train
-
-PEAK_MEMORY_SOURCE = "host peak RSS of the whole process (all virtual CPU devices together)"
 
 
 def _log(message: str) -> None:
@@ -105,7 +103,10 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
         "recomputed_modules": recomputed,
         "num_xla_compilations": _num_compilations() - compilations_before,
         "compute_dtype": "float32",
-        "peak_memory_source": PEAK_MEMORY_SOURCE,
+        "grad_norms": result.grad_norms,
+        "options": options.to_dict(),
+        "peak_memory_kind": "cpu_rss_high_water",  # the whole process: all virtual CPU devices together
+        "notes": model_notes(doc.model),
     }
     return build_measurement(doc, "xla", "ok", step_times_s=result.step_times_s[options.warmup_steps:],
                              losses=result.losses, peak_memory_bytes=cpu_peak_rss_bytes(), env=env,
