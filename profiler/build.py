@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from autoplan.specs import (
-    AttentionSample, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
+    AutoplanError, AttentionSample, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
     write_json_atomic, write_text_atomic,
 )
 from profiler.datasheet import Datasheet
@@ -136,6 +136,11 @@ def build_profile(frame: pd.DataFrame, facts: RunFacts, raw_samples_name: str) -
             peaks[s.dtype] = max(peaks.get(s.dtype, 0.0), s.flops_per_s)
         sources["peak_flops_per_s"] = ("measured: best median matmul throughput per dtype (device not in "
                                        "the datasheet table, so MFU against it reads high)")
+    if not memory_ops or not matmul:
+        skipped = facts.environment.get("skipped_shapes", [])
+        raise AutoplanError(f"no {'matmul' if not matmul else 'memory-bound op'} shape could run on "
+                            f"{facts.device_name!r} ({len(skipped)} skipped, first: {skipped[:1]}); "
+                            f"free device memory and profile again")
     largest = max(s.num_bytes for s in memory_ops)
     memory_bandwidth = max(s.bytes_per_s for s in memory_ops if s.num_bytes == largest)
     sources["memory_bandwidth_bytes_per_s"] = (f"measured: best median of the memory-bound ops "

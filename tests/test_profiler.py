@@ -160,6 +160,13 @@ def test_inter_node_table_keeps_groups_that_fill_their_nodes():
     assert profile.sources["inter_node_bandwidth_bytes_per_s"].startswith("measured")
 
 
+def test_build_profile_refuses_a_run_where_no_memory_op_fit():
+    frame = _rows()
+    facts = dataclasses.replace(_facts(), environment={"skipped_shapes": ["memory op copy 1 B (out of memory)"]})
+    with pytest.raises(AutoplanError, match="no memory-bound op shape could run.*1 skipped"):
+        build_profile(frame[frame["kind"] != "memory_op"], facts, "x.csv")
+
+
 # -- hosting check for the planner ------------------------------------------------------------------
 
 def test_check_profile_hosts():
