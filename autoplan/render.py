@@ -64,7 +64,7 @@ def setup_lines(doc) -> list:
     moe = f", {m.num_experts} experts top-{m.num_experts_per_token}" if m.is_moe else ""
     return [f"model    {m.name}: {params:.1f}B params, {m.num_layers} layers, hidden {m.hidden_size}, "
             f"{m.num_heads} heads ({m.num_kv_heads} kv){moe}",
-            f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} nodes of {c.gpus_per_node}), profile {c.profile}",
+            f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} node{'s' if c.num_nodes > 1 else ''} of {c.gpus_per_node}), profile {c.profile}",
             f"training global batch {t.global_batch_size} x seq {t.seq_len} = {t.tokens_per_step / 1e6:.2f}M tokens/step, "
             f"{t.dtype}, {t.optimizer}"]
 
@@ -82,9 +82,19 @@ def alternatives_lines(doc) -> list:
     return ["runners-up (why each lost)", *_table(["#", "plan", "step s", "tok/s/GPU", "GiB", "why not"], rows, "rlrrrl")]
 
 
+MAX_FRONT_ROWS = 15
+
+
 def pareto_lines(front: list) -> list:
-    rows = [[plan_line(f["parallel"]), f"{f['step_time_s']:.3f}", f"{f['peak_memory_bytes'] / GIB:.1f}"] for f in front]
-    return [f"Pareto front, step time vs memory ({len(front)} plans)", *_table(["plan", "step s", "GiB"], rows, "lrr")]
+    """The front, thinned evenly to MAX_FRONT_ROWS rows (both ends kept); the plan file has all of it."""
+    shown = front
+    if len(front) > MAX_FRONT_ROWS:
+        step = (len(front) - 1) / (MAX_FRONT_ROWS - 1)
+        shown = [front[round(i * step)] for i in range(MAX_FRONT_ROWS)]
+    rows = [[plan_line(f["parallel"]), f"{f['step_time_s']:.3f}", f"{f['peak_memory_bytes'] / GIB:.1f}"] for f in shown]
+    more = f", {len(shown)} shown; all in the plan file's pareto_front" if len(shown) < len(front) else ""
+    return [f"Pareto front, step time vs memory ({len(front)} plans{more})",
+            *_table(["plan", "step s", "GiB"], rows, "lrr")]
 
 
 def search_lines(search: dict) -> list:
@@ -96,13 +106,13 @@ def search_lines(search: dict) -> list:
             f"{search['num_feasible']} run, {search['wall_time_s']:.2f} s" + (f"; rejected: {rejected}" if rejected else "")]
 
 
-def render_document(doc, defaults: list = (), title: str = "best plan") -> str:
+def render_document(doc, defaults: list = (), title: str = "best plan", with_search: bool = True) -> str:
     lines = setup_lines(doc)
     for d in defaults:
         lines.append(f"default  {d}")
     lines += ["", f"{title}: {plan_line(doc.parallel.to_dict())}", *headline_lines(doc.prediction), ""]
     lines += breakdown_lines(doc.prediction)
-    if doc.search:
+    if doc.search and with_search:
         lines += ["", *alternatives_lines(doc)]
         if doc.extra.get("pareto_front"):
             lines += ["", *pareto_lines(doc.extra["pareto_front"])]

@@ -3,13 +3,16 @@
 Either re-score a plan file (`autoplan estimate plan.json`, with the profile the file names), or
 score one plan given on the command line (`--model ... --gpus ... --tp 8 --pp 4 ...`); knobs left
 out take their plain value (cp 1, vpp 1, micro-batch 1, ZeRO 0, no recompute, no SP) and dp is
-whatever the GPU count leaves.
+whatever the GPU count leaves. `--recompute full` recomputes the fewest layers per stage that fit
+(at least one), or `--recompute-layers N`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from autoplan.cli.search_cmd import add_output_arguments, add_pin_arguments, add_problem_arguments, emit
+from autoplan.cli.search_cmd import (
+    add_output_arguments, add_pin_arguments, add_problem_arguments, emit, positive_int,
+)
 
 
 def register(subparsers) -> None:
@@ -18,6 +21,8 @@ def register(subparsers) -> None:
     p.add_argument("plan", nargs="?", default=None, metavar="PLAN.json", help="a plan file to re-score")
     add_problem_arguments(p, model_required=False)
     add_pin_arguments(p)
+    p.add_argument("--recompute-layers", type=positive_int, default=None, metavar="N",
+                   help="with --recompute full: layers per stage to recompute (default: the fewest that fit, at least 1)")
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -61,12 +66,17 @@ def _plan_from_flags(args):
                         micro_batch_size=mbs, num_microbatches=training.global_batch_size // (dp * mbs),
                         recompute=recompute,
                         recompute_num_layers=model.num_layers // pp if recompute == "full" else 0)
+    if args.recompute_layers is not None and recompute != "full":
+        raise AutoplanError(f"--recompute-layers needs --recompute full, got --recompute {recompute}")
     if recompute == "full":
         from autoplan.planner import make_estimator
 
-        plan.check(model, training, cluster, allow_tp_across_nodes=args.allow_tp_across_nodes)
-        fewest = make_estimator(model, training, cluster, profile).min_full_recompute_layers(plan)
-        plan = plan.replace(recompute_num_layers=fewest or plan.recompute_num_layers)
+        if args.recompute_layers is not None:
+            plan = plan.replace(recompute_num_layers=args.recompute_layers)
+        else:  # the fewest layers that fit (at least one: full recompute was asked for); all if none fit
+            plan.check(model, training, cluster, allow_tp_across_nodes=args.allow_tp_across_nodes)
+            fewest = make_estimator(model, training, cluster, profile).min_full_recompute_layers(plan)
+            plan = plan.replace(recompute_num_layers=plan.recompute_num_layers if fewest is None else max(1, fewest))
     scored = score_one(model, training, cluster, profile, plan, args.allow_tp_across_nodes)
     doc = PlanDocument(model=model, training=training, cluster=cluster, parallel=plan,
                        prediction=scored.estimate.to_prediction(),
@@ -82,5 +92,5 @@ def run(args) -> int:
     else:
         doc, scored, defaults = _plan_from_flags(args)
     note = f"\nwarning: this plan {scored.reason}\n" if scored.reason else ""
-    emit(doc, render_document(doc, defaults, title="plan") + note, args)
+    emit(doc, render_document(doc, defaults, title="plan", with_search=False) + note, args)
     return 0

@@ -21,6 +21,6 @@ def run(args) -> int:
         sys.stdout.write(dumps({name: m.to_dict() for name, m, _ in specs}))
         return 0
     sys.stdout.write(render_models(specs))
-    sys.stdout.write(f"\nfacts: /work/shared/data/models.md (shipped as {CATALOG_PATH.name}); "
-                     f"--model also takes a Hugging Face config.json\n")
+    sys.stdout.write(f"\n{len(specs)} models (autoplan/{CATALOG_PATH.name}); --model also takes a Hugging Face "
+                     f"config.json or a folder holding one\n")
     return 0
