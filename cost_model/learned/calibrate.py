@@ -55,8 +55,9 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
         fits = fit_op_models(measured)
         calibration.profile = learned_profile(measured, fits)
         calibration.op_models = [f.summary() for f in fits]
-        lines += [f"op model {f.table}[{'/'.join(f.group)}]: {f.num_samples} samples, 5-fold CV MAPE "
-                  f"{f.cv_mape:.1%}" for f in fits]
+        lines += [f"op model {f.table}[{'/'.join(f.group)}]: {f.num_samples} samples of {f.num_shapes} shapes, "
+                  f"CV MAPE on held-out shapes {f.cv_mape:.1%} learned vs {f.baseline_cv_mape:.1%} interpolated -> "
+                  f"{'learned table used' if f.used else 'measured table kept'}" for f in fits]
         if not fits:
             lines.append(f"profile {str(profile_path)!r} has too few samples per table to learn from; "
                          f"its measured tables are kept as they are")
