@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.plans:
             check(PlanDocument.load(path), options)
     except AutoplanError as exc:
-        sys.stderr.write(f"python -m executor: error: {exc}\n")
+        if os.environ.get("RANK", "0") == "0":  # every rank finds the same problem; say it once
+            sys.stderr.write(f"python -m executor: error: {exc}\n")
         return 2
     from executor.torch_backend.worker import run_plans
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,8 +33,16 @@ def _worker_env(rank: int, nproc: int, port: int) -> dict:
     # One thread per rank: tiny CPU correctness runs are several times slower with more (measured:
     # 35 ms vs 2-3.7 s per step of a 4-layer model on a loaded 2-core machine), and GPU ranks need none.
     env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # gloo logs one INFO line per connected peer
     return env
+
+
+def _forward(stream, sink) -> None:
+    """Pass a worker's output through, minus gloo's line per connected peer per process group,
+    which no log level turns off and which would bury the progress lines."""
+    for line in stream:
+        if "[Gloo] Rank" not in line:
+            sink.write(line)
+            sink.flush()
 
 
 def _wait(procs: list[subprocess.Popen]) -> list[int]:
@@ -62,9 +71,16 @@ def launch(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Me
         port = free_port()
         cmd = [sys.executable, "-m", "executor.torch_backend.worker", "--options-json",
                json.dumps(options.to_dict()), "--result", str(result), *paths]
-        procs = [subprocess.Popen(cmd, env=_worker_env(rank, nproc, port)) for rank in range(nproc)]
+        procs = [subprocess.Popen(cmd, env=_worker_env(rank, nproc, port), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for rank in range(nproc)]
+        forwarders = [threading.Thread(target=_forward, args=(stream, sink), daemon=True)
+                      for p in procs for stream, sink in ((p.stdout, sys.stdout), (p.stderr, sys.stderr))]
+        for thread in forwarders:
+            thread.start()
         try:
             codes = _wait(procs)
+            for thread in forwarders:
+                thread.join(timeout=5)
         except KeyboardInterrupt:
             for p in procs:
                 p.terminate()

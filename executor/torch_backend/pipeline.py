@@ -41,17 +41,25 @@ def build_stage(spec: ModelSpec, stage_index: int, num_stages: int) -> Transform
 
 def build_schedule(stage_models: list, stage_ids: list[int], num_stages: int, num_microbatches: int,
                    device, pp_group, loss_fn):
-    """Schedule1F1B for one stage per rank, ScheduleInterleaved1F1B for several. The schedules
-    divide gradients by the number of micro-batches (scale_grads), so loss_fn is a plain mean."""
+    """Schedule1F1B for one stage per rank, ScheduleInterleaved1F1B for several.
+
+    The loss of each micro-batch is divided by num_microbatches here (so gradients add up to the
+    mean over the batch), instead of the schedules' `scale_grads`, which divides each gradient in
+    place: on a Partial DTensor (a norm weight's gradient under sequence parallelism) that
+    in-place division is lost in torch 2.9 (measured: those gradients came out num_microbatches
+    times too large). The per-micro-batch losses the schedule returns are therefore pre-divided."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+
+    def scaled_loss(output, target):
+        return loss_fn(output, target) / num_microbatches
 
     stages = [PipelineStage(model, index, num_stages, device, group=pp_group)
               for model, index in zip(stage_models, stage_ids)]
     for stage in stages:
         _match_init_p2p_dtypes(stage)
     if len(stages) == 1:
-        return Schedule1F1B(stages[0], n_microbatches=num_microbatches, loss_fn=loss_fn)
-    return ScheduleInterleaved1F1B(stages, n_microbatches=num_microbatches, loss_fn=loss_fn)
+        return Schedule1F1B(stages[0], n_microbatches=num_microbatches, loss_fn=scaled_loss, scale_grads=False)
+    return ScheduleInterleaved1F1B(stages, n_microbatches=num_microbatches, loss_fn=scaled_loss, scale_grads=False)
 
 
 def _match_init_p2p_dtypes(stage) -> None:

@@ -145,7 +145,7 @@ class PlanRunner:
         self.schedule.step(*args, **kwargs)
         if not self.is_last_stage:
             return torch.zeros((), device=self.device)
-        return torch.stack([l.detach().float() for l in losses]).mean()
+        return torch.stack([l.detach().float() for l in losses]).sum()  # each already divided by their count
 
     def _clip_grad_norm(self, max_norm: float) -> float:
         """Global L2 norm over every rank's gradients (DTensors grouped by mesh, plus plain tensors,
@@ -153,7 +153,17 @@ class PlanRunner:
         max_norm is 0. Returns the norm before clipping."""
         from torch.distributed.tensor import DTensor
 
-        grads = [p.grad for m in self.models for p in m.parameters() if p.grad is not None]
+        from torch.distributed.tensor import Replicate
+
+        params = [p for m in self.models for p in m.parameters() if p.grad is not None]
+        for p in params:
+            # Replicated parameters fed by sequence-sharded activations (the norms under sequence
+            # parallelism) get Partial gradients (one addend per TP rank); sum them before taking
+            # the norm, since the norm of a sum is not the sum of the addends' norms.
+            if isinstance(p.grad, DTensor) and any(pl.is_partial() for pl in p.grad.placements):
+                p.grad = p.grad.redistribute(placements=[Replicate() if pl.is_partial() else pl
+                                                         for pl in p.grad.placements])
+        grads = [p.grad for p in params]
         groups: dict = {}
         for g in grads:
             groups.setdefault(id(g.device_mesh) if isinstance(g, DTensor) else None, []).append(g)

@@ -14,8 +14,9 @@ import json
 import os
 import sys
 import traceback
+import warnings
 
-from autoplan.specs import Measurement, PlanDocument, append_measurement, write_json_atomic
+from autoplan.specs import AutoplanError, Measurement, PlanDocument, append_measurement, write_json_atomic
 
 from executor.options import RunOptions
 
@@ -54,6 +55,8 @@ def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | Non
 
     from executor.torch_backend.train import train
 
+    # DCP's filesystem writer calls the deprecated tensor.storage() on every tensor it saves.
+    warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
     if options.device == "cpu":
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     device = init_distributed(options.device)
@@ -68,7 +71,10 @@ def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | Non
             elif rank == 0 and options.out:
                 append_measurement(options.out, record)
     except Exception as exc:  # an OOM or a crash is a record, not a lost run
-        traceback.print_exc()
+        if isinstance(exc, AutoplanError):  # bad input found while running: its one line is enough
+            sys.stderr.write(f"rank {rank}: {exc}\n")
+        else:
+            traceback.print_exc()
         if doc is not None:
             record = failure_record(doc, exc, options.device)
             if result_path is not None:

@@ -1,0 +1,150 @@
+"""The torch backend on CPU with gloo, in real processes.
+
+Correctness: every parallel plan trains the same tiny model on the same global batch as a
+single-process run and must reproduce its losses within LOSS_RTOL and its gradient norms (which,
+unlike the loss under AdamW, see a wrong gradient scale) within GRAD_NORM_RTOL. fp32 throughout;
+the differences are summation order only (measured: at most ~1e-7 relative on the losses).
+Launches are few: one single-process reference launch and one 4-process launch that runs all the
+parallel plans in sequence in the same workers.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from autoplan.cli.main import main
+from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec, read_measurements
+from executor import RunOptions
+from executor.torch_backend import run_many
+
+LOSS_RTOL = 1e-5
+GRAD_NORM_RTOL = 1e-4
+LLAMA = ModelSpec("tiny-llama", 4, 64, 4, 2, 128, 256, max_seq_len=64)
+GPT = ModelSpec("tiny-gpt", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="learned",
+                tied_embeddings=True, linear_bias=True, max_seq_len=64)
+GLOBAL_BATCH, SEQ_LEN = 8, 32
+OPTIONS = RunOptions(steps=3, warmup_steps=1, lr=1e-2, warmup=0, grad_clip=1.0, out="", log_every=100)
+
+PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp * micro_batch_size)
+    (LLAMA, dict(dp=4, zero_stage=0, num_microbatches=2)),                       # DDP
+    (LLAMA, dict(dp=4, zero_stage=1, num_microbatches=2)),                       # FSDP2, one reduce-scatter
+    (LLAMA, dict(dp=4, zero_stage=2, num_microbatches=2)),
+    (LLAMA, dict(dp=4, zero_stage=3, num_microbatches=2, recompute="selective")),
+    (LLAMA, dict(dp=4, zero_stage=0, num_microbatches=2, recompute="full", recompute_num_layers=2)),
+    (LLAMA, dict(dp=2, tp=2, num_microbatches=4)),                               # TP, grads all-reduced
+    (LLAMA, dict(dp=2, tp=2, sequence_parallel=True, zero_stage=3, num_microbatches=4)),  # FSDP2 x TP+SP
+    (LLAMA, dict(dp=2, pp=2, num_microbatches=4)),                               # 1F1B
+    (LLAMA, dict(dp=2, pp=2, vpp=2, zero_stage=2, num_microbatches=4)),          # interleaved 1F1B
+    (LLAMA, dict(tp=2, pp=2, sequence_parallel=True, num_microbatches=8)),
+    (GPT, dict(dp=4, zero_stage=3, num_microbatches=2)),                         # tied embeddings, FSDP2
+]
+
+
+def plan_doc(model, **parallel) -> PlanDocument:
+    plan = ParallelPlan(**parallel)
+    return PlanDocument(model=model, training=TrainingSpec(GLOBAL_BATCH, SEQ_LEN, "bf16"),
+                        cluster=ClusterSpec("cpu", plan.num_gpus, gpus_per_node=8), parallel=plan)
+
+
+def _close(measured, reference, rtol):
+    return all(abs(m - r) <= rtol * abs(r) for m, r in zip(measured, reference)) and len(measured) == len(reference)
+
+
+@pytest.mark.slow
+def test_parallel_plans_reproduce_single_device_losses():
+    references = run_many([plan_doc(LLAMA, num_microbatches=8), plan_doc(GPT, num_microbatches=8)],
+                          OPTIONS.replace(nproc=1))
+    reference = {LLAMA.name: references[0], GPT.name: references[1]}
+    for ref in references:
+        assert ref.status == "ok" and len(ref.losses) == 3
+        # Training moves the loss by far more than the tolerance, so matching it means something.
+        assert abs(ref.losses[2] - ref.losses[0]) > 100 * LOSS_RTOL * ref.losses[0], ref.losses
+    records = run_many([plan_doc(model, **plan) for model, plan in PARALLEL_PLANS], OPTIONS.replace(nproc=4))
+    mismatches = []
+    for (model, plan), record in zip(PARALLEL_PLANS, records):
+        ref = reference[model.name]
+        if record.status != "ok" or not _close(record.losses, ref.losses, LOSS_RTOL) or \
+                not _close(record.extra["grad_norms"], ref.extra["grad_norms"], GRAD_NORM_RTOL):
+            mismatches.append((model.name, plan, record.status, record.error, record.losses, ref.losses,
+                               record.extra.get("grad_norms"), ref.extra["grad_norms"]))
+    assert len(records) == len(PARALLEL_PLANS) and not mismatches, mismatches
+
+
+def _cli(capsys, *argv):
+    code = main(["run", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.slow
+def test_killed_and_resumed_run_continues_with_the_same_losses(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan_doc(LLAMA, dp=2, pp=2, zero_stage=3, num_microbatches=4).save(plan)
+    ckpt, full_out, resumed_out = tmp_path / "ckpt", tmp_path / "full.jsonl", tmp_path / "resumed.jsonl"
+    common = ["--steps", 4, "--warmup-steps", 1, "--lr", "1e-2", "--checkpoint-dir", ckpt]
+    code, out, _ = _cli(capsys, plan, *common, "--checkpoint-every", 2, "--out", full_out)
+    assert code == 0, out
+    assert sorted(p.name for p in ckpt.iterdir()) == ["step-000002", "step-000004"]
+    # Simulate a kill after step 2 and during the save of step 4: the complete step-4 checkpoint
+    # is gone and a half-written temporary folder is left; resume must use step 2.
+    for f in (ckpt / "step-000004").iterdir():
+        f.unlink()
+    (ckpt / "step-000004").rmdir()
+    (ckpt / ".tmp-step-000004").mkdir()
+    (ckpt / ".tmp-step-000004" / "__0_0.distcp").write_bytes(b"half")
+    code, out, _ = _cli(capsys, plan, *common, "--resume", "--warmup-steps", 0, "--out", resumed_out)
+    assert code == 0, out
+    (full,), _ = read_measurements(full_out)
+    (resumed,), _ = read_measurements(resumed_out)
+    assert resumed.extra["first_step"] == 2
+    assert resumed.losses == full.losses[2:] and len(full.losses) == 4
+    assert resumed.extra["grad_norms"] == full.extra["grad_norms"][2:]
+    record = json.loads(full_out.read_text().splitlines()[0])
+    for key in ("schema", "plan_id", "plan", "prediction", "backend", "status", "step_times_s", "losses",
+                "peak_memory_bytes", "environment"):
+        assert key in record
+    assert record["status"] == "ok" and len(record["step_times_s"]) == 3 and record["peak_memory_bytes"] > 0
+    assert record["environment"]["world_size"] == 4 and record["environment"]["torch"]
+
+
+@pytest.mark.slow
+def test_failure_inside_the_run_is_recorded_as_data(tmp_path, capsys):
+    plan, data, out_file = tmp_path / "plan.json", tmp_path / "tokens.bin", tmp_path / "runs.jsonl"
+    plan_doc(LLAMA, num_microbatches=8).save(plan)
+    np.full(1000, 300, dtype=np.uint16).tofile(data)  # token id 300 >= vocab 256: found while training
+    code, out, _ = _cli(capsys, plan, "--steps", 3, "--data", data, "--out", out_file)
+    (record,), problems = read_measurements(out_file)
+    assert code == 1 and not problems
+    assert record.status == "error" and "outside the model's vocab_size=256" in record.error
+    assert "error" in out
+
+
+def _bad(tmp_path, capsys, *argv):
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (code, out, err)
+    assert not (tmp_path / "runs.jsonl").exists()  # nothing started, nothing recorded
+    return err
+
+
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
+    out = tmp_path / "runs.jsonl"
+    plan4 = tmp_path / "plan4.json"
+    plan_doc(LLAMA, dp=4, num_microbatches=2).save(plan4)
+    not_plan = tmp_path / "notplan.json"
+    not_plan.write_text('{"schema": "autoplan.profile/v1"}')
+    assert "expected 'autoplan.plan/v1'" in _bad(tmp_path, capsys, not_plan, "--out", out)
+    big = tmp_path / "big.json"
+    PlanDocument(model=LLAMA, training=TrainingSpec(128, SEQ_LEN), cluster=ClusterSpec("h100", 128),
+                 parallel=ParallelPlan(dp=128, micro_batch_size=1, num_microbatches=1)).save(big)
+    assert "is for 128 GPUs" in _bad(tmp_path, capsys, big, "--nproc", 4, "--out", out)
+    assert "this run has 3 processes" in _bad(tmp_path, capsys, plan4, "--nproc", 3, "--out", out)
+    assert "does not exist" in _bad(tmp_path, capsys, plan4, "--data", tmp_path / "none.bin", "--out", out)
+    assert "unknown backend 'jax'" in _bad(tmp_path, capsys, plan4, "--backend", "jax", "--out", out)
+    assert "no complete checkpoint" in _bad(tmp_path, capsys, plan4, "--resume", "--checkpoint-dir",
+                                            tmp_path / "none", "--out", out)
+    cp_plan = tmp_path / "cp.json"
+    plan_doc(LLAMA, dp=2, cp=2, num_microbatches=4).save(cp_plan)
+    assert "context parallelism (cp=2)" in _bad(tmp_path, capsys, cp_plan, "--out", out)
+    tied_tp = tmp_path / "tied.json"
+    plan_doc(GPT, dp=2, tp=2, num_microbatches=4).save(tied_tp)
+    assert "ties its embedding" in _bad(tmp_path, capsys, tied_tp, "--out", out)
