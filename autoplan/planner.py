@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from autoplan.catalog import resolve_model
@@ -54,8 +55,17 @@ class PlanOutcome:
     best: Scored
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
+def default_global_batch(num_gpus: int, seq_len: int) -> int:
+    """~4M tokens, but at least one sequence per 8 GPUs so huge clusters still have micro-batches
+    to pipeline; and (odd part of the GPU count) x a power of two, the power nearest in log scale,
+    so the batch divides over data-parallel degrees that are products of the GPU count's factors
+    (384 GPUs -> a multiple of 3)."""
+    target = max(1, DEFAULT_TOKENS_PER_STEP // seq_len, num_gpus // 8)
+    odd = num_gpus
+    while odd % 2 == 0:
+        odd //= 2
+    power = max(0, round(math.log2(target / odd))) if target > odd else 0
+    return odd << power
 
 
 def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, global_batch_size: int | None,
@@ -64,16 +74,14 @@ def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, 
     defaults = []
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, model.max_seq_len)
-        defaults.append(f"seq_len {seq_len} (default {DEFAULT_SEQ_LEN}, capped at the model's context "
-                        f"{model.max_seq_len}; set --seq-len)")
+        why = "default" if seq_len == DEFAULT_SEQ_LEN else f"default {DEFAULT_SEQ_LEN} capped at the model's context"
+        defaults.append(f"seq_len {seq_len} ({why}; set --seq-len)")
     check_count("--seq-len", seq_len)
     if global_batch_size is None:
-        # ~4M tokens, but at least one sequence per GPU of every 8 so huge clusters still have
-        # micro-batches to pipeline; a power of two divides evenly over power-of-two degrees.
-        by_tokens = max(1, DEFAULT_TOKENS_PER_STEP // seq_len)
-        global_batch_size = _next_pow2(max(by_tokens, cluster.num_gpus // 8))
+        global_batch_size = default_global_batch(cluster.num_gpus, seq_len)
         defaults.append(f"global batch {global_batch_size} sequences = {global_batch_size * seq_len / 1e6:.2f}M tokens "
-                        f"(default ~4M tokens, at least num_gpus/8 sequences; set --global-batch)")
+                        f"(default: ~4M tokens, at least num_gpus/8 sequences, divisible over the GPUs; "
+                        f"set --global-batch)")
     check_count("--global-batch", global_batch_size)
     training = TrainingSpec(global_batch_size=global_batch_size, seq_len=seq_len, dtype=dtype)
     training.check()

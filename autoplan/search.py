@@ -8,6 +8,7 @@ the relative overflow, so the sampler learns how far from fitting a region is.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -267,7 +268,10 @@ def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", 
     # The sampler works on an in-memory study: a database commit per suggested value (~20 per
     # trial) would cost more than the search. A stored study is copied in first and the new
     # trials are written back at the end, one transaction each.
-    stored = _open_stored_study(optuna, storage, study_name, directions, space_key(space)) if storage else None
+    key = space_key(space)
+    # Without a name, the same problem resumes the same study.
+    study_name = study_name or f"autoplan-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+    stored = _open_stored_study(optuna, storage, study_name, directions, key) if storage else None
     if stored is not None:
         study.add_trials([t for t in stored.trials if t.state.name == "COMPLETE"])
     num_resumed = len(study.trials)
@@ -327,6 +331,12 @@ def space_key(space: SearchSpace) -> str:
 def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,
            seed: int = 0, exhaustive: bool = False, storage: str | None = None,
            study_name: str | None = None) -> SearchResult:
-    if exhaustive:
-        return exhaustive_search(space, scorer)
+    """The search the user asked for. A space with no more knob combinations than the trial budget
+    (heavily pinned) is enumerated instead: exact, and cheaper than sampling it with repeats."""
+    budget = num_trials if num_trials is not None else DEFAULT_TRIALS.get(sampler, 0)
+    if exhaustive or (storage is None and space.size <= budget):
+        result = exhaustive_search(space, scorer)
+        if sampler == "nsga2":
+            result.pareto = pareto_front(result.ranked)
+        return result
     return optuna_search(space, scorer, sampler, num_trials, seed, storage, study_name)

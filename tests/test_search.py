@@ -118,3 +118,22 @@ def test_stored_study_resumes_and_refuses_another_problem(tmp_path):
     assert second.best.step_time_s <= first.best.step_time_s
     with pytest.raises(AutoplanError, match="different problem"):
         plan_search(PlanRequest(num_trials=5, storage=url, study_name="s", **{**SMALL, "num_gpus": 16}))
+
+
+def test_a_space_smaller_than_the_trial_budget_is_enumerated():
+    pins = Pins(tp=2, pp=2, cp=1, vpp=1, zero_stage=1, micro_batch_size=1)
+    outcome = plan_search(PlanRequest(pins=pins, **SMALL))
+    oracle = plan_search(PlanRequest(pins=pins, exhaustive=True, **SMALL))
+    assert outcome.result.sampler == "exhaustive" and outcome.best.plan == oracle.best.plan
+
+
+@pytest.mark.parametrize("num_gpus, seq_len, expected", [
+    (128, 4096, 1024),     # 4M tokens
+    (16384, 4096, 2048),   # one sequence per 8 GPUs beats 4M tokens
+    (384, 2048, 1536),     # 3 x 512: the batch must divide over dp = 3 x 2^k
+    (96, 4096, 768),
+])
+def test_default_global_batch_divides_over_the_gpus(num_gpus, seq_len, expected):
+    from autoplan.planner import default_global_batch
+
+    assert default_global_batch(num_gpus, seq_len) == expected

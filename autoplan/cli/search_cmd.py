@@ -89,7 +89,7 @@ def register(subparsers) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--exhaustive", action="store_true", help="score every valid plan (slow on big spaces; exact)")
     s.add_argument("--storage", default=None, help="Optuna storage URL to keep/resume the study, e.g. sqlite:///plans.db")
-    s.add_argument("--study-name", default=None, help="study name in --storage")
+    s.add_argument("--study-name", default=None, help="study name in --storage (default: one per model/shape/cluster/pins, so reruns resume)")
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -101,6 +101,8 @@ def run(args) -> int:
 
     if args.study_name and not args.storage:
         raise AutoplanError("--study-name needs --storage (e.g. --storage sqlite:///plans.db)")
+    if args.exhaustive and args.storage:
+        raise AutoplanError("--exhaustive scores every plan without a study; drop --storage (or --exhaustive)")
     request = PlanRequest(
         model=args.model, num_gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
         profile_path=args.profile, global_batch_size=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
