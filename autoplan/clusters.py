@@ -37,6 +37,13 @@ def load_profile_file(path: str | Path) -> HardwareProfile:
                             f"regenerate it with `autoplan profile`") from None
 
 
+def check_dtype(profile: HardwareProfile, dtype: str) -> None:
+    """fp8 needs hardware fp8 matmuls (Hopper and later); the profile says which dtypes it has."""
+    if dtype not in profile.peak_flops_per_s:
+        raise AutoplanError(f"--dtype {dtype} is not supported by {profile.name} (it has "
+                            f"{', '.join(sorted(profile.peak_flops_per_s))}); pick one of those or another --gpu")
+
+
 def resolve_cluster(num_gpus: int, gpu: str | None = None, gpus_per_node: int | None = None,
                     profile_path: str | None = None) -> tuple[ClusterSpec, HardwareProfile]:
     """The cluster to plan for and the profile its costs come from.
@@ -53,7 +60,7 @@ def resolve_cluster(num_gpus: int, gpu: str | None = None, gpus_per_node: int | 
                                 f"(a measured profile already names its GPU)")
         profile = load_profile_file(profile_path)
         per_node = gpus_per_node or profile.gpus_per_node or DEFAULT_GPUS_PER_NODE
-        source = str(profile_path)
+        source = str(Path(profile_path).resolve())  # absolute: the plan file may be read from elsewhere
     else:
         from cost_model import builtin_profile
 
@@ -85,6 +92,6 @@ def cluster_for_plan_file(cluster: ClusterSpec, base_dir: Path | None = None) ->
                                 f"known: {', '.join(builtin_gpu_names())}")
         return builtin_profile(name)
     path = Path(source)
-    if not path.is_absolute() and base_dir is not None and not path.exists():
-        path = base_dir / path
+    if not path.exists() and base_dir is not None and (Path(base_dir) / path.name).exists():
+        path = Path(base_dir) / path.name  # plan and profile moved together to another folder
     return load_profile_file(path)

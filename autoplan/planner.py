@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 
 from autoplan.catalog import resolve_model
-from autoplan.clusters import check_count, cluster_for_plan_file, resolve_cluster
+from autoplan.clusters import check_count, check_dtype, cluster_for_plan_file, resolve_cluster
 from autoplan.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
 from autoplan.space import Pins, SearchSpace
 from autoplan.specs import (
@@ -206,6 +206,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     """Search the best plan for the request; raises AutoplanError with one line when there is none."""
     model = resolve_model(request.model)
     cluster, profile = resolve_cluster(request.num_gpus, request.gpu, request.gpus_per_node, request.profile_path)
+    check_dtype(profile, request.dtype)
     training, defaults = training_shape(model, cluster, request.seq_len, request.global_batch_size, request.dtype)
     space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes)
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes))

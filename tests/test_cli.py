@@ -103,6 +103,7 @@ def test_nsga2_prints_the_front(capsys):
       "--trials", "20"], ["does not fit", "smallest GPU count", "--gpus "]),
     (["search", *SMALL, "--gpus-per-node", "8", "--gpus", "12"], ["whole number of 8-GPU nodes"]),
     (["search", *SMALL, "--study-name", "x"], ["--study-name needs --storage"]),
+    (["search", *SMALL, "--gpu", "a100-80gb", "--dtype", "fp8"], ["--dtype fp8", "a100-80gb", "bf16"]),
     (["estimate", *SMALL, "--tp", "2", "--pp", "4", "--vpp", "3"], ["pp*vpp must divide num_layers", "vpp=3"]),
     (["estimate", *SMALL, "--tp", "2", "--pp", "3"], ["tp*pp*cp must divide --gpus", "pp=3"]),
 ])
@@ -150,3 +151,27 @@ def test_console_script_runs_in_a_real_process(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["schema"] == PLAN_SCHEMA
     assert proc.stderr == ""
+
+
+def test_measured_profile_is_named_in_the_plan_and_used_again_by_estimate(capsys, tmp_path):
+    from cost_model import builtin_profile
+
+    from autoplan.specs import write_json_atomic
+
+    measured = builtin_profile("a100-80gb").to_dict()
+    measured["memory_capacity_bytes"] = 60 * 2**30  # differs from every built-in: proves which one was used
+    write_json_atomic(tmp_path / "cluster.json", measured)
+    plan = tmp_path / "plan.json"
+    code, out, err = run(capsys, "search", *SMALL, "--trials", "20", "--profile", str(tmp_path / "cluster.json"),
+                         "-o", str(plan))
+    assert code == 0, err
+    doc = PlanDocument.load(plan)
+    assert doc.cluster.profile == str((tmp_path / "cluster.json").resolve())
+    assert doc.prediction["memory_capacity_bytes"] == 60 * 2**30
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (tmp_path / "cluster.json").rename(moved / "cluster.json")
+    plan.rename(moved / "plan.json")
+    code, out, err = run(capsys, "estimate", str(moved / "plan.json"), "--json")
+    assert code == 0, err
+    assert json.loads(out)["prediction"]["step_time_s"] == pytest.approx(doc.prediction["step_time_s"], rel=1e-9)

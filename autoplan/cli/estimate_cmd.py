@@ -42,7 +42,7 @@ def _plan_from_file(args):
 
 def _plan_from_flags(args):
     from autoplan.catalog import resolve_model
-    from autoplan.clusters import resolve_cluster
+    from autoplan.clusters import check_dtype, resolve_cluster
     from autoplan.planner import score_one, training_shape
     from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument
 
@@ -50,6 +50,7 @@ def _plan_from_flags(args):
         raise AutoplanError("give a plan file (autoplan estimate plan.json) or --model and --gpus with the plan's pins")
     model = resolve_model(args.model)
     cluster, profile = resolve_cluster(args.gpus, args.gpu, args.gpus_per_node, args.profile)
+    check_dtype(profile, args.dtype)
     training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, args.dtype)
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     if args.dp is None and cluster.num_gpus % (tp * pp * cp):
