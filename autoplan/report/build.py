@@ -10,18 +10,23 @@ Two halves, each optional but not both absent:
 """
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from autoplan.clusters import cluster_for_plan_file
 from autoplan.report import plots
 from autoplan.report.html import Section, write_index
-from autoplan.specs import AutoplanError, InfeasiblePlan, PlanDocument
+from autoplan.specs import AutoplanError, InfeasiblePlan, ParallelPlan, PlanDocument
 
 EXHAUSTIVE_SPACE_SIZE = 200_000
 """Knob combinations up to which the report scores every plan (~10k valid plans take ~3 s)."""
 NSGA2_TRIALS = 600
+MAX_ALTERNATIVES = 4
 
 
 # -- accuracy -------------------------------------------------------------------------------------
@@ -91,6 +96,13 @@ def search_plans(doc: PlanDocument, profile, calibration=None, num_gpus: int | N
     return search(space, scorer, sampler="nsga2", num_trials=NSGA2_TRIALS, seed=0)
 
 
+def _estimate_or_none(estimator, plan):
+    try:
+        return estimator.estimate(plan)
+    except InfeasiblePlan:
+        return None
+
+
 def _point(e) -> dict:
     return {"tokens_per_s": e.tokens_per_s, "peak_memory_bytes": e.peak_memory_bytes, "mfu": e.mfu, "fits": e.fits}
 
@@ -108,17 +120,21 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
                   scaling_factors=(0.25, 0.5, 1, 2, 4)) -> list[Section]:
     _, estimator = _estimator(doc, profile, calibration)
     chosen = estimator.estimate(doc.parallel)
-    entries = [("chosen", doc.parallel.to_dict(), chosen.to_prediction())]
-    entries += [(f"alt {i + 1}", a["parallel"], a["prediction"]) for i, a in enumerate(doc.alternatives[:5])
-                if a.get("prediction", {}).get("time_breakdown_s")]
-    names = [f"{tag}: {_label(par)}" for tag, par, _ in entries]
-    bars = plots.breakdown_bars(out_dir / "breakdown.png", names, [p["time_breakdown_s"] for _, _, p in entries],
-                                [p["memory_breakdown_bytes"] for _, _, p in entries], chosen.memory_capacity_bytes,
+    result = search_plans(doc, profile, calibration)
+    # Alternatives: the plan file's own, else the search's next best; all re-scored by today's model.
+    alternatives = [ParallelPlan.from_dict(a["parallel"]) for a in doc.alternatives if a.get("parallel")]
+    if not alternatives:
+        alternatives = [s.plan for s in result.ranked if s.plan != doc.parallel]
+    entries = [("chosen", doc.parallel, chosen)]
+    entries += [(f"alt {i + 1}", p, e) for i, (p, e) in enumerate(
+        (p, _estimate_or_none(estimator, p)) for p in alternatives[:MAX_ALTERNATIVES]) if e is not None]
+    names = [f"{tag}: {_label(plan.to_dict())}" for tag, plan, _ in entries]
+    bars = plots.breakdown_bars(out_dir / "breakdown.png", names, [e.time_breakdown_s for _, _, e in entries],
+                                [e.memory_breakdown_bytes for _, _, e in entries], chosen.memory_capacity_bytes,
                                 title=f"{doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}")
     table = [["plan", "step time (s)", "tokens/s/GPU", "MFU", "peak memory (GiB)", "fits", "cost model"]]
-    table += [[n, p["step_time_s"], p["tokens_per_s_per_gpu"], f"{p['mfu']:.1%}", p["peak_memory_bytes"] / 2 ** 30,
-               str(p.get("fits", "")), p.get("cost_model", "")] for n, (_, _, p) in zip(names, entries)]
-    result = search_plans(doc, profile, calibration)
+    table += [[n, e.step_time_s, e.tokens_per_s_per_gpu, f"{e.mfu:.1%}", e.peak_memory_bytes / 2 ** 30,
+               str(e.fits), e.cost_model] for n, (_, _, e) in zip(names, entries)]
     points = _points(result)
     pareto = plots.pareto_plot(out_dir / "pareto.png", points, chosen.memory_capacity_bytes, _point(chosen),
                                title=f"{result.sampler} search: {len(points)} plans of {doc.model.name} on "
@@ -133,8 +149,10 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
         if best is not None:
             counts.append(n), tps.append(best.estimate.tokens_per_s), mfu.append(best.estimate.mfu)
     sections = [
-        Section("Chosen plan and alternatives", [f"Time terms are exposed (non-overlapped) seconds per step; memory "
-                                                 f"is per GPU on the worst pipeline stage (GiB = 2^30 bytes)."],
+        Section("Chosen plan and alternatives", ["The plan and its alternatives (the plan file's, else the search's "
+                                                 "next best), scored by the cost model used for this report. Time "
+                                                 "terms are exposed (non-overlapped) seconds per step; memory is per "
+                                                 "GPU on the worst pipeline stage (GiB = 2^30 bytes)."],
                 [Path(bars).name], table),
         Section("Throughput vs memory", [f"The plans the search scored ({result.sampler}: every structurally valid "
                                          f"plan when the space is small, else NSGA-II's trials); the front keeps the "
@@ -153,7 +171,10 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
 # -- the whole report -----------------------------------------------------------------------------
 def build_report(out_dir, measurement_paths=(), published: bool = False, plan_path=None,
                  calibration_path=None) -> list[str]:
-    """Write the PNGs and index.html into out_dir (created if missing); return the files written."""
+    """Write the PNGs and index.html into out_dir (created if missing); return the files written.
+
+    Everything is drawn into a scratch folder beside out_dir and moved in only when the whole
+    report is done, so a failure leaves out_dir as it was."""
     from autoplan.calibration import load_calibration
     from cost_model.learned.calibrate import gather
 
@@ -162,8 +183,10 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise AutoplanError(f"report output {str(out)!r} is a file; give a folder")
+    if not out.parent.is_dir():
+        raise AutoplanError(f"cannot write the report into {str(out)!r}: the folder {str(out.parent)!r} does not exist")
     calibration = load_calibration(calibration_path) if calibration_path else None
-    doc = PlanDocument.load(plan_path) if plan_path else None
+    doc, doc_dir = (PlanDocument.load(plan_path), Path(plan_path).parent) if plan_path else (None, None)
     data = None
     if measurement_paths or published:
         data, _ = gather(measurement_paths, published, calibration.profile if calibration else None)
@@ -171,29 +194,39 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
             raise AutoplanError(f"no usable measured rows in {', '.join(map(str, measurement_paths))}; "
                                 f"{len(data.skipped)} skipped (failed runs or malformed lines)")
         if doc is None and data.origins.count("measured"):
-            doc = _first_measured_plan(measurement_paths)
-    out.mkdir(parents=True, exist_ok=True)
-    sections = accuracy_sections(data, out, calibration) if data is not None else []
-    if doc is not None:
-        sections += plan_sections(doc, out, _profile_of(doc), calibration)
-    title = "autoplan report" + (f": {doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}" if doc else "")
-    index = write_index(out, title, sections, footer="Step times in seconds; tokens/s base 10; memory in GiB (2^30 bytes).")
-    return sorted(str(p) for p in out.glob("*.png")) + [index]
+            doc, doc_dir = _first_measured_plan(measurement_paths)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        sections = accuracy_sections(data, scratch, calibration) if data is not None else []
+        if doc is not None:
+            sections += plan_sections(doc, scratch, cluster_for_plan_file(doc.cluster, doc_dir), calibration)
+        title = "autoplan report" + (f": {doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}" if doc else "")
+        write_index(scratch, title, sections,
+                    footer="Step times in seconds; tokens/s base 10; memory in GiB (2^30 bytes).")
+        out.mkdir(exist_ok=True)
+        mode = _default_file_mode()
+        written = []
+        for f in sorted(scratch.iterdir(), key=lambda f: f.name == "index.html"):  # index last
+            os.chmod(f, mode)  # atomic writes create 0600 files; a report is meant to be shared
+            os.replace(f, out / f.name)
+            written.append(str(out / f.name))
+        return written
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _profile_of(doc: PlanDocument):
-    from autoplan.clusters import load_profile_file
-    from cost_model import builtin_profile
-
-    ref = doc.cluster.profile or f"builtin:{doc.cluster.name}"
-    return builtin_profile(ref.split(":", 1)[1]) if ref.startswith("builtin:") else load_profile_file(ref)
+def _default_file_mode() -> int:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
-def _first_measured_plan(paths) -> PlanDocument | None:
+def _first_measured_plan(paths) -> tuple[PlanDocument | None, Path | None]:
+    """The plan of the first successful run, and the folder its relative profile path is from."""
     from autoplan.specs import read_measurements
 
     for path in paths:
         for m in read_measurements(path)[0]:
             if m.status == "ok":
-                return PlanDocument.from_dict(m.plan)
-    return None
+                return PlanDocument.from_dict(m.plan), Path(path).parent
+    return None, None

@@ -11,9 +11,21 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display: reports are built on headless machines
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import FixedLocator, FormatStrFormatter, LogLocator, NullFormatter  # noqa: E402
 
 GIB = 2 ** 30
 _PALETTE = plt.get_cmap("tab10").colors
+
+
+def _decimal_log_axis(axis, ticks=None) -> None:
+    """Plain decimal labels on a log axis, at 1-2-5 steps or at the given ticks (matplotlib's
+    default minor labels collide with the major ones)."""
+    if ticks is None:
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    else:
+        axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FormatStrFormatter("%g"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _save(fig, path) -> str:
@@ -39,6 +51,8 @@ def predicted_vs_measured(path, measured_s, predicted: dict, band: float = 0.10,
                     label=f"within ±{band:.0%}")
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured step time (s)",
            ylabel="predicted step time (s)", title=title or "Predicted vs measured step time")
+    _decimal_log_axis(ax.xaxis)
+    _decimal_log_axis(ax.yaxis)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     return _save(fig, path)
@@ -53,7 +67,7 @@ def error_by_group(path, groups: list[str], errors: dict, title: str = "") -> st
         ax.barh(y + i * height, np.asarray(values) * 100, height, color=_PALETTE[i], label=name)
     ax.set_yticks(y + height * (len(errors) - 1) / 2, [_short(g) for g in groups], fontsize=7)
     ax.invert_yaxis()
-    ax.set(xlabel="mean absolute error of step time (%)", title=title or "Error per source and model")
+    ax.set(xlabel="mean absolute error of throughput (%)", title=title or "Error per source and model")
     ax.legend(fontsize=8)
     ax.grid(True, axis="x", alpha=0.3)
     return _save(fig, path)
@@ -139,7 +153,8 @@ def scaling_curve(path, num_gpus: list[int], tokens_per_s: list[float], mfu: lis
     ideal = np.asarray(tokens_per_s[0]) * np.asarray(num_gpus) / num_gpus[0]
     ax.plot(num_gpus, ideal, ":", color=_PALETTE[0], alpha=0.6, label="linear scaling")
     ax.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="tokens/s (whole job)")
-    ax.set_xticks(num_gpus, [str(n) for n in num_gpus])
+    _decimal_log_axis(ax.xaxis, num_gpus)
+    _decimal_log_axis(ax.yaxis)
     ax.grid(True, which="both", alpha=0.3)
     twin = ax.twinx()
     twin.plot(num_gpus, np.asarray(mfu) * 100, "s--", color=_PALETTE[1], label="MFU")
