@@ -148,3 +148,29 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
     tied_tp = tmp_path / "tied.json"
     plan_doc(GPT, dp=2, tp=2, num_microbatches=4).save(tied_tp)
     assert "ties its embedding" in _bad(tmp_path, capsys, tied_tp, "--out", out)
+
+
+@pytest.mark.parametrize("policy,expected_core_calls", [("none", 1), ("selective", 2), ("full", 2)])
+def test_recompute_reruns_the_checkpointed_part_in_backward(policy, expected_core_calls):
+    """The attention core's forward runs again during the backward when it is checkpointed
+    (selective: the core itself; full: the whole first layer), and only then."""
+    import torch
+
+    from executor.model import build_model
+    from executor.torch_backend.parallelize import apply_recompute
+
+    model = build_model(LLAMA)
+    apply_recompute(model, policy, 1 if policy == "full" else 0)
+    model.to_empty(device="cpu")
+    model.init_weights(0)
+    calls = []
+    core = model.layers["0"]
+    core = getattr(core, "_checkpoint_wrapped_module", core).attention.core
+    core = getattr(core, "_checkpoint_wrapped_module", core)
+    # A pre-hook: recomputation stops early once it has what the backward needs (torch's
+    # checkpoint early stop), so the recomputed forward may never reach a post-forward hook.
+    core.register_forward_pre_hook(lambda *_: calls.append(1))
+    model(torch.randint(0, 256, (2, 16))).sum().backward()
+    assert len(calls) == expected_core_calls
+    wrapped = [type(layer).__name__ == "CheckpointWrapper" for layer in model.layers.values()]
+    assert wrapped == ([True, False, False, False] if policy == "full" else [False] * 4)
