@@ -61,8 +61,24 @@ def mfu(model: ModelSpec, seq_len: int, tokens_per_s: float, num_gpus: int, peak
 
 
 def cpu_peak_rss_bytes() -> int:
-    """High-water resident set size of this process (Linux reports ru_maxrss in KiB)."""
+    """High-water resident set size of this process: VmHWM from /proc/self/status (Linux, can be
+    reset by `reset_cpu_peak_rss`), else ru_maxrss (KiB on Linux, since the process started)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_cpu_peak_rss() -> None:
+    """Start a new RSS high-water mark (Linux: writing 5 to /proc/self/clear_refs resets VmHWM),
+    so the second plan run in a process does not report the first one's peak."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
 
 
 def _git_revision() -> str:

@@ -22,6 +22,8 @@ GRAD_NORM_RTOL = 1e-4
 LLAMA = ModelSpec("tiny-llama", 4, 64, 4, 2, 128, 256, max_seq_len=64)
 GPT = ModelSpec("tiny-gpt", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="learned",
                 tied_embeddings=True, linear_bias=True, max_seq_len=64)
+BLOOM = ModelSpec("tiny-bloom", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="alibi",
+                  linear_bias=True, max_seq_len=64)  # built with RoPE; LayerNorm and biases under TP+SP
 GLOBAL_BATCH, SEQ_LEN = 8, 32
 OPTIONS = RunOptions(steps=3, warmup_steps=1, lr=1e-2, warmup=0, grad_clip=1.0, out="", log_every=100)
 
@@ -37,6 +39,7 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
     (LLAMA, dict(dp=2, pp=2, vpp=2, zero_stage=2, num_microbatches=4)),          # interleaved 1F1B
     (LLAMA, dict(tp=2, pp=2, sequence_parallel=True, num_microbatches=8)),
     (GPT, dict(dp=4, zero_stage=3, num_microbatches=2)),                         # tied embeddings, FSDP2
+    (BLOOM, dict(dp=2, tp=2, sequence_parallel=True, num_microbatches=4)),
 ]
 
 
@@ -52,9 +55,9 @@ def _close(measured, reference, rtol):
 
 @pytest.mark.slow
 def test_parallel_plans_reproduce_single_device_losses():
-    references = run_many([plan_doc(LLAMA, num_microbatches=8), plan_doc(GPT, num_microbatches=8)],
-                          OPTIONS.replace(nproc=1))
-    reference = {LLAMA.name: references[0], GPT.name: references[1]}
+    models = [LLAMA, GPT, BLOOM]
+    references = run_many([plan_doc(model, num_microbatches=8) for model in models], OPTIONS.replace(nproc=1))
+    reference = {model.name: ref for model, ref in zip(models, references)}
     for ref in references:
         assert ref.status == "ok" and len(ref.losses) == 3
         # Training moves the loss by far more than the tolerance, so matching it means something.

@@ -18,7 +18,9 @@ from autoplan.specs import Measurement, PlanDocument
 from executor.data import batch, local_slice, open_tokens
 from executor.model import build_model, model_notes
 from executor.options import RunOptions
-from executor.record import build_measurement, cpu_peak_rss_bytes, environment, mfu, peak_flops_per_s
+from executor.record import (
+    build_measurement, cpu_peak_rss_bytes, environment, mfu, peak_flops_per_s, reset_cpu_peak_rss,
+)
 from executor.schedule import lr_at
 from executor.torch_backend import checkpoint
 from executor.torch_backend.parallel_dims import ParallelDims
@@ -93,10 +95,16 @@ class PlanRunner:
             model.train()
 
     # -- one optimizer step ------------------------------------------------------------------
-    def step(self, source, step: int) -> torch.Tensor:
+    def load_batch(self, source, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """This replica's slice of the step's global batch, on the device (outside the timing:
+        the cost model predicts compute and communication, not the data pipeline)."""
         plan, training = self.doc.parallel, self.doc.training
         first, count = local_slice(training.global_batch_size, plan.dp, self.rank["dp"])
-        inputs, labels = (t.to(self.device) for t in batch(source, step, first, count, training.seq_len))
+        inputs, labels = batch(source, step, first, count, training.seq_len)
+        return inputs.to(self.device), labels.to(self.device)
+
+    def step(self, inputs: torch.Tensor, labels: torch.Tensor, step: int) -> float:
+        plan = self.doc.parallel
         lr = lr_at(step, self.options.lr, self.options.min_lr, self.options.warmup, self.options.steps)
         for opt in self._all_optimizers():
             opt.zero_grad(set_to_none=True)
@@ -201,6 +209,10 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
     if rank0:
         for note in model_notes(doc.model):
             print(f"[autoplan run] note: {note}", flush=True)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        reset_cpu_peak_rss()
     runner = PlanRunner(doc, options, device)
     source = open_tokens(options.data, options.data_dtype, options.seed, doc.model.vocab_size)
     start = checkpoint.load(options.checkpoint_dir, runner.models, runner.optimizers, runner.rank["pp"]) \
@@ -209,10 +221,11 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
                             doc.training.dtype)
     losses, step_times, grad_norms = [], [], []
     for step in range(start, options.steps):
+        inputs, labels = runner.load_batch(source, step)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        losses.append(runner.step(source, step))  # the loss all-reduce ends the step on every rank
+        losses.append(runner.step(inputs, labels, step))  # its loss all-reduce ends the step on every rank
         grad_norms.append(runner.grad_norm)
         if device.type == "cuda":
             torch.cuda.synchronize(device)

@@ -49,6 +49,17 @@ def failure_record(doc: PlanDocument, exc: BaseException, device_type: str) -> M
                              error=message, extra={"failed_rank": int(os.environ.get("RANK", 0))})
 
 
+def _release_memory(device_type: str) -> None:
+    """Free the finished plan's model before the next plan is built (its peak is measured anew)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device_type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | None = None) -> int:
     import torch
     import torch.distributed as dist
@@ -66,6 +77,7 @@ def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | Non
             doc = PlanDocument.load(path)
             record = train(doc, options, device)
             records.append(record)
+            _release_memory(options.device)
             if rank == 0 and result_path is not None:  # after every plan: a later crash keeps it
                 write_json_atomic(result_path, [r.to_dict() for r in records])
             elif rank == 0 and options.out:
