@@ -66,13 +66,14 @@ class CalibratedEstimator:
     """The analytical Estimator with a calibration applied (same `estimate(plan)` interface)."""
 
     def __init__(self, model, training, cluster, profile: HardwareProfile,
-                 calibration: CalibrationFile | None = None):
+                 calibration: CalibrationFile | None = None, **estimator_options):
+        """`estimator_options` go to the analytical Estimator (software, allow_tp_across_nodes, ...)."""
         from cost_model import Estimator
 
         self.model, self.training, self.cluster = model, training, cluster
         self.calibration = calibration
         self.profile = scoring_profile(profile, calibration)
-        self.analytical = Estimator(model, training, cluster, self.profile)
+        self.analytical = Estimator(model, training, cluster, self.profile, **estimator_options)
 
     def __getattr__(self, name):
         # Everything else (memory(), min_full_recompute_layers(), ...) is the analytical model's.
@@ -85,5 +86,5 @@ class CalibratedEstimator:
         if self.calibration is None or self.calibration.correction is None:
             return estimate
         record = plan_record(self.model, self.training, self.cluster, plan, self.profile, estimate,
-                             self.analytical.software.name)
+                             self.analytical.software)
         return apply(self.calibration, estimate, record)

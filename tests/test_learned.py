@@ -31,7 +31,7 @@ def synthetic_records(n=80, seed=0):
             recompute=str(rng.choice(["none", "selective", "full"])), recompute_num_layers=0, dtype="bf16",
             peak_flops_per_s=312e12, memory_bandwidth_bytes_per_s=1.8e12,
             analytical_step_time_s=float(rng.uniform(1, 10)), analytical_comm_time_s=float(rng.uniform(0, 0.5)),
-            analytical_mfu=float(rng.uniform(0.3, 0.6)), software="megatron-core"))
+            analytical_mfu=float(rng.uniform(0.3, 0.6)), software="megatron-core", flash_attention=True))
         if records[-1]["recompute"] == "full":
             records[-1]["recompute_num_layers"] = 48 // pp
     truth = np.array([0.25 * np.log2(r["tp"]) - 0.05 * r["pp"] for r in records])

@@ -51,19 +51,22 @@ def _estimate_record(model, training, cluster, plan, profile, software=None):
 
     estimator = Estimator(model, training, cluster, profile, software=software)
     estimate = estimator.estimate(plan)
-    return plan_record(model, training, cluster, plan, profile, estimate, estimator.software.name)
+    return plan_record(model, training, cluster, plan, profile, estimate, estimator.software)
 
 
 def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> HardwareProfile:
     """The profile a measured plan is re-estimated with: the learned one for the same device, else
-    the one the plan names (a built-in name or a profile file relative to the measurements)."""
+    the one the plan names (a built-in name, or a profile file; when that path does not exist, the
+    file of the same name next to the measurements, as `autoplan estimate` finds a moved plan's)."""
     from cost_model import builtin_profile
 
     ref = cluster.profile or f"builtin:{cluster.name}"
     if ref.startswith("builtin:"):
         profile = builtin_profile(ref.split(":", 1)[1])
     else:
-        path = Path(ref) if Path(ref).is_absolute() else base_dir / ref
+        path = Path(ref)
+        if not path.exists() and (base_dir / path.name).exists():
+            path = base_dir / path.name
         profile = HardwareProfile.from_dict(read_json(path, "hardware profile"), f"hardware profile {str(path)!r}")
     if learned is not None and learned.device_name == profile.device_name:
         return learned

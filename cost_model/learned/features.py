@@ -18,10 +18,17 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 FEATURE_SCHEMA = "autoplan.plan-features/1"
 
-SOFTWARE_STACKS = ("megatron-core", "megatron-2021", "megatron-deepspeed", "deepspeed", "llm-foundry", "torchtitan")
-"""Software stacks the analytical estimate can assume (cost_model.constants frameworks). Each is a
-0/1 feature: the analytical model's residual differs by framework (overlap, fusion, launch costs it
-cannot know), and a stack the correction never saw is out of distribution through `software_other`."""
+SOFTWARE_FAMILIES = {
+    "megatron": ("megatron-core", "megatron-2021", "megatron-deepspeed"),
+    "zero3": ("deepspeed",),
+    "fsdp": ("llm-foundry", "torchtitan"),
+}
+"""Families of the software stacks the analytical estimate can assume (cost_model.constants
+frameworks), one 0/1 feature each, plus the stack's flash-attention switch. Families rather than
+stacks, so that a search for the default megatron-core stack is corrected by what was learned on the
+other Megatron versions; a stack of no known family is out of distribution (`software_other`).
+Leave-one-group-out on the published rows scored families+flash at least as well as one switch per
+stack (docs/learned.md)."""
 
 # Name -> one-line meaning. The order is the column order of the feature matrix.
 FEATURES = {
@@ -46,8 +53,10 @@ FEATURES = {
     "log10_hbm_bandwidth": "the GPU's achievable HBM bandwidth (separates A100 40/80GB, H100/H200)",
     "fp8": "fp8 matmuls (1) or 16-bit (0)",
     "analytical_mfu": "the MFU the analytical model predicts",
-    **{f"software_{name}": f"the analytical estimate assumed the {name} software stack" for name in SOFTWARE_STACKS},
-    "software_other": "the analytical estimate assumed another software stack",
+    **{f"software_{family}": f"the analytical estimate assumed a {family} software stack ({', '.join(stacks)})"
+       for family, stacks in SOFTWARE_FAMILIES.items()},
+    "software_other": "the analytical estimate assumed a stack of no known family",
+    "flash_attention": "the stack runs fused flash attention (1) or materializes the scores (0)",
 }
 FEATURE_NAMES = tuple(FEATURES)
 
@@ -57,16 +66,16 @@ RECORD_FIELDS = (
     "dp", "tp", "pp", "cp", "vpp", "sequence_parallel", "zero_stage", "micro_batch_size",
     "num_microbatches", "recompute", "recompute_num_layers", "dtype", "peak_flops_per_s",
     "memory_bandwidth_bytes_per_s", "analytical_step_time_s", "analytical_comm_time_s",
-    "analytical_mfu", "software",
+    "analytical_mfu", "software", "flash_attention",
 )
 
 COMM_TERMS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm", "ep_comm")
 """Time-breakdown terms counted as communication in `comm_share` (others: compute, bubble, ...)."""
 
 
-def plan_record(model, training, cluster, plan, profile, estimate, software: str = "megatron-core") -> dict:
+def plan_record(model, training, cluster, plan, profile, estimate, software=None) -> dict:
     """One flat record of a plan and its analytical estimate (the unit of calibration data);
-    `software` names the software stack the analytical estimate assumed."""
+    `software` is the SoftwareStack the analytical estimate assumed (None: the default megatron-core)."""
     comm_s = sum(v for k, v in estimate.time_breakdown_s.items() if k in COMM_TERMS or k.endswith("_comm"))
     return {
         "model_name": model.name, "gpu": cluster.name,
@@ -84,7 +93,8 @@ def plan_record(model, training, cluster, plan, profile, estimate, software: str
         "analytical_comm_time_s": float(comm_s),
         "analytical_mfu": float(estimate.mfu),
         "analytical_peak_memory_bytes": int(estimate.peak_memory_bytes),
-        "software": software,
+        "software": software.name if software is not None else "megatron-core",
+        "flash_attention": bool(software.flash_attention) if software is not None else True,
     }
 
 
@@ -117,8 +127,9 @@ def featurize_record(r) -> list[float]:
         math.log10(float(r["memory_bandwidth_bytes_per_s"])),
         float(r["dtype"] == "fp8"),
         float(r["analytical_mfu"]),
-        *[float(r["software"] == name) for name in SOFTWARE_STACKS],
-        float(r["software"] not in SOFTWARE_STACKS),
+        *[float(r["software"] in stacks) for stacks in SOFTWARE_FAMILIES.values()],
+        float(not any(r["software"] in stacks for stacks in SOFTWARE_FAMILIES.values())),
+        float(bool(r["flash_attention"])),
     ]
 
 
