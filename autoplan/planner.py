@@ -111,7 +111,7 @@ def _layout(plan) -> tuple:
 
 def pick_alternatives(result: SearchResult, best: Scored, count: int = NUM_ALTERNATIVES) -> list:
     """Runners-up worth reading: the best plan of each other parallel layout (dp, tp, pp, cp, ep),
-    then same-layout variants if layouts run out, and the fastest plan that did not fit."""
+    then same-layout variants if layouts run out, and the faster plan that came closest to fitting."""
     chosen, layouts = [], {_layout(best.plan)}
     for s in result.ranked[1:]:
         if len(chosen) < count and _layout(s.plan) not in layouts:
@@ -121,8 +121,8 @@ def pick_alternatives(result: SearchResult, best: Scored, count: int = NUM_ALTER
         if len(chosen) < count and s not in chosen:
             chosen.append(s)
     faster_unfit = [s for s in result.unfit if s.step_time_s < best.step_time_s]
-    if faster_unfit:
-        chosen.append(faster_unfit[0])
+    if faster_unfit:  # the faster plan that comes closest to fitting: what memory costs this cluster
+        chosen.append(min(faster_unfit, key=lambda s: s.peak_memory_bytes))
     return chosen
 
 
