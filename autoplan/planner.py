@@ -2,7 +2,7 @@
 
 `plan_search` resolves the model and the cluster, fills in the training shape it was not given
 (and says which defaults it chose), searches, and ranks the runners-up with why each lost.
-`estimate_document` re-scores a plan file; `estimate_pinned` scores one fully pinned plan.
+`estimate_document` re-scores a plan file; `score_one` scores one given plan.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from autoplan.catalog import resolve_model
 from autoplan.clusters import check_count, check_dtype, cluster_for_plan_file, resolve_cluster
 from autoplan.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
-from autoplan.space import Pins, SearchSpace
+from autoplan.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
 from autoplan.specs import (
     AUTOPLAN_VERSION, AutoplanError, ClusterSpec, InfeasiblePlan, ModelSpec, PlanDocument, TrainingSpec,
 )
@@ -155,7 +155,10 @@ def smallest_fitting_gpus(model, training, cluster, profile) -> int | None:
     """The fewest GPUs (whole nodes, upwards from the current count) on which some plan fits."""
     per_node = cluster.gpus_per_node
     start = max(1, cluster.num_gpus // per_node + 1)
-    for nodes in range(start, start + MAX_NODES_TRIED):
+    # Beyond this many GPUs even the widest model parallelism leaves dp > global batch: no plan.
+    widest = max(per_node, model.num_heads) * model.num_layers * max(1, training.seq_len // (2 * MIN_CP_CHUNK_TOKENS))
+    last = min(start + MAX_NODES_TRIED, training.global_batch_size * widest // per_node + 1)
+    for nodes in range(start, last + 1):
         bigger = ClusterSpec(cluster.name, nodes * per_node, per_node, cluster.profile)
         if _fits_somewhere(model, training, bigger, profile):
             return bigger.num_gpus

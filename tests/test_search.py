@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from autoplan.planner import PlanRequest, plan_search, smallest_fitting_gpus
+from autoplan.planner import PlanRequest, plan_search
 from autoplan.search import PlanScorer, optuna_search
 from autoplan.space import Pins, SearchSpace
 from autoplan.specs import AutoplanError, InfeasiblePlan, PlanDocument
