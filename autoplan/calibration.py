@@ -19,9 +19,10 @@ Two things can come out of calibration, and the planner uses both:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from autoplan.specs import CostEstimate, HardwareProfile
-from cost_model.learned.correction import correction_in_distribution
+from cost_model.learned.correction import correction_in_distribution, out_of_range_features
 from cost_model.learned.features import plan_record
 from cost_model.learned.store import LEARNED_COST_MODEL, CalibrationFile
 
@@ -46,10 +47,15 @@ def correction_factor(calibration: CalibrationFile | None, record: dict) -> floa
 
 def apply(calibration: CalibrationFile | None, estimate: CostEstimate, record: dict) -> CostEstimate:
     """The estimate with its time terms scaled by the correction factor, labelled with the model
-    that scored it; the analytical estimate itself when the correction does not apply."""
-    factor = correction_factor(calibration, record)
-    if factor == 1.0:
+    that scored it. Without a trained correction, the estimate itself; for a plan outside the
+    correction's training range, the analytical estimate with a note saying which features were out."""
+    if calibration is None or calibration.correction is None:
         return estimate
+    outside = out_of_range_features(calibration.correction, record)
+    if outside:
+        note = f"learned correction not applied (plan outside its training range: {'; '.join(outside)})"
+        return replace(estimate, notes=(*estimate.notes, note))
+    factor = correction_factor(calibration, record)
     return estimate.scaled_time(factor, f"{estimate.cost_model}+{LEARNED_COST_MODEL}")
 
 

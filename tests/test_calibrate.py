@@ -104,6 +104,7 @@ def test_calibrated_estimator_corrects_inside_and_falls_back_outside(calibration
     far_cluster = replace(doc.cluster, num_gpus=doc.cluster.num_gpus * 64)
     outside = CalibratedEstimator(doc.model, far_training, far_cluster, profile, calibration).estimate(far)
     assert outside.cost_model == "analytical/1" and "correction_factor" not in outside.details
+    assert any("log2_num_gpus=" in n and "outside" in n for n in outside.notes)
 
 
 def test_untrained_calibration_is_factor_one(calibration_path):

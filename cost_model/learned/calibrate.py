@@ -102,3 +102,16 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     lines.insert(0, f"trained the correction on {len(data)} rows ({data.origins.count('measured')} measured, "
                     f"{data.origins.count('published')} published) in {num_groups} groups")
     return calibration, lines
+
+
+def calibrated_validation(dtypes=("bf16", "fp16"), kind: str = "trees") -> dict:
+    """The "calibrated" block of `autoplan validate --json`: the learned correction on the shipped
+    published runs under leave-one-group-out CV (group = source and model), with the analytical
+    model's figures on the same rows beside it. Errors are fractions of the measured tokens/s."""
+    data = published_data(dtypes)
+    sweeps = [r["sweep"] for r in data.records]
+    evaluation = evaluate_calibration(data.records, data.measured_s, data.groups, make_correction(kind=kind),
+                                      sweeps=sweeps)
+    return {**evaluation["calibrated"], "rows": f"published {'/'.join(dtypes)} rows",
+            "analytical_same_rows": evaluation["analytical"], "cv": evaluation["cv"],
+            "estimator": f"LogRatioRegressor(kind={kind!r})", "num_skipped": len(data.skipped)}

@@ -143,6 +143,15 @@ def correction_in_distribution(pipeline: Pipeline, records) -> np.ndarray:
     return pipeline[-1].in_distribution(pipeline[:-1].transform(records))
 
 
+def out_of_range_features(pipeline: Pipeline, record: dict) -> list[str]:
+    """Why a record is out of distribution: "name=value outside [lo, hi]" per offending feature."""
+    x = pipeline[:-1].transform([record])[0]
+    model = pipeline[-1]
+    names = pipeline[0].get_feature_names_out()
+    return [f"{name}={v:.3g} outside [{lo:.3g}, {hi:.3g}]"
+            for name, v, lo, hi in zip(names, x, model.lower_, model.upper_) if not lo <= v <= hi]
+
+
 def correction_to_json(pipeline: Pipeline) -> dict:
     return {"feature_schema": FEATURE_SCHEMA, "features": list(FEATURE_NAMES),
             "model": pipeline[-1].to_json()}
