@@ -36,7 +36,7 @@ def _doc(model=GQA, num_gpus=8, **parallel) -> PlanDocument:
 
 # name -> (plan, expected tiling of layers.0.attention.wq.weight {param, exp_avg, grad}; recomputed modules)
 PLANS = {
-    "dp8-zero1": (_doc(dp=8, zero_stage=1), {"param": [], "exp_avg": [1, 8]}, []),
+    "dp8-zero1": (_doc(dp=8, zero_stage=1), {"param": [], "exp_avg": [1, 8], "grad": [1, 8]}, []),
     "dp8-zero3-fsdp-full": (_doc(dp=8, zero_stage=3, recompute="full", recompute_num_layers=1),
                             {"param": [1, 8], "exp_avg": [1, 8], "grad": [1, 8]}, ["layers.0"]),
     "tp8-accumulate": (_doc(MHA, tp=8, micro_batch_size=4, num_microbatches=2),
@@ -74,7 +74,10 @@ def cli(monkeypatch):
 
 
 @pytest.mark.slow
-def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys):
+def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypatch):
+    # The worker inherits this: LLVM's optimization level only changes how fast the CPU code is, and
+    # it cuts XLA's compile time for these six plans about fourfold (measured 126 s -> 33 s).
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
     paths = []
     for name, (doc, _, _) in PLANS.items():
         paths.append(str(tmp_path / f"{name}.json"))

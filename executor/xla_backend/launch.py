@@ -51,6 +51,9 @@ def run_many(docs: list, options: RunOptions) -> list:
     env = dict(os.environ)
     # PJRT reads these when torch_xla starts: one virtual CPU device per GPU of the plan.
     env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES=str(counts[0]))
+    # XLA logs a GSPMD deprecation warning at every compilation; errors still show. A user who
+    # wants XLA's warnings sets TF_CPP_MIN_LOG_LEVEL=0 (or 1) themselves.
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with tempfile.TemporaryDirectory(prefix="autoplan-xla-") as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         write_json_atomic(request, {"runs": [{"plan": d.to_dict(), "options": o.to_dict()} for d, o in runs]})

@@ -152,3 +152,14 @@ def apply_recompute(model: nn.Module, recompute: str, num_layers: int, checkpoin
             block.attention.core = checkpoint_wrapper(block.attention.core, checkpoint_fn=checkpoint_fn)
             wrapped.append(f"layers.{index}.attention.core")
     return wrapped
+
+
+def parallelize(model: nn.Module, mesh, plan, checkpoint_fn) -> tuple:
+    """Apply a plan to a materialized model on the XLA device, in torchtitan's fixed order:
+    parameter layout, activation layout, then activation checkpointing (the hooks go on the bare
+    modules, before the checkpoint wrappers change the module tree). Returns (marked specs,
+    recomputed module names)."""
+    marked = shard_parameters(model, mesh, plan.zero_stage)
+    shard_activations(model, mesh, plan.sequence_parallel)
+    recomputed = apply_recompute(model, plan.recompute, plan.recompute_num_layers, checkpoint_fn)
+    return marked, recomputed

@@ -18,10 +18,7 @@ from executor.model import build_model, canonical_name, model_notes
 from executor.options import RunOptions
 from executor.record import build_measurement, cpu_peak_rss_bytes, environment
 from executor.xla_backend.mesh import AXES, MeshShape
-from executor.xla_backend.sharding import (
-    activation_specs, apply_recompute, init_optimizer_state, shard_activations, shard_gradients,
-    shard_parameters,
-)
+from executor.xla_backend.sharding import activation_specs, init_optimizer_state, parallelize, shard_gradients
 from executor.xla_backend.train import Placement, make_optimizer, train
 
 
@@ -43,6 +40,21 @@ def _sharding_of(tensor: torch.Tensor) -> str:
     return torch_xla._XLAC._get_xla_sharding_spec(tensor) or "replicated"
 
 
+def _layout_report(model: torch.nn.Module, optimizer: torch.optim.Optimizer, marked: dict) -> dict:
+    """What was asked and what XLA made of it, for layer 0 and the parameters outside the layers
+    (every layer has layer 0's layout), and for one weight's moment and gradient. The last step's
+    gradients are still held, so theirs is the sharding the update consumed."""
+    named = {canonical_name(n): p for n, p in model.named_parameters()}
+    shown = [n for n in named if not n.startswith("layers.") or n.startswith("layers.0.")]
+    probe = named["layers.0.attention.wq.weight"]
+    return {
+        "param_partition_specs": {n: list(marked[n]) for n in shown},
+        "param_sharding": {n: _sharding_of(named[n]) for n in shown},
+        "wq_layout": {"param": _sharding_of(probe), "exp_avg": _sharding_of(optimizer.state[probe]["exp_avg"]),
+                      "grad": _sharding_of(probe.grad) if probe.grad is not None else "none"},
+    }
+
+
 def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
     """Build, annotate and train one plan on the SPMD mesh; the record of what it measured."""
     import torch_xla
@@ -57,16 +69,12 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
     device = torch_xla.device()
     compilations_before = _num_compilations()
 
-    # The parallelize order of torchtitan: build, initialize (weights depend on the seed and the
-    # parameter name only), place, annotate parameters, annotate activations, wrap for recompute.
+    # Weights depend on the seed and the parameter name only: the eager reference gets the same.
     model = build_model(doc.model, "cpu")
     model.init_weights(options.seed)
     model.to(device)
-    marked = shard_parameters(model, mesh, par.zero_stage)
-    shard_activations(model, mesh, par.sequence_parallel)
-    recomputed = apply_recompute(model, par.recompute, par.recompute_num_layers,
-                                 partial(xla_checkpoint, use_reentrant=True,
-                                         preserve_rng_state=False))  # no dropout: no RNG to replay
+    marked, recomputed = parallelize(model, mesh, par, partial(xla_checkpoint, use_reentrant=True,
+                                                               preserve_rng_state=False))  # no dropout
     optimizer = make_optimizer(model, options)
     init_optimizer_state(optimizer, model, mesh, par.zero_stage)
     torch_xla.sync()  # materialize weights and moments now, so step 1 compiles the same graph as step 2
@@ -81,25 +89,17 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
         torch_xla.sync()
         xm.wait_device_ops()
 
-    placement = Placement(place_tokens=place_tokens, end_step=end_step,
-                          before_update=(lambda: shard_gradients(model, mesh)) if par.zero_stage == 2 else (lambda: None))
+    placement = Placement(place_tokens=place_tokens, end_step=end_step)
+    if par.zero_stage == 2:
+        placement.before_update = lambda: shard_gradients(model, mesh)
     _log(f"plan {doc.plan_id}: mesh {dict(zip(AXES, (par.dp, par.cp, par.tp)))} on {num_devices} "
          f"{xr.device_type()} devices, zero={par.zero_stage} sp={par.sequence_parallel} recompute={par.recompute}")
     result = train(model, optimizer, doc, options, placement, log=_log)
-    # The last step's gradients are still held: their sharding is what the update consumed.
-    # Layer 0 and the non-layer parameters show the layout without repeating every layer.
-    shown = {canonical_name(n): _sharding_of(p) for n, p in model.named_parameters()
-             if not canonical_name(n).startswith("layers.") or canonical_name(n).startswith("layers.0.")}
-    probe = next(p for n, p in model.named_parameters() if canonical_name(n) == "layers.0.attention.wq.weight")
-    layout = {"param": _sharding_of(probe), "exp_avg": _sharding_of(optimizer.state[probe]["exp_avg"]),
-              "grad": _sharding_of(probe.grad) if probe.grad is not None else "none"}
     env = environment("cpu" if xr.device_type() == "CPU" else xr.device_type().lower(), num_devices, "xla",
                       device_name=f"XLA {xr.device_type()} x{num_devices}")
     extra = {
         "mesh": {"axes": list(AXES), "shape": [par.dp, par.cp, par.tp]},
-        "param_partition_specs": {k: list(v) for k, v in marked.items() if k in shown},
-        "param_sharding": shown,
-        "wq_layout": layout,
+        **_layout_report(model, optimizer, marked),
         "recomputed_modules": recomputed,
         "num_xla_compilations": _num_compilations() - compilations_before,
         "compute_dtype": "float32",
