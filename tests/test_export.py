@@ -149,6 +149,19 @@ def test_deepspeed_notes_pipeline_zero_limits_and_megatron_flags():
     assert any("Ulysses" in n for n in export_plan(CONTEXT, "deepspeed").notes)
 
 
+def test_cli_exports_a_ranked_alternative(cli, tmp_path, capsys):
+    doc = _with(FSDP)
+    doc.alternatives = [{"parallel": ParallelPlan(dp=8, tp=8, zero_stage=1, micro_batch_size=2, num_microbatches=8,
+                                                  sequence_parallel=True).to_dict(), "prediction": {}}]
+    plan = tmp_path / "plan.json"
+    doc.save(plan)
+    assert cli(["export", str(plan), "--to", "torchtitan", "--alternative", "1"]) == 0
+    cfg = tomllib.loads(capsys.readouterr().out)
+    assert (cfg["parallelism"]["tensor_parallel_degree"], cfg["parallelism"]["data_parallel_shard_degree"]) == (8, 8)
+    assert cli(["export", str(plan), "--to", "torchtitan", "--alternative", "2"]) == 2
+    assert "holds 1 alternatives; choose 0 (the chosen plan) to 1" in capsys.readouterr().err
+
+
 def test_bad_plans_and_targets_are_refused():
     with pytest.raises(AutoplanError, match="unknown export target 'nemo'"):
         export_plan(FSDP, "nemo")

@@ -13,15 +13,17 @@ def register(subparsers) -> None:
                     "not map is listed on stderr (and in the comment block of shell/TOML output).")
     p.add_argument("plan", help="plan file (schema autoplan.plan/v1), as written by `autoplan search -o`")
     p.add_argument("--to", dest="target", required=True, choices=target_names(), help="framework to export to")
+    p.add_argument("--alternative", type=int, default=0, metavar="K",
+                   help="export the K-th ranked alternative the search wrote into the plan file (default 0: the chosen plan)")
     p.add_argument("-o", "--output", help="write here (atomically) instead of printing")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from autoplan.exporters import export_plan
+    from autoplan.exporters import export_plan, with_alternative
     from autoplan.specs import PlanDocument, write_text_atomic
 
-    doc = PlanDocument.load(args.plan)
+    doc = with_alternative(PlanDocument.load(args.plan), args.alternative)
     export = export_plan(doc, args.target)
     if args.output:
         write_text_atomic(args.output, export.text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, PlanDocument
+from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument
 
 # target name -> (module under autoplan.exporters, file suffix of what it writes)
 _TARGETS = {
@@ -41,6 +41,23 @@ def export_plan(doc: PlanDocument, target: str) -> Export:
     module = importlib.import_module(f"autoplan.exporters.{module_name}")
     text, notes = module.export(doc)
     return Export(target=target, text=text, notes=notes, suffix=suffix)
+
+
+def with_alternative(doc: PlanDocument, index: int) -> PlanDocument:
+    """The plan document with its `index`-th ranked alternative (1-based) as the chosen plan; 0 is
+    the chosen plan itself. Lets a user export the runner-up the search also wrote down."""
+    if index == 0:
+        return doc
+    if not 1 <= index <= len(doc.alternatives):
+        raise AutoplanError(
+            f"--alternative {index}: the plan file holds {len(doc.alternatives)} alternatives; "
+            f"choose 0 (the chosen plan) to {len(doc.alternatives)}")
+    alternative = doc.alternatives[index - 1]
+    parallel = ParallelPlan.from_dict(alternative.get("parallel") if isinstance(alternative, dict) else None,
+                                      f"alternative {index} parallel")
+    return PlanDocument(model=doc.model, training=doc.training, cluster=doc.cluster, parallel=parallel,
+                        prediction=dict(alternative.get("prediction") or {}), search=doc.search,
+                        provenance=doc.provenance)
 
 
 def header_lines(doc: PlanDocument, target: str) -> list:

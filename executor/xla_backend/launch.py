@@ -31,6 +31,10 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
         raise AutoplanError(
             f"--device {options.device}: the xla backend runs on XLA's CPU devices (torch_xla 2.9 from "
             f"PyPI ships no CUDA plugin); run GPU plans with --backend torch")
+    if options.nproc not in (0, par.num_gpus):
+        raise AutoplanError(
+            f"--nproc {options.nproc}: the xla backend runs one process with one XLA device per GPU of "
+            f"the plan ({par.num_gpus}); leave out --nproc")
     if options.checkpoint_dir or options.resume:
         raise AutoplanError("--checkpoint-dir/--resume: the xla backend does not save checkpoints; "
                             "use --backend torch for checkpointed runs")
