@@ -81,6 +81,13 @@ def test_megatron_fsdp_context_and_moe():
     assert _megatron_args(_doc(model=qwen, num_gpus=8, gbs=8, dp=8, micro_batch_size=1))["--add-qkv-bias"] is True
 
 
+def test_megatron_launch_line_matches_the_cluster():
+    multi_node = export_plan(TP_PP_VPP_SP, "megatron").text
+    assert "torchrun --nnodes 16 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint" in multi_node
+    single = export_plan(_doc(num_gpus=4, gbs=4, dp=4, micro_batch_size=1), "megatron").text
+    assert "torchrun --nnodes 1 --nproc-per-node 4 pretrain_gpt.py" in single
+
+
 def test_megatron_notes_what_does_not_map():
     export = export_plan(_with(FSDP, zero_stage=2), "megatron")
     assert any("zero_stage=2" in n and "gradient buffer" in n for n in export.notes)

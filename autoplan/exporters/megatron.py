@@ -15,7 +15,10 @@ def export(doc: PlanDocument) -> tuple:
         + _precision_args(doc, notes) + _model_args(doc, notes)
     cluster = doc.cluster
     nproc = min(cluster.gpus_per_node, cluster.num_gpus)
-    launch = f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {nproc} pretrain_gpt.py"
+    launch = f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {nproc}"
+    if cluster.num_nodes > 1:  # every node runs this same line and meets at the rendezvous
+        launch += " --rdzv-backend c10d --rdzv-endpoint ${MASTER_ADDR}:${MASTER_PORT:-29500}"
+    launch += " pretrain_gpt.py"
     lines = [launch] + [f"    {' '.join(str(part) for part in arg)}" for arg in args]
     notes.append(f"vocabulary: Megatron takes the vocabulary from the tokenizer; the plan assumes "
                  f"{doc.model.vocab_size} rows (synthetic data: --tokenizer-type NullTokenizer "
