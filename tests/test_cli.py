@@ -175,3 +175,11 @@ def test_measured_profile_is_named_in_the_plan_and_used_again_by_estimate(capsys
     code, out, err = run(capsys, "estimate", str(moved / "plan.json"), "--json")
     assert code == 0, err
     assert json.loads(out)["prediction"]["step_time_s"] == pytest.approx(doc.prediction["step_time_s"], rel=1e-9)
+
+
+def test_a_measured_profile_whose_nodes_are_too_small_is_one_line(capsys):
+    shipped = Path(__file__).resolve().parents[1] / "profiler" / "data" / "cpu2-quick.json"
+    code, out, err = run(capsys, "search", "--model", "llama-2-7b", "--gpus", "8", "--gpus-per-node", "8",
+                         "--profile", str(shipped))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "measured on nodes of 2 device(s)" in err and "--gpus-per-node 2" in err

@@ -175,8 +175,10 @@ def test_check_profile_hosts():
     check_profile_hosts(measured, num_gpus=1, gpus_per_node=1)
     with pytest.raises(AutoplanError, match="nodes of 2 device.*asks for 8 per node"):
         check_profile_hosts(measured, num_gpus=8, gpus_per_node=8)
-    with pytest.raises(AutoplanError, match="= 2 but the plan asks for 4"):
-        check_profile_hosts(measured, num_gpus=4, gpus_per_node=2)
+    check_profile_hosts(measured, num_gpus=4, gpus_per_node=2)  # more nodes than measured: links carry over
+    no_network = dataclasses.replace(measured, inter_node_bandwidth_bytes_per_s=0.0)
+    with pytest.raises(AutoplanError, match="no cross-node bandwidth.*asks for 4 devices"):
+        check_profile_hosts(no_network, num_gpus=4, gpus_per_node=2)
     from cost_model import builtin_profile
 
     check_profile_hosts(builtin_profile("h100-80gb"), num_gpus=4096, gpus_per_node=8)  # a GPU type hosts any count
