@@ -134,6 +134,8 @@ def test_pp_and_other_unsupported_input_is_refused_before_anything_starts(cli, t
     assert not (tmp_path / "runs.jsonl").exists()
     with pytest.raises(AutoplanError, match="--device cuda.*--backend torch"):
         check(_doc(dp=8), OPTIONS.replace(device="cuda"))
+    with pytest.raises(AutoplanError, match="does not exist"):
+        check(_doc(dp=8), OPTIONS.replace(data=str(tmp_path / "missing.bin")))
     with pytest.raises(AutoplanError, match="--nproc 4"):
         check(_doc(dp=8), OPTIONS.replace(nproc=4))
     with pytest.raises(AutoplanError, match="checkpoint"):

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from autoplan.specs import AutoplanError, Measurement, PlanDocument, write_json_atomic
+from executor.data import open_tokens
 from executor.model import check_buildable
 from executor.options import RunOptions
 
@@ -31,6 +32,10 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
         raise AutoplanError(
             f"--device {options.device}: the xla backend runs on XLA's CPU devices (torch_xla 2.9 from "
             f"PyPI ships no CUDA plugin); run GPU plans with --backend torch")
+    if doc.training.seq_len > doc.model.max_seq_len:
+        raise AutoplanError(f"seq_len={doc.training.seq_len} exceeds model {doc.model.name!r} "
+                            f"max_seq_len={doc.model.max_seq_len}; plan a shorter sequence")
+    open_tokens(options.data, options.data_dtype, options.seed, doc.model.vocab_size)  # missing file -> error
     if options.nproc not in (0, par.num_gpus):
         raise AutoplanError(
             f"--nproc {options.nproc}: the xla backend runs one process with one XLA device per GPU of "
