@@ -114,3 +114,11 @@ def test_untrained_calibration_is_factor_one(calibration_path):
     empty = CalibrationFile()
     assert correction_factor(empty, {}) == 1.0 and correction_factor(None, {}) == 1.0
     assert apply(empty, estimate, {}) is estimate
+
+
+def test_measured_profile_is_learned_from_every_raw_sample_not_only_medians():
+    medians = json.loads((DATA / "cpu-profile.json").read_text())
+    profile = load_measured_profile(DATA / "cpu-profile.json")
+    assert len(profile.matmul) > len(medians["matmul"])  # repeats and ranks from the samples CSV
+    assert {(s.m, s.n, s.k, s.dtype) for s in profile.matmul} == {
+        (s["m"], s["n"], s["k"], s["dtype"]) for s in medians["matmul"]}
