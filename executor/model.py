@@ -83,12 +83,20 @@ def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
     return rotated.flatten(-2).type_as(x)
 
 
+def repeat_kv(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+    """Grouped-query attention: each K/V head serves q_heads/kv_heads query heads (b, heads, s, d)."""
+    num_queries_per_kv = q.shape[1] // kv.shape[1]
+    return kv.repeat_interleave(num_queries_per_kv, dim=1) if num_queries_per_kv > 1 else kv
+
+
 class CausalAttention(nn.Module):
-    """The attention core: causal softmax(QK^T/sqrt(d))V. A module of its own, without parameters,
-    so selective recompute can wrap exactly this part (Korthikanti et al. 2022, section 4)."""
+    """The attention core: causal softmax(QK^T/sqrt(d))V over (batch, heads, seq, head_dim), with
+    fewer K/V heads than query heads under GQA. A module of its own, without parameters, so
+    selective recompute can wrap exactly this part (Korthikanti et al. 2022, section 4) and
+    context parallelism can replace it."""
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, repeat_kv(q, k), repeat_kv(q, v), is_causal=True)
 
 
 class Attention(nn.Module):
@@ -96,7 +104,6 @@ class Attention(nn.Module):
         super().__init__()
         h, q_bias = spec.hidden_size, spec.qkv_bias or spec.linear_bias
         self.head_dim = spec.head_dim
-        self.num_queries_per_kv = spec.num_heads // spec.num_kv_heads
         self.use_rope = spec.position != "learned"
         self.wq = nn.Linear(h, spec.q_size, bias=q_bias)
         self.wk = nn.Linear(h, spec.kv_size, bias=q_bias)
@@ -112,10 +119,6 @@ class Attention(nn.Module):
         v = self.wv(x).view(batch, seq_len, -1, self.head_dim)
         if self.use_rope:
             q, k = apply_rope(q, rope), apply_rope(k, rope)
-        if self.num_queries_per_kv > 1:
-            # Grouped-query attention: each K/V head serves num_queries_per_kv query heads.
-            k = k.repeat_interleave(self.num_queries_per_kv, dim=2)
-            v = v.repeat_interleave(self.num_queries_per_kv, dim=2)
         out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.wo(out.transpose(1, 2).reshape(batch, seq_len, -1))
 

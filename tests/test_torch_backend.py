@@ -40,6 +40,10 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
     (LLAMA, dict(tp=2, pp=2, sequence_parallel=True, num_microbatches=8)),
     (GPT, dict(dp=4, zero_stage=3, num_microbatches=2)),                         # tied embeddings, FSDP2
     (BLOOM, dict(dp=2, tp=2, sequence_parallel=True, num_microbatches=4)),
+    (LLAMA, dict(cp=4, num_microbatches=8)),                                     # CP, DDP over cp ranks
+    (LLAMA, dict(dp=2, cp=2, zero_stage=3, num_microbatches=4, recompute="selective")),
+    (LLAMA, dict(cp=2, tp=2, sequence_parallel=True, num_microbatches=8)),
+    (LLAMA, dict(cp=2, pp=2, num_microbatches=8)),
 ]
 
 
@@ -145,9 +149,9 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
     assert "unknown backend 'jax'" in _bad(tmp_path, capsys, plan4, "--backend", "jax", "--out", out)
     assert "no complete checkpoint" in _bad(tmp_path, capsys, plan4, "--resume", "--checkpoint-dir",
                                             tmp_path / "none", "--out", out)
-    cp_plan = tmp_path / "cp.json"
-    plan_doc(LLAMA, dp=2, cp=2, num_microbatches=4).save(cp_plan)
-    assert "context parallelism (cp=2)" in _bad(tmp_path, capsys, cp_plan, "--out", out)
+    cp_learned = tmp_path / "cp.json"
+    plan_doc(GPT, dp=2, cp=2, num_microbatches=4).save(cp_learned)
+    assert "context parallelism (cp=2) needs RoPE" in _bad(tmp_path, capsys, cp_learned, "--out", out)
     tied_tp = tmp_path / "tied.json"
     plan_doc(GPT, dp=2, tp=2, num_microbatches=4).save(tied_tp)
     assert "ties its embedding" in _bad(tmp_path, capsys, tied_tp, "--out", out)

@@ -30,11 +30,14 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
             f"* cp={plan.cp} = {plan.num_gpus}) but this run has {processes} processes; run it with "
             f"--nproc {plan.num_gpus} (or torchrun over {plan.num_gpus} GPUs), or plan for {processes} GPUs")
     plan.check(spec, training, doc.cluster, allow_tp_across_nodes=True)
-    if plan.cp > 1:
+    if plan.cp > 1 and spec.position == "learned":
         raise AutoplanError(
-            f"the torch backend does not run context parallelism (cp={plan.cp}): torch's context_parallel "
-            "ring attention dispatches only the CUDA flash/efficient SDPA kernels and is not wired here; "
-            "use a plan with cp=1, or try --backend xla")
+            f"model {spec.name!r} has learned positions; the torch backend's context parallelism (cp={plan.cp}) "
+            "needs RoPE; run the plan with cp=1")
+    if plan.cp > 1 and plan.sequence_parallel and (training.seq_len // plan.cp) % plan.tp:
+        raise AutoplanError(
+            f"sequence_parallel with cp needs seq_len/cp divisible by tp, got seq_len={training.seq_len}, "
+            f"cp={plan.cp}, tp={plan.tp}")
     if spec.tied_embeddings and (plan.tp > 1 or plan.pp > 1):
         raise AutoplanError(
             f"model {spec.name!r} ties its embedding and head; the torch backend runs tied weights only with "

@@ -23,6 +23,7 @@ from executor.record import (
 )
 from executor.schedule import lr_at
 from executor.torch_backend import checkpoint
+from executor.torch_backend.context_parallel import apply_cp_attention, local_tokens, localize_rope
 from executor.torch_backend.parallel_dims import ParallelDims
 from executor.torch_backend.parallelize import (
     all_reduce_grads, apply_fsdp, apply_recompute, apply_tp, mixed_precision,
@@ -60,15 +61,21 @@ class PlanRunner:
         self.dims = ParallelDims.from_plan(plan, dist.get_world_size())
         self.mesh = self.dims.build_mesh(device.type)
         self.rank = {name: self.mesh[name].get_local_rank() for name in ("pp", "dp", "cp", "tp")}
+        # Gradients are averaged over every rank that holds the same weights: dp replicas, and the
+        # cp ranks, which saw different tokens of the same sequences.
+        self.num_replicas = plan.dp * plan.cp
+        self.replica_mesh = self.mesh["dp"] if plan.cp == 1 else self.mesh["dp", "cp"]._flatten("dp_cp")
         num_stages = plan.pp * plan.vpp
         self.stage_ids = stage_indices(self.rank["pp"], plan.pp, plan.vpp) if plan.pp > 1 else [0]
         self.is_last_stage = num_stages - 1 in self.stage_ids
         self.models = [build_stage(spec, i, num_stages) if plan.pp > 1 else build_model(spec)
                        for i in self.stage_ids]
         self._parallelize()
-        if plan.zero_stage == 0 and plan.dp > 1 and plan.tp == 1 and plan.pp == 1:
+        if plan.zero_stage == 0 and self.num_replicas > 1 and plan.tp == 1 and plan.pp == 1:
             from torch.nn.parallel import DistributedDataParallel
-            self.models = [DistributedDataParallel(self.models[0], process_group=self.mesh["dp"].get_group())]
+            # broadcast_buffers=False: the only buffer is the RoPE table, which differs per cp rank.
+            self.models = [DistributedDataParallel(self.models[0], process_group=self.replica_mesh.get_group(),
+                                                   broadcast_buffers=False)]
         self.optimizers = [_optimizers(m, options.lr) for m in self.models]
         self.schedule = None
         if plan.pp > 1:
@@ -83,15 +90,20 @@ class PlanRunner:
         for model in self.models:
             if plan.tp > 1:
                 apply_tp(model, self.mesh["tp"], plan.sequence_parallel)
+            if plan.cp > 1:
+                apply_cp_attention(model, self.mesh["cp"].get_group(), self.doc.training.seq_len, plan.cp,
+                                   self.rank["cp"])
             # Full recompute covers the first recompute_num_layers layers of the pipeline rank,
             # spread over its virtual chunks in execution order.
             apply_recompute(model, plan.recompute, min(remaining_full, len(model.layers)))
             remaining_full -= min(remaining_full, len(model.layers))
-            if plan.zero_stage > 0 and plan.dp > 1:
-                apply_fsdp(model, self.mesh["dp"], plan.zero_stage,
+            if plan.zero_stage > 0 and self.num_replicas > 1:
+                apply_fsdp(model, self.replica_mesh, plan.zero_stage,
                            mixed_precision(self.device.type, self.doc.training.dtype))
             model.to_empty(device=self.device)
             model.init_weights(self.options.seed)
+            if plan.cp > 1:
+                localize_rope(model, self.doc.training.seq_len, plan.cp, self.rank["cp"])
             model.train()
 
     # -- one optimizer step ------------------------------------------------------------------
@@ -101,6 +113,8 @@ class PlanRunner:
         plan, training = self.doc.parallel, self.doc.training
         first, count = local_slice(training.global_batch_size, plan.dp, self.rank["dp"])
         inputs, labels = batch(source, step, first, count, training.seq_len)
+        if plan.cp > 1:
+            inputs, labels = (local_tokens(t, plan.cp, self.rank["cp"]) for t in (inputs, labels))
         return inputs.to(self.device), labels.to(self.device)
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor, step: int) -> float:
@@ -112,8 +126,8 @@ class PlanRunner:
                 group["lr"] = lr
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
             loss = self._pipeline_step(inputs, labels) if self.schedule else self._local_step(inputs, labels)
-        if plan.zero_stage == 0 and plan.dp > 1 and (plan.tp > 1 or plan.pp > 1):
-            all_reduce_grads(self.models, self.mesh["dp"].get_group())
+        if plan.zero_stage == 0 and self.num_replicas > 1 and (plan.tp > 1 or plan.pp > 1):
+            all_reduce_grads(self.models, self.replica_mesh.get_group())
         # Always measured (and recorded): unlike the loss under AdamW, it is sensitive to the scale
         # of the gradients, so the tests catch a missing average over replicas with it.
         self.grad_norm = self._clip_grad_norm(self.options.grad_clip)
@@ -142,7 +156,7 @@ class PlanRunner:
         plan = self.doc.parallel
         if hasattr(model, "require_backward_grad_sync"):  # DDP: the no_sync() flag
             model.require_backward_grad_sync = sync
-        elif plan.zero_stage == 1 and plan.dp > 1:
+        elif plan.zero_stage == 1 and self.num_replicas > 1:
             # ZeRO-1: gradients stay whole until the last micro-batch, then one reduce-scatter.
             model.set_requires_gradient_sync(sync)
 
@@ -189,12 +203,12 @@ class PlanRunner:
         return total
 
     def _global_loss(self, loss: torch.Tensor) -> float:
-        """Mean loss over the global batch: summed from one rank per dp replica (last stage, tp/cp
-        rank 0), divided by dp."""
-        owner = self.is_last_stage and self.rank["tp"] == 0 and self.rank["cp"] == 0
+        """Mean loss over the global batch: summed from one rank per dp replica and cp shard (last
+        stage, tp rank 0; equal token counts), divided by dp*cp."""
+        owner = self.is_last_stage and self.rank["tp"] == 0
         value = (loss.detach().float() if owner else torch.zeros((), device=self.device)).reshape(1).clone()
         dist.all_reduce(value)
-        return value.item() / self.dims.dp
+        return value.item() / self.num_replicas
 
     def peak_memory_bytes(self) -> int:
         local = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else cpu_peak_rss_bytes()
