@@ -41,7 +41,7 @@ PARAMETERS = (
     ("fp8_matmul_scale", 0.7, (0.3, 1.2), True),
     ("fp8_rowwise_scale", 0.8, (0.3, 1.2), True),
     ("attention_scale", 0.8, (0.3, 1.5), True),
-    ("elementwise_scale", 2.0, (1.0, 6.0), True),
+    ("elementwise_scale", 2.0, (1.0, 6.0), True),  # eager code moves at least the minimal bytes
     ("compile_elementwise_factor", 0.6, (0.1, 1.0), False),
     ("async_tp_overlap", 0.5, (0.0, 1.0), False),
     ("fsdp_dp_overlap", 0.8, (0.0, 1.0), False),
@@ -94,10 +94,16 @@ def mean_abs_log_error(runs: list, constants: Constants) -> float:
 
 def fit(runs: list, max_evals: int = 3000) -> tuple:
     bounds = [(math.log(lo), math.log(hi)) if log else (lo, hi) for _, _, (lo, hi), log in PARAMETERS]
-    x0 = _encode({name: init for name, init, _, _ in PARAMETERS})
-    res = minimize(lambda x: mean_abs_log_error(runs, constants_from(_decode(x))), x0, method="Powell",
-                   bounds=bounds, options={"maxfev": max_evals, "xtol": 1e-3, "ftol": 1e-5})
-    return _decode(res.x), float(res.fun), int(res.nfev)
+    x = _encode({name: init for name, init, _, _ in PARAMETERS})
+    objective, evals = float("inf"), 0
+    # Powell restarted from its own answer escapes some of the shallow local minima.
+    for _ in range(2):
+        res = minimize(lambda v: mean_abs_log_error(runs, constants_from(_decode(v))), x, method="Powell",
+                       bounds=bounds, options={"maxfev": max_evals // 2, "xtol": 1e-3, "ftol": 1e-5})
+        evals += int(res.nfev)
+        if res.fun < objective:
+            x, objective = res.x, float(res.fun)
+    return _decode(x), objective, evals
 
 
 def _report(summary: dict, label: str) -> None:

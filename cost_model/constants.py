@@ -33,6 +33,9 @@ class SoftwareStack:
     pp_scatter_gather: bool = True
     """Pipeline sends split over the TP ranks (b*s*h/t each, Narayanan 2021 sec. 4.1), or each
     TP rank sends the whole b*s*h activation (DeepSpeed's pipeline engine)."""
+    selective_recompute: str = "attention"
+    """What `recompute="selective"` means: "attention" (Megatron: the attention core) or "ops"
+    (torchtitan: save every other matmul output and the attention output, recompute the rest)."""
     fp8_rowwise: bool = False
     """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
     layer_overhead_s: float = 0.0
@@ -56,8 +59,9 @@ FRAMEWORK_FACTS = {
     "deepspeed": {"flash_attention": False},
     # MosaicML llm-foundry: FSDP (composer) + flash attention.
     "llm-foundry": {},
-    # torchtitan: FSDP2 + SDPA flash attention, optional torch.compile and async TP.
-    "torchtitan": {},
+    # torchtitan: FSDP2 + SDPA flash attention, optional torch.compile and async TP; its
+    # selective activation checkpointing is per op (torchtitan activation_checkpoint "op" mode).
+    "torchtitan": {"selective_recompute": "ops"},
 }
 
 

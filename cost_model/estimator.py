@@ -21,7 +21,7 @@ from cost_model.flops import model_flops_per_token
 from cost_model.layer_time import Rates, embedding_time_s, head_times, layer_times
 from cost_model.memory import (
     BYTES_GRAD, BYTES_LOGITS, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
-    in_flight_microbatches, model_state_bytes,
+    in_flight_microbatches, model_state_bytes, selective_kept_bytes,
 )
 from cost_model.tables import ProfileTables
 
@@ -112,16 +112,17 @@ class Estimator:
                 states[k] += v
         s_local = self.training.seq_len // plan.cp
         b = plan.micro_batch_size
-        layer_bytes = sum(activation_bytes_per_layer(
-            self.model, b, s_local, plan.tp, plan.sequence_parallel, self.software.flash_attention).values())
+        full_layer, selective_layer, input_only, working_layer = self._layer_activation_bytes(
+            b, s_local, plan.tp, plan.sequence_parallel)
         per_stage = plan.layers_per_stage(self.model.num_layers)
+        layer_bytes = selective_layer if recompute == "selective" else full_layer
         kept = per_stage - (num_recompute if recompute == "full" else 0)
-        input_only = full_recompute_layer_bytes(self.model, b, s_local, plan.tp, plan.sequence_parallel)
         stored = kept * layer_bytes + (per_stage - kept) * input_only
         in_flight = in_flight_microbatches(p, plan.vpp, m, stage)
-        # The layer under backward (or being recomputed) holds its full activations once more.
-        working = layer_bytes if recompute == "full" else 0.0
-        activations = stored * in_flight + working
+        activations = stored * in_flight
+        # Backward of one layer: its activation gradients (about one layer's activations, with the
+        # SP-gathered inputs at full length), plus its recomputed activations under full recompute.
+        working = working_layer * (2 if recompute == "full" else 1)
         logits = BYTES_LOGITS * b * s_local * self.model.vocab_size / plan.tp if last else 0.0
         comm = 0.0
         if plan.zero_stage >= 3 and shard > 1:
@@ -129,18 +130,40 @@ class Estimator:
             # unsharded gradients awaiting reduce-scatter.
             layer = (self._dense_layer_params + self._expert_layer_params / plan.ep) / plan.tp
             comm = 2 * BYTES_WEIGHT * layer + BYTES_GRAD * layer
-        transient = activations + logits + comm
-        return {**states, "activations": activations, "logits": logits, "comm_buffers": comm,
+        transient = activations + working + logits + comm
+        return {**states, "activations": activations, "activation_working": working, "logits": logits,
+                "comm_buffers": comm,
                 "allocator_overhead": ALLOCATOR_OVERHEAD * transient, "cuda_context": CUDA_CONTEXT_BYTES}
+
+    def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool) -> tuple:
+        """Per layer and micro-batch, cached: (stored without recompute, stored under selective
+        recompute, stored under full recompute, backward working set)."""
+        key = ("act", b, s_local, tp, sp)
+        hit = self._layer_cache.get(key)
+        if hit is None:
+            flash = self.software.flash_attention
+            parts = activation_bytes_per_layer(self.model, b, s_local, tp, sp, flash)
+            selective = selective_kept_bytes(parts, self.software.selective_recompute, self.model, b,
+                                             s_local, tp, sp)
+            working = sum(activation_bytes_per_layer(self.model, b, s_local, tp, False, flash).values())
+            hit = self._layer_cache[key] = (sum(parts.values()), selective,
+                                            full_recompute_layer_bytes(self.model, b, s_local, tp, sp), working)
+        return hit
+
+    def _stages_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int) -> tuple:
+        """(worst stage's breakdown, first stage's total bytes): first and last stage checked."""
+        first = self._stage_memory(plan, 0, recompute, num_recompute)
+        first_total = sum(first.values())
+        if plan.pp == 1:
+            return first, first_total
+        last = self._stage_memory(plan, plan.pp - 1, recompute, num_recompute)
+        return (last if sum(last.values()) > first_total else first), first_total
 
     def memory(self, plan: ParallelPlan, recompute: str | None = None, num_recompute: int | None = None) -> dict:
         """Memory breakdown (bytes) of the worst stage: the first and the last are checked."""
         recompute = plan.recompute if recompute is None else recompute
         num_recompute = plan.recompute_num_layers if num_recompute is None else num_recompute
-        candidates = [self._stage_memory(plan, 0, recompute, num_recompute)]
-        if plan.pp > 1:
-            candidates.append(self._stage_memory(plan, plan.pp - 1, recompute, num_recompute))
-        return max(candidates, key=lambda d: sum(d.values()))
+        return self._stages_memory(plan, recompute, num_recompute)[0]
 
     def min_full_recompute_layers(self, plan: ParallelPlan) -> int | None:
         """Fewest layers per stage to recompute fully so the plan fits in memory.
@@ -171,8 +194,7 @@ class Estimator:
     def _estimate(self, plan: ParallelPlan) -> CostEstimate:
         from cost_model.step_time import step_time_terms
         time, details, hw_flops = step_time_terms(self, plan)
-        memory = self.memory(plan)
-        details["memory_first_stage_bytes"] = sum(self._stage_memory(plan, 0, plan.recompute, plan.recompute_num_layers).values())
+        memory, details["memory_first_stage_bytes"] = self._stages_memory(plan, plan.recompute, plan.recompute_num_layers)
         return CostEstimate(
             time_breakdown_s=time, memory_breakdown_bytes=memory,
             memory_capacity_bytes=self.profile.memory_capacity_bytes,

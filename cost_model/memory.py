@@ -18,7 +18,7 @@ BYTES_WEIGHT = 2        # bf16 / fp16 weights
 BYTES_GRAD = 4          # fp32 gradient accumulation
 BYTES_OPTIMIZER = 12    # fp32 master + Adam m + v
 BYTES_ACT = 2           # bf16 activations
-BYTES_LOGITS = 4        # fp32 logits for the cross-entropy (Korthikanti section 4.3)
+BYTES_LOGITS = 6        # bf16 logits + their fp32 copy for the cross-entropy (Korthikanti sec. 4.3: 4sbv/t)
 
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
@@ -53,6 +53,25 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
         # softmax output 2 B + dropout mask 1 B + dropout output 2 B per score: 5*a*s^2*b
         parts["attention_scores"] = (5 if dropout else 2) * a_local * sb * seq_len
     return parts
+
+
+def selective_kept_bytes(parts: dict, policy: str, model: ModelSpec, micro_batch: int, seq_len: int,
+                         tp: int, sequence_parallel: bool) -> float:
+    """Stored bytes of a layer under selective recompute.
+
+    "attention" (Megatron, Korthikanti 2022 sec. 5): the attention core is recomputed, so its
+    s x s scores are not stored (nothing changes under flash attention, which never stores them).
+    "ops" (torchtitan's op-level selective checkpointing): the layer input, every other matmul
+    output and the attention output are saved; norms, activations and the rest are recomputed.
+    """
+    if policy == "ops":
+        sb = micro_batch * seq_len
+        outside = tp if sequence_parallel else 1
+        mlp_in = (2 if model.mlp == "swiglu" else 1) * model.ffn_hidden_size
+        matmul_outputs = (model.q_size + 2 * model.kv_size + mlp_in) / tp + 2 * model.hidden_size / outside
+        saved = model.hidden_size / outside + 0.5 * matmul_outputs + model.q_size / tp
+        return BYTES_ACT * sb * saved + parts.get("softmax_stats", 0.0)
+    return sum(v for k, v in parts.items() if k != "attention_scores")
 
 
 def full_recompute_layer_bytes(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,

@@ -41,7 +41,11 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
 
     # Recompute (Korthikanti 2022 sec. 5): selective reruns the attention core of every layer;
     # full reruns the whole forward (with its TP traffic) of the recomputed layers.
-    if plan.recompute == "selective":
+    if plan.recompute == "selective" and sw.selective_recompute == "ops":
+        # Every other matmul and all memory-bound ops rerun; attention's output is saved.
+        recompute_s = per_stage * (0.5 * lt.gemm_fwd_s + lt.memory_fwd_s)
+        recompute_flops_mb = per_stage * 0.5 * lt.gemm_fwd_flops
+    elif plan.recompute == "selective":
         recompute_s = per_stage * lt.attn_fwd_s
         recompute_flops_mb = per_stage * lt.attn_fwd_flops
     elif plan.recompute == "full":
