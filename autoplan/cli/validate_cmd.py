@@ -19,6 +19,8 @@ def register(subparsers) -> None:
                    help="a published-runs CSV with the same columns (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (errors as fractions)")
     p.add_argument("--rows", action="store_true", help="also print every row: predicted vs measured")
+    p.add_argument("--calibrated", action="store_true",
+                   help="also score the learned correction (leave-one-sweep-out on the bf16/fp16 rows; slower)")
     p.set_defaults(func=run)
 
 
@@ -37,6 +39,9 @@ def run(args) -> int:
 
     results = predict_runs(load_published_runs(args.runs or PUBLISHED_RUNS_PATH))
     summary = summarize(results)
+    if args.calibrated:
+        from cost_model.learned import calibrated_validation
+        summary["calibrated"] = calibrated_validation()
     if args.json:
         json.dump(summary, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
@@ -62,6 +67,9 @@ def run(args) -> int:
     out.write(f"  {'fp8 only':16s} {_fmt(a['fp8'])}\n")
     base = summary["constant_mfu_baseline"]
     out.write(f"  {'constant MFU':16s} {_fmt(base)}  (MFU {base['mfu']:.1%} for every run)\n")
+    if "calibrated" in summary:
+        c = summary["calibrated"]
+        out.write(f"  {'learned (CV)':16s} {_fmt(c)}  ({c['estimator']}, {c['rows']})\n")
     if summary["skipped"]:
         out.write(f"skipped {len(summary['skipped'])} rows whose plan breaks a rule of ours:\n")
         for s in summary["skipped"]:
