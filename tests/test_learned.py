@@ -74,6 +74,11 @@ def test_out_of_distribution_rows_fall_back_to_factor_one():
     assert correction_in_distribution(pipe, [inside, far, fp8]).tolist() == [True, False, False]
     pred = pipe.predict([inside, far, fp8])
     assert pred[0] != 0.0 and pred[1] == 0.0 and pred[2] == 0.0
+    # A plan knob beyond its training range (tp 16 or 64, trained up to 8) is clamped, not a fallback:
+    # every plan of one search shares the guard features, so all are corrected on one basis.
+    tp16, tp64 = dict(records[0], tp=16), dict(records[0], tp=64)
+    assert correction_in_distribution(pipe, [tp16, tp64]).all()
+    assert pipe.predict([tp16])[0] == pipe.predict([tp64])[0] != 0.0
     # In-distribution predictions never exceed the largest log-ratio seen in training.
     assert pipe.predict(records).max() <= y.max() + 1e-12
 

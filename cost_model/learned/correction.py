@@ -11,11 +11,16 @@ On the 200 bf16/fp16 published rows under leave-one-sweep-out CV the trees reach
 (tree nodes exported one by one, or ridge coefficients) that serialize to JSON exactly (no pickle),
 and `predict` runs the same numpy code before and after a JSON round trip.
 
-Out of distribution (OOD) is defined per feature: a row is in distribution when every feature lies
-inside the training range widened by `ood_margin` times that range on each side (a feature that was
-constant in training accepts only that value). OOD rows get log-ratio 0, and the predicted log-ratio
-of in-distribution rows is clipped to the range of log-ratios seen in training, so the correction
-never extrapolates beyond the largest error it has actually observed.
+Out of distribution (OOD) is decided by the *guard* features (`guard_columns`; by default, in
+`make_correction`, the features that describe the problem rather than the plan: model size, GPU count,
+nodes, tokens per GPU, sequence length, GPU type, fp8, software stack). A row is in distribution when
+every guard feature lies inside the training range widened by `ood_margin` times that range on each
+side (a feature that was constant in training accepts only that value). OOD rows get log-ratio 0.
+Plan features (degrees, micro-batch, recompute, bubble, ...) outside their training range are clamped
+to it instead, as the trees do anyway beyond their last split: within one search every plan shares the
+guard features, so either all plans are corrected or none, and plans are never ranked on two bases.
+The predicted log-ratio is clipped to the range seen in training, so the correction never goes beyond
+the largest error it has actually observed.
 """
 from __future__ import annotations
 
@@ -25,12 +30,12 @@ from sklearn.linear_model import Ridge
 from sklearn.pipeline import Pipeline
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from cost_model.learned.features import FEATURE_NAMES, FEATURE_SCHEMA, PlanFeaturizer
+from cost_model.learned.features import FEATURE_NAMES, FEATURE_SCHEMA, GUARD_FEATURES, PlanFeaturizer
 from cost_model.learned.trees import fit_boosted_trees, predict_boosted_trees, trees_from_json, trees_to_json
 
 CORRECTION_KIND = "log-ratio/1"
 KINDS = ("trees", "ridge")
-_RANGE_ARRAYS = ("lower_", "upper_")
+_RANGE_ARRAYS = ("lower_", "upper_", "x_min_", "x_max_")
 _RIDGE_ARRAYS = ("mean_", "scale_", "coef_")
 
 
@@ -43,19 +48,22 @@ class LogRatioRegressor(RegressorMixin, BaseEstimator):
         standardized features). Both serialize to JSON exactly.
     alpha : ridge L2 penalty (kind="ridge").
     n_estimators, max_depth, learning_rate : boosting size, depth and shrinkage (kind="trees").
-    ood_margin : how far outside the training range (as a fraction of it) a feature may lie
+    ood_margin : how far outside the training range (as a fraction of it) a guard feature may lie
         before the row counts as out of distribution and falls back to the analytical answer.
+    guard_columns : indices of the features that decide OOD (None: all); the others are clamped
+        to their training range.
     random_state : seed of the boosting's row subsampling.
     """
 
     def __init__(self, kind: str = "trees", alpha: float = 3.0, n_estimators: int = 200, max_depth: int = 3,
-                 learning_rate: float = 0.05, ood_margin: float = 0.1, random_state: int = 0):
+                 learning_rate: float = 0.05, ood_margin: float = 0.1, guard_columns=None, random_state: int = 0):
         self.kind = kind
         self.alpha = alpha
         self.n_estimators = n_estimators
         self.max_depth = max_depth
         self.learning_rate = learning_rate
         self.ood_margin = ood_margin
+        self.guard_columns = guard_columns
         self.random_state = random_state
 
     def fit(self, X, y):
@@ -74,18 +82,26 @@ class LogRatioRegressor(RegressorMixin, BaseEstimator):
         else:
             self.trees_ = fit_boosted_trees(X, y, self.n_estimators, self.max_depth, self.learning_rate,
                                             seed=self.random_state)
-        span = X.max(axis=0) - X.min(axis=0)
-        self.lower_ = X.min(axis=0) - self.ood_margin * span
-        self.upper_ = X.max(axis=0) + self.ood_margin * span
+        self.x_min_, self.x_max_ = X.min(axis=0), X.max(axis=0)
+        span = self.x_max_ - self.x_min_
+        self.lower_ = self.x_min_ - self.ood_margin * span
+        self.upper_ = self.x_max_ + self.ood_margin * span
         self.y_min_, self.y_max_ = float(y.min()), float(y.max())
         self.n_train_ = int(X.shape[0])
         return self
 
+    def _guarded(self) -> np.ndarray:
+        columns = range(self.n_features_in_) if self.guard_columns is None else self.guard_columns
+        return np.asarray(list(columns), dtype=int)
+
+    def _inside(self, X: np.ndarray) -> np.ndarray:
+        g = self._guarded()
+        return np.all((X[:, g] >= self.lower_[g]) & (X[:, g] <= self.upper_[g]), axis=1)
+
     def in_distribution(self, X) -> np.ndarray:
-        """Boolean mask: rows whose every feature lies inside the widened training range."""
+        """Boolean mask: rows whose every guard feature lies inside the widened training range."""
         check_is_fitted(self)
-        X = validate_data(self, X, dtype=float, reset=False)
-        return np.all((X >= self.lower_) & (X <= self.upper_), axis=1)
+        return self._inside(validate_data(self, X, dtype=float, reset=False))
 
     def _raw(self, X: np.ndarray) -> np.ndarray:
         if self.kind == "ridge":
@@ -96,8 +112,8 @@ class LogRatioRegressor(RegressorMixin, BaseEstimator):
         """log(measured/analytical); 0.0 (factor 1) for out-of-distribution rows."""
         check_is_fitted(self)
         X = validate_data(self, X, dtype=float, reset=False)
-        inside = np.all((X >= self.lower_) & (X <= self.upper_), axis=1)
-        return np.where(inside, np.clip(self._raw(X), self.y_min_, self.y_max_), 0.0)
+        raw = self._raw(np.clip(X, self.x_min_, self.x_max_))
+        return np.where(self._inside(X), np.clip(raw, self.y_min_, self.y_max_), 0.0)
 
     # -- JSON (no pickle) ---------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -134,7 +150,9 @@ class LogRatioRegressor(RegressorMixin, BaseEstimator):
 
 
 def make_correction(**params) -> Pipeline:
-    """Raw plan records -> log(measured/analytical): featurizer + LogRatioRegressor(**params)."""
+    """Raw plan records -> log(measured/analytical): featurizer + LogRatioRegressor(**params), whose
+    out-of-distribution guard is the problem's features (GUARD_FEATURES) unless given."""
+    params.setdefault("guard_columns", tuple(FEATURE_NAMES.index(name) for name in GUARD_FEATURES))
     return Pipeline([("features", PlanFeaturizer()), ("model", LogRatioRegressor(**params))])
 
 
@@ -144,12 +162,12 @@ def correction_in_distribution(pipeline: Pipeline, records) -> np.ndarray:
 
 
 def out_of_range_features(pipeline: Pipeline, record: dict) -> list[str]:
-    """Why a record is out of distribution: "name=value outside [lo, hi]" per offending feature."""
+    """Why a record is out of distribution: "name=value outside [lo, hi]" per offending guard feature."""
     x = pipeline[:-1].transform([record])[0]
     model = pipeline[-1]
     names = pipeline[0].get_feature_names_out()
-    return [f"{name}={v:.3g} outside [{lo:.3g}, {hi:.3g}]"
-            for name, v, lo, hi in zip(names, x, model.lower_, model.upper_) if not lo <= v <= hi]
+    return [f"{names[i]}={x[i]:.3g} outside [{model.lower_[i]:.3g}, {model.upper_[i]:.3g}]"
+            for i in model._guarded() if not model.lower_[i] <= x[i] <= model.upper_[i]]
 
 
 def correction_to_json(pipeline: Pipeline) -> dict:

@@ -60,6 +60,14 @@ FEATURES = {
 }
 FEATURE_NAMES = tuple(FEATURES)
 
+GUARD_FEATURES = (
+    "log10_num_params", "log2_num_gpus", "log2_num_nodes", "log2_tokens_per_gpu", "log2_seq_len",
+    "log10_peak_flops", "log10_hbm_bandwidth", "fp8",
+    *[f"software_{family}" for family in SOFTWARE_FAMILIES], "software_other", "flash_attention",
+)
+"""The features of the problem (model, cluster, GPU, software), the same for every plan of one search:
+they decide whether the correction may be used at all (see correction.py). The rest describe the plan."""
+
 # Raw fields a plan record must carry for featurization.
 RECORD_FIELDS = (
     "num_params", "num_layers", "seq_len", "global_batch_size", "num_gpus", "gpus_per_node",
