@@ -1,8 +1,8 @@
 """The xla backend: real torch_xla SPMD on 8 virtual CPU devices against the eager single-device run.
 
-One `autoplan run --backend xla` with six plans (one worker process, one runtime start) covers DP,
+One `autoplan run --backend xla` with seven plans (one worker process, one runtime start) covers DP,
 ZeRO-1/2/3, TP, TP+SP, a DP x TP mesh, context parallelism as a sequence split, selective and full
-recompute and gradient accumulation. Each plan's losses and gradient norms must match the same loop
+recompute, gradient accumulation, and a GPT-style model with tied embeddings. Each plan's losses and gradient norms must match the same loop
 run eagerly on one CPU device with no sharding, within LOSS_TOL / GRAD_NORM_RTOL; the parameter,
 moment and gradient layouts XLA reports must be the ones the plan asks for.
 """
@@ -26,6 +26,9 @@ GQA = ModelSpec(name="tiny-gqa", num_layers=2, hidden_size=32, num_heads=8, num_
                 vocab_size=64, max_seq_len=64)
 MHA = ModelSpec(name="tiny-mha", num_layers=2, hidden_size=32, num_heads=8, num_kv_heads=8, ffn_hidden_size=64,
                 vocab_size=64, max_seq_len=64)
+GPT = ModelSpec(name="tiny-gpt", num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=4, ffn_hidden_size=64,
+                vocab_size=64, mlp="gelu", norm="layernorm", position="learned", linear_bias=True,
+                tied_embeddings=True, max_seq_len=32)
 OPTIONS = RunOptions(steps=3, warmup_steps=1, out="", backend="xla")
 
 
@@ -48,6 +51,10 @@ PLANS = {
                          {"param": [4, 2], "exp_avg": [4, 2]}, []),
     "dp2xcp2xtp2-sp": (_doc(dp=2, cp=2, tp=2, sequence_parallel=True, micro_batch_size=4),
                        {"param": [2, 1], "exp_avg": [2, 1]}, []),
+    # GPT-style: LayerNorm, GeLU, biases, learned positions, and the head tied to a vocab-parallel
+    # embedding (one parameter, one spec), which the torch backend refuses with tp > 1.
+    "gpt-dp2xtp4-sp-zero1": (_doc(GPT, dp=2, tp=4, sequence_parallel=True, zero_stage=1, micro_batch_size=4),
+                             {"param": [4, 1], "exp_avg": [4, 2]}, []),
 }
 
 
@@ -76,7 +83,7 @@ def cli(monkeypatch):
 @pytest.mark.slow
 def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypatch):
     # The worker inherits this: LLVM's optimization level only changes how fast the CPU code is, and
-    # it cuts XLA's compile time for these six plans about fourfold (measured 126 s -> 33 s).
+    # it cut XLA's compile time for the first six plans about fourfold (measured 126 s -> 33 s).
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
     paths = []
     for name, (doc, _, _) in PLANS.items():
@@ -98,6 +105,8 @@ def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypat
         for what, tiles in layout.items():
             assert _tiles(record.extra["wq_layout"][what]) == tiles, (name, what, record.extra["wq_layout"][what])
         assert record.extra["recomputed_modules"] == recomputed, name
+    # The tied head stays one parameter on the device (Module.to() would have split it in two).
+    assert "output.weight" not in records[-1].extra["param_sharding"]
     tp8 = records[2].extra["param_sharding"]
     # Megatron layout over 8 devices: column-parallel on the output dim, row-parallel on the input dim,
     # vocab-parallel embedding and head, replicated norms.
