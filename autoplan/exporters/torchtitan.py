@@ -77,6 +77,9 @@ def _parallelism(doc: PlanDocument, notes: list) -> dict:
     if par.pp > 1:
         out["pipeline_parallel_schedule"] = "Interleaved1F1B" if par.vpp > 1 else "1F1B"
         out["pipeline_parallel_layers_per_stage"] = doc.model.num_layers // (par.pp * par.vpp)
+        notes.append("pipeline stages: torchtitan counts the embedding and the head as part of the first "
+                     "and last stage's layers (pipeline_parallel_first/last_stage_less_layers); set both to 0 "
+                     f"for the plan's even stages of {out['pipeline_parallel_layers_per_stage']} layers")
         out["pipeline_parallel_microbatch_size"] = par.micro_batch_size
     if doc.model.is_moe:
         out["expert_parallel_degree"] = par.ep
