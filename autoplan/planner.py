@@ -44,6 +44,8 @@ class PlanRequest:
     exhaustive: bool = False
     storage: str | None = None
     study_name: str | None = None
+    calibration_path: str | None = None
+    """A calibration file from `autoplan calibrate`: learned profile and/or step-time correction."""
 
 
 @dataclass
@@ -88,9 +90,14 @@ def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, 
     return training, defaults
 
 
-def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False):
+def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False, calibration=None):
     from cost_model import Estimator
 
+    if calibration is not None:
+        from autoplan.calibration import CalibratedEstimator
+
+        return CalibratedEstimator(model, training, cluster, profile, calibration,
+                                   allow_tp_across_nodes=allow_tp_across_nodes)
     return Estimator(model, training, cluster, profile, allow_tp_across_nodes=allow_tp_across_nodes)
 
 
@@ -212,7 +219,13 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     check_dtype(profile, request.dtype)
     training, defaults = training_shape(model, cluster, request.seq_len, request.global_batch_size, request.dtype)
     space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes)
-    scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes))
+    calibration = None
+    if request.calibration_path:
+        from autoplan.calibration import load_calibration
+
+        calibration = load_calibration(request.calibration_path)
+    scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration),
+                        keep_full_recompute=request.pins.recompute == "full")
     result = search(space, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive,
                     request.storage, request.study_name)
     if result.best is None and not request.exhaustive:
@@ -226,7 +239,8 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         prediction=best.estimate.to_prediction(),
         alternatives=[alternative_entry(a, best) for a in pick_alternatives(result, best)],
         search={**result.summary(), "defaults": defaults},
-        provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": best.estimate.cost_model},
+        provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": best.estimate.cost_model,
+                    **({"calibration": request.calibration_path} if calibration is not None else {})},
     )
     if result.pareto:
         doc.extra["pareto_front"] = [{"parallel": s.plan.to_dict(), "step_time_s": s.step_time_s,

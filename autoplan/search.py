@@ -49,8 +49,10 @@ class Scored:
 class PlanScorer:
     """The cost model behind a cache. `full` recompute plans get the fewest recomputed layers that fit."""
 
-    def __init__(self, estimator):
+    def __init__(self, estimator, keep_full_recompute: bool = False):
         self.estimator = estimator
+        # A user who pinned --recompute full gets at least one recomputed layer, never a silent "none".
+        self.keep_full_recompute = keep_full_recompute
         self._cache: dict = {}
 
     @property
@@ -71,7 +73,9 @@ class PlanScorer:
         try:
             if plan.recompute == "full":
                 fewest = est.min_full_recompute_layers(plan)
-                if fewest == 0:  # fits with no recompute at all: the same plan as recompute="none"
+                if fewest == 0 and self.keep_full_recompute:
+                    plan = plan.replace(recompute_num_layers=1)
+                elif fewest == 0:  # fits with no recompute at all: the same plan as recompute="none"
                     plan = plan.replace(recompute="none", recompute_num_layers=0)
                 elif fewest is not None:
                     plan = plan.replace(recompute_num_layers=fewest)

@@ -122,3 +122,19 @@ def test_measured_profile_is_learned_from_every_raw_sample_not_only_medians():
     assert len(profile.matmul) > len(medians["matmul"])  # repeats and ranks from the samples CSV
     assert {(s.m, s.n, s.k, s.dtype) for s in profile.matmul} == {
         (s["m"], s["n"], s["k"], s["dtype"]) for s in medians["matmul"]}
+
+
+def test_search_with_a_calibration_file_is_scored_by_the_learned_model(tmp_path, capsys):
+    cal = tmp_path / "published-cal.json"
+    assert main(["calibrate", "--published", "-o", str(cal)]) == 0
+    capsys.readouterr()
+    args = ["search", "--model", "llama-3-70b", "--gpus", "64", "--trials", "40", "--json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(args + ["--calibration", str(cal)]) == 0
+    calibrated = json.loads(capsys.readouterr().out)
+    assert plain["provenance"]["cost_model"] == "analytical/1"
+    assert calibrated["provenance"] == {**plain["provenance"], "cost_model": "analytical/1+learned/1",
+                                        "calibration": str(cal)}
+    assert calibrated["prediction"]["step_time_s"] != plain["prediction"]["step_time_s"]
+    assert main(["search", "--model", "llama-3-70b", "--gpus", "64", "--calibration", str(tmp_path / "nope.json")]) == 2

@@ -137,3 +137,13 @@ def test_default_global_batch_divides_over_the_gpus(num_gpus, seq_len, expected)
     from autoplan.planner import default_global_batch
 
     assert default_global_batch(num_gpus, seq_len) == expected
+
+
+def test_a_pinned_full_recompute_is_kept_even_when_nothing_needs_recomputing():
+    from autoplan.planner import PlanRequest, plan_search
+
+    outcome = plan_search(PlanRequest(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048,
+                                      pins=Pins(recompute="full"), num_trials=30))
+    assert outcome.best.plan.recompute == "full" and outcome.best.plan.recompute_num_layers >= 1
+    free = plan_search(PlanRequest(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048, num_trials=30))
+    assert free.best.estimate.step_time_s <= outcome.best.estimate.step_time_s

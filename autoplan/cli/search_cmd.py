@@ -90,6 +90,8 @@ def register(subparsers) -> None:
     s.add_argument("--exhaustive", action="store_true", help="score every valid plan (slow on big spaces; exact)")
     s.add_argument("--storage", default=None, help="Optuna storage URL to keep/resume the study, e.g. sqlite:///plans.db")
     s.add_argument("--study-name", default=None, help="study name in --storage (default: one per model/shape/cluster/pins, so reruns resume)")
+    s.add_argument("--calibration", default=None, metavar="PATH",
+                   help="a calibration file from `autoplan calibrate` (learned profile and step-time correction)")
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -108,7 +110,7 @@ def run(args) -> int:
         profile_path=args.profile, global_batch_size=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
         pins=pins_from_args(args), allow_tp_across_nodes=args.allow_tp_across_nodes, sampler=args.sampler,
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
-        study_name=args.study_name)
+        study_name=args.study_name, calibration_path=args.calibration)
     outcome = plan_search(request)
     emit(outcome.document, render_document(outcome.document, outcome.defaults), args)
     return 0
