@@ -40,7 +40,7 @@ class SoftwareStack:
     """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
     layer_overhead_s: float = 0.0
     """Host-side time per layer and micro-batch (forward + backward) the GPU waits for: Python
-    dispatch, kernel launches, FSDP/DeepSpeed hooks. Exposed when the layer's GPU work is short."""
+    dispatch and kernel launches. Exposed when the layer's GPU work is short."""
     dp_bandwidth_scale: float = 1.0
     """Fraction of the profile's bus bandwidth the framework's DP/ZeRO collectives reach."""
 
@@ -79,6 +79,9 @@ class Constants:
     """Memory-bound bytes left after torch.compile fuses elementwise ops (1 = no fusion)."""
     async_tp_overlap: float = 0.0
     """Fraction of TP collective time async TP hides behind the GEMMs."""
+    sharded_layer_overhead_s: float = 0.0
+    """Extra time per layer and micro-batch when gradients/weights are sharded per layer (ZeRO-2/3,
+    FSDP): the hooks that gather, free and reduce around every layer, and their stream waits."""
     frameworks: dict = field(default_factory=dict)
     """Framework name -> fitted SoftwareStack field overrides."""
     provenance: dict = field(default_factory=dict)
@@ -96,6 +99,7 @@ class Constants:
                 "attention_scale": self.attention_scale, "elementwise_scale": self.elementwise_scale,
                 "compile_elementwise_factor": self.compile_elementwise_factor,
                 "async_tp_overlap": self.async_tp_overlap,
+                "sharded_layer_overhead_s": self.sharded_layer_overhead_s,
                 "frameworks": {k: dict(v) for k, v in self.frameworks.items()},
                 "provenance": dict(self.provenance)}
 
@@ -108,6 +112,7 @@ class Constants:
                    elementwise_scale=float(data.get("elementwise_scale", 1.0)),
                    compile_elementwise_factor=float(data.get("compile_elementwise_factor", 1.0)),
                    async_tp_overlap=float(data.get("async_tp_overlap", 0.0)),
+                   sharded_layer_overhead_s=float(data.get("sharded_layer_overhead_s", 0.0)),
                    frameworks={k: dict(v) for k, v in data.get("frameworks", {}).items()},
                    provenance=dict(data.get("provenance", {})))
 

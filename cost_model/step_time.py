@@ -81,7 +81,10 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     memory_mb = per_stage * layer_memory + extra_memory
     comm_mb = per_stage * (tp_exposed + cp_exposed + ep_exposed) + pp_s
     # Host time per layer: torch.compile fuses kernels, so it launches fewer of them too.
-    overhead_mb = per_stage * sw.layer_overhead_s * sw.fused_elementwise
+    layer_overhead_s = sw.layer_overhead_s
+    if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
+        layer_overhead_s += est.constants.sharded_layer_overhead_s
+    overhead_mb = per_stage * layer_overhead_s * sw.fused_elementwise
     t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb
     bubble_fraction = (p - 1) / (v * m)
     bubble_s = (p - 1) / v * t_mb
