@@ -15,6 +15,7 @@ from autoplan.specs import AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, 
 from executor.model import build_model
 from executor.options import RunOptions
 from executor.xla_backend import AXES, activation_specs, check, param_spec
+from executor.xla_backend.memory import CompiledMemory
 from executor.xla_backend.train import Placement, make_optimizer, microbatch_rows, train
 
 LOSS_TOL = 1e-4
@@ -105,6 +106,9 @@ def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypat
         for what, tiles in layout.items():
             assert _tiles(record.extra["wq_layout"][what]) == tiles, (name, what, record.extra["wq_layout"][what])
         assert record.extra["recomputed_modules"] == recomputed, name
+        # one device's compiled step, far below the whole process (8 devices, Python, torch)
+        assert record.extra["peak_memory_kind"] == "xla_compiled_bytes_per_device", name
+        assert 0 < record.peak_memory_bytes < record.extra["cpu_rss_high_water_bytes"] / 8, name
     # The tied head stays one parameter on the device (Module.to() would have split it in two).
     assert "output.weight" not in records[-1].extra["param_sharding"]
     tp8 = records[2].extra["param_sharding"]
@@ -169,6 +173,21 @@ def test_every_parameter_has_a_megatron_spec(model):
     assert param_spec("layers.0._checkpoint_wrapped_module.ffn_norm.weight", "dp") == ("dp",)
     with pytest.raises(KeyError, match="router"):
         param_spec("layers.0.feed_forward.router.weight", None)
+
+
+def test_compiled_memory_reads_only_the_new_programs(tmp_path):
+    def report(name: str, total: int) -> None:
+        (tmp_path / f"{name}.cpu_after_optimizations-memory-usage-report.txt").write_text(
+            f"Total bytes used: {total} ({total / 1024:.1f}KiB)\n\nAllocations sorted by size:\n")
+
+    report("module_0000.SyncTensorsGraph.254", 4096)
+    memory = CompiledMemory(str(tmp_path))
+    memory.start()
+    assert memory.program_bytes_per_device() is None  # nothing compiled since start()
+    report("module_0001.SyncTensorsGraph.254", 1024)      # materialization of weights and moments
+    report("module_0002.SyncTensorsGraph.2564", 394522)   # the training step
+    assert memory.program_bytes_per_device() == 394522
+    assert CompiledMemory(None).program_bytes_per_device() is None
 
 
 def test_activation_specs_split_sequence_over_tp_only_under_sp():

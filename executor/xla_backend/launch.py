@@ -15,6 +15,7 @@ from autoplan.specs import AutoplanError, Measurement, PlanDocument, write_json_
 from executor.data import open_tokens
 from executor.model import check_buildable
 from executor.options import RunOptions
+from executor.xla_backend.memory import DUMP_DIR_ENV, dump_flags
 
 _STDERR_TAIL_LINES = 20
 
@@ -65,6 +66,8 @@ def run_many(docs: list, options: RunOptions) -> list:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with tempfile.TemporaryDirectory(prefix="autoplan-xla-") as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
+        env[DUMP_DIR_ENV] = str(Path(tmp) / "hlo")
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {dump_flags(env[DUMP_DIR_ENV])}".strip()
         write_json_atomic(request, {"runs": [{"plan": d.to_dict(), "options": o.to_dict()} for d, o in runs]})
         returncode, tail = _run_worker([str(request), str(result)], env)
         data = json.loads(result.read_text()) if result.exists() else {}

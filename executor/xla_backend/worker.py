@@ -7,7 +7,7 @@ the runtime. RES receives {"measurements": [...]} or {"error": "<one line>"} for
 """
 from __future__ import annotations
 
-import json
+import os
 import sys
 from functools import partial
 
@@ -17,6 +17,7 @@ from autoplan.specs import AutoplanError, Measurement, PlanDocument, read_json, 
 from executor.model import build_model, canonical_name, model_notes
 from executor.options import RunOptions
 from executor.record import build_measurement, cpu_peak_rss_bytes, environment
+from executor.xla_backend.memory import DUMP_DIR_ENV, CompiledMemory
 from executor.xla_backend.mesh import AXES, MeshShape
 from executor.xla_backend.sharding import activation_specs, init_optimizer_state, parallelize, shard_gradients
 from executor.xla_backend.train import Placement, make_optimizer, train
@@ -68,6 +69,8 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
     mesh = MeshShape.from_plan(par).build(num_devices)
     device = torch_xla.device()
     compilations_before = _num_compilations()
+    compiled_memory = CompiledMemory(os.environ.get(DUMP_DIR_ENV))
+    compiled_memory.start()
 
     # Weights depend on the seed and the parameter name only: the eager reference gets the same.
     model = build_model(doc.model, "cpu")
@@ -110,11 +113,16 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
         "compute_dtype": "float32",
         "grad_norms": result.grad_norms,
         "options": options.to_dict(),
-        "peak_memory_kind": "cpu_rss_high_water",  # the whole process: all virtual CPU devices together
+        "cpu_rss_high_water_bytes": cpu_peak_rss_bytes(),  # the whole process: all virtual devices
         "notes": model_notes(doc.model),
     }
+    program_bytes = compiled_memory.program_bytes_per_device()
+    if program_bytes is None:  # XLA's cache served the step: fall back to the process RSS
+        extra["peak_memory_kind"], peak_memory_bytes = "cpu_rss_high_water", extra["cpu_rss_high_water_bytes"]
+    else:
+        extra["peak_memory_kind"], peak_memory_bytes = "xla_compiled_bytes_per_device", program_bytes
     return build_measurement(doc, "xla", "ok", step_times_s=result.step_times_s[options.warmup_steps:],
-                             losses=result.losses, peak_memory_bytes=cpu_peak_rss_bytes(), env=env,
+                             losses=result.losses, peak_memory_bytes=peak_memory_bytes, env=env,
                              num_warmup_steps=options.warmup_steps, peak=0.0, extra=extra)
 
 

@@ -1,0 +1,45 @@
+"""Per-device memory of an SPMD step, as XLA's compiler assigned it.
+
+XLA:CPU reports no allocator statistics (`xm.get_memory_info` is unimplemented there), and the
+process's RSS holds all virtual devices, Python and torch together. What is per device and exact is
+the compiled step program's buffer assignment: an SPMD module is the program of one device, and its
+memory-usage report gives the bytes of every buffer it needs at once (parameters, optimizer state,
+gradients, activations and temporaries, after XLA's buffer reuse). XLA writes that report only when
+dumping, so the launcher points XLA's dump at a temporary folder and the worker reads the reports
+of the programs each plan compiled.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+DUMP_DIR_ENV = "AUTOPLAN_XLA_DUMP_DIR"
+_REPORT_GLOB = "*after_optimizations-memory-usage-report.txt"
+_TOTAL = re.compile(r"^Total bytes used: (\d+)", re.MULTILINE)
+
+
+def dump_flags(dump_dir: str) -> str:
+    """XLA_FLAGS that write the optimized modules' reports (no per-pass dumps) of torch_xla's graphs."""
+    return f"--xla_dump_to={dump_dir} --xla_dump_hlo_pass_re=^$ --xla_dump_hlo_module_re=SyncTensorsGraph"
+
+
+class CompiledMemory:
+    """Reads the memory reports of the programs compiled since the last `start()`."""
+
+    def __init__(self, dump_dir: str | None):
+        self.dump_dir = Path(dump_dir) if dump_dir else None
+        self._seen: set = set()
+
+    def start(self) -> None:
+        self._seen = set(self._reports())
+
+    def program_bytes_per_device(self) -> int | None:
+        """The largest program compiled since start(): the training step (the other is the
+        materialization of weights and moments). None when nothing new was compiled (XLA's cache
+        served an identical program) or no dump folder was set."""
+        totals = [int(m.group(1)) for path in set(self._reports()) - self._seen
+                  if (m := _TOTAL.search(path.read_text(errors="replace")))]
+        return max(totals) if totals else None
+
+    def _reports(self) -> list:
+        return list(self.dump_dir.glob(_REPORT_GLOB)) if self.dump_dir and self.dump_dir.is_dir() else []
