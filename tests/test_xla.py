@@ -135,7 +135,7 @@ def test_the_loop_trains_like_the_torch_backend():
     assert record.extra["grad_norms"] == pytest.approx(reference.grad_norms, rel=GRAD_NORM_RTOL)
 
 
-def test_pp_and_other_unsupported_input_is_refused_before_anything_starts(cli, tmp_path, capsys):
+def test_pp_and_other_unsupported_input_is_refused_before_anything_starts(cli, tmp_path, capsys, monkeypatch):
     pp = _doc(num_gpus=8, dp=4, pp=2, micro_batch_size=1, num_microbatches=2)
     with pytest.raises(AutoplanError, match=r"pp=2.*--backend torch"):
         check(pp, OPTIONS)
@@ -153,6 +153,12 @@ def test_pp_and_other_unsupported_input_is_refused_before_anything_starts(cli, t
         check(_doc(dp=8), OPTIONS.replace(nproc=4))
     with pytest.raises(AutoplanError, match="checkpoint"):
         check(_doc(dp=8), OPTIONS.replace(checkpoint_dir=str(tmp_path)))
+    llama = ModelSpec(name="llama-2-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
+                      ffn_hidden_size=28672, vocab_size=32000)
+    monkeypatch.setattr("executor.xla_backend.launch._host_memory_bytes", lambda: 64 * 2**30)
+    with pytest.raises(AutoplanError, match=r"68.98B parameters: at least 1028 GiB of host memory.* has 64 GiB"):
+        check(PlanDocument(model=llama, training=TrainingSpec(global_batch_size=8, seq_len=16),
+                           cluster=ClusterSpec(name="cpu", num_gpus=8), parallel=ParallelPlan(dp=8)), OPTIONS)
     moe = ModelSpec(name="moe", num_layers=2, hidden_size=32, num_heads=8, num_kv_heads=8, ffn_hidden_size=64,
                     vocab_size=64, num_experts=4, num_experts_per_token=2)
     with pytest.raises(AutoplanError, match="mixture of experts"):

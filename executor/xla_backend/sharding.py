@@ -135,8 +135,8 @@ def apply_recompute(model: nn.Module, recompute: str, num_layers: int, checkpoin
 
     "full": the first `num_layers` transformer blocks (Megatron's "block" method: the rest keep their
     activations); "selective": the attention core of every block (Korthikanti et al. 2022, 4.1).
-    `checkpoint_fn` is torch_xla's checkpoint on XLA (it adds optimization barriers so XLA's CSE
-    cannot merge the recomputation back into the forward pass) or torch.utils.checkpoint elsewhere.
+    `checkpoint_fn` is torch_xla's checkpoint (it adds optimization barriers so XLA's CSE cannot
+    merge the recomputation back into the forward pass).
     """
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
