@@ -115,7 +115,8 @@ def environment(device: str, world_size: int, backend: str, device_name: str = "
         "num_cpus": os.cpu_count(),
         "world_size": world_size,
         "device": device,
-        "device_name": device_name or (torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"),
+        "device_name": device_name or (torch.cuda.get_device_name() if device == "cuda"
+                                       else platform.processor() or "cpu"),
         "git_revision": _git_revision(),
     }
     if device == "cuda":

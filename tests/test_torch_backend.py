@@ -181,3 +181,22 @@ def test_recompute_reruns_the_checkpointed_part_in_backward(policy, expected_cor
     assert len(calls) == expected_core_calls
     wrapped = [type(layer).__name__ == "CheckpointWrapper" for layer in model.layers.values()]
     assert wrapped == ([True, False, False, False] if policy == "full" else [False] * 4)
+
+
+@pytest.mark.slow
+def test_torchrun_entry_point_records_from_rank_0(tmp_path):
+    """The cluster path: torchrun starts the ranks, `python -m executor` trains, rank 0 appends."""
+    import os
+    import subprocess
+    import sys
+
+    plan, out_file = tmp_path / "plan.json", tmp_path / "runs.jsonl"
+    plan_doc(LLAMA, dp=2, zero_stage=2, num_microbatches=4).save(plan)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "executor", str(plan), "--steps", "3",
+                           "--out", str(out_file)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,), problems = read_measurements(out_file)
+    assert not problems and record.status == "ok" and len(record.losses) == 3
+    assert record.environment["world_size"] == 2

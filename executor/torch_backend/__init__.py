@@ -16,7 +16,8 @@ def run_many(docs: list[PlanDocument], options: RunOptions) -> list[Measurement]
     """Check every plan, then run them in sequence in one group of local processes."""
     counts = {doc.parallel.num_gpus for doc in docs}
     if len(counts) > 1:
-        raise AutoplanError(f"plans run together must need the same GPU count, got {sorted(counts)}; run them separately")
+        raise AutoplanError(f"plans run together must need the same GPU count, got {sorted(counts)}; "
+                            "run them separately")
     for doc in docs:
         check(doc, options)
     from executor.torch_backend.launch import launch

@@ -47,7 +47,8 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
             f"model {spec.name!r} has learned positions; the torch backend does not shard them for "
             "sequence_parallel=true; run the plan with sequence_parallel=false")
     if plan.sequence_parallel and training.seq_len % plan.tp:
-        raise AutoplanError(f"sequence_parallel needs seq_len divisible by tp, got seq_len={training.seq_len}, tp={plan.tp}")
+        raise AutoplanError(
+            f"sequence_parallel needs seq_len divisible by tp, got seq_len={training.seq_len}, tp={plan.tp}")
     if training.seq_len > spec.max_seq_len:
         raise AutoplanError(f"seq_len={training.seq_len} exceeds model {spec.name!r} max_seq_len={spec.max_seq_len}")
     if plan.pp > 1 and plan.num_microbatches < plan.pp:

@@ -249,8 +249,9 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
         if rank0 and ((step + 1) % options.log_every == 0 or step + 1 == options.steps):
             tps = doc.training.tokens_per_step / elapsed
             util = mfu(doc.model, doc.training.seq_len, tps, doc.parallel.num_gpus, peak)
-            print(f"[autoplan run] step {step + 1}/{options.steps} loss {losses[-1]:.4f} grad_norm {grad_norms[-1]:.3f} "
-                  f"step_time {elapsed:.3f}s tokens/s {tps:,.0f} mfu {f'{util:.1%}' if peak else 'n/a (no peak for CPU)'}",
+            util_text = f"{util:.1%}" if peak else "n/a (no peak for CPU)"
+            print(f"[autoplan run] step {step + 1}/{options.steps} loss {losses[-1]:.4f} "
+                  f"grad_norm {grad_norms[-1]:.3f} step_time {elapsed:.3f}s tokens/s {tps:,.0f} mfu {util_text}",
                   flush=True)
         if options.checkpoint_every and (step + 1) % options.checkpoint_every == 0:
             checkpoint.save(options.checkpoint_dir, step + 1, runner.models, runner.optimizers, runner.rank["pp"])
