@@ -56,7 +56,8 @@ def run(args) -> int:
                 continue
             err = (r.predicted_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu) / r.run.measured_tokens_per_s_per_gpu
             out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
-                      f"{r.predicted_tokens_per_s_per_gpu:10.1f} {err:+8.1%}{'' if r.fits else '  (predicted OOM)'}\n")
+                      f"{r.predicted_tokens_per_s_per_gpu:10.1f} {err:+8.1%}{'' if r.fits else '  (predicted OOM)'}"
+                      f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
         out.write("\n")
     a = summary["analytical"]
     out.write("tokens/s/GPU, analytical cost model vs published runs (errors as % of measured)\n")
