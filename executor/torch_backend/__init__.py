@@ -18,6 +18,9 @@ def run_many(docs: list[PlanDocument], options: RunOptions) -> list[Measurement]
     if len(counts) > 1:
         raise AutoplanError(f"plans run together must need the same GPU count, got {sorted(counts)}; "
                             "run them separately")
+    if len(docs) > 1 and options.checkpoint_dir:
+        raise AutoplanError(f"--checkpoint-dir takes one plan per run (the {len(docs)} plans would overwrite "
+                            "each other's checkpoints); run them one at a time")
     for doc in docs:
         check(doc, options)
     from executor.torch_backend.launch import launch
