@@ -109,6 +109,11 @@ def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypat
         # one device's compiled step, far below the whole process (8 devices, Python, torch)
         assert record.extra["peak_memory_kind"] == "xla_compiled_bytes_per_device", name
         assert 0 < record.peak_memory_bytes < record.extra["cpu_rss_high_water_bytes"] / 8, name
+    # Full recompute of one block re-runs its forward matmuls in the backward pass: q, k, v, QK^T,
+    # AV, wo, w1, w3 (w2's output is not needed there): 8 more than the same model without it.
+    by_name = dict(zip(PLANS, records))
+    assert by_name["dp8-zero3-fsdp-full"].extra["num_matmuls_in_step"] == \
+        by_name["dp8-zero1"].extra["num_matmuls_in_step"] + 8
     # The tied head stays one parameter on the device (Module.to() would have split it in two).
     assert "output.weight" not in records[-1].extra["param_sharding"]
     tp8 = records[2].extra["param_sharding"]
@@ -192,7 +197,12 @@ def test_compiled_memory_reads_only_the_new_programs(tmp_path):
     assert memory.program_bytes_per_device() is None  # nothing compiled since start()
     report("module_0001.SyncTensorsGraph.254", 1024)      # materialization of weights and moments
     report("module_0002.SyncTensorsGraph.2564", 394522)   # the training step
+    (tmp_path / "module_0002.SyncTensorsGraph.2564.cpu_after_optimizations.txt").write_text(
+        "  dot.1 = f32[128,32]{1,0} dot(f32[128,32]{1,0} p0, f32[32,32]{1,0} p1)\n"
+        "  add.2 = f32[128,32]{1,0} add(dot.1, dot.1)\n"
+        "  %dot.3 = f32[8,16,16]{2,1,0} dot(f32[8,16,4]{2,1,0} %q, f32[8,16,4]{2,1,0} %k)\n")
     assert memory.program_bytes_per_device() == 394522
+    assert memory.program_num_matmuls() == 2
     assert CompiledMemory(None).program_bytes_per_device() is None
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 DUMP_DIR_ENV = "AUTOPLAN_XLA_DUMP_DIR"
 _REPORT_GLOB = "*after_optimizations-memory-usage-report.txt"
 _TOTAL = re.compile(r"^Total bytes used: (\d+)", re.MULTILINE)
+_DOT = re.compile(r"= \S+ dot\(")
 
 
 def dump_flags(dump_dir: str) -> str:
@@ -34,10 +35,24 @@ class CompiledMemory:
         self._seen = set(self._reports())
 
     def program_bytes_per_device(self) -> int | None:
-        """The largest program compiled since start(): the training step (the other is the
-        materialization of weights and moments). None when nothing new was compiled (XLA's cache
-        served an identical program) or no dump folder was set."""
-        totals = [int(m.group(1)) for path in set(self._reports()) - self._seen
+        """Bytes of the largest program compiled since start(): the training step (the other is
+        the materialization of weights and moments). None when nothing new was compiled (XLA's
+        cache served an identical program) or no dump folder was set."""
+        step = self._step_report()
+        return step[0] if step else None
+
+    def program_num_matmuls(self) -> int | None:
+        """Matrix multiplications (HLO `dot`) in that step program, after XLA's optimizations.
+        Recompute shows here: a recomputed layer's forward matmuls appear a second time unless XLA
+        merged them away."""
+        step = self._step_report()
+        if not step:
+            return None
+        hlo = Path(str(step[1]).replace("-memory-usage-report.txt", ".txt"))
+        return len(_DOT.findall(hlo.read_text(errors="replace"))) if hlo.is_file() else None
+
+    def _step_report(self) -> tuple | None:
+        totals = [(int(m.group(1)), path) for path in set(self._reports()) - self._seen
                   if (m := _TOTAL.search(path.read_text(errors="replace")))]
         return max(totals) if totals else None
 

@@ -117,6 +117,7 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
         "notes": model_notes(doc.model),
     }
     program_bytes = compiled_memory.program_bytes_per_device()
+    extra["num_matmuls_in_step"] = compiled_memory.program_num_matmuls()
     if program_bytes is None:  # XLA's cache served the step: fall back to the process RSS
         extra["peak_memory_kind"], peak_memory_bytes = "cpu_rss_high_water", extra["cpu_rss_high_water_bytes"]
     else:
