@@ -15,7 +15,7 @@ from autoplan.specs import AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, 
 from executor.model import build_model
 from executor.options import RunOptions
 from executor.xla_backend import AXES, activation_specs, check, param_spec
-from executor.xla_backend.memory import CompiledMemory
+from executor.xla_backend.compiled import CompiledStep
 from executor.xla_backend.train import Placement, make_optimizer, microbatch_rows, train
 
 LOSS_TOL = 1e-4
@@ -186,13 +186,13 @@ def test_every_parameter_has_a_megatron_spec(model):
         param_spec("layers.0.feed_forward.router.weight", None)
 
 
-def test_compiled_memory_reads_only_the_new_programs(tmp_path):
+def test_compiled_step_reads_only_the_new_programs(tmp_path):
     def report(name: str, total: int) -> None:
         (tmp_path / f"{name}.cpu_after_optimizations-memory-usage-report.txt").write_text(
             f"Total bytes used: {total} ({total / 1024:.1f}KiB)\n\nAllocations sorted by size:\n")
 
     report("module_0000.SyncTensorsGraph.254", 4096)
-    memory = CompiledMemory(str(tmp_path))
+    memory = CompiledStep(str(tmp_path))
     memory.start()
     assert memory.program_bytes_per_device() is None  # nothing compiled since start()
     report("module_0001.SyncTensorsGraph.254", 1024)      # materialization of weights and moments
@@ -203,7 +203,7 @@ def test_compiled_memory_reads_only_the_new_programs(tmp_path):
         "  %dot.3 = f32[8,16,16]{2,1,0} dot(f32[8,16,4]{2,1,0} %q, f32[8,16,4]{2,1,0} %k)\n")
     assert memory.program_bytes_per_device() == 394522
     assert memory.program_num_matmuls() == 2
-    assert CompiledMemory(None).program_bytes_per_device() is None
+    assert CompiledStep(None).program_bytes_per_device() is None
 
 
 def test_activation_specs_split_sequence_over_tp_only_under_sp():

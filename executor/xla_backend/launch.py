@@ -15,7 +15,7 @@ from autoplan.specs import AutoplanError, Measurement, PlanDocument, write_json_
 from executor.data import open_tokens
 from executor.model import check_buildable
 from executor.options import RunOptions
-from executor.xla_backend.memory import DUMP_DIR_ENV, dump_flags
+from executor.xla_backend.compiled import DUMP_DIR_ENV, dump_flags
 
 _STDERR_TAIL_LINES = 20
 

@@ -17,7 +17,7 @@ from autoplan.specs import AutoplanError, Measurement, PlanDocument, read_json, 
 from executor.model import build_model, canonical_name, model_notes
 from executor.options import RunOptions
 from executor.record import build_measurement, cpu_peak_rss_bytes, environment
-from executor.xla_backend.memory import DUMP_DIR_ENV, CompiledMemory
+from executor.xla_backend.compiled import DUMP_DIR_ENV, CompiledStep
 from executor.xla_backend.mesh import AXES, MeshShape
 from executor.xla_backend.sharding import activation_specs, init_optimizer_state, parallelize, shard_gradients
 from executor.xla_backend.train import Placement, make_optimizer, train
@@ -69,8 +69,8 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
     mesh = MeshShape.from_plan(par).build(num_devices)
     device = torch_xla.device()
     compilations_before = _num_compilations()
-    compiled_memory = CompiledMemory(os.environ.get(DUMP_DIR_ENV))
-    compiled_memory.start()
+    compiled_step = CompiledStep(os.environ.get(DUMP_DIR_ENV))
+    compiled_step.start()
 
     # Weights depend on the seed and the parameter name only: the eager reference gets the same.
     model = build_model(doc.model, "cpu")
@@ -116,8 +116,8 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
         "cpu_rss_high_water_bytes": cpu_peak_rss_bytes(),  # the whole process: all virtual devices
         "notes": model_notes(doc.model),
     }
-    program_bytes = compiled_memory.program_bytes_per_device()
-    extra["num_matmuls_in_step"] = compiled_memory.program_num_matmuls()
+    program_bytes = compiled_step.program_bytes_per_device()
+    extra["num_matmuls_in_step"] = compiled_step.program_num_matmuls()
     if program_bytes is None:  # XLA's cache served the step: fall back to the process RSS
         extra["peak_memory_kind"], peak_memory_bytes = "cpu_rss_high_water", extra["cpu_rss_high_water_bytes"]
     else:

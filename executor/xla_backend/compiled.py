@@ -1,12 +1,13 @@
-"""Per-device memory of an SPMD step, as XLA's compiler assigned it.
+"""What XLA compiled for a training step: its per-device memory and its matrix multiplications.
 
 XLA:CPU reports no allocator statistics (`xm.get_memory_info` is unimplemented there), and the
 process's RSS holds all virtual devices, Python and torch together. What is per device and exact is
 the compiled step program's buffer assignment: an SPMD module is the program of one device, and its
 memory-usage report gives the bytes of every buffer it needs at once (parameters, optimizer state,
-gradients, activations and temporaries, after XLA's buffer reuse). XLA writes that report only when
-dumping, so the launcher points XLA's dump at a temporary folder and the worker reads the reports
-of the programs each plan compiled.
+gradients, activations and temporaries, after XLA's buffer reuse). Its optimized HLO shows what
+survived the compiler, e.g. whether a recomputation was merged back into the forward pass. XLA
+writes both only when dumping, so the launcher points XLA's dump at a temporary folder and the
+worker reads the files of the programs each plan compiled.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def dump_flags(dump_dir: str) -> str:
     return f"--xla_dump_to={dump_dir} --xla_dump_hlo_pass_re=^$ --xla_dump_hlo_module_re=SyncTensorsGraph"
 
 
-class CompiledMemory:
+class CompiledStep:
     """Reads the memory reports of the programs compiled since the last `start()`."""
 
     def __init__(self, dump_dir: str | None):
