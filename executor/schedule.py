@@ -1,8 +1,14 @@
-"""Learning-rate schedule: linear warm-up, then cosine decay to min_lr (Loshchilov & Hutter 2017,
+"""Optimizer recipe and learning-rate schedule: linear warm-up, then cosine decay to min_lr (Loshchilov & Hutter 2017,
 SGDR, arXiv 1608.03983, without restarts), the schedule of GPT-3 and Llama."""
 from __future__ import annotations
 
 import math
+
+# The optimizer recipe every backend shares, so the backends train identically.
+ADAMW_BETAS = (0.9, 0.95)
+"""GPT-3 (Brown et al. 2020, appendix B) and Llama 2 (Touvron et al. 2023, section 2.2)."""
+WEIGHT_DECAY = 0.1
+"""Same sources."""
 
 
 def lr_at(step: int, lr: float, min_lr: float, warmup: int, total_steps: int) -> float:

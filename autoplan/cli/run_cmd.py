@@ -54,7 +54,9 @@ def summary(record, out: str) -> str:
     if record.status != "ok":
         return f"{head}: {record.error}" + (f" (recorded in {out})" if out else "")
     mfu = record.extra.get("mfu", 0.0)
-    kind = "RSS high-water" if record.extra.get("peak_memory_kind") == "cpu_rss_high_water" else "max allocated"
+    kind = {"cpu_rss_high_water": "RSS high-water",
+            "xla_compiled_bytes_per_device": "XLA compiled step, per device"}.get(
+        record.extra.get("peak_memory_kind"), "max allocated")
     parts = [
         f"median step {record.median_step_time_s:.4f} s over {len(record.step_times_s)} steps" if record.step_times_s
         else "no measured steps",

@@ -29,11 +29,8 @@ from executor.torch_backend.parallelize import (
     all_reduce_grads, apply_fsdp, apply_recompute, apply_tp, mixed_precision,
 )
 from executor.torch_backend.pipeline import build_schedule, build_stage, stage_indices
+from executor.schedule import ADAMW_BETAS, WEIGHT_DECAY
 
-ADAMW_BETAS = (0.9, 0.95)
-"""GPT-3 (Brown et al. 2020, appendix B) and Llama 2 (Touvron et al. 2023, section 2.2)."""
-WEIGHT_DECAY = 0.1
-"""Same sources."""
 
 
 def _loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from autoplan.specs import PlanDocument
 from executor.data import batch, local_slice, open_tokens
 from executor.options import RunOptions
 from executor.schedule import lr_at
-from executor.torch_backend.train import ADAMW_BETAS, WEIGHT_DECAY
+from executor.schedule import ADAMW_BETAS, WEIGHT_DECAY
 
 
 @dataclass
