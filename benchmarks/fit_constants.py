@@ -47,6 +47,7 @@ PARAMETERS = (
     ("fsdp_dp_overlap", 0.8, (0.0, 1.0), False),
     ("deepspeed_dp_bandwidth_scale", 0.3, (0.02, 1.0), True),
     ("sharded_layer_overhead_s", 1e-3, (1e-6, 1e-2), True),
+    ("overlap_contention", 0.2, (0.0, 1.0), False),
 )
 
 
@@ -68,6 +69,7 @@ def constants_from(values: dict, provenance: dict | None = None) -> Constants:
         attention_scale=values["attention_scale"], elementwise_scale=values["elementwise_scale"],
         compile_elementwise_factor=values["compile_elementwise_factor"],
         async_tp_overlap=values["async_tp_overlap"], sharded_layer_overhead_s=values["sharded_layer_overhead_s"],
+        overlap_contention=values["overlap_contention"],
         frameworks=frameworks,
         provenance=provenance or {})
 

@@ -79,6 +79,9 @@ class Constants:
     """Memory-bound bytes left after torch.compile fuses elementwise ops (1 = no fusion)."""
     async_tp_overlap: float = 0.0
     """Fraction of TP collective time async TP hides behind the GEMMs."""
+    overlap_contention: float = 0.0
+    """Fraction of overlapped DP/FSDP collective time that still slows the step (SM and HBM
+    contention between NCCL kernels and GEMMs)."""
     sharded_layer_overhead_s: float = 0.0
     """Extra time per layer and micro-batch when gradients/weights are sharded per layer (ZeRO-2/3,
     FSDP): the hooks that gather, free and reduce around every layer, and their stream waits."""
@@ -100,6 +103,7 @@ class Constants:
                 "compile_elementwise_factor": self.compile_elementwise_factor,
                 "async_tp_overlap": self.async_tp_overlap,
                 "sharded_layer_overhead_s": self.sharded_layer_overhead_s,
+                "overlap_contention": self.overlap_contention,
                 "frameworks": {k: dict(v) for k, v in self.frameworks.items()},
                 "provenance": dict(self.provenance)}
 
@@ -113,6 +117,7 @@ class Constants:
                    compile_elementwise_factor=float(data.get("compile_elementwise_factor", 1.0)),
                    async_tp_overlap=float(data.get("async_tp_overlap", 0.0)),
                    sharded_layer_overhead_s=float(data.get("sharded_layer_overhead_s", 0.0)),
+                   overlap_contention=float(data.get("overlap_contention", 0.0)),
                    frameworks={k: dict(v) for k, v in data.get("frameworks", {}).items()},
                    provenance=dict(data.get("provenance", {})))
 
