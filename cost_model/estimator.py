@@ -23,12 +23,12 @@ from cost_model.memory import (
     BYTES_GRAD, BYTES_LOGITS, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
     in_flight_microbatches, model_state_bytes, selective_kept_bytes,
 )
+from cost_model.step_time import step_time_terms
 from cost_model.tables import ProfileTables
 
 GIB = 1024 ** 3
 CUDA_CONTEXT_BYTES = 0.5 * GIB     # assumption: CUDA context + cuBLAS/NCCL workspaces (~0.5 GiB)
 ALLOCATOR_OVERHEAD = 0.08          # assumption: caching-allocator rounding/fragmentation of transient memory
-OPTIMIZER_BYTES_PER_PARAM = 30     # AdamW: read master/m/v/grad fp32 (16 B), write master/m/v (12) + bf16 weight (2)
 _TABLES: dict = {}
 
 
@@ -192,7 +192,6 @@ class Estimator:
         return self._estimate(plan)
 
     def _estimate(self, plan: ParallelPlan) -> CostEstimate:
-        from cost_model.step_time import step_time_terms
         time, details, hw_flops = step_time_terms(self, plan)
         memory, details["memory_first_stage_bytes"] = self._stages_memory(plan, plan.recompute, plan.recompute_num_layers)
         return CostEstimate(

@@ -13,6 +13,8 @@ from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT
 
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+"""AdamW step: reads fp32 master, m, v and grad (16 B), writes master, m, v (12 B) and the bf16 weight (2 B)."""
 GRAD_REDUCE_BYTES = {0: BYTES_GRAD, 1: BYTES_GRAD, 2: BYTES_GRAD, 3: BYTES_WEIGHT}
 """Bytes per gradient on the wire: Megatron/DeepSpeed reduce the fp32 main grads; FSDP/ZeRO-3
 reduce-scatter in the compute dtype."""
@@ -94,7 +96,7 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     dense, expert = est._local_params(plan, first=(p == 1), last=True)
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
     local = dense / shard + expert / max(1, shard // plan.ep if plan.zero_stage >= 1 else 1)
-    optimizer_s = memory_time_s(tables, 30.0 * local, 30.0 * local)
+    optimizer_s = memory_time_s(tables, OPTIMIZER_BYTES_PER_PARAM * local, OPTIMIZER_BYTES_PER_PARAM * local)
 
     time = {
         "compute": m * compute_mb,
