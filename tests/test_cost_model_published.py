@@ -106,3 +106,22 @@ def test_fp8_gemms_are_faster_than_bf16():
     fp8 = Estimator(LLAMA, TrainingSpec(global_batch_size=32, seq_len=4096, dtype="fp8"), cluster, H100).estimate(plan)
     assert fp8.details["layer_gemm_fwd_s"] < 0.8 * bf16.details["layer_gemm_fwd_s"]
     assert fp8.peak_flops_per_s == 1979e12 and bf16.peak_flops_per_s == 989e12  # MFU against the dtype peak
+
+
+def test_fit_script_runs_and_stays_within_its_bounds():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fit_constants.py"
+    spec = importlib.util.spec_from_file_location("fit_constants", path)
+    fit_constants = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_constants)
+    few = [r for r in load_published_runs() if r.id.startswith(("N21-T1", "LLMFOUNDRY-00"))]
+    before = fit_constants.mean_abs_log_error(few, fit_constants.constants_from(
+        {name: init for name, init, _, _ in fit_constants.PARAMETERS}))
+    values, objective, evals = fit_constants.fit(few, max_evals=60)
+    assert objective <= before and 0 < evals <= 80
+    for name, _, (lo, hi), _ in fit_constants.PARAMETERS:
+        assert lo <= values[name] <= hi
+    c = fit_constants.constants_from(values)
+    assert c.matmul_scale["a100-40gb"] == c.matmul_scale["a100-80gb"] == values["matmul_scale_a100"]
