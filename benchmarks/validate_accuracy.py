@@ -10,7 +10,6 @@ sources report, and the time one `Estimator.estimate(plan)` takes.
 from __future__ import annotations
 
 import itertools
-import re
 import statistics
 import sys
 import time
@@ -18,10 +17,8 @@ import time
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ModelSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, builtin_profile
 from cost_model.published import load_published_runs
-from cost_model.validation import constant_mfu_prediction, predict_runs, summarize
+from cost_model.validation import constant_mfu_prediction, memory_summary, predict_runs, summarize
 
-GIB = 1024 ** 3
-_PEAK_MEMORY = re.compile(r"(?:peak mem|max GPU mem|mem) ([0-9.]+) ?(GiB|GB)")
 
 
 def _line(name: str, s: dict) -> str:
@@ -61,21 +58,10 @@ def accuracy() -> list:
 
 def memory(done: list) -> None:
     """Predicted peak memory vs the 'peak mem' / 'max GPU mem' some sources print in their notes."""
-    pairs = []
-    for r in done:
-        m = _PEAK_MEMORY.search(r.run.notes)
-        if not m:
-            continue
-        measured = float(m.group(1)) * (GIB if m.group(2) == "GiB" else 1e9)
-        est = Estimator(r.run.model, r.run.training, r.run.cluster, r.run.profile(), software=r.run.software())
-        predicted = est.estimate(r.run.plan).peak_memory_bytes
-        pairs.append((r.run.source, predicted / measured))
     print("Peak memory, predicted / reported (sources that report it):")
-    for source in sorted({s for s, _ in pairs}):
-        ratios = [x for s, x in pairs if s == source]
-        apes = [abs(x - 1) for x in ratios]
-        print(f"  {source:22s} n={len(ratios):3d}  MAPE {statistics.fmean(apes):6.1%}  "
-              f"median ratio {statistics.median(ratios):.2f}  range {min(ratios):.2f}-{max(ratios):.2f}")
+    for source, m in memory_summary(done).items():
+        print(f"  {source:22s} n={m['num_rows']:3d}  MAPE {m['mape']:6.1%}  median ratio {m['median_ratio']:.2f}  "
+              f"range {m['min_ratio']:.2f}-{m['max_ratio']:.2f}")
 
 
 def speed() -> None:

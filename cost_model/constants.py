@@ -36,6 +36,9 @@ class SoftwareStack:
     selective_recompute: str = "attention"
     """What `recompute="selective"` means: "attention" (Megatron: the attention core) or "ops"
     (torchtitan: save every other matmul output and the attention output, recompute the rest)."""
+    fused_cross_entropy: bool = True
+    """Megatron's vocab-parallel cross-entropy works in place on the fp32 logits; an unfused one
+    (PyTorch F.cross_entropy) also materializes their fp32 gradient (10 B per logit, not 6)."""
     fp8_rowwise: bool = False
     """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
     layer_overhead_s: float = 0.0
@@ -61,7 +64,7 @@ FRAMEWORK_FACTS = {
     "llm-foundry": {},
     # torchtitan: FSDP2 + SDPA flash attention, optional torch.compile and async TP; its
     # selective activation checkpointing is per op (torchtitan activation_checkpoint "op" mode).
-    "torchtitan": {"selective_recompute": "ops"},
+    "torchtitan": {"selective_recompute": "ops", "fused_cross_entropy": False},
 }
 
 

@@ -20,7 +20,7 @@ from cost_model.constants import Constants, SoftwareStack, load_constants
 from cost_model.flops import model_flops_per_token
 from cost_model.layer_time import Rates, embedding_time_s, head_times, layer_times
 from cost_model.memory import (
-    BYTES_GRAD, BYTES_LOGITS, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
+    BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
     in_flight_microbatches, model_state_bytes, selective_kept_bytes,
 )
 from cost_model.step_time import step_time_terms
@@ -123,7 +123,8 @@ class Estimator:
         # Backward of one layer: its activation gradients (about one layer's activations, with the
         # SP-gathered inputs at full length), plus its recomputed activations under full recompute.
         working = working_layer * (2 if recompute == "full" else 1)
-        logits = BYTES_LOGITS * b * s_local * self.model.vocab_size / plan.tp if last else 0.0
+        per_logit = BYTES_LOGITS if self.software.fused_cross_entropy else BYTES_LOGITS_UNFUSED
+        logits = per_logit * b * s_local * self.model.vocab_size / plan.tp if last else 0.0
         comm = 0.0
         if plan.zero_stage >= 3 and shard > 1:
             # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's

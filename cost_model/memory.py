@@ -19,6 +19,7 @@ BYTES_GRAD = 4          # fp32 gradient accumulation
 BYTES_OPTIMIZER = 12    # fp32 master + Adam m + v
 BYTES_ACT = 2           # bf16 activations
 BYTES_LOGITS = 6        # bf16 logits + their fp32 copy for the cross-entropy (Korthikanti sec. 4.3: 4sbv/t)
+BYTES_LOGITS_UNFUSED = 10  # + the fp32 gradient of the logits an unfused cross-entropy materializes
 
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,

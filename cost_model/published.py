@@ -7,6 +7,7 @@ and recorded on the run (`assumptions`), so a reader can see what was inferred.
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from cost_model.constants import Constants, SoftwareStack, load_constants
 from cost_model.profiles import builtin_profile
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
+_PEAK_MEMORY = re.compile(r"(?:peak mem|max GPU mem|mem) ([0-9.]+) ?(GiB|GB)")
 
 # Architecture facts each source's models share (not in the CSV's columns).
 # GPT (Megatron) and BLOOM: LayerNorm, biases, tied embeddings; GPT learned positions, BLOOM ALiBi.
@@ -55,6 +57,8 @@ class PublishedRun:
     measured_tokens_per_s_per_gpu: float
     nic_bytes_per_s: float | None = None
     """Scale-out bandwidth per GPU when the cluster is not DGX-like (None: the profile's)."""
+    reported_peak_memory_bytes: float | None = None
+    """Peak GPU memory the source printed (its notes: "peak mem 82.4 GiB", "max GPU mem 49GB")."""
     assumptions: tuple = ()
     notes: str = ""
     sweep: str = field(default="")
@@ -139,10 +143,13 @@ def row_to_run(row: dict) -> PublishedRun:
     if prefix == "N21" and zero == 3:
         framework = "deepspeed"     # Table 2's ZeRO-3 baseline ran on DeepSpeed
     notes = row["notes"]
+    mem = _PEAK_MEMORY.search(notes)
+    reported_memory = float(mem.group(1)) * (2 ** 30 if mem.group(2) == "GiB" else 1e9) if mem else None
     return PublishedRun(
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
         cluster=cluster, plan=plan, framework=framework, compiled="compile" in notes,
         async_tp="asyncTP" in notes or "AsyncTP" in notes, fp8_rowwise="rowwise" in row["id"], nic_bytes_per_s=facts.get("nic_bytes_per_s"),
+        reported_peak_memory_bytes=reported_memory,
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         assumptions=tuple(assumptions), notes=notes,
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")

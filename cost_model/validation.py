@@ -28,6 +28,7 @@ class RowResult:
     skipped: str = ""
     """Why the row was not predicted (the plan breaks a rule of ours), else empty."""
     fits: bool = True
+    predicted_peak_memory_bytes: float | None = None
 
     @property
     def ape(self) -> float:
@@ -46,7 +47,8 @@ def predict_runs(runs: list, constants: Constants | None = None) -> list:
         except InfeasiblePlan as exc:
             results.append(RowResult(run, None, skipped=f"{exc.reason}: {exc}"))
             continue
-        results.append(RowResult(run, e.tokens_per_s_per_gpu, fits=e.fits))
+        results.append(RowResult(run, e.tokens_per_s_per_gpu, fits=e.fits,
+                                 predicted_peak_memory_bytes=e.peak_memory_bytes))
     return results
 
 
@@ -108,6 +110,18 @@ def _summary(results: list, predicted=None) -> dict:
     }
 
 
+def memory_summary(results: list) -> dict:
+    """Predicted peak memory against what the sources report, per source (ratio = pred/reported)."""
+    per_source = {}
+    for r in results:
+        if r.skipped == "" and r.run.reported_peak_memory_bytes:
+            per_source.setdefault(r.run.source, []).append(
+                r.predicted_peak_memory_bytes / r.run.reported_peak_memory_bytes)
+    return {name: {"num_rows": len(ratios), "mape": statistics.fmean(abs(x - 1) for x in ratios),
+                   "median_ratio": statistics.median(ratios), "min_ratio": min(ratios),
+                   "max_ratio": max(ratios)} for name, ratios in sorted(per_source.items())}
+
+
 def summarize(results: list) -> dict:
     """The `--json` document of `autoplan validate` (errors as fractions)."""
     done = [r for r in results if r.skipped == ""]
@@ -120,6 +134,7 @@ def summarize(results: list) -> dict:
     analytical["fp8"] = _summary([r for r in done if r.run.training.dtype == "fp8"])
     analytical["per_source"] = {name: _summary(rows) for name, rows in sorted(per_source.items())}
     analytical["num_not_fitting_memory"] = sum(1 for r in done if not r.fits)
+    analytical["peak_memory"] = memory_summary(done)
     baseline = _summary(done, predicted=lambda r: constant_mfu_prediction(r.run))
     baseline["bf16_fp16"] = _summary(half, predicted=lambda r: constant_mfu_prediction(r.run))
     return {

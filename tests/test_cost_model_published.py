@@ -48,6 +48,16 @@ def test_fitted_model_beats_the_constant_mfu_baseline(runs):
     assert a["num_rows"] + len(skipped) == len(runs)
 
 
+def test_reported_peak_memory_is_parsed_and_predicted_within_a_fifth(runs):
+    assert runs["TORCHTITAN-2412-T1a"].reported_peak_memory_bytes == pytest.approx(82.4 * 2**30)
+    assert runs["BLOOM-PREQ-03"].reported_peak_memory_bytes == pytest.approx(49e9)
+    assert runs["N21-T1-01"].reported_peak_memory_bytes is None
+    memory = summarize(predict_runs(list(runs.values())))["analytical"]["peak_memory"]
+    assert set(memory) == {"bigscience", "torchtitan"}
+    for figures in memory.values():
+        assert figures["mape"] < 0.2 and 0.8 < figures["median_ratio"] < 1.2
+
+
 def test_constants_round_trip_and_carry_provenance():
     c = load_constants()
     assert Constants.from_dict(c.to_dict()) == c

@@ -66,6 +66,9 @@ def run(args) -> int:
     out.write(f"  {'all':16s} {_fmt(a)}\n")
     out.write(f"  {'bf16/fp16 only':16s} {_fmt(a['bf16_fp16'])}\n")
     out.write(f"  {'fp8 only':16s} {_fmt(a['fp8'])}\n")
+    for name, m in a["peak_memory"].items():
+        out.write(f"  {name + ' memory':16s} {m['num_rows']:4d} rows  MAPE {m['mape']:6.1%}  predicted/reported "
+                  f"median {m['median_ratio']:.2f} (range {m['min_ratio']:.2f}-{m['max_ratio']:.2f})\n")
     base = summary["constant_mfu_baseline"]
     out.write(f"  {'constant MFU':16s} {_fmt(base)}  (MFU {base['mfu']:.1%} for every run)\n")
     if "calibrated" in summary:
