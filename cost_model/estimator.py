@@ -51,12 +51,15 @@ class Estimator:
         self.tables = tables_for(profile)
         self.gpus_per_node = cluster.gpus_per_node
         dtype = "bf16" if training.dtype == "fp16" else training.dtype
+        # The GEMM, fp8 and attention scales correct the built-in tables' kernel-benchmark figures;
+        # a measured profile already holds what its kernels reach, so they stay 1 there.
+        builtin = not profile.measured
         self.rates = Rates(
             gemm_dtype=dtype,
-            matmul_scale=1.0 if profile.measured else self.constants.matmul_scale.get(profile.name, 1.0),
-            fp8_scale=self.constants.fp8_matmul_scale
+            matmul_scale=self.constants.matmul_scale.get(profile.name, 1.0) if builtin else 1.0,
+            fp8_scale=(self.constants.fp8_matmul_scale if builtin else 1.0)
             * (self.constants.fp8_rowwise_scale if self.software.fp8_rowwise else 1.0),
-            attention_scale=self.constants.attention_scale,
+            attention_scale=self.constants.attention_scale if builtin else 1.0,
             memory_scale=self.constants.elementwise_scale * self.software.fused_elementwise,
             flash_attention=self.software.flash_attention)
         self.peak_flops_per_s = profile.peak(training.dtype)

@@ -137,8 +137,12 @@ def test_measured_profile_with_few_points_still_interpolates():
         memory_ops=(MemoryOpSample("copy", 2**20, 1e12), MemoryOpSample("copy", 2**30, 2.8e12)),
         collectives=(CollectiveSample("all_reduce", "intra_node", 8, 2**20, 50e9),
                      CollectiveSample("all_reduce", "intra_node", 8, 2**30, 350e9)))
-    e = _est(profile=few).estimate(_plan())
+    est = _est(profile=few)
+    e = est.estimate(_plan())
     assert e.step_time_s > 0 and e.time_breakdown_s["tp_comm"] > 0
+    # Measured kernels need no correction toward what training reaches: scales stay 1.
+    assert est.rates.matmul_scale == est.rates.attention_scale == est.rates.fp8_scale == 1.0
+    assert _est().rates.matmul_scale < 1.0
     # Between the two measured GEMMs, the rate lies between theirs.
     from cost_model.tables import ProfileTables
     rate = ProfileTables(few).matmul_flops_per_s(4096, 4096, 4096, "bf16")
