@@ -48,6 +48,7 @@ PARAMETERS = (
     ("deepspeed_dp_bandwidth_scale", 0.3, (0.02, 1.0), True),
     ("sharded_layer_overhead_s", 1e-3, (1e-6, 1e-2), True),
     ("overlap_contention", 0.2, (0.0, 1.0), False),
+    ("pipe_microbatch_overhead_s", 5e-3, (1e-5, 0.1), True),
 )
 
 
@@ -61,6 +62,7 @@ def constants_from(values: dict, provenance: dict | None = None) -> Constants:
     frameworks = {name: {} for name in ("deepspeed", "megatron-deepspeed", *FSDP_FRAMEWORKS)}
     for name in FSDP_FRAMEWORKS:
         frameworks[name]["dp_comm_overlap"] = values["fsdp_dp_overlap"]
+    frameworks["megatron-deepspeed"]["microbatch_overhead_s"] = values["pipe_microbatch_overhead_s"]
     for name in ("deepspeed", "megatron-deepspeed"):    # DeepSpeed's ZeRO collectives
         frameworks[name]["dp_bandwidth_scale"] = values["deepspeed_dp_bandwidth_scale"]
     return Constants(

@@ -44,6 +44,8 @@ class SoftwareStack:
     layer_overhead_s: float = 0.0
     """Host-side time per layer and micro-batch (forward + backward) the GPU waits for: Python
     dispatch and kernel launches. Exposed when the layer's GPU work is short."""
+    microbatch_overhead_s: float = 0.0
+    """Host time per micro-batch of a pipeline engine (schedule dispatch, blocking sends)."""
     dp_bandwidth_scale: float = 1.0
     """Fraction of the profile's bus bandwidth the framework's DP/ZeRO collectives reach."""
 

@@ -86,7 +86,7 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     layer_overhead_s = sw.layer_overhead_s
     if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
         layer_overhead_s += est.constants.sharded_layer_overhead_s
-    overhead_mb = per_stage * layer_overhead_s * sw.fused_elementwise
+    overhead_mb = per_stage * layer_overhead_s * sw.fused_elementwise + (sw.microbatch_overhead_s if p > 1 else 0.0)
     t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb
     bubble_fraction = (p - 1) / (v * m)
     bubble_s = (p - 1) / v * t_mb
