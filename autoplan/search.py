@@ -21,7 +21,7 @@ SAMPLERS = ("tpe", "nsga2")
 DEFAULT_TRIALS = {"tpe": 200, "nsga2": 600}
 NSGA2_POPULATION = 40
 POLISH_ROUNDS = 20
-POLISH_STARTS = 3
+POLISH_STARTS = 12
 
 
 @dataclass(frozen=True)
