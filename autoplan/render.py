@@ -58,14 +58,21 @@ def headline_lines(prediction: dict) -> list:
             f"  memory {p['peak_memory_bytes'] / GIB:.1f} GiB per GPU of {p['memory_capacity_bytes'] / GIB:.1f} GiB"]
 
 
+def human_count(n: float) -> str:
+    """1.23B / 45.6M / 7.8K / 12: large counts in the unit that keeps them readable (base 10)."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.{1 if n >= 10 * scale else 2}f}{suffix}"
+    return f"{n:.0f}"
+
+
 def setup_lines(doc) -> list:
     m, t, c = doc.model, doc.training, doc.cluster
-    params = m.num_params / 1e9
     moe = f", {m.num_experts} experts top-{m.num_experts_per_token}" if m.is_moe else ""
-    return [f"model    {m.name}: {params:.1f}B params, {m.num_layers} layers, hidden {m.hidden_size}, "
+    return [f"model    {m.name}: {human_count(m.num_params)} params, {m.num_layers} layers, hidden {m.hidden_size}, "
             f"{m.num_heads} heads ({m.num_kv_heads} kv){moe}",
             f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} node{'s' if c.num_nodes > 1 else ''} of {c.gpus_per_node}), profile {c.profile}",
-            f"training global batch {t.global_batch_size} x seq {t.seq_len} = {t.tokens_per_step / 1e6:.2f}M tokens/step, "
+            f"training global batch {t.global_batch_size} x seq {t.seq_len} = {human_count(t.tokens_per_step)} tokens/step, "
             f"{t.dtype}, {t.optimizer}"]
 
 
