@@ -2,14 +2,16 @@
 
 Step time (exposed seconds per optimizer step) on the slowest pipeline stage:
 
-    per micro-batch  T_mb = layers_per_stage * (fwd + bwd + exposed TP/CP/EP comm) + stage extras
-                            + recompute + pipeline point-to-point
+    per micro-batch  T_mb = stage layers * (fwd + bwd + exposed TP/CP/EP comm) + stage extras
+                            + recompute + pipeline point-to-point      (slowest rank, cost_model.stages)
     step             = m * T_mb                      (compute, memory-bound, recompute, comm terms)
                      + (p - 1) / v * T_mb            (bubble, Narayanan 2021 sec. 2.2: (p-1)/(v*m))
                      + exposed DP/FSDP collectives + optimizer step + software overhead
 
-Memory is the worse of the first stage (most micro-batches in flight, embedding) and the last
-(logits). The breakdown dictionaries' sums are the totals (CostEstimate checks it).
+Memory is the worst rank's: each rank's own layers' states and activations times its micro-batches
+in flight, the embedding on the first, the logits on the last (uneven splits: cost_model.stages
+names the ranks that can be the worst). The breakdown dictionaries' sums are the totals
+(CostEstimate checks it).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from cost_model.memory import (
     BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
     in_flight_microbatches, model_state_bytes, selective_kept_bytes,
 )
+from cost_model.stages import stage_split
 from cost_model.step_time import step_time_terms
 from cost_model.tables import ProfileTables
 
@@ -92,9 +95,8 @@ class Estimator:
                                            embedding_time_s(self.model, self.tables, self.rates, tokens))
         return ex
 
-    def _local_params(self, plan: ParallelPlan, first: bool, last: bool) -> tuple:
-        """(dense, expert) parameters one GPU of a stage holds before ZeRO sharding."""
-        per_stage = plan.layers_per_stage(self.model.num_layers)
+    def _local_params(self, plan: ParallelPlan, per_stage: int, first: bool, last: bool) -> tuple:
+        """(dense, expert) parameters one GPU of a rank with `per_stage` layers holds before ZeRO sharding."""
         dense = per_stage * self._dense_layer_params / plan.tp
         expert = per_stage * self._expert_layer_params / (plan.tp * plan.ep)
         if first:
@@ -107,7 +109,8 @@ class Estimator:
     def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int) -> dict:
         p, m = plan.pp, plan.num_microbatches
         first, last = stage == 0, stage == p - 1
-        dense, expert = self._local_params(plan, first, last)
+        per_stage = stage_split(plan, self.model.num_layers).num_layers[stage]
+        dense, expert = self._local_params(plan, per_stage, first, last)
         shard = plan.dp * plan.cp
         states = model_state_bytes(dense, plan.zero_stage, shard)
         if expert:
@@ -117,9 +120,9 @@ class Estimator:
         b = plan.micro_batch_size
         full_layer, selective_layer, input_only, working_layer = self._layer_activation_bytes(
             b, s_local, plan.tp, plan.sequence_parallel)
-        per_stage = plan.layers_per_stage(self.model.num_layers)
         layer_bytes = selective_layer if recompute == "selective" else full_layer
-        kept = per_stage - (num_recompute if recompute == "full" else 0)
+        # recompute_num_layers applies per rank, capped by the rank's own layers.
+        kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
         stored = kept * layer_bytes + (per_stage - kept) * input_only
         in_flight = in_flight_microbatches(p, plan.vpp, m, stage)
         activations = stored * in_flight
@@ -129,7 +132,13 @@ class Estimator:
         per_logit = BYTES_LOGITS if self.software.fused_cross_entropy else BYTES_LOGITS_UNFUSED
         logits = per_logit * b * s_local * self.model.vocab_size / plan.tp if last else 0.0
         comm = 0.0
-        if plan.zero_stage >= 3 and shard > 1:
+        if plan.zero_stage >= 3 and shard > 1 and p > 1:
+            # FSDP under a pipeline keeps the stage's weights gathered from the first forward to the
+            # last backward (torchtitan sets reshard_after_forward=False with PP, as step_time
+            # assumes) and accumulates its unsharded fp32 gradients over the micro-batches
+            # (torch.distributed.pipelining turns FSDP's gradient sync off until the last backward).
+            comm = (BYTES_WEIGHT + BYTES_GRAD) * (dense + expert)
+        elif plan.zero_stage >= 3 and shard > 1:
             # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's
             # unsharded gradients awaiting reduce-scatter.
             layer = (self._dense_layer_params + self._expert_layer_params / plan.ep) / plan.tp
@@ -155,16 +164,20 @@ class Estimator:
         return hit
 
     def _stages_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int) -> tuple:
-        """(worst stage's breakdown, first stage's total bytes): first and last stage checked."""
-        first = self._stage_memory(plan, 0, recompute, num_recompute)
-        first_total = sum(first.values())
-        if plan.pp == 1:
-            return first, first_total
-        last = self._stage_memory(plan, plan.pp - 1, recompute, num_recompute)
-        return (last if sum(last.values()) > first_total else first), first_total
+        """(worst rank's breakdown, first rank's total bytes) over the ranks that can be the worst:
+        the first, the last, and a middle rank with more layers than the first (uneven splits)."""
+        ranks = stage_split(plan, self.model.num_layers).memory_ranks
+        worst = self._stage_memory(plan, 0, recompute, num_recompute)
+        first_total = worst_total = sum(worst.values())
+        for rank in ranks[1:]:
+            mem = self._stage_memory(plan, rank, recompute, num_recompute)
+            total = sum(mem.values())
+            if total > worst_total:
+                worst, worst_total = mem, total
+        return worst, first_total
 
     def memory(self, plan: ParallelPlan, recompute: str | None = None, num_recompute: int | None = None) -> dict:
-        """Memory breakdown (bytes) of the worst stage: the first and the last are checked."""
+        """Memory breakdown (bytes) of the worst pipeline rank (the max over ranks)."""
         recompute = plan.recompute if recompute is None else recompute
         num_recompute = plan.recompute_num_layers if num_recompute is None else num_recompute
         return self._stages_memory(plan, recompute, num_recompute)[0]
@@ -173,7 +186,8 @@ class Estimator:
         """Fewest layers per stage to recompute fully so the plan fits in memory.
 
         0 when it fits without any recompute, None when it does not fit even with every layer
-        of the stage recomputed. Memory falls monotonically with the count, so bisect.
+        of the largest rank recomputed. Memory falls monotonically with the count (each rank
+        recomputes min(count, its layers)), so bisect.
         """
         capacity = self.profile.memory_capacity_bytes
         if sum(self.memory(plan, "none", 0).values()) <= capacity:

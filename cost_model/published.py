@@ -118,6 +118,14 @@ def row_to_run(row: dict) -> PublishedRun:
         # use 1, so do we.
         mb = 1
         assumptions.append("micro_batch missing: 1 (as the paper's PTD rows)")
+    if prefix == "TORCHTITAN" and pp > 1:
+        # torchtitan's table gives the local (per-DP-rank) batch; its pipeline schedule splits it
+        # into one micro-batch per pipeline stage when pipeline_parallel_microbatches is unset,
+        # and its interleaved schedules default to 2 stages per rank.
+        num_stages = pp * (2 if "interleaved" in row["notes"].lower() else 1)
+        if mb % num_stages == 0:
+            mb //= num_stages
+            assumptions.append(f"micro_batch: local batch / {num_stages} pipeline stages = {mb}")
     m = training.global_batch_size // max(1, dp * mb)
     recompute = row["recompute"].strip()
     if not recompute:
@@ -138,7 +146,10 @@ def row_to_run(row: dict) -> PublishedRun:
     zero = _int(row, "zero_stage", 0)
     plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, sequence_parallel=sp, zero_stage=zero,
                         micro_batch_size=mb, num_microbatches=max(1, m), recompute=recompute,
-                        recompute_num_layers=layers // pp if recompute == "full" else 0)
+                        recompute_num_layers=0)
+    if recompute == "full":
+        # Every layer of every stage (the largest stage bounds the count).
+        plan = plan.replace(recompute_num_layers=plan.layers_per_stage(layers))
     framework = facts["framework"]
     if prefix == "N21" and zero == 3:
         framework = "deepspeed"     # Table 2's ZeRO-3 baseline ran on DeepSpeed

@@ -1,7 +1,7 @@
 """The step-time terms of one plan: per-stage micro-batch time, bubble, DP, optimizer.
 
-Each term is exposed seconds per optimizer step on the slowest pipeline stage; their sum is the
-step time. Sources: Narayanan et al. 2021 (arXiv 2104.04473) for the pipeline schedule, bubble and
+Each term is exposed seconds per optimizer step on the slowest pipeline stage (with uneven
+stages, the rank whose layers and extras take longest per micro-batch); their sum is the step time. Sources: Narayanan et al. 2021 (arXiv 2104.04473) for the pipeline schedule, bubble and
 point-to-point volume; ZeRO (arXiv 1910.02054, section 7) for the data-parallel volumes: plain DP
 all-reduces gradients (2*Psi on the wire per rank), stages 1-2 reduce-scatter gradients and
 all-gather updated weights (same 2*Psi), stage 3 adds a weight all-gather in forward and backward
@@ -12,6 +12,7 @@ from __future__ import annotations
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT
+from cost_model.stages import stage_split
 
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 """AdamW step: reads fp32 master, m, v and grad (16 B), writes master, m, v (12 B) and the bf16 weight (2 B)."""
@@ -31,7 +32,7 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     lt = est._layer(plan)
     head_compute_s, head_memory_s, embed_s = est._extras(plan)
     p, v, m = plan.pp, plan.vpp, plan.num_microbatches
-    per_stage = plan.layers_per_stage(est.model.num_layers)
+    split = stage_split(plan, est.model.num_layers)
     tables, sw = est.tables, est.software
     gpn = est.gpus_per_node
 
@@ -41,32 +42,47 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     cp_exposed = lt.cp_fwd_s + lt.cp_bwd_s
     ep_exposed = lt.ep_fwd_s + lt.ep_bwd_s
 
-    # Recompute (Korthikanti 2022 sec. 5): selective reruns the attention core of every layer;
-    # full reruns the whole forward (with its TP traffic) of the recomputed layers.
-    if plan.recompute == "selective" and sw.selective_recompute == "ops":
-        # Every other matmul and all memory-bound ops rerun; attention's output is saved.
-        recompute_s = per_stage * (0.5 * lt.gemm_fwd_s + lt.memory_fwd_s)
-        recompute_flops_mb = per_stage * 0.5 * lt.gemm_fwd_flops
-    elif plan.recompute == "selective":
-        recompute_s = per_stage * lt.attn_fwd_s
-        recompute_flops_mb = per_stage * lt.attn_fwd_flops
-    elif plan.recompute == "full":
-        r = plan.recompute_num_layers
-        recompute_s = r * (lt.gemm_fwd_s + lt.attn_fwd_s + lt.memory_fwd_s
-                           + (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s + lt.cp_fwd_s + lt.ep_fwd_s)
-        recompute_flops_mb = r * (lt.gemm_fwd_flops + lt.attn_fwd_flops)
-    else:
-        recompute_s, recompute_flops_mb = 0.0, 0.0
+    # Layer overhead: host time per layer; torch.compile fuses kernels, so it launches fewer of them too.
+    layer_overhead_s = sw.layer_overhead_s
+    if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
+        layer_overhead_s += est.constants.sharded_layer_overhead_s
 
-    # Stage extras: the first stage embeds, the last computes logits and the loss.
-    first_extra = embed_s
-    last_extra_compute, last_extra_memory = head_compute_s, head_memory_s
-    if p == 1:
-        extra_compute, extra_memory = last_extra_compute, last_extra_memory + first_extra
-    elif last_extra_compute + last_extra_memory >= first_extra:
-        extra_compute, extra_memory = last_extra_compute, last_extra_memory
-    else:
-        extra_compute, extra_memory = 0.0, first_extra
+    def recompute_terms(per_stage: int) -> tuple:
+        """(seconds, flops) recomputed per micro-batch on a rank with `per_stage` layers.
+        Korthikanti 2022 sec. 5: selective reruns the attention core of every layer; full reruns
+        the whole forward (with its TP traffic) of min(recompute_num_layers, per_stage) layers."""
+        if plan.recompute == "selective" and sw.selective_recompute == "ops":
+            # Every other matmul and all memory-bound ops rerun; attention's output is saved.
+            return per_stage * (0.5 * lt.gemm_fwd_s + lt.memory_fwd_s), per_stage * 0.5 * lt.gemm_fwd_flops
+        if plan.recompute == "selective":
+            return per_stage * lt.attn_fwd_s, per_stage * lt.attn_fwd_flops
+        if plan.recompute == "full":
+            r = min(plan.recompute_num_layers, per_stage)
+            return (r * (lt.gemm_fwd_s + lt.attn_fwd_s + lt.memory_fwd_s
+                         + (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s + lt.cp_fwd_s + lt.ep_fwd_s),
+                    r * (lt.gemm_fwd_flops + lt.attn_fwd_flops))
+        return 0.0, 0.0
+
+    # Stage extras: the first stage embeds, the last computes logits and the loss. The slowest of
+    # the ranks that can be (first, last, largest middle) sets the pace; the last wins ties.
+    def rank_extras(rank: int) -> tuple:
+        if p == 1:
+            return head_compute_s, head_memory_s + embed_s
+        if rank == p - 1:
+            return head_compute_s, head_memory_s
+        return (0.0, embed_s) if rank == 0 else (0.0, 0.0)
+
+    def rank_time_s(rank: int) -> float:
+        per_stage = split.num_layers[rank]
+        extra_compute, extra_memory = rank_extras(rank)
+        per_layer_s = (layer_compute + layer_memory + tp_exposed + cp_exposed + ep_exposed
+                       + layer_overhead_s * sw.fused_elementwise)
+        return per_stage * per_layer_s + extra_compute + extra_memory + recompute_terms(per_stage)[0]
+
+    slowest = max(reversed(split.time_ranks), key=rank_time_s) if p > 1 else 0
+    per_stage = split.num_layers[slowest]
+    extra_compute, extra_memory = rank_extras(slowest)
+    recompute_s, recompute_flops_mb = recompute_terms(per_stage)
 
     # Pipeline point-to-point: one activation forward and one gradient backward per micro-batch
     # and virtual stage, b*s*h/t bytes with the scatter/gather optimisation (Narayanan sec. 4.1).
@@ -82,18 +98,22 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     compute_mb = per_stage * layer_compute + extra_compute
     memory_mb = per_stage * layer_memory + extra_memory
     comm_mb = per_stage * (tp_exposed + cp_exposed + ep_exposed) + pp_s
-    # Host time per layer: torch.compile fuses kernels, so it launches fewer of them too.
-    layer_overhead_s = sw.layer_overhead_s
-    if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
-        layer_overhead_s += est.constants.sharded_layer_overhead_s
     overhead_mb = per_stage * layer_overhead_s * sw.fused_elementwise + (sw.microbatch_overhead_s if p > 1 else 0.0)
     t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb
     bubble_fraction = (p - 1) / (v * m)
     bubble_s = (p - 1) / v * t_mb
 
-    dp_s, dp_total_s, dp_bytes = _dp_time(est, plan, per_stage, lt, compute_mb, m)
+    # Data-parallel traffic and the optimizer step: the rank with the most parameters, the last
+    # (head) or the largest middle rank; the first never holds more layers than the last, and its
+    # embedding is the head's size. The last wins ties.
+    def rank_params(rank: int) -> tuple:
+        layers = split.num_layers[rank]
+        return est._local_params(plan, layers, first=(p == 1), last=rank == p - 1), layers
+
+    (dense, expert), state_layers = max((rank_params(r) for r in split.time_ranks[1:] or (0,)),
+                                        key=lambda x: sum(x[0]))
+    dp_s, dp_total_s, dp_bytes = _dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
     # Optimizer: memory-bound AdamW over the local shard of the stage's parameters.
-    dense, expert = est._local_params(plan, first=(p == 1), last=True)
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
     local = dense / shard + expert / max(1, shard // plan.ep if plan.zero_stage >= 1 else 1)
     optimizer_s = memory_time_s(tables, OPTIMIZER_BYTES_PER_PARAM * local, OPTIMIZER_BYTES_PER_PARAM * local)
@@ -112,7 +132,9 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
         "overhead": m * overhead_mb,
     }
     tokens_mb = plan.micro_batch_size * est.training.seq_len
-    hw_flops = est.model_flops_per_step + recompute_flops_mb * m * plan.dp * plan.tp * plan.cp * p
+    # Recomputed FLOPs of every rank (each recomputes on its own layers), for hardware FLOPs.
+    hw_flops = est.model_flops_per_step + sum(recompute_terms(layers)[1] * m * plan.dp * plan.tp * plan.cp * num_ranks
+                                              for layers, num_ranks in split.layer_groups)
     details = {
         "bubble_fraction": bubble_fraction,
         "microbatch_time_s": t_mb,
@@ -130,19 +152,21 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
         "pp_p2p_s_per_microbatch": pp_s,
         "tokens_per_microbatch": tokens_mb,
         "layers_per_stage": per_stage,
+        "slowest_stage": slowest,
         "software": sw.name,
     }
     return time, details, hw_flops
 
 
-def _dp_time(est, plan: ParallelPlan, per_stage: int, lt, compute_mb: float, m: int) -> tuple:
-    """(exposed_s, total_s, bytes) of the data-parallel collectives of one step."""
+def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, compute_mb: float,
+             m: int) -> tuple:
+    """(exposed_s, total_s, bytes) of the data-parallel collectives of one step on a rank with
+    `per_stage` layers and (dense, expert) local parameters."""
     group = plan.dp * plan.cp
     if group == 1:
         return 0.0, 0.0, 0.0
     tables, sw = est.tables, est.software
     rpn = _dp_ranks_per_node(plan, est.gpus_per_node)
-    dense, expert = est._local_params(plan, first=(plan.pp == 1), last=True)
     params = dense + expert / max(1, plan.ep)  # expert replicas are fewer; count their share
     grad_bytes = GRAD_REDUCE_BYTES[plan.zero_stage] * params
     weight_bytes = BYTES_WEIGHT * params

@@ -8,7 +8,7 @@ from autoplan.specs import (
     MemoryOpSample, ModelSpec, ParallelPlan, TrainingSpec,
 )
 from cost_model import (
-    BUILTIN_PROFILE_NAMES, Estimator, activation_bytes_per_layer, builtin_profile, estimate,
+    BUILTIN_PROFILE_NAMES, Constants, Estimator, activation_bytes_per_layer, builtin_profile, estimate,
     load_constants, model_flops_per_token, narayanan_flops_per_step,
 )
 from cost_model.flops import attention_core_fwd_flops, layer_gemms, logits_gemm
@@ -177,3 +177,60 @@ def test_builtin_profiles_round_trip_and_cite_sources():
         assert HardwareProfile.from_dict(p.to_dict()) == p
         for key in ("peak_flops_per_s", "memory_capacity_bytes", "matmul", "collectives"):
             assert p.sources.get(key), (name, key)
+
+
+# -- uneven pipeline stages ------------------------------------------------------------------
+def _every_rank_total(est, plan):
+    return [sum(est._stage_memory(plan, r, plan.recompute, plan.recompute_num_layers).values())
+            for r in range(plan.pp)]
+
+
+@pytest.mark.parametrize("num_microbatches, worst_rank", [(32, None), (2, 1)])
+def test_uneven_split_memory_is_the_max_over_every_stage(num_microbatches, worst_rank):
+    # 30 layers over pp=4 -> [7, 8, 8, 7]; with only 2 micro-batches in flight the first middle
+    # rank (one layer more than the first, no embedding) is the peak.
+    model = replace(LLAMA, num_layers=30, vocab_size=32000)
+    training = TrainingSpec(global_batch_size=2 * num_microbatches, seq_len=4096)
+    est = _est(model=model, training=training)
+    plan = _plan(pp=4, tp=2, dp=2, micro_batch_size=1, num_microbatches=num_microbatches,
+                 recompute="full", recompute_num_layers=8)
+    assert plan.stage_num_layers(30) == [7, 8, 8, 7]
+    totals = _every_rank_total(est, plan)
+    e = est.estimate(plan)
+    assert e.peak_memory_bytes == pytest.approx(max(totals), abs=1)
+    if worst_rank is not None:
+        assert totals.index(max(totals)) == worst_rank and max(totals) > e.details["memory_first_stage_bytes"]
+    # recompute_num_layers=8 recomputes all 7 layers of the small ranks (min(n, stage layers)).
+    assert est._stage_memory(plan, 0, "full", 8) == est._stage_memory(plan, 0, "full", 7)
+    assert e.details["layers_per_stage"] == 8
+
+
+def test_uneven_split_time_is_bounded_by_the_even_neighbours():
+    # 126 layers over pp=8 run 16 layers on the middle stages: slower than 120 (15 each), never
+    # slower than 128 (16 each). A 32000-word head costs less than a layer, so a middle stage is
+    # the slowest.
+    training, cluster = TrainingSpec(global_batch_size=64, seq_len=4096), ClusterSpec(name="h100-80gb", num_gpus=64)
+    plan = ParallelPlan(dp=1, tp=8, pp=8, micro_batch_size=1, num_microbatches=64, sequence_parallel=True)
+    times = {n: _est(model=replace(LLAMA, num_layers=n, vocab_size=32000), training=training, cluster=cluster).estimate(plan).step_time_s
+             for n in (120, 126, 128)}
+    assert times[120] < times[126] <= times[128]
+
+
+@pytest.mark.parametrize("model, training, num_gpus, plan, before", [
+    (LLAMA, TRAIN, 16, dict(dp=2, tp=4, pp=2, zero_stage=1, micro_batch_size=1, num_microbatches=32,
+                            sequence_parallel=True), (1.9050262369414843, 17778134220, 1.3493075699564544e+16)),
+    (LLAMA, TRAIN, 16, dict(dp=2, tp=2, pp=4, vpp=2, zero_stage=2, micro_batch_size=2, num_microbatches=16,
+                            recompute="full", recompute_num_layers=3),
+     (2.056439446342448, 35550545838, 1.4970819327295488e+16)),
+    (LLAMA, TRAIN, 16, dict(dp=16, zero_stage=3, micro_batch_size=2, num_microbatches=2, recompute="selective"),
+     (1.3229222881450864, 58961054289, 1.37745506762752e+16)),
+    (GPT, TrainingSpec(global_batch_size=1536, seq_len=2048), 1024,
+     dict(dp=16, tp=8, pp=8, micro_batch_size=1, num_microbatches=96, recompute="full", recompute_num_layers=12),
+     (9.98750585818381, 56749298155, 4.4958606288790487e+18)),
+])
+def test_even_splits_estimate_exactly_as_before_uneven_stages(model, training, num_gpus, plan, before):
+    # Figures captured from the cost model before uneven stages existed (neutral constants, so a
+    # refit does not move them); the per-stage rewrite must not change an even split at all.
+    est = Estimator(model, training, ClusterSpec(name="h100-80gb", num_gpus=num_gpus), H100, constants=Constants())
+    e = est.estimate(ParallelPlan(**plan))
+    assert (e.step_time_s, e.peak_memory_bytes, e.hardware_flops_per_step) == before

@@ -1,4 +1,5 @@
 """The shared vocabulary: parameter counts, plan rules, JSON round trips."""
+import dataclasses
 import json
 
 import pytest
@@ -51,6 +52,39 @@ def test_plan_rules_name_the_values():
     with pytest.raises(InfeasiblePlan, match="recompute_num_layers"):
         good.replace(recompute="full", recompute_num_layers=21).check(LLAMA2_70B, training, cluster)
     good.replace(recompute="full", recompute_num_layers=20).check(LLAMA2_70B, training, cluster)
+
+
+@pytest.mark.parametrize("num_layers, pp, expected", [
+    (126, 8, [15, 16, 16, 16, 16, 16, 16, 15]),      # Llama 3.1 405B on pp=8 (torchtitan)
+    (70, 12, [5] + [6] * 10 + [5]),                   # BLOOM-176B on pp=12
+    (9, 4, [2, 2, 3, 2]),                             # fewer extras than middle ranks: the later ones
+    (11, 4, [2, 3, 3, 3]),                            # extras beyond the middle go to the last rank
+    (3, 2, [1, 2]),
+    (80, 4, [20, 20, 20, 20]),
+])
+def test_uneven_stages_load_the_middle_then_the_last(num_layers, pp, expected):
+    plan = ParallelPlan(pp=pp)
+    assert plan.stage_num_layers(num_layers) == expected
+    assert plan.layers_per_stage(num_layers) == max(expected)
+
+
+def test_uneven_pipeline_rules():
+    training = TrainingSpec(global_batch_size=64, seq_len=4096)
+    model = dataclasses.replace(LLAMA2_70B, num_layers=70)
+    cluster = ClusterSpec(name="h100-80gb", num_gpus=96)
+    plan = ParallelPlan(dp=1, tp=8, pp=12, micro_batch_size=1, num_microbatches=64)
+    plan.check(model, training, cluster)
+    # recompute_num_layers is bounded by the largest stage (6), not the smallest (5)
+    plan.replace(recompute="full", recompute_num_layers=6).check(model, training, cluster)
+    with pytest.raises(InfeasiblePlan, match=r"layers per stage \(6\)"):
+        plan.replace(recompute="full", recompute_num_layers=7).check(model, training, cluster)
+    with pytest.raises(InfeasiblePlan, match=r"pp=12 \* vpp=2 = 24, num_layers=70") as exc:
+        plan.replace(vpp=2).check(model, training, cluster)
+    assert exc.value.reason == "pp_divides_layers"
+    tiny = dataclasses.replace(LLAMA2_70B, num_layers=2)
+    with pytest.raises(InfeasiblePlan, match="pp=4 > num_layers=2"):
+        ParallelPlan(dp=2, tp=8, pp=4, micro_batch_size=1, num_microbatches=32).check(
+            tiny, training, ClusterSpec(name="h100-80gb", num_gpus=64))
 
 
 def _estimate():

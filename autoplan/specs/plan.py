@@ -49,8 +49,28 @@ class ParallelPlan:
     def num_gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
+    def stage_num_layers(self, num_layers: int) -> list[int]:
+        """Layers each pipeline rank holds (summed over its virtual stages), rank 0 first.
+
+        With vpp > 1 every rank holds num_layers / pp (interleaving needs equal virtual stages,
+        so pp*vpp divides num_layers). With vpp == 1 the split may be uneven: every rank gets
+        num_layers // pp, and the num_layers % pp extra layers go one each to the middle ranks
+        (pp-2 down to 1: under 1F1B a lower rank holds more micro-batches in flight), then to
+        the last rank; the first rank (most in flight, the embedding) never gets one. When the
+        middle ranks end up equal this is Megatron-LM's --decoder-first/last-pipeline-num-layers
+        split, e.g. 126 layers over 8 -> [15, 16, 16, 16, 16, 16, 16, 15].
+        """
+        base, extra = divmod(num_layers, self.pp)
+        counts = [base] * self.pp
+        receivers = list(range(self.pp - 2, 0, -1)) + [self.pp - 1]
+        for rank in receivers[:extra]:
+            counts[rank] += 1
+        return counts
+
     def layers_per_stage(self, num_layers: int) -> int:
-        return num_layers // self.pp
+        """Layers of the LARGEST pipeline rank: the slowest stage, and the bound on
+        recompute_num_layers (which applies per rank as min(recompute_num_layers, its layers))."""
+        return -(-num_layers // self.pp)
 
     def replace(self, **changes) -> "ParallelPlan":
         return replace(self, **changes)
@@ -97,10 +117,15 @@ class ParallelPlan:
             raise InfeasiblePlan(
                 f"tp must divide gpus_per_node so TP groups stay inside a node, got tp={self.tp}, "
                 f"gpus_per_node={cluster.gpus_per_node}", "tp_divides_node")
-        if model.num_layers % (self.pp * self.vpp):
+        if self.pp > model.num_layers:
             raise InfeasiblePlan(
-                f"pp*vpp must divide num_layers (even stages), got pp={self.pp} * vpp={self.vpp} = "
-                f"{self.pp * self.vpp}, num_layers={model.num_layers}", "pp_divides_layers")
+                f"every pipeline stage needs a layer, got pp={self.pp} > num_layers={model.num_layers}",
+                "pp_divides_layers")
+        if self.vpp > 1 and model.num_layers % (self.pp * self.vpp):
+            raise InfeasiblePlan(
+                f"interleaving (vpp > 1) needs pp*vpp to divide num_layers (equal virtual stages), got "
+                f"pp={self.pp} * vpp={self.vpp} = {self.pp * self.vpp}, num_layers={model.num_layers}",
+                "pp_divides_layers")
         if self.vpp > 1 and self.pp == 1:
             raise InfeasiblePlan(f"vpp={self.vpp} needs pp > 1 (interleaving splits pipeline stages)", "vpp_needs_pp")
         if self.vpp > 1 and self.num_microbatches % self.pp:
