@@ -66,7 +66,7 @@ def _plan_from_flags(args):
                         sequence_parallel=bool(args.sequence_parallel), zero_stage=args.zero or 0,
                         micro_batch_size=mbs, num_microbatches=training.global_batch_size // (dp * mbs),
                         recompute=recompute,
-                        recompute_num_layers=model.num_layers // pp if recompute == "full" else 0)
+                        recompute_num_layers=-(-model.num_layers // pp) if recompute == "full" else 0)
     if args.recompute_layers is not None and recompute != "full":
         raise AutoplanError(f"--recompute-layers needs --recompute full, got --recompute {recompute}")
     if recompute == "full":

@@ -123,7 +123,7 @@ class ParallelPlan:
                 "pp_divides_layers")
         if self.vpp > 1 and model.num_layers % (self.pp * self.vpp):
             raise InfeasiblePlan(
-                f"interleaving (vpp > 1) needs pp*vpp to divide num_layers (equal virtual stages), got "
+                f"interleaving (vpp > 1) needs equal virtual stages: pp*vpp must divide num_layers, got "
                 f"pp={self.pp} * vpp={self.vpp} = {self.pp * self.vpp}, num_layers={model.num_layers}",
                 "pp_divides_layers")
         if self.vpp > 1 and self.pp == 1:

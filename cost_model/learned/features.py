@@ -112,7 +112,8 @@ def _log2(x: float) -> float:
 
 def featurize_record(r) -> list[float]:
     """The FEATURE_NAMES values of one record (a dict or a pandas row)."""
-    layers_per_stage = max(int(r["num_layers"]) // max(int(r["pp"]), 1), 1)
+    # The largest stage (uneven splits: ParallelPlan.layers_per_stage), which bounds recompute_num_layers.
+    layers_per_stage = max(-(-int(r["num_layers"]) // max(int(r["pp"]), 1)), 1)
     full = r["recompute"] == "full"
     m = max(int(r["num_microbatches"]), 1)
     step_s = float(r["analytical_step_time_s"])
