@@ -76,7 +76,9 @@ class SearchSpace:
         heads_gcd = math.gcd(m.num_heads, m.num_kv_heads)
         free = {
             "tp": [d for d in divisors(heads_gcd) if d <= tp_limit and n % d == 0],
-            "pp": [d for d in divisors(m.num_layers) if n % d == 0],
+            # Any pipeline depth with a layer per stage: uneven splits follow
+            # ParallelPlan.stage_num_layers; interleaving (vpp > 1) needs an even split.
+            "pp": [d for d in divisors(n) if d <= m.num_layers],
             "cp": [d for d in divisors(n) if t.seq_len % (2 * d) == 0
                    and t.seq_len // (2 * d) >= MIN_CP_CHUNK_TOKENS] if t.seq_len % 2 == 0 else [1],
             "vpp": sorted({v for p in divisors(m.num_layers) if p > 1 and n % p == 0
@@ -138,7 +140,7 @@ class SearchSpace:
             sequence_parallel=k["sequence_parallel"], zero_stage=k["zero_stage"],
             micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
             recompute=k["recompute"],
-            recompute_num_layers=m.num_layers // k["pp"] if k["recompute"] == "full" else 0,
+            recompute_num_layers=-(-m.num_layers // k["pp"]) if k["recompute"] == "full" else 0,
         )
         plan.check(m, t, c, allow_tp_across_nodes=self.allow_tp_across_nodes)
         return plan

@@ -16,12 +16,14 @@ from autoplan.cli.main import main
 from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec, read_measurements
 from executor import RunOptions
 from executor.torch_backend import run_many
+from executor.torch_backend.pipeline import build_stage, stage_indices, stage_layer_counts, stage_layer_ids
 
 LOSS_RTOL = 1e-5
 GRAD_NORM_RTOL = 1e-4
 LLAMA = ModelSpec("tiny-llama", 4, 64, 4, 2, 128, 256, max_seq_len=64)
 GPT = ModelSpec("tiny-gpt", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="learned",
                 tied_embeddings=True, linear_bias=True, max_seq_len=64)
+LLAMA5 = ModelSpec("tiny-llama-5", 5, 64, 4, 2, 128, 256, max_seq_len=64)  # 5 layers over pp=4: [1, 1, 2, 1]
 BLOOM = ModelSpec("tiny-bloom", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="alibi",
                   linear_bias=True, max_seq_len=64)  # built with RoPE; LayerNorm and biases under TP+SP
 GLOBAL_BATCH, SEQ_LEN = 8, 32
@@ -44,6 +46,7 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
     (LLAMA, dict(dp=2, cp=2, zero_stage=3, num_microbatches=4, recompute="selective")),
     (LLAMA, dict(cp=2, tp=2, sequence_parallel=True, num_microbatches=8)),
     (LLAMA, dict(cp=2, pp=2, num_microbatches=8)),
+    (LLAMA5, dict(pp=4, num_microbatches=8, recompute="full", recompute_num_layers=2)),  # uneven stages
 ]
 
 
@@ -59,7 +62,7 @@ def _close(measured, reference, rtol):
 
 @pytest.mark.slow
 def test_parallel_plans_reproduce_single_device_losses():
-    models = [LLAMA, GPT, BLOOM]
+    models = [LLAMA, GPT, BLOOM, LLAMA5]
     references = run_many([plan_doc(model, num_microbatches=8) for model in models], OPTIONS.replace(nproc=1))
     reference = {model.name: ref for model, ref in zip(models, references)}
     for ref in references:
@@ -200,3 +203,15 @@ def test_torchrun_entry_point_records_from_rank_0(tmp_path):
     (record,), problems = read_measurements(out_file)
     assert not problems and record.status == "ok" and len(record.losses) == 3
     assert record.environment["world_size"] == 2
+
+
+def test_stages_follow_the_plans_uneven_split():
+    counts = stage_layer_counts(ParallelPlan(pp=4), LLAMA5.num_layers)
+    assert counts == [1, 1, 2, 1]
+    assert [stage_layer_ids(counts, i) for i in range(4)] == [[0], [1], [2, 3], [4]]
+    middle, last = build_stage(LLAMA5, 2, counts), build_stage(LLAMA5, 3, counts)
+    assert list(middle.layers.keys()) == ["2", "3"] and middle.output is None and middle.tok_embeddings is None
+    assert list(last.layers.keys()) == ["4"] and last.output is not None
+    # Interleaving keeps equal virtual stages: rank 1 of pp=2, vpp=2 holds stages 1 and 3.
+    counts = stage_layer_counts(ParallelPlan(pp=2, vpp=2), LLAMA.num_layers)
+    assert [stage_layer_ids(counts, i) for i in stage_indices(1, 2, 2)] == [[1], [3]]

@@ -1,22 +1,31 @@
 """Pipeline parallelism: split the layer stack into stages and pick the schedule.
 
-With pp ranks and vpp virtual stages per rank there are pp*vpp stages of num_layers/(pp*vpp)
-consecutive layers. Rank r holds stages r, r+pp, r+2pp, ... (the looping placement of Narayanan
-et al. 2021, arXiv 2104.04473, section 2.2.1), which is what ScheduleInterleaved1F1B expects.
-The first stage keeps the embeddings, the last the final norm and the head.
+With pp ranks and vpp virtual stages per rank there are pp*vpp stages of consecutive layers:
+num_layers/(pp*vpp) each when interleaving, and the plan's own split when vpp = 1 (which may be
+uneven, ParallelPlan.stage_num_layers: the middle ranks, then the last, take the extra layers).
+Rank r holds stages r, r+pp, r+2pp, ... (the looping placement of Narayanan et al. 2021,
+arXiv 2104.04473, section 2.2.1), which is what ScheduleInterleaved1F1B expects. The first stage
+keeps the embeddings, the last the final norm and the head.
 """
 from __future__ import annotations
 
 import torch
 
-from autoplan.specs import ModelSpec
+from autoplan.specs import ModelSpec, ParallelPlan
 
 from executor.model import Transformer, build_model
 
 
-def stage_layer_ids(num_layers: int, num_stages: int, stage_index: int) -> list[int]:
-    per_stage = num_layers // num_stages
-    return list(range(stage_index * per_stage, (stage_index + 1) * per_stage))
+def stage_layer_counts(plan: ParallelPlan, num_layers: int) -> list[int]:
+    """Layers of each of the pp*vpp stages, in stage order."""
+    if plan.vpp == 1:
+        return plan.stage_num_layers(num_layers)
+    return [num_layers // (plan.pp * plan.vpp)] * (plan.pp * plan.vpp)
+
+
+def stage_layer_ids(layer_counts: list[int], stage_index: int) -> list[int]:
+    start = sum(layer_counts[:stage_index])
+    return list(range(start, start + layer_counts[stage_index]))
 
 
 def stage_indices(pp_rank: int, pp: int, vpp: int) -> list[int]:
@@ -24,10 +33,11 @@ def stage_indices(pp_rank: int, pp: int, vpp: int) -> list[int]:
     return [pp_rank + k * pp for k in range(vpp)]
 
 
-def build_stage(spec: ModelSpec, stage_index: int, num_stages: int) -> Transformer:
+def build_stage(spec: ModelSpec, stage_index: int, layer_counts: list[int]) -> Transformer:
     """The whole model on the meta device, then everything this stage does not own removed."""
+    num_stages = len(layer_counts)
     model = build_model(spec, "meta")
-    keep = {str(i) for i in stage_layer_ids(spec.num_layers, num_stages, stage_index)}
+    keep = {str(i) for i in stage_layer_ids(layer_counts, stage_index)}
     for key in [k for k in model.layers.keys() if k not in keep]:
         del model.layers[key]
     if stage_index > 0:

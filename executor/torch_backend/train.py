@@ -28,7 +28,7 @@ from executor.torch_backend.parallel_dims import ParallelDims
 from executor.torch_backend.parallelize import (
     all_reduce_grads, apply_fsdp, apply_recompute, apply_tp, mixed_precision,
 )
-from executor.torch_backend.pipeline import build_schedule, build_stage, stage_indices
+from executor.torch_backend.pipeline import build_schedule, build_stage, stage_indices, stage_layer_counts
 from executor.schedule import ADAMW_BETAS, WEIGHT_DECAY
 
 
@@ -65,7 +65,8 @@ class PlanRunner:
         num_stages = plan.pp * plan.vpp
         self.stage_ids = stage_indices(self.rank["pp"], plan.pp, plan.vpp) if plan.pp > 1 else [0]
         self.is_last_stage = num_stages - 1 in self.stage_ids
-        self.models = [build_stage(spec, i, num_stages) if plan.pp > 1 else build_model(spec)
+        layer_counts = stage_layer_counts(plan, spec.num_layers)
+        self.models = [build_stage(spec, i, layer_counts) if plan.pp > 1 else build_model(spec)
                        for i in self.stage_ids]
         self._parallelize()
         if plan.zero_stage == 0 and self.num_replicas > 1 and plan.tp == 1 and plan.pp == 1:
