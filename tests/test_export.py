@@ -208,3 +208,39 @@ def test_cli_bad_input_is_one_line_exit_2(cli, tmp_path, capsys):
     assert cli(["export", str(not_a_plan), "--to", "megatron", "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "expected 'autoplan.plan/v1'" in err and not out.exists()
+
+
+# Uneven pipelines: 126 layers over pp=8 -> [15, 16 x6, 15]; 80 over pp=32 -> unequal middle stages.
+LLAMA3_405B = ModelSpec(name="llama-3-405b", num_layers=126, hidden_size=16384, num_heads=128, num_kv_heads=8,
+                        ffn_hidden_size=53248, vocab_size=128256)
+UNEVEN = _doc(model=LLAMA3_405B, num_gpus=512, gbs=256, dp=8, tp=8, pp=8, zero_stage=1, micro_batch_size=1,
+              num_microbatches=32, sequence_parallel=True, recompute="full", recompute_num_layers=16)
+UNEVEN_MIDDLE = _doc(num_gpus=256, gbs=64, dp=1, tp=8, pp=32, micro_batch_size=1, num_microbatches=64,
+                     sequence_parallel=True)
+
+
+def test_uneven_stages_map_onto_megatron_first_and_last_stage_flags():
+    args = _megatron_args(UNEVEN)
+    assert args["--pipeline-model-parallel-size"] == "8" and args["--num-layers"] == "126"
+    assert args["--decoder-first-pipeline-num-layers"] == "15" and args["--decoder-last-pipeline-num-layers"] == "15"
+    # 3 layers over pp=2 -> [1, 2]: the first stage's count alone says it.
+    three = ModelSpec(name="t", num_layers=3, hidden_size=1024, num_heads=8, num_kv_heads=8, ffn_hidden_size=4096,
+                      vocab_size=32000)
+    two = _megatron_args(_doc(model=three, num_gpus=2, gbs=4, pp=2, micro_batch_size=1, num_microbatches=4))
+    assert two["--decoder-first-pipeline-num-layers"] == "1" and "--decoder-last-pipeline-num-layers" not in two
+    # 80 layers over 32 -> [2 x15, 3 x16, 2]: unequal middle stages, which the flags cannot express.
+    export = export_plan(UNEVEN_MIDDLE, "megatron")
+    assert "--decoder-first-pipeline-num-layers" not in export.text
+    assert any("(2 x15, 3 x16, 2 layers per rank)" in n and "does not map" in n for n in export.notes)
+
+
+def test_uneven_stages_in_torchtitan_and_deepspeed():
+    par = tomllib.loads(export_plan(UNEVEN, "torchtitan").text)["parallelism"]
+    assert par["pipeline_parallel_first_stage_less_layers"] == 1 and par["pipeline_parallel_last_stage_less_layers"] == 1
+    assert "pipeline_parallel_layers_per_stage" not in par and par["pipeline_parallel_schedule"] == "1F1B"
+    export = export_plan(UNEVEN, "deepspeed")
+    flags = next(n for n in export.notes if n.startswith("Megatron-DeepSpeed flags"))
+    assert "--pp-partition-method 'type:transformer|embedding'" in flags
+    assert not any("uneven" in n for n in export.notes)
+    for target in ("torchtitan", "deepspeed"):
+        assert any("uneven pipeline stages" in n and "do not map" in n for n in export_plan(UNEVEN_MIDDLE, target).notes)

@@ -89,3 +89,30 @@ def full_recompute_every_k(num_layers_per_stage: int, num_recomputed: int) -> tu
     """
     k = max(1, num_layers_per_stage // num_recomputed)
     return k, -(-num_layers_per_stage // k)
+
+
+def uneven_stages(doc: PlanDocument) -> list | None:
+    """Layers of each pipeline rank (ParallelPlan.stage_num_layers) when they differ, else None."""
+    counts = doc.parallel.stage_num_layers(doc.model.num_layers)
+    return counts if len(set(counts)) > 1 else None
+
+
+def embedding_counts_as_a_layer(counts: list) -> bool:
+    """True when the split is what weighing the embedding (first rank) and the head (last rank) as
+    one layer each gives, [k-1, k, ..., k, k-1] -- BigScience's BLOOM split of 70 layers over 12
+    stages, and torchtitan's default split of Llama 3.1 405B's 126 over 8."""
+    if len(counts) < 3:
+        return False
+    k = counts[1]
+    return counts == [k - 1] + [k] * (len(counts) - 2) + [k - 1]
+
+
+def stages_text(counts: list) -> str:
+    """[15, 16, 16, 16, 15] -> "15, 16 x3, 15": a pipeline split short enough for a note."""
+    runs: list = []
+    for n in counts:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ", ".join(f"{n} x{times}" if times > 1 else str(n) for n, times in runs)

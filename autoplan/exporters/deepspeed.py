@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from autoplan.exporters.common import embedding_counts_as_a_layer, stages_text, uneven_stages
 from autoplan.specs import PlanDocument
 
 
@@ -25,6 +26,11 @@ def export(doc: PlanDocument) -> tuple:
     if par.vpp > 1:
         notes.append(f"vpp={par.vpp}: DeepSpeed's pipeline engine has no interleaved schedule; "
                      f"it runs {doc.model.num_layers // par.pp} layers per stage as plain 1F1B")
+    counts = uneven_stages(doc)
+    if counts is not None and not embedding_counts_as_a_layer(counts):
+        notes.append(f"uneven pipeline stages ({stages_text(counts)} layers per rank) do not map: "
+                     f"DeepSpeed's PipelineModule partition_method balances the layers to the same largest "
+                     f"stage but places the extra layers by its own rule")
     if par.cp > 1:
         notes.append(f"cp={par.cp}: Megatron-DeepSpeed splits the sequence with DeepSpeed-Ulysses "
                      f"(all-to-all over heads, needs num_heads % cp == 0), not ring attention")
@@ -89,6 +95,11 @@ def _megatron_deepspeed_flags(doc: PlanDocument) -> list:
     flags = [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
     if par.pp == 1:
         flags.append("--no-pipeline-parallel")
+    counts = uneven_stages(doc)
+    if counts is not None and embedding_counts_as_a_layer(counts):
+        # The embedding and the head weigh one layer each: BigScience's BLOOM-176B split 70 layers
+        # over 12 stages this way (tr11-176B-ml.slurm).
+        flags.append("--pp-partition-method 'type:transformer|embedding'")
     if par.sequence_parallel:
         flags.append("--sequence-parallel")
     if par.cp > 1:

@@ -2,7 +2,7 @@
 `megatron/training/arguments.py`)."""
 from __future__ import annotations
 
-from autoplan.exporters.common import comment_block, header_lines
+from autoplan.exporters.common import comment_block, header_lines, stages_text, uneven_stages
 from autoplan.specs import PlanDocument
 
 _NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
@@ -31,6 +31,7 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
     args = [("--tensor-model-parallel-size", par.tp), ("--pipeline-model-parallel-size", par.pp)]
     if par.vpp > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", model.num_layers // (par.pp * par.vpp)))
+    args += _uneven_stage_args(doc, notes)
     args.append(("--context-parallel-size", par.cp))
     if par.sequence_parallel:
         args.append(("--sequence-parallel",))
@@ -50,6 +51,23 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
         args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.num_experts_per_token),
                  ("--expert-model-parallel-size", par.ep)]
     return args
+
+
+def _uneven_stage_args(doc: PlanDocument, notes: list) -> list:
+    """Megatron-LM splits num_layers evenly unless the first and/or last stage is given its own
+    count (--decoder-first/last-pipeline-num-layers); the stages in between must then be equal."""
+    counts = uneven_stages(doc)
+    if counts is None:
+        return []
+    if len(counts) == 2:
+        return [("--decoder-first-pipeline-num-layers", counts[0])]
+    if len(set(counts[1:-1])) == 1:
+        return [("--decoder-first-pipeline-num-layers", counts[0]),
+                ("--decoder-last-pipeline-num-layers", counts[-1])]
+    notes.append(f"uneven pipeline stages ({stages_text(counts)} layers per rank): Megatron-LM's "
+                 f"--decoder-first/last-pipeline-num-layers need equal middle stages, so this split does "
+                 f"not map; pick a pp for which num_layers={doc.model.num_layers} leaves equal middle stages")
+    return []
 
 
 def _batch_args(doc: PlanDocument) -> list:

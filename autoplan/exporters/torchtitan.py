@@ -1,7 +1,9 @@
 """torchtitan: the TOML job config of a plan (section and option names of torchtitan's `JobConfig`)."""
 from __future__ import annotations
 
-from autoplan.exporters.common import comment_block, full_recompute_every_k, header_lines
+from autoplan.exporters.common import (
+    comment_block, embedding_counts_as_a_layer, full_recompute_every_k, header_lines, stages_text, uneven_stages,
+)
 from autoplan.specs import PlanDocument
 
 # torchtitan's mixed_precision_param accepts bfloat16 or float32; fp8 runs its GEMMs through the
@@ -76,14 +78,30 @@ def _parallelism(doc: PlanDocument, notes: list) -> dict:
            "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp}
     if par.pp > 1:
         out["pipeline_parallel_schedule"] = "Interleaved1F1B" if par.vpp > 1 else "1F1B"
-        out["pipeline_parallel_layers_per_stage"] = doc.model.num_layers // (par.pp * par.vpp)
-        notes.append("pipeline stages: torchtitan counts the embedding and the head as part of the first "
-                     "and last stage's layers (pipeline_parallel_first/last_stage_less_layers); set both to 0 "
-                     f"for the plan's even stages of {out['pipeline_parallel_layers_per_stage']} layers")
+        out.update(_pipeline_stages(doc, notes))
         out["pipeline_parallel_microbatch_size"] = par.micro_batch_size
     if doc.model.is_moe:
         out["expert_parallel_degree"] = par.ep
     return out
+
+
+def _pipeline_stages(doc: PlanDocument, notes: list) -> dict:
+    """torchtitan weighs the embedding and the head as pipeline_parallel_first/last_stage_less_layers
+    layers of the first and last stage when it splits the model."""
+    par, counts = doc.parallel, uneven_stages(doc)
+    if counts is None:
+        per_stage = doc.model.num_layers // (par.pp * par.vpp)
+        notes.append("pipeline stages: torchtitan counts the embedding and the head as part of the first "
+                     "and last stage's layers (pipeline_parallel_first/last_stage_less_layers); set both to 0 "
+                     f"for the plan's even stages of {per_stage} layers")
+        return {"pipeline_parallel_layers_per_stage": per_stage}
+    if embedding_counts_as_a_layer(counts):
+        # One layer fewer on the first and the last stage: torchtitan's default weighting.
+        return {"pipeline_parallel_first_stage_less_layers": 1, "pipeline_parallel_last_stage_less_layers": 1}
+    notes.append(f"uneven pipeline stages ({stages_text(counts)} layers per rank) do not map onto torchtitan's "
+                 f"generated split (the embedding and the head weigh one layer each); list each stage's "
+                 f"modules in module_fqns_per_model_part to reproduce it")
+    return {}
 
 
 def _activation_checkpoint(doc: PlanDocument, notes: list) -> dict:
