@@ -106,10 +106,11 @@ class Estimator:
         return dense, expert
 
     # -- memory --------------------------------------------------------------------------------
-    def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int) -> dict:
+    def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int,
+                      per_stage: int) -> dict:
+        """Memory of pipeline rank `stage`, which holds `per_stage` layers."""
         p, m = plan.pp, plan.num_microbatches
         first, last = stage == 0, stage == p - 1
-        per_stage = stage_split(plan, self.model.num_layers).num_layers[stage]
         dense, expert = self._local_params(plan, per_stage, first, last)
         shard = plan.dp * plan.cp
         states = model_state_bytes(dense, plan.zero_stage, shard)
@@ -166,11 +167,11 @@ class Estimator:
     def _stages_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int) -> tuple:
         """(worst rank's breakdown, first rank's total bytes) over the ranks that can be the worst:
         the first, the last, and a middle rank with more layers than the first (uneven splits)."""
-        ranks = stage_split(plan, self.model.num_layers).memory_ranks
-        worst = self._stage_memory(plan, 0, recompute, num_recompute)
+        split = stage_split(plan, self.model.num_layers)
+        worst = self._stage_memory(plan, 0, recompute, num_recompute, split.num_layers[0])
         first_total = worst_total = sum(worst.values())
-        for rank in ranks[1:]:
-            mem = self._stage_memory(plan, rank, recompute, num_recompute)
+        for rank in split.memory_ranks[1:]:
+            mem = self._stage_memory(plan, rank, recompute, num_recompute, split.num_layers[rank])
             total = sum(mem.values())
             if total > worst_total:
                 worst, worst_total = mem, total

@@ -47,42 +47,26 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
         layer_overhead_s += est.constants.sharded_layer_overhead_s
 
-    def recompute_terms(per_stage: int) -> tuple:
-        """(seconds, flops) recomputed per micro-batch on a rank with `per_stage` layers.
-        Korthikanti 2022 sec. 5: selective reruns the attention core of every layer; full reruns
-        the whole forward (with its TP traffic) of min(recompute_num_layers, per_stage) layers."""
-        if plan.recompute == "selective" and sw.selective_recompute == "ops":
-            # Every other matmul and all memory-bound ops rerun; attention's output is saved.
-            return per_stage * (0.5 * lt.gemm_fwd_s + lt.memory_fwd_s), per_stage * 0.5 * lt.gemm_fwd_flops
-        if plan.recompute == "selective":
-            return per_stage * lt.attn_fwd_s, per_stage * lt.attn_fwd_flops
-        if plan.recompute == "full":
-            r = min(plan.recompute_num_layers, per_stage)
-            return (r * (lt.gemm_fwd_s + lt.attn_fwd_s + lt.memory_fwd_s
-                         + (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s + lt.cp_fwd_s + lt.ep_fwd_s),
-                    r * (lt.gemm_fwd_flops + lt.attn_fwd_flops))
-        return 0.0, 0.0
-
-    # Stage extras: the first stage embeds, the last computes logits and the loss. The slowest of
-    # the ranks that can be (first, last, largest middle) sets the pace; the last wins ties.
-    def rank_extras(rank: int) -> tuple:
-        if p == 1:
-            return head_compute_s, head_memory_s + embed_s
-        if rank == p - 1:
-            return head_compute_s, head_memory_s
-        return (0.0, embed_s) if rank == 0 else (0.0, 0.0)
-
-    def rank_time_s(rank: int) -> float:
-        per_stage = split.num_layers[rank]
-        extra_compute, extra_memory = rank_extras(rank)
+    # The slowest rank sets the pace: with equal layers the extras decide (the last wins ties);
+    # an uneven split compares the first, the last and the largest middle rank (cost_model.stages).
+    even = len(split.layer_groups) == 1
+    if p == 1:
+        slowest = 0
+    elif even:
+        slowest = p - 1 if head_compute_s + head_memory_s >= embed_s else 0
+    else:
         per_layer_s = (layer_compute + layer_memory + tp_exposed + cp_exposed + ep_exposed
                        + layer_overhead_s * sw.fused_elementwise)
-        return per_stage * per_layer_s + extra_compute + extra_memory + recompute_terms(per_stage)[0]
 
-    slowest = max(reversed(split.time_ranks), key=rank_time_s) if p > 1 else 0
+        def rank_time_s(rank: int) -> float:
+            layers = split.num_layers[rank]
+            return (layers * per_layer_s + sum(_rank_extras(p, rank, head_compute_s, head_memory_s, embed_s))
+                    + _recompute_terms(plan, sw, lt, layers)[0])
+
+        slowest = max(reversed(split.time_ranks), key=rank_time_s)
     per_stage = split.num_layers[slowest]
-    extra_compute, extra_memory = rank_extras(slowest)
-    recompute_s, recompute_flops_mb = recompute_terms(per_stage)
+    extra_compute, extra_memory = _rank_extras(p, slowest, head_compute_s, head_memory_s, embed_s)
+    recompute_s, recompute_flops_mb = _recompute_terms(plan, sw, lt, per_stage)
 
     # Pipeline point-to-point: one activation forward and one gradient backward per micro-batch
     # and virtual stage, b*s*h/t bytes with the scatter/gather optimisation (Narayanan sec. 4.1).
@@ -104,14 +88,15 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     bubble_s = (p - 1) / v * t_mb
 
     # Data-parallel traffic and the optimizer step: the rank with the most parameters, the last
-    # (head) or the largest middle rank; the first never holds more layers than the last, and its
-    # embedding is the head's size. The last wins ties.
-    def rank_params(rank: int) -> tuple:
-        layers = split.num_layers[rank]
-        return est._local_params(plan, layers, first=(p == 1), last=rank == p - 1), layers
-
-    (dense, expert), state_layers = max((rank_params(r) for r in split.time_ranks[1:] or (0,)),
-                                        key=lambda x: sum(x[0]))
+    # (head) or, when uneven, the largest middle rank; the first never holds more layers than the
+    # last, and its embedding is the head's size. The last wins ties.
+    state_layers = per_stage if even else split.num_layers[p - 1]
+    dense, expert = est._local_params(plan, state_layers, first=(p == 1), last=True)
+    if not even and len(split.time_ranks) > 2:
+        middle_layers = split.num_layers[split.time_ranks[2]]
+        middle = est._local_params(plan, middle_layers, first=False, last=False)
+        if sum(middle) > dense + expert:
+            (dense, expert), state_layers = middle, middle_layers
     dp_s, dp_total_s, dp_bytes = _dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
     # Optimizer: memory-bound AdamW over the local shard of the stage's parameters.
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
@@ -133,8 +118,12 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     }
     tokens_mb = plan.micro_batch_size * est.training.seq_len
     # Recomputed FLOPs of every rank (each recomputes on its own layers), for hardware FLOPs.
-    hw_flops = est.model_flops_per_step + sum(recompute_terms(layers)[1] * m * plan.dp * plan.tp * plan.cp * num_ranks
-                                              for layers, num_ranks in split.layer_groups)
+    if even:
+        hw_flops = est.model_flops_per_step + recompute_flops_mb * m * plan.dp * plan.tp * plan.cp * p
+    else:
+        hw_flops = est.model_flops_per_step + sum(
+            _recompute_terms(plan, sw, lt, layers)[1] * m * plan.dp * plan.tp * plan.cp * num_ranks
+            for layers, num_ranks in split.layer_groups)
     details = {
         "bubble_fraction": bubble_fraction,
         "microbatch_time_s": t_mb,
@@ -156,6 +145,34 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
         "software": sw.name,
     }
     return time, details, hw_flops
+
+
+def _recompute_terms(plan: ParallelPlan, sw, lt, per_stage: int) -> tuple:
+    """(seconds, flops) recomputed per micro-batch on a rank with `per_stage` layers.
+
+    Korthikanti 2022 sec. 5: selective reruns the attention core of every layer; full reruns the
+    whole forward (with its TP traffic) of min(recompute_num_layers, per_stage) layers."""
+    if plan.recompute == "selective" and sw.selective_recompute == "ops":
+        # Every other matmul and all memory-bound ops rerun; attention's output is saved.
+        return per_stage * (0.5 * lt.gemm_fwd_s + lt.memory_fwd_s), per_stage * 0.5 * lt.gemm_fwd_flops
+    if plan.recompute == "selective":
+        return per_stage * lt.attn_fwd_s, per_stage * lt.attn_fwd_flops
+    if plan.recompute == "full":
+        r = min(plan.recompute_num_layers, per_stage)
+        return (r * (lt.gemm_fwd_s + lt.attn_fwd_s + lt.memory_fwd_s
+                     + (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s + lt.cp_fwd_s + lt.ep_fwd_s),
+                r * (lt.gemm_fwd_flops + lt.attn_fwd_flops))
+    return 0.0, 0.0
+
+
+def _rank_extras(p: int, rank: int, head_compute_s: float, head_memory_s: float, embed_s: float) -> tuple:
+    """(compute, memory-bound) seconds per micro-batch beyond the layers: the first rank embeds,
+    the last computes the logits and the loss."""
+    if p == 1:
+        return head_compute_s, head_memory_s + embed_s
+    if rank == p - 1:
+        return head_compute_s, head_memory_s
+    return (0.0, embed_s) if rank == 0 else (0.0, 0.0)
 
 
 def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, compute_mb: float,

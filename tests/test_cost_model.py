@@ -181,7 +181,8 @@ def test_builtin_profiles_round_trip_and_cite_sources():
 
 # -- uneven pipeline stages ------------------------------------------------------------------
 def _every_rank_total(est, plan):
-    return [sum(est._stage_memory(plan, r, plan.recompute, plan.recompute_num_layers).values())
+    counts = plan.stage_num_layers(est.model.num_layers)
+    return [sum(est._stage_memory(plan, r, plan.recompute, plan.recompute_num_layers, counts[r]).values())
             for r in range(plan.pp)]
 
 
@@ -201,7 +202,7 @@ def test_uneven_split_memory_is_the_max_over_every_stage(num_microbatches, worst
     if worst_rank is not None:
         assert totals.index(max(totals)) == worst_rank and max(totals) > e.details["memory_first_stage_bytes"]
     # recompute_num_layers=8 recomputes all 7 layers of the small ranks (min(n, stage layers)).
-    assert est._stage_memory(plan, 0, "full", 8) == est._stage_memory(plan, 0, "full", 7)
+    assert est._stage_memory(plan, 0, "full", 8, 7) == est._stage_memory(plan, 0, "full", 7, 7)
     assert e.details["layers_per_stage"] == 8
 
 
