@@ -7,10 +7,11 @@ from cost_model.estimator import Estimator, estimate
 from cost_model.flops import model_flops_per_token, narayanan_flops_per_step
 from cost_model.memory import activation_bytes_per_layer
 from cost_model.profiles import BUILTIN_PROFILE_NAMES, DEFAULT_PROFILE_NAME, builtin_profile
+from cost_model.stages import StageSplit, stage_split
 from cost_model.tables import ProfileTables
 
 __all__ = [
     "BUILTIN_PROFILE_NAMES", "Constants", "DEFAULT_PROFILE_NAME", "Estimator", "ProfileTables",
-    "SoftwareStack", "activation_bytes_per_layer", "builtin_profile", "estimate", "load_constants",
-    "model_flops_per_token", "narayanan_flops_per_step",
+    "SoftwareStack", "StageSplit", "activation_bytes_per_layer", "builtin_profile", "estimate", "load_constants",
+    "model_flops_per_token", "narayanan_flops_per_step", "stage_split",
 ]
