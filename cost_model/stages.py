@@ -5,9 +5,10 @@ rank on every estimate would cost O(pp); only a few ranks can be the worst, so t
 ranks are computed once per (pp, vpp, num_layers):
 
 - memory: the first rank (most micro-batches in flight under 1F1B, Narayanan 2021 sec. 2.2.1, and
-  the embedding), the last (the logits) and the lowest-index middle rank holding MORE layers than
-  the first. A middle rank with no more layers than the first holds no more of anything (fewer
-  micro-batches in flight, no embedding), so it is never the peak.
+  the embedding), the last (the logits) and, for each layer count above the first rank's, the
+  lowest-index middle rank holding it. A middle rank with no more layers than the first holds no
+  more of anything (fewer micro-batches in flight, no embedding), and among ranks of one count the
+  lowest index holds the most micro-batches, so no other rank can be the peak.
 - time per micro-batch: the first rank (embedding), the last (head and loss) and the middle rank
   with the most layers; the slowest of them sets the pace of the whole pipeline.
 """
@@ -24,16 +25,12 @@ class StageSplit:
     num_layers: tuple
     """Layers of each pipeline rank, rank 0 first (summed over its virtual stages)."""
     memory_ranks: tuple
-    """Ranks whose memory can be the peak: 0, pp-1, and a middle rank with more layers than rank 0."""
+    """Ranks whose memory can be the peak: 0, pp-1, and the first middle rank of each count above rank 0's."""
     time_ranks: tuple
     """Ranks whose per-micro-batch time can be the slowest: 0, pp-1 and the largest middle rank
     (the last two also bound the data-parallel traffic and the optimizer step)."""
     layer_groups: tuple
     """(layers, number of ranks holding that many), for sums over all ranks."""
-
-    @property
-    def max_layers(self) -> int:
-        return max(self.num_layers)
 
 
 @lru_cache(maxsize=4096)
@@ -45,9 +42,8 @@ def _split(pp: int, vpp: int, num_layers: int) -> StageSplit:
         memory_ranks.append(last)
         time_ranks.append(last)
     middle = range(1, last)
-    heavier = [r for r in middle if counts[r] > counts[0]]
-    if heavier:
-        memory_ranks.append(heavier[0])
+    for count in sorted({counts[r] for r in middle if counts[r] > counts[0]}):
+        memory_ranks.append(next(r for r in middle if counts[r] == count))
     if len(middle):
         time_ranks.append(max(middle, key=lambda r: counts[r]))
     groups = tuple((n, counts.count(n)) for n in sorted(set(counts)))
