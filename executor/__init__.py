@@ -8,7 +8,7 @@ from executor.backends import BACKENDS, get_backend
 from executor.options import RunOptions, add_run_arguments, options_from_args
 
 _LAZY = {"Transformer": "executor.model", "build_model": "executor.model", "count_params": "executor.model",
-         "model_notes": "executor.model"}
+         "model_notes": "executor.model", "MoEFeedForward": "executor.moe"}
 
 
 def __getattr__(name: str):
@@ -19,5 +19,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'executor' has no attribute {name!r}")
 
 
-__all__ = ["BACKENDS", "RunOptions", "Transformer", "add_run_arguments", "build_model", "count_params",
+__all__ = ["BACKENDS", "MoEFeedForward", "RunOptions", "Transformer", "add_run_arguments", "build_model", "count_params",
            "get_backend", "model_notes", "options_from_args"]

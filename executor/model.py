@@ -8,12 +8,14 @@ Two families from one set of modules:
 
 ALiBi models (BLOOM, MPT) are built with RoPE in place of ALiBi: neither has parameters, so the
 parameter count, the matmul shapes and the FLOPs are unchanged, but the numerics are not BLOOM's
-(`model_notes` says so and the executor logs it). Mixture-of-experts models are refused.
+(`model_notes` says so and the executor logs it). Mixture-of-experts models (Mixtral) replace the
+MLP by `executor.moe.MoEFeedForward`; the XLA backend refuses them.
 
 The module names are a contract shared by both backends (and by checkpoints):
 `tok_embeddings`, `pos_embeddings` (learned positions only), `layers.<i>.attention_norm`,
 `layers.<i>.attention.{wq,wk,wv,wo}`, `layers.<i>.ffn_norm`, `layers.<i>.feed_forward.{w1,w2,w3}`
-(SwiGLU: w1 gate, w3 up, w2 down; GeLU: w1 up, w2 down), `norm`, `output`.
+(SwiGLU: w1 gate, w3 up, w2 down; GeLU: w1 up, w2 down), MoE: `layers.<i>.feed_forward.router` and
+`layers.<i>.feed_forward.experts.{w1,w2,w3}` (stacked [num_experts, ...]), `norm`, `output`.
 `layers` is a ModuleDict keyed by the global layer index, so a pipeline stage that keeps layers 4-7
 still names them `layers.4` .. `layers.7`; a stage without the embedding or the head sets those
 attributes to None and `forward` passes hidden states through.
@@ -31,6 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from autoplan.specs import AutoplanError, ModelSpec
+
+from executor.moe import GroupedExperts, MoEFeedForward
 
 ROPE_THETA = 10000.0
 """RoPE base of Llama 1/2 (Touvron et al. 2023); ModelSpec carries no theta, and the base changes
@@ -50,12 +54,17 @@ def model_notes(spec: ModelSpec) -> list[str]:
     return notes
 
 
-def check_buildable(spec: ModelSpec) -> None:
-    """Raise AutoplanError for architectures this module cannot build."""
-    if spec.is_moe:
+def check_buildable(spec: ModelSpec, moe: bool = False) -> None:
+    """Raise AutoplanError for architectures this module cannot build; mixture-of-experts models
+    too unless the caller (a backend) runs them (`moe=True`)."""
+    if spec.is_moe and not moe:
         raise AutoplanError(
-            f"model {spec.name!r} is a mixture of experts ({spec.num_experts} experts); the executor "
-            "builds dense models only; plan and estimate it, or run a dense model")
+            f"model {spec.name!r} is a mixture of experts ({spec.num_experts} experts); this backend runs "
+            "dense models only; run it with --backend torch, or run a dense model")
+    if spec.is_moe and (spec.mlp != "swiglu" or spec.linear_bias):
+        raise AutoplanError(
+            f"model {spec.name!r}: the executor's experts are Mixtral's SwiGLU MLPs without biases, got "
+            f"mlp={spec.mlp!r}, linear_bias={spec.linear_bias}; plan and estimate it, or run a dense model")
     if spec.head_dim % 2 and spec.position != "learned":
         raise AutoplanError(f"model {spec.name!r}: RoPE needs an even head_dim, got {spec.head_dim}")
 
@@ -146,7 +155,7 @@ class TransformerBlock(nn.Module):
         self.attention_norm = _norm(spec)
         self.attention = Attention(spec)
         self.ffn_norm = _norm(spec)
-        self.feed_forward = FeedForward(spec)
+        self.feed_forward = MoEFeedForward(spec) if spec.is_moe else FeedForward(spec)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x), rope)
@@ -159,7 +168,7 @@ class Transformer(nn.Module):
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        check_buildable(spec)
+        check_buildable(spec, moe=True)
         self.spec = spec
         h = spec.hidden_size
         self.tok_embeddings = nn.Embedding(spec.vocab_size, h)
@@ -203,17 +212,22 @@ class Transformer(nn.Module):
         if self.spec.position != "learned":
             self.rope = rope_cache(self.spec.head_dim, self.spec.max_seq_len).to(self._device())
         residual_std = INIT_STD / math.sqrt(2 * self.spec.num_layers)  # GPT-2: scale residual outputs
-        for name, param in self.named_parameters():
-            name = canonical_name(name)
+        for raw_name, param in self.named_parameters():
+            name = canonical_name(raw_name)
             module_name = name.rsplit(".", 1)[0].rsplit(".", 1)[-1]
             if module_name.endswith("norm"):  # norms start as identity: weight 1, bias 0
                 full = torch.ones(param.shape) if name.endswith(".weight") else torch.zeros(param.shape)
             elif name.endswith(".bias"):
                 full = torch.zeros(param.shape)
             else:
-                std = residual_std if name.endswith(("wo.weight", "w2.weight")) else INIT_STD
+                std = residual_std if name.endswith(("wo.weight", "w2.weight", "experts.w2")) else INIT_STD
                 gen = torch.Generator().manual_seed(_name_seed(seed, name))
-                full = torch.empty(param.shape).normal_(0.0, std, generator=gen)
+                owner = self.get_submodule(raw_name.rsplit(".", 1)[0])
+                if isinstance(owner, GroupedExperts):  # draw all experts, keep this rank's
+                    full = owner.local_rows(torch.empty((owner.num_experts, *param.shape[1:])).normal_(
+                        0.0, std, generator=gen))
+                else:
+                    full = torch.empty(param.shape).normal_(0.0, std, generator=gen)
             _copy_full(param, full)
 
     def _device(self) -> torch.device:

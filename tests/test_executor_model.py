@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from autoplan.specs import AutoplanError, ModelSpec
 from executor import RunOptions, get_backend
 from executor.data import FileTokens, SyntheticTokens, batch, local_slice, open_tokens
-from executor.model import build_model, count_params, model_notes
+from executor.model import build_model, check_buildable, count_params, model_notes
+from executor.moe import MoEFeedForward
 from executor.record import model_flops_per_token, peak_flops_per_s
 from executor.schedule import lr_at
 
@@ -19,6 +20,7 @@ GPT = ModelSpec("tiny-gpt", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm",
                 tied_embeddings=True, linear_bias=True, max_seq_len=64)
 BLOOM = ModelSpec("tiny-bloom", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="alibi",
                   linear_bias=True, max_seq_len=64)
+MOE = ModelSpec("tiny-moe", 2, 32, 4, 2, 64, 256, num_experts=4, num_experts_per_token=2, max_seq_len=64)
 
 
 def _materialized(spec, seed=0):
@@ -28,7 +30,7 @@ def _materialized(spec, seed=0):
     return model
 
 
-@pytest.mark.parametrize("spec", [LLAMA, QWEN, GPT, BLOOM], ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", [LLAMA, QWEN, GPT, BLOOM, MOE], ids=lambda s: s.name)
 def test_numel_equals_independent_count_and_forward_runs(spec):
     model = _materialized(spec)
     assert count_params(model) == spec.num_params
@@ -74,11 +76,52 @@ def test_causality_and_tied_embeddings():
     assert not torch.allclose(before[0, 8:], after[0, 8:], atol=1e-4)
 
 
-def test_moe_refused_and_alibi_noted():
-    moe = ModelSpec("tiny-moe", 2, 64, 4, 4, 128, 256, num_experts=4, num_experts_per_token=2)
-    with pytest.raises(AutoplanError, match="mixture of experts"):
-        build_model(moe)
+def test_moe_only_where_the_backend_runs_it_and_alibi_noted():
+    with pytest.raises(AutoplanError, match="mixture of experts.*--backend torch"):
+        check_buildable(MOE)  # what the XLA backend asks
+    check_buildable(MOE, moe=True)
+    with pytest.raises(AutoplanError, match="SwiGLU MLPs without biases"):
+        build_model(ModelSpec("gelu-moe", 2, 32, 4, 4, 64, 256, mlp="gelu", num_experts=4))
     assert "RoPE" in model_notes(BLOOM)[0] and not model_notes(LLAMA)
+
+
+def test_moe_block_equals_a_loop_over_each_tokens_top_k_experts():
+    torch.manual_seed(0)
+    model = _materialized(MOE)
+    block = model.layers["0"].feed_forward
+    assert isinstance(block, MoEFeedForward)
+    x = torch.randn(3, 5, MOE.hidden_size)
+    ex = block.experts
+    expected = torch.zeros_like(x)
+    for b in range(3):
+        for t in range(5):
+            logits = x[b, t] @ block.router.weight.t()
+            top = sorted(range(MOE.num_experts), key=lambda e: -logits[e].item())[:MOE.num_experts_per_token]
+            gates = torch.exp(logits[top]) / torch.exp(logits[top]).sum()  # softmax over the top k
+            for gate, e in zip(gates, top):
+                hidden = F.silu(ex.w1[e] @ x[b, t]) * (ex.w3[e] @ x[b, t])
+                expected[b, t] += gate * (ex.w2[e] @ hidden)
+    assert torch.allclose(block(x), expected, atol=1e-6)
+    # The tokens spread over several experts, so the sort-and-split path is exercised.
+    _, chosen = block.router(x.reshape(-1, MOE.hidden_size)).topk(2, dim=-1)
+    assert chosen.unique().numel() == MOE.num_experts
+
+
+def test_expert_parallel_rank_keeps_its_slice_of_the_same_experts():
+    from executor.torch_backend.expert_parallel import expert_major_order
+
+    full = _materialized(MOE)
+    part = build_model(MOE)
+    part.layers["1"].feed_forward.experts.keep_experts(2, 2)  # ep rank 1 of 2
+    part.to_empty(device="cpu")
+    part.init_weights(0)
+    for name in ("w1", "w2", "w3"):
+        whole = getattr(full.layers["1"].feed_forward.experts, name)
+        assert torch.equal(getattr(part.layers["1"].feed_forward.experts, name), whole[2:4])
+    assert full.layers["1"].feed_forward.experts.w2.std() < full.layers["1"].feed_forward.experts.w1.std()
+    # Rows from 2 source ranks x 2 local experts, regrouped expert-major: counts [[1, 2], [3, 0]]
+    # lay out rows 0 | 1 2 | 3 4 5 | - (source 0: e0, e1; source 1: e0, e1) -> e0: 0, 3 4 5; e1: 1 2.
+    assert expert_major_order(torch.tensor([[1, 2], [3, 0]])).tolist() == [0, 3, 4, 5, 1, 2]
 
 
 def test_data_is_a_function_of_seed_step_and_sequence(tmp_path):

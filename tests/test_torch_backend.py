@@ -26,6 +26,7 @@ GPT = ModelSpec("tiny-gpt", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm",
 LLAMA5 = ModelSpec("tiny-llama-5", 5, 64, 4, 2, 128, 256, max_seq_len=64)  # 5 layers over pp=4: [1, 1, 2, 1]
 BLOOM = ModelSpec("tiny-bloom", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="alibi",
                   linear_bias=True, max_seq_len=64)  # built with RoPE; LayerNorm and biases under TP+SP
+MOE = ModelSpec("tiny-moe", 2, 32, 4, 2, 64, 256, num_experts=4, num_experts_per_token=2, max_seq_len=64)
 GLOBAL_BATCH, SEQ_LEN = 8, 32
 OPTIONS = RunOptions(steps=3, warmup_steps=1, lr=1e-2, warmup=0, grad_clip=1.0, out="", log_every=100)
 
@@ -47,6 +48,10 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
     (LLAMA, dict(cp=2, tp=2, sequence_parallel=True, num_microbatches=8)),
     (LLAMA, dict(cp=2, pp=2, num_microbatches=8)),
     (LLAMA5, dict(pp=4, num_microbatches=8, recompute="full", recompute_num_layers=2)),  # uneven stages
+    (MOE, dict(dp=4, num_microbatches=2)),                                       # MoE, experts in DDP
+    (MOE, dict(dp=4, ep=2, num_microbatches=2)),                  # all-to-all; DDP + expert all-reduce
+    (MOE, dict(dp=4, ep=2, zero_stage=3, num_microbatches=2)),    # experts FSDP2 over their edp pair
+    (MOE, dict(dp=2, cp=2, ep=4, zero_stage=1, num_microbatches=4, recompute="full", recompute_num_layers=1)),
 ]
 
 
@@ -62,7 +67,7 @@ def _close(measured, reference, rtol):
 
 @pytest.mark.slow
 def test_parallel_plans_reproduce_single_device_losses():
-    models = [LLAMA, GPT, BLOOM, LLAMA5]
+    models = [LLAMA, GPT, BLOOM, LLAMA5, MOE]
     references = run_many([plan_doc(model, num_microbatches=8) for model in models], OPTIONS.replace(nproc=1))
     reference = {model.name: ref for model, ref in zip(models, references)}
     for ref in references:
@@ -158,6 +163,13 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
     tied_tp = tmp_path / "tied.json"
     plan_doc(GPT, dp=2, tp=2, num_microbatches=4).save(tied_tp)
     assert "ties its embedding" in _bad(tmp_path, capsys, tied_tp, "--out", out)
+    moe_tp = tmp_path / "moe_tp.json"
+    plan_doc(MOE, dp=2, tp=2, num_microbatches=4).save(moe_tp)
+    assert "MoE with data, context and expert parallelism only" in _bad(tmp_path, capsys, moe_tp, "--out", out)
+    moe_ep = tmp_path / "moe_ep.json"
+    plan_doc(MOE, dp=4, ep=2, num_microbatches=2).save(moe_ep)
+    assert "expert parallelism (ep=2)" in _bad(tmp_path, capsys, moe_ep, "--checkpoint-dir", tmp_path / "c",
+                                               "--out", out)
 
 
 @pytest.mark.parametrize("policy,expected_core_calls", [("none", 1), ("selective", 2), ("full", 2)])

@@ -22,7 +22,7 @@ def world_size(doc: PlanDocument, options: RunOptions) -> int:
 
 def check(doc: PlanDocument, options: RunOptions) -> None:
     plan, spec, training = doc.parallel, doc.model, doc.training
-    check_buildable(spec)
+    check_buildable(spec, moe=True)
     processes = world_size(doc, options)
     if processes != plan.num_gpus or doc.cluster.num_gpus != plan.num_gpus:
         raise AutoplanError(
@@ -55,6 +55,15 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
         raise AutoplanError(
             f"1F1B needs at least as many micro-batches as pipeline stages, got num_microbatches="
             f"{plan.num_microbatches}, pp={plan.pp}")
+    if spec.is_moe and (plan.tp > 1 or plan.pp > 1):
+        raise AutoplanError(
+            f"model {spec.name!r} is a mixture of experts; the torch backend runs MoE with data, context and "
+            f"expert parallelism only, got tp={plan.tp}, pp={plan.pp}; plan it with tp=1 and pp=1 "
+            "(autoplan search --tp 1 --pp 1) or export it to Megatron-LM")
+    if plan.ep > 1 and options.checkpoint_dir:
+        raise AutoplanError(
+            f"--checkpoint-dir with expert parallelism (ep={plan.ep}) is not wired (each ep rank holds other "
+            "experts under the same parameter names); run without checkpoints or with ep=1")
     if training.dtype in ("fp16", "fp8"):
         raise AutoplanError(
             f"the torch backend trains in bf16 on GPU (fp32 on CPU); dtype={training.dtype!r} needs loss "

@@ -24,6 +24,7 @@ from executor.record import (
 from executor.schedule import lr_at
 from executor.torch_backend import checkpoint
 from executor.torch_backend.context_parallel import apply_cp_attention, local_tokens, localize_rope
+from executor.torch_backend import expert_parallel
 from executor.torch_backend.parallel_dims import ParallelDims
 from executor.torch_backend.parallelize import (
     all_reduce_grads, apply_fsdp, apply_recompute, apply_tp, mixed_precision,
@@ -43,10 +44,12 @@ def _optimizers(model, lr: float) -> list:
     multi-tensor update cannot mix the two kinds."""
     from torch.distributed.tensor import DTensor
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    kinds = [[p for p in params if isinstance(p, DTensor)], [p for p in params if not isinstance(p, DTensor)]]
+    kinds: dict = {}  # plain tensors, and DTensors per mesh (expert parallelism shards experts on its own)
+    for p in model.parameters():
+        if p.requires_grad:
+            kinds.setdefault(id(p.device_mesh) if isinstance(p, DTensor) else None, []).append(p)
     return [torch.optim.AdamW(group, lr=lr, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, foreach=True)
-            for group in kinds if group]
+            for group in kinds.values()]
 
 
 class PlanRunner:
@@ -68,9 +71,17 @@ class PlanRunner:
         layer_counts = stage_layer_counts(plan, spec.num_layers)
         self.models = [build_stage(spec, i, layer_counts) if plan.pp > 1 else build_model(spec)
                        for i in self.stage_ids]
+        # ep > 1: experts sharded over an (edp, ep) mesh of the replicas (expert_parallel.py).
+        self.expert_mesh = expert_parallel.build_expert_mesh(device.type, self.num_replicas, plan.ep) \
+            if plan.ep > 1 else None
         self._parallelize()
+        self.expert_params = [p for m in self.models for p in expert_parallel.expert_params(m)] \
+            if self.expert_mesh else []
         if plan.zero_stage == 0 and self.num_replicas > 1 and plan.tp == 1 and plan.pp == 1:
             from torch.nn.parallel import DistributedDataParallel
+            if self.expert_mesh is not None:  # reduced over their own group (reduce_expert_grads)
+                DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                    self.models[0], expert_parallel.expert_param_names(self.models[0]))
             # broadcast_buffers=False: the only buffer is the RoPE table, which differs per cp rank.
             self.models = [DistributedDataParallel(self.models[0], process_group=self.replica_mesh.get_group(),
                                                    broadcast_buffers=False)]
@@ -91,10 +102,15 @@ class PlanRunner:
             if plan.cp > 1:
                 apply_cp_attention(model, self.mesh["cp"].get_group(), self.doc.training.seq_len, plan.cp,
                                    self.rank["cp"])
+            if self.expert_mesh is not None:
+                expert_parallel.apply_ep(model, self.expert_mesh)
             # Full recompute covers the first recompute_num_layers layers of the pipeline rank,
             # spread over its virtual chunks in execution order.
             apply_recompute(model, plan.recompute, min(remaining_full, len(model.layers)))
             remaining_full -= min(remaining_full, len(model.layers))
+            if plan.zero_stage > 0 and self.expert_mesh is not None:
+                expert_parallel.apply_expert_fsdp(model, self.expert_mesh, plan.zero_stage, self.num_replicas,
+                                                  mixed_precision(self.device.type, self.doc.training.dtype))
             if plan.zero_stage > 0 and self.num_replicas > 1:
                 apply_fsdp(model, self.replica_mesh, plan.zero_stage,
                            mixed_precision(self.device.type, self.doc.training.dtype))
@@ -126,6 +142,9 @@ class PlanRunner:
             loss = self._pipeline_step(inputs, labels) if self.schedule else self._local_step(inputs, labels)
         if plan.zero_stage == 0 and self.num_replicas > 1 and (plan.tp > 1 or plan.pp > 1):
             all_reduce_grads(self.models, self.replica_mesh.get_group())
+        if plan.zero_stage == 0 and self.expert_params:
+            expert_parallel.reduce_expert_grads(self.expert_params, self.expert_mesh["edp"].get_group(),
+                                                self.num_replicas)
         # Always measured (and recorded): unlike the loss under AdamW, it is sensitive to the scale
         # of the gradients, so the tests catch a missing average over replicas with it.
         self.grad_norm = self._clip_grad_norm(self.options.grad_clip)
@@ -184,13 +203,11 @@ class PlanRunner:
                 p.grad = p.grad.redistribute(placements=[Replicate() if pl.is_partial() else pl
                                                          for pl in p.grad.placements])
         grads = [p.grad for p in params]
-        groups: dict = {}
-        for g in grads:
-            groups.setdefault(id(g.device_mesh) if isinstance(g, DTensor) else None, []).append(g)
-        squared = torch.zeros((), device=self.device)
-        for key, group in groups.items():
-            norm = torch.nn.utils.get_total_norm(group, foreach=True)
-            squared += (norm.full_tensor() if key is not None else norm).float() ** 2
+        experts = {id(p) for p in self.expert_params}
+        squared = self._squared_norm([p.grad for p in params if id(p) in experts])
+        if self.expert_mesh is not None:  # each ep rank holds other experts: add their parts
+            dist.all_reduce(squared, group=self.expert_mesh["ep"].get_group())
+        squared += self._squared_norm([p.grad for p in params if id(p) not in experts])
         if self.dims.pp > 1:
             dist.all_reduce(squared, group=self.mesh["pp"].get_group())
         total = squared.sqrt().item()
@@ -199,6 +216,19 @@ class PlanRunner:
             for g in grads:
                 g.mul_(coef)
         return total
+
+    def _squared_norm(self, grads: list) -> torch.Tensor:
+        """Sum of squares of the full gradients (DTensors grouped by mesh)."""
+        from torch.distributed.tensor import DTensor
+
+        groups: dict = {}
+        for g in grads:
+            groups.setdefault(id(g.device_mesh) if isinstance(g, DTensor) else None, []).append(g)
+        squared = torch.zeros((), device=self.device)
+        for key, group in groups.items():
+            norm = torch.nn.utils.get_total_norm(group, foreach=True)
+            squared += (norm.full_tensor() if key is not None else norm).float() ** 2
+        return squared
 
     def _global_loss(self, loss: torch.Tensor) -> float:
         """Mean loss over the global batch: summed from one rank per dp replica and cp shard (last

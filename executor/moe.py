@@ -1,0 +1,103 @@
+"""The mixture-of-experts feed-forward block of Mixtral (Jiang et al. 2024, arXiv 2401.04088,
+section 2.1): a router and `num_experts` SwiGLU experts, each token sent to its top-k experts.
+
+- Router: a linear layer h -> num_experts without bias (Mixtral's `gate`). Each token keeps the k
+  largest logits and its weights are the softmax over those k only: softmax(TopK(x W_g)), the
+  paper's equation. (Hugging Face's Mixtral takes the softmax over all experts, keeps the top k and
+  renormalises them to sum to 1; that is the same number.) Softmax in fp32.
+- Dropless: every token reaches all of its k experts, whatever the load; there is no capacity
+  factor and no token is dropped, as in Mixtral (and MegaBlocks, Gale et al. 2022). An expert's
+  work therefore varies from step to step.
+- No load-balancing auxiliary loss: the training objective is the language-model loss alone.
+- Experts are stacked parameters `experts.w1`, `experts.w3` [num_experts, ffn, h] (gate, up) and
+  `experts.w2` [num_experts, h, ffn] (down), so an expert-parallel rank keeps a contiguous slice
+  [first_expert, first_expert + num_local_experts) of the same tensors (`keep_experts`).
+  Parameters: router h*E + E*3*h*ffn, which is `ModelSpec.mlp_params_per_layer()`.
+
+Tokens are sorted by expert and each local expert runs one matmul chain over its tokens (a loop
+over the local experts, torchtitan's fallback when grouped GEMMs are not used). An expert with no
+tokens still runs on an empty batch, so every parameter gets a gradient (zero) every step, which
+DDP requires.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autoplan.specs import ModelSpec
+
+
+def route(logits: torch.Tensor, num_experts_per_token: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights, expert ids), each (tokens, k): softmax over the k largest router logits."""
+    top_logits, expert_ids = logits.topk(num_experts_per_token, dim=-1)
+    return F.softmax(top_logits.float(), dim=-1), expert_ids
+
+
+class GroupedExperts(nn.Module):
+    """SwiGLU experts (w2(silu(w1 x) * w3 x), Shazeer 2020) as stacked weights; this module holds
+    experts [first_expert, first_expert + num_local_experts) of the model's num_experts."""
+
+    def __init__(self, num_experts: int, hidden_size: int, ffn_hidden_size: int):
+        super().__init__()
+        self.num_experts = num_experts
+        self.first_expert = 0
+        self.w1 = nn.Parameter(torch.empty(num_experts, ffn_hidden_size, hidden_size))
+        self.w3 = nn.Parameter(torch.empty(num_experts, ffn_hidden_size, hidden_size))
+        self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, ffn_hidden_size))
+
+    @property
+    def num_local_experts(self) -> int:
+        return self.w1.shape[0]
+
+    def keep_experts(self, first: int, count: int) -> None:
+        """Keep only experts [first, first + count) (before materialization: on meta this costs
+        nothing). Their initial values stay those of the full model (`init_weights` draws the full
+        stacked tensor and takes these rows)."""
+        self.first_expert = first
+        for name in ("w1", "w2", "w3"):
+            old = getattr(self, name)
+            setattr(self, name, nn.Parameter(torch.empty((count, *old.shape[1:]), device=old.device,
+                                                         dtype=old.dtype)))
+
+    def local_rows(self, full: torch.Tensor) -> torch.Tensor:
+        """This module's experts out of a full [num_experts, ...] tensor."""
+        return full[self.first_expert:self.first_expert + self.num_local_experts]
+
+    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """x: tokens sorted by local expert, counts[e] of them for local expert e."""
+        outputs = []
+        for e, x_e in enumerate(torch.split(x, counts)):
+            hidden = F.silu(x_e @ self.w1[e].t()) * (x_e @ self.w3[e].t())
+            outputs.append(hidden @ self.w2[e].t())
+        return torch.cat(outputs)
+
+
+class MoEFeedForward(nn.Module):
+    """Router + experts. `dispatcher` is None (every expert here) or, under expert parallelism, an
+    object that sends the routed tokens to the ranks holding their experts and brings the outputs
+    back (`executor.torch_backend.expert_parallel`)."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.num_experts_per_token = spec.num_experts_per_token
+        self.router = nn.Linear(spec.hidden_size, spec.num_experts, bias=False)
+        self.experts = GroupedExperts(spec.num_experts, spec.hidden_size, spec.ffn_hidden_size)
+        self.dispatcher = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.reshape(-1, x.shape[-1])
+        weights, expert_ids = route(self.router(tokens), self.num_experts_per_token)
+        flat_ids = expert_ids.flatten()
+        # Stable sort: within an expert, tokens keep their order (deterministic sums).
+        order = torch.argsort(flat_ids, stable=True)
+        token_ids = order // self.num_experts_per_token
+        counts = torch.bincount(flat_ids, minlength=self.experts.num_experts)
+        routed = tokens[token_ids]
+        if self.dispatcher is None:
+            out = self.experts(routed, counts.tolist())
+        else:
+            out = self.dispatcher(routed, counts, self.experts)
+        out = out * weights.flatten()[order].unsqueeze(-1).to(out.dtype)
+        combined = torch.zeros(tokens.shape, dtype=out.dtype, device=out.device).index_add_(0, token_ids, out)
+        return combined.view(x.shape)
