@@ -19,5 +19,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'executor' has no attribute {name!r}")
 
 
-__all__ = ["BACKENDS", "MoEFeedForward", "RunOptions", "Transformer", "add_run_arguments", "build_model", "count_params",
-           "get_backend", "model_notes", "options_from_args"]
+__all__ = ["BACKENDS", "MoEFeedForward", "RunOptions", "Transformer", "add_run_arguments", "build_model",
+           "count_params", "get_backend", "model_notes", "options_from_args"]
