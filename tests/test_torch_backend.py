@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from autoplan.cli.main import main
-from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec, read_measurements
+from autoplan.specs import (
+    AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec, read_measurements,
+)
 from executor import RunOptions
 from executor.torch_backend import run_many
 from executor.torch_backend.pipeline import build_stage, stage_indices, stage_layer_counts, stage_layer_ids
@@ -227,3 +229,20 @@ def test_stages_follow_the_plans_uneven_split():
     # Interleaving keeps equal virtual stages: rank 1 of pp=2, vpp=2 holds stages 1 and 3.
     counts = stage_layer_counts(ParallelPlan(pp=2, vpp=2), LLAMA.num_layers)
     assert [stage_layer_ids(counts, i) for i in stage_indices(1, 2, 2)] == [[1], [3]]
+
+
+def test_searched_mixtral_plan_passes_the_torch_checks(monkeypatch):
+    """What `autoplan search --model mixtral-8x7b --gpus 64` picks (dp=64 ep=8 zero=1, full
+    recompute of 3 layers) is accepted for 64 ranks; the same model with tp=2 is refused."""
+    from autoplan.catalog import catalog_model
+    from executor.torch_backend import check
+
+    mixtral = catalog_model("mixtral-8x7b")
+    training, cluster = TrainingSpec(1024, 4096, "bf16"), ClusterSpec("h100-80gb", 64)
+    monkeypatch.setenv("WORLD_SIZE", "64")
+    plan = ParallelPlan(dp=64, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=16, recompute="full",
+                        recompute_num_layers=3)
+    check(PlanDocument(model=mixtral, training=training, cluster=cluster, parallel=plan), OPTIONS)
+    tp_plan = ParallelPlan(dp=32, tp=2, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=32)
+    with pytest.raises(AutoplanError, match="mixture of experts.*tp=2"):
+        check(PlanDocument(model=mixtral, training=training, cluster=cluster, parallel=tp_plan), OPTIONS)
