@@ -64,7 +64,7 @@ def resolve_cluster(num_gpus: int, gpu: str | None = None, gpus_per_node: int | 
     else:
         from cost_model import builtin_profile
 
-        name = (gpu or DEFAULT_GPU).strip().lower()
+        name = (DEFAULT_GPU if gpu is None else gpu).strip().lower()
         known = builtin_gpu_names()
         if name not in known:
             raise AutoplanError(f"unknown GPU type {gpu!r}; known: {', '.join(known)} "

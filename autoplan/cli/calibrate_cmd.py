@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
+from autoplan.cli.argtypes import output_path
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -24,7 +26,8 @@ def register(subparsers) -> None:
                    "to learn matmul/attention/collective models from")
     p.add_argument("--kind", choices=("trees", "ridge"), default="trees",
                    help="correction model: boosted shallow trees (default) or ridge regression")
-    p.add_argument("-o", "--output", required=True, metavar="PATH", help="calibration JSON to write")
+    p.add_argument("-o", "--output", type=output_path, required=True, metavar="PATH",
+                   help="calibration JSON to write (atomically: a failed run leaves an existing file untouched)")
     p.add_argument("--json", action="store_true", help="print the training summary as JSON")
     p.set_defaults(func=run)
 

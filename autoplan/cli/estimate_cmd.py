@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoplan.cli.search_cmd import (
-    add_output_arguments, add_pin_arguments, add_problem_arguments, emit, positive_int,
+    DEFAULT_DTYPE, add_output_arguments, add_pin_arguments, add_problem_arguments, emit, positive_int,
 )
 
 
@@ -20,19 +20,25 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[0])
     p.add_argument("plan", nargs="?", default=None, metavar="PLAN.json", help="a plan file to re-score")
     add_problem_arguments(p, model_required=False)
-    add_pin_arguments(p)
+    add_pin_arguments(p, "the plan (left out: cp, vpp, ep and micro-batch 1, ZeRO 0, no recompute, no SP; "
+                         "dp what --gpus leaves)")
     p.add_argument("--recompute-layers", type=positive_int, default=None, metavar="N",
                    help="with --recompute full: layers per stage to recompute (default: the fewest that fit, at least 1)")
     add_output_arguments(p)
     p.set_defaults(func=run)
 
 
+# Flags that describe a plan; with a plan file they would be silently ignored, so they are refused.
+_PLAN_FLAGS = ("--model", "--gpus", "--gpu", "--gpus-per-node", "--profile", "--global-batch", "--seq-len",
+               "--dp", "--tp", "--pp", "--cp", "--vpp", "--ep", "--micro-batch", "--zero", "--recompute",
+               "--sequence-parallel", "--recompute-layers", "--dtype")
+
+
 def _plan_from_file(args):
     from autoplan.planner import estimate_document
     from autoplan.specs import AutoplanError, PlanDocument
 
-    given = [flag for flag, v in (("--model", args.model), ("--gpus", args.gpus), ("--tp", args.tp),
-                                  ("--pp", args.pp)) if v is not None]
+    given = [flag for flag in _PLAN_FLAGS if getattr(args, flag.lstrip("-").replace("-", "_")) is not None]
     if given:
         raise AutoplanError(f"give either a plan file or {', '.join(given)}, not both "
                             f"(edit the plan file, or describe the whole plan with flags)")
@@ -50,8 +56,9 @@ def _plan_from_flags(args):
         raise AutoplanError("give a plan file (autoplan estimate plan.json) or --model and --gpus with the plan's pins")
     model = resolve_model(args.model)
     cluster, profile = resolve_cluster(args.gpus, args.gpu, args.gpus_per_node, args.profile)
-    check_dtype(profile, args.dtype)
-    training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, args.dtype)
+    dtype = args.dtype or DEFAULT_DTYPE
+    check_dtype(profile, dtype)
+    training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, dtype)
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     if args.dp is None and cluster.num_gpus % (tp * pp * cp):
         raise AutoplanError(f"tp*pp*cp must divide --gpus, got tp={tp} * pp={pp} * cp={cp} = {tp * pp * cp}, "

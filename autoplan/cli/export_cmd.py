@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from autoplan.cli.argtypes import output_path
 from autoplan.exporters import target_names  # standard library only, like autoplan.specs
 
 
@@ -15,7 +16,8 @@ def register(subparsers) -> None:
     p.add_argument("--to", dest="target", required=True, choices=target_names(), help="framework to export to")
     p.add_argument("--alternative", type=int, default=0, metavar="K",
                    help="export the K-th ranked alternative the search wrote into the plan file (default 0: the chosen plan)")
-    p.add_argument("-o", "--output", help="write here (atomically) instead of printing")
+    p.add_argument("-o", "--output", type=output_path, metavar="FILE",
+                   help="write here (atomically) instead of printing")
     p.set_defaults(func=run)
 
 
@@ -25,7 +27,7 @@ def run(args) -> int:
 
     doc = with_alternative(PlanDocument.load(args.plan), args.alternative)
     export = export_plan(doc, args.target)
-    if args.output:
+    if args.output is not None:
         write_text_atomic(args.output, export.text)
     else:
         sys.stdout.write(export.text)

@@ -9,17 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from autoplan.cli.argtypes import (
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, check_storage_url, int_at_most, output_path, positive_int, seed_int,
+)
+
 RECOMPUTE_CHOICES = ("none", "selective", "full")
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+DEFAULT_DTYPE = "bf16"
 
 
 def add_problem_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
@@ -27,25 +22,48 @@ def add_problem_arguments(p: argparse.ArgumentParser, model_required: bool = Tru
     g = p.add_argument_group("model and cluster")
     g.add_argument("--model", required=model_required,
                    help="catalog name (see `autoplan models`), a Hugging Face config.json, or a folder holding one")
-    g.add_argument("--gpus", type=positive_int, required=model_required, help="number of GPUs")
-    g.add_argument("--gpu", default=None, help="built-in GPU type (default h100-80gb)")
-    g.add_argument("--gpus-per-node", type=positive_int, default=None, help="GPUs per node (default 8)")
+    g.add_argument("--gpus", type=int_at_most(MAX_NUM_GPUS, "GPUs"), required=model_required, metavar="N",
+                   help="number of GPUs (world size)")
+    g.add_argument("--gpu", default=None, metavar="TYPE",
+                   help="built-in GPU type, e.g. a100-80gb, h100-80gb, h200 (default: h100-80gb)")
+    g.add_argument("--gpus-per-node", type=positive_int, default=None, metavar="N",
+                   help="GPUs per node (default: 8, or the measured profile's figure)")
     g.add_argument("--profile", default=None, metavar="PATH",
                    help="a measured hardware profile JSON (from `autoplan profile`) instead of --gpu")
     t = p.add_argument_group("training shape (defaults are printed)")
-    t.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (default ~4M tokens)")
-    t.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (default 4096)")
-    t.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16")
+    t.add_argument("--global-batch", type=int_at_most(MAX_GLOBAL_BATCH, "sequences"), default=None, metavar="N",
+                   help="global batch in sequences per optimizer step, like Megatron's --global-batch-size "
+                        "(default: ~4M tokens)")
+    t.add_argument("--seq-len", type=int_at_most(MAX_SEQ_LEN, "tokens"), default=None, metavar="TOKENS",
+                   help="tokens per sequence (default: 4096, capped at the model's context)")
+    # Default None (read as bf16) so that `estimate plan.json --dtype fp8` can be refused, not ignored.
+    t.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default=None,
+                   help=f"training precision of the matmuls (default: {DEFAULT_DTYPE})")
 
 
-def add_pin_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("pins (fix a knob; the rest is searched)")
-    for flag in ("dp", "tp", "pp", "cp", "vpp", "ep"):
-        g.add_argument(f"--{flag}", type=positive_int, default=None)
-    g.add_argument("--micro-batch", type=positive_int, default=None, help="micro-batch size in sequences")
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="ZeRO stage")
-    g.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=None)
-    g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None)
+def add_pin_arguments(p: argparse.ArgumentParser, title: str = "pins (fix a knob; the rest is searched)") -> None:
+    g = p.add_argument_group(title)
+    sizes = {
+        "dp": "data-parallel size (default: what --gpus leaves after tp*pp*cp)",
+        "tp": "tensor-parallel size (Megatron --tensor-model-parallel-size)",
+        "pp": "pipeline-parallel stages (Megatron --pipeline-model-parallel-size)",
+        "cp": "context-parallel size: sequence split over ranks (Megatron --context-parallel-size)",
+        "vpp": "virtual stages per pipeline rank, interleaved 1F1B (Megatron "
+               "--num-layers-per-virtual-pipeline-stage = layers / (pp*vpp))",
+        "ep": "expert-parallel size, MoE models only (Megatron --expert-model-parallel-size)",
+    }
+    for flag, text in sizes.items():
+        g.add_argument(f"--{flag}", type=positive_int, default=None, metavar="N", help=text)
+    g.add_argument("--micro-batch", type=positive_int, default=None, metavar="N",
+                   help="micro-batch size in sequences (Megatron --micro-batch-size)")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None,
+                   help="ZeRO stage: 1 shards optimizer states over dp (Megatron --use-distributed-optimizer), "
+                        "2 also gradients, 3 also weights (FSDP)")
+    g.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=None,
+                   help="activation recomputation: selective = attention core only (Megatron "
+                        "--recompute-activations), full = whole layers (--recompute-granularity full)")
+    g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="Megatron --sequence-parallel: shard norms and dropout over the tp group (needs tp > 1)")
     g.add_argument("--allow-tp-across-nodes", action="store_true", help="let tp exceed the GPUs of one node")
 
 
@@ -58,7 +76,8 @@ def pins_from_args(args):
 
 
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", default=None, metavar="PLAN.json", help="write the plan file (atomically)")
+    p.add_argument("-o", "--output", type=output_path, default=None, metavar="PLAN.json",
+                   help="write the plan file (atomically: a failed run leaves an existing file untouched)")
     p.add_argument("--json", action="store_true", help="print the plan file (schema autoplan.plan/v1) to stdout")
 
 
@@ -67,7 +86,7 @@ def emit(doc, text: str, args) -> None:
     from autoplan.specs import write_json_atomic
     from autoplan.specs.jsonio import dumps
 
-    if args.output:
+    if args.output is not None:
         write_json_atomic(args.output, doc.to_dict())
     if args.json:
         sys.stdout.write(dumps(doc.to_dict()))
@@ -85,11 +104,12 @@ def register(subparsers) -> None:
     s = p.add_argument_group("search")
     s.add_argument("--sampler", choices=("tpe", "nsga2"), default="tpe",
                    help="tpe: fastest plan; nsga2: step-time/memory Pareto front")
-    s.add_argument("--trials", type=positive_int, default=None, help="Optuna trials (default 200 tpe + local polish, 600 nsga2)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--trials", type=positive_int, default=None, metavar="N",
+                   help="Optuna trials (default: 200 for tpe, then a local polish; 600 for nsga2)")
+    s.add_argument("--seed", type=seed_int, default=0, help="sampler seed, 0 to 2**32-1 (default: 0)")
     s.add_argument("--exhaustive", action="store_true", help="score every valid plan (slow on big spaces; exact)")
-    s.add_argument("--storage", default=None, help="Optuna storage URL to keep/resume the study, e.g. sqlite:///plans.db")
-    s.add_argument("--study-name", default=None, help="study name in --storage (default: one per model/shape/cluster/pins, so reruns resume)")
+    s.add_argument("--storage", default=None, metavar="URL", help="Optuna storage URL to keep/resume the study, e.g. sqlite:///plans.db")
+    s.add_argument("--study-name", default=None, metavar="NAME", help="study name in --storage (default: one per model/shape/cluster/pins, so reruns resume)")
     s.add_argument("--calibration", default=None, metavar="PATH",
                    help="a calibration file from `autoplan calibrate` (learned profile and step-time correction)")
     add_output_arguments(p)
@@ -105,12 +125,22 @@ def run(args) -> int:
         raise AutoplanError("--study-name needs --storage (e.g. --storage sqlite:///plans.db)")
     if args.exhaustive and args.storage:
         raise AutoplanError("--exhaustive scores every plan without a study; drop --storage (or --exhaustive)")
+    if args.storage is not None:
+        check_storage_url(args.storage)
     request = PlanRequest(
         model=args.model, num_gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
-        profile_path=args.profile, global_batch_size=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
+        profile_path=args.profile, global_batch_size=args.global_batch, seq_len=args.seq_len,
+        dtype=args.dtype or DEFAULT_DTYPE,
         pins=pins_from_args(args), allow_tp_across_nodes=args.allow_tp_across_nodes, sampler=args.sampler,
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
         study_name=args.study_name, calibration_path=args.calibration)
-    outcome = plan_search(request)
+    try:
+        outcome = plan_search(request)
+    except Exception as exc:
+        # A storage that parsed but cannot be opened (locked, read-only, server down) fails inside
+        # SQLAlchemy; anything else is a bug and keeps its traceback.
+        if args.storage is None or not type(exc).__module__.startswith("sqlalchemy"):
+            raise
+        raise AutoplanError(f"cannot use --storage {args.storage!r}: {str(exc).splitlines()[0]}") from None
     emit(outcome.document, render_document(outcome.document, outcome.defaults), args)
     return 0

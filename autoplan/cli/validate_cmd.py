@@ -33,11 +33,43 @@ def _fmt(summary: dict) -> str:
             f"max {summary['max']:7.1%}  Spearman(min over sweeps) {rho_text}")
 
 
+def load_runs(path: str) -> list:
+    """The published runs of a user's CSV; a folder, a binary file or a row with a bad cell is one
+    AutoplanError line naming the row (the shipped loader trusts its own file)."""
+    from pathlib import Path
+
+    from autoplan.specs import AutoplanError
+    from cost_model.published import load_published_runs
+
+    if Path(path).is_dir():
+        raise AutoplanError(f"--runs {path!r} is a folder; give a published-runs CSV file")
+    row = None
+    try:
+        runs = load_published_runs(path)
+        for row in runs:  # blank cells become None and would fail inside the cost model
+            row.model.check(), row.training.check(), row.cluster.check()
+            blank = [k for k, v in row.plan.to_dict().items() if v is None]
+            if blank:
+                raise AutoplanError(f"plan cell(s) {', '.join(blank)} are blank; fill them in")
+    except AutoplanError as exc:
+        if row is None:  # the loader's message already names the file
+            raise
+        raise AutoplanError(f"--runs {path!r} (row {row.id!r}): {exc}") from None
+    except UnicodeDecodeError:
+        raise AutoplanError(f"--runs {path!r} is not a text CSV; give a CSV with the columns of "
+                            f"cost_model/data/published_runs.csv") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise AutoplanError(f"--runs {path!r} has a malformed row ({type(exc).__name__}: {exc}); every row needs the "
+                            f"columns of cost_model/data/published_runs.csv, with numbers where it has numbers") from None
+    return runs
+
+
 def run(args) -> int:
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.validation import predict_runs, summarize
 
-    results = predict_runs(load_published_runs(args.runs or PUBLISHED_RUNS_PATH))
+    runs = load_runs(args.runs) if args.runs else load_published_runs(PUBLISHED_RUNS_PATH)
+    results = predict_runs(runs)
     summary = summarize(results)
     if args.calibrated:
         from cost_model.learned import calibrated_validation

@@ -74,6 +74,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     A run killed mid-write leaves the previous file (or none), never a half-written one.
     """
     p = Path(path)
+    if not str(path).strip():
+        raise AutoplanError("the output path is empty; give a file name such as plan.json")
+    if p.is_dir():
+        raise AutoplanError(f"cannot write {str(p)!r}: it is a folder; give a file name such as "
+                            f"{str(p / 'plan.json')!r}")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise AutoplanError(f"cannot write {str(p)!r}: the folder {str(parent)!r} does not exist")

@@ -83,10 +83,17 @@ def append_measurement(path, record: Measurement) -> None:
 def read_measurements(path) -> tuple[list[Measurement], list[str]]:
     """Read a JSONL file; returns (records, problems) where each malformed line is one problem."""
     p = Path(path)
+    if p.is_dir():
+        raise AutoplanError(f"measurements path {str(p)!r} is a folder, expected a JSONL file written by `autoplan run`")
     if not p.is_file():
         raise AutoplanError(f"measurements file {str(p)!r} does not exist")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AutoplanError(f"cannot read measurements file {str(p)!r} as JSONL text ({exc}); "
+                            f"pass a file written by `autoplan run`") from None
     records, problems = [], []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -1,0 +1,85 @@
+"""argparse types and pre-flight checks shared by the subcommands.
+
+A bad value is rejected while parsing (one line, exit code 2) rather than deep inside the search,
+where it would be a traceback or, for an absurd count, an endless enumeration of divisors.
+Standard library only: every command imports this at start-up.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+# Upper bounds on counts, far above any real run, so that a typo (an extra zero run, a pasted
+# token count) is one clear line instead of minutes of enumerating its divisors. The largest
+# published training runs use ~16K-100K GPUs, ~16M tokens per step (Llama 3 405B, arXiv:2407.21783
+# section 3.4) and contexts up to ~1M tokens.
+MAX_NUM_GPUS = 2**20
+MAX_GLOBAL_BATCH = 2**24
+MAX_SEQ_LEN = 2**24
+MAX_SEED = 2**32 - 1  # numpy's RandomState, which Optuna's samplers seed, takes 0 .. 2**32-1
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def int_at_most(upper: int, what: str):
+    """A positive integer no larger than `upper` (a count; `what` names its unit in the message)."""
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > upper:
+            raise argparse.ArgumentTypeError(f"must be at most {upper:,} {what}, got {value:,}")
+        return value
+    parse.__name__ = "int"  # argparse names the type in its own messages
+    return parse
+
+
+def seed_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to {MAX_SEED}, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to {MAX_SEED}, got {value}")
+    return value
+
+
+def output_path(text: str) -> str:
+    """A file to write: not empty and not an existing folder (checked before any work is done)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a file name")
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name inside it")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: the folder {str(path.parent)!r} does not exist")
+    return text
+
+
+def check_storage_url(url: str) -> None:
+    """An Optuna storage URL that SQLAlchemy can parse and, for SQLite, whose folder exists."""
+    from autoplan.specs import AutoplanError
+
+    if not url.strip():
+        raise AutoplanError("--storage is empty; give a database URL such as sqlite:///plans.db")
+    try:
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+    except ImportError:  # Optuna will say what it needs
+        return
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise AutoplanError(f"--storage {url!r} is not a database URL; use e.g. sqlite:///plans.db "
+                            f"(a file next to you) or postgresql://user@host/db") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        folder = Path(parsed.database).expanduser().parent
+        if not folder.is_dir():
+            raise AutoplanError(f"--storage {url!r}: the folder {str(folder)!r} does not exist; create it "
+                                f"or point the URL at an existing folder")

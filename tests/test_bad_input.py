@@ -1,0 +1,161 @@
+"""A hostile user's inputs to every command: each is one stderr line with the key words of what is
+wrong, exit code 2, never a traceback, and a file the user already had is left untouched.
+In-process through `autoplan.cli.main.main`; nothing here trains or profiles."""
+import csv
+import hashlib
+import json
+
+import pytest
+
+from autoplan.cli.main import main
+from cost_model.published import PUBLISHED_RUNS_PATH
+
+SMALL = ["--model", "llama-2-7b", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]
+BINARY = bytes(range(128, 256)) * 8  # not UTF-8
+
+
+def run(capsys, *argv):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse usage errors
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code, err, words):
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A scratch folder: a real plan file, a folder, a binary file, a measurement-like JSONL and a
+    published-runs CSV with one bad cell."""
+    d = tmp_path_factory.mktemp("bad")
+    assert main(["search", *SMALL, "--trials", "20", "-o", str(d / "plan.json"), "--json"]) == 0
+    (d / "folder").mkdir()
+    (d / "binary.jsonl").write_bytes(BINARY)
+    (d / "binary.csv").write_bytes(BINARY)
+    with open(PUBLISHED_RUNS_PATH, newline="") as f:
+        reader = csv.DictReader(f)
+        row = next(reader)
+        fields = reader.fieldnames
+    for name, key, value in (("bad_number.csv", "tokens_per_s_per_gpu", "fast"), ("bad_int.csv", "tp", "2.5"),
+                             ("zero_gpus.csv", "num_gpus", "0")):
+        with open(d / name, "w", newline="") as f:
+            writer = csv.DictWriter(f, fields)
+            writer.writeheader()
+            writer.writerow({**row, key: value})
+    return d
+
+
+# (argv with {d} for the scratch folder, words the one stderr line must hold)
+CASES = [
+    # numbers: negative, beyond any cluster or batch (these used to hang enumerating divisors)
+    (["search", *SMALL, "--seed", "-1"], ["--seed", "0 to 4294967295", "-1"]),
+    (["search", *SMALL, "--seed", str(2**40)], ["--seed", str(2**40)]),
+    (["search", *SMALL[:4], "--global-batch", str(10**20)], ["--global-batch", "at most", "sequences"]),
+    (["search", "--model", "llama-2-7b", "--gpus", str(8 * 10**12)], ["--gpus", "at most", "GPUs"]),
+    (["estimate", *SMALL[:6], "--seq-len", str(10**20)], ["--seq-len", "at most", "tokens"]),
+    # storage URLs that SQLAlchemy cannot parse or SQLite cannot open
+    (["search", *SMALL, "--storage", "plans.db"], ["--storage 'plans.db'", "not a database URL", "sqlite:///"]),
+    (["search", *SMALL, "--storage", "sqlite:///{d}/missing/plans.db"], ["--storage", "missing", "does not exist"]),
+    # empty or folder names where a file goes
+    (["search", *SMALL, "--gpu", ""], ["unknown GPU type ''", "h100-80gb"]),
+    (["search", *SMALL, "-o", ""], ["-o/--output", "empty"]),
+    (["search", *SMALL, "-o", "{d}/folder"], ["-o/--output", "folder", "give a file name"]),
+    (["estimate", *SMALL, "-o", "{d}/folder"], ["-o/--output", "folder"]),
+    (["export", "{d}/plan.json", "--to", "megatron", "-o", ""], ["-o/--output", "empty"]),
+    (["export", "{d}/plan.json", "--to", "megatron", "-o", "{d}/folder"], ["-o/--output", "folder"]),
+    (["calibrate", "--published", "-o", "{d}/folder"], ["-o/--output", "folder"]),
+    (["calibrate", "--published", "-o", "{d}/missing/c.json"], ["-o/--output", "missing", "does not exist"]),
+    # a plan file plus flags that describe a plan: refused, not silently ignored
+    (["estimate", "{d}/plan.json", "--zero", "3"], ["--zero", "not both"]),
+    (["estimate", "{d}/plan.json", "--seq-len", "1024", "--dtype", "fp8"], ["--seq-len", "--dtype", "not both"]),
+    # measurements that are a folder or binary
+    (["calibrate", "{d}/folder", "-o", "{d}/c.json"], ["measurements path", "folder", "JSONL"]),
+    (["calibrate", "{d}/binary.jsonl", "-o", "{d}/c.json"], ["cannot read measurements", "binary.jsonl"]),
+    (["report", "{d}/binary.jsonl", "-o", "{d}/report"], ["cannot read measurements", "binary.jsonl"]),
+    # a published-runs CSV that is a folder, binary, or has a bad cell
+    (["validate", "--runs", "{d}/folder"], ["--runs", "folder", "CSV"]),
+    (["validate", "--runs", "{d}/binary.csv"], ["--runs", "not a text CSV"]),
+    (["validate", "--runs", "{d}/bad_number.csv"], ["--runs", "malformed row", "'fast'"]),
+    (["validate", "--runs", "{d}/bad_int.csv"], ["--runs", "malformed row", "'2.5'"]),
+    (["validate", "--runs", "{d}/zero_gpus.csv"], ["--runs", "row 'N21-T1-01'", "num_gpus", "got 0"]),
+    # run: output that is a folder; a 7B model in fp32 on 8 CPU processes (refused before any start)
+    (["run", "{d}/plan.json", "--out", "{d}/folder"], ["--out", "is a folder", "runs.jsonl"]),
+]
+
+
+@pytest.mark.parametrize("argv, words", CASES, ids=[" ".join(a[:3]) + "|" + w[0] for a, w in CASES])
+def test_bad_input_is_one_line_and_exit_2(capsys, files, argv, words):
+    code, _, err = run(capsys, *(a.format(d=files) for a in argv))
+    assert_one_line_error(code, err, [w.format(d=files) for w in words])
+
+
+def test_cpu_run_of_a_model_larger_than_host_memory_is_refused(capsys, files, monkeypatch):
+    import autoplan.cli.run_cmd as run_cmd
+
+    plan = files / "zero0.json"
+    assert main(["estimate", *SMALL, "--zero", "0", "-o", str(plan), "--json"]) == 0  # dp=8 tp=1 pp=1
+    capsys.readouterr()
+    monkeypatch.setattr(run_cmd, "available_host_bytes", lambda: 16 * 2**30)
+    code, _, err = run(capsys, "run", plan, "--out", files / "runs.jsonl")
+    # llama-2-7b has 6,738,415,616 parameters; unsharded fp32 weights + grads + AdamW moments are
+    # 16 bytes each, in each of 8 processes: 803.3 GiB.
+    assert_one_line_error(code, err, ["needs at least 803.3 GiB of host memory", "8 CPU processes",
+                                      "16.0 GiB is available", "--device cuda"])
+    assert not (files / "runs.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["search", *SMALL, "--tp", "3", "-o", "{out}"],
+    ["search", *SMALL, "--storage", "nonsense", "-o", "{out}"],
+    ["estimate", *SMALL, "--pp", "3", "-o", "{out}"],
+    ["export", "{d}/folder", "--to", "deepspeed", "-o", "{out}"],
+    ["calibrate", "{d}/binary.jsonl", "-o", "{out}"],
+])
+def test_failed_command_leaves_an_existing_output_untouched(capsys, files, tmp_path, argv):
+    out = tmp_path / "precious.json"
+    out.write_text('{"keep": "me"}\n')
+    before = digest(out)
+    code, _, err = run(capsys, *(a.format(d=files, out=out) for a in argv))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert digest(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["precious.json"]
+
+
+def test_ctrl_c_during_search_is_one_line_130_and_keeps_the_plan_file(capsys, files, tmp_path, monkeypatch):
+    import autoplan.planner
+
+    def interrupted(request):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(autoplan.planner, "plan_search", interrupted)
+    out = tmp_path / "plan.json"
+    out.write_text((files / "plan.json").read_text())
+    before = digest(out)
+    code, stdout, err = run(capsys, "search", *SMALL, "-o", out)
+    assert code == 130 and err.strip() == "autoplan search: interrupted" and not stdout
+    assert digest(out) == before
+
+
+def test_estimate_of_a_plan_file_still_works_without_flags(capsys, files):
+    code, out, err = run(capsys, "estimate", files / "plan.json")
+    assert code == 0 and "plan: dp=" in out and not err
+
+
+def test_search_help_names_megatron_flags_and_defaults(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # argparse wraps long words at their hyphens
+    code, out, _ = run(capsys, "search", "--help")
+    assert code == 0
+    for text in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+                 "--micro-batch-size", "--global-batch-size", "(default: bf16)", "(default: 0)",
+                 "(default: h100-80gb)", "--tp N", "--seq-len TOKENS"):
+        assert text in " ".join(out.split()), text
