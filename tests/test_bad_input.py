@@ -42,6 +42,9 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
     assert main(["search", *SMALL, "--trials", "20", "-o", str(d / "plan.json"), "--json"]) == 0
     (d / "folder").mkdir()
+    run_line = json.dumps({"schema": "autoplan.measurement/v1", "plan_id": "x"})
+    (d / "runs.jsonl").write_text(run_line + "\n" + run_line + "\n")
+    (d / "one_run.jsonl").write_text(run_line + "\n")
     (d / "binary.jsonl").write_bytes(BINARY)
     (d / "binary.csv").write_bytes(BINARY)
     with open(PUBLISHED_RUNS_PATH, newline="") as f:
@@ -90,6 +93,11 @@ CASES = [
     (["validate", "--runs", "{d}/bad_number.csv"], ["--runs", "malformed row", "'fast'"]),
     (["validate", "--runs", "{d}/bad_int.csv"], ["--runs", "malformed row", "'2.5'"]),
     (["validate", "--runs", "{d}/zero_gpus.csv"], ["--runs", "row 'N21-T1-01'", "num_gpus", "got 0"]),
+    # a file written by another command: named for what it is, not called outdated
+    (["estimate", "{d}/runs.jsonl"], ["runs.jsonl'", "one JSON value per line", "not a single plan"]),
+    (["run", "{d}/one_run.jsonl"], ["is a measurement", "not a plan file", "autoplan search -o"]),
+    (["profile", "--compare", "{d}/plan.json", "builtin:h200"], ["is a plan file", "not a hardware profile"]),
+    (["search", *SMALL, "--calibration", "{d}/plan.json"], ["is a plan file", "not a calibration file"]),
     # run: output that is a folder; a 7B model in fp32 on 8 CPU processes (refused before any start)
     (["run", "{d}/plan.json", "--out", "{d}/folder"], ["--out", "is a folder", "runs.jsonl"]),
 ]
@@ -108,12 +116,12 @@ def test_cpu_run_of_a_model_larger_than_host_memory_is_refused(capsys, files, mo
     assert main(["estimate", *SMALL, "--zero", "0", "-o", str(plan), "--json"]) == 0  # dp=8 tp=1 pp=1
     capsys.readouterr()
     monkeypatch.setattr(run_cmd, "available_host_bytes", lambda: 16 * 2**30)
-    code, _, err = run(capsys, "run", plan, "--out", files / "runs.jsonl")
+    code, _, err = run(capsys, "run", plan, "--out", files / "measured.jsonl")
     # llama-2-7b has 6,738,415,616 parameters; unsharded fp32 weights + grads + AdamW moments are
     # 16 bytes each, in each of 8 processes: 803.3 GiB.
     assert_one_line_error(code, err, ["needs at least 803.3 GiB of host memory", "8 CPU processes",
                                       "16.0 GiB is available", "--device cuda"])
-    assert not (files / "runs.jsonl").exists()
+    assert not (files / "measured.jsonl").exists()
 
 
 @pytest.mark.parametrize("argv", [

@@ -12,7 +12,7 @@ def register(subparsers) -> None:
         "export", help="print a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed JSON",
         description="Translate a plan file into the configuration of a training framework. What does "
                     "not map is listed on stderr (and in the comment block of shell/TOML output).")
-    p.add_argument("plan", help="plan file (schema autoplan.plan/v1), as written by `autoplan search -o`")
+    p.add_argument("plan", metavar="PLAN.json", help="plan file (schema autoplan.plan/v1), as written by `autoplan search -o`")
     p.add_argument("--to", dest="target", required=True, choices=target_names(), help="framework to export to")
     p.add_argument("--alternative", type=int, default=0, metavar="K",
                    help="export the K-th ranked alternative the search wrote into the plan file (default 0: the chosen plan)")

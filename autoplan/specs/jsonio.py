@@ -11,11 +11,24 @@ from typing import Any
 from autoplan.specs.errors import AutoplanError, SchemaError
 
 
+# The files autoplan writes, by schema: what each is and which command writes it, so that a file
+# handed to the wrong command is named for what it is instead of being called outdated.
+_FILE_KINDS = {
+    "autoplan.plan/v1": "a plan file (written by `autoplan search -o`)",
+    "autoplan.profile/v1": "a hardware profile (written by `autoplan profile --out`)",
+    "autoplan.measurement/v1": "a measurement (a line of the JSONL `autoplan run` appends to)",
+    "autoplan.calibration/v1": "a calibration file (written by `autoplan calibrate -o`)",
+}
+
+
 def check_schema(data: Any, expected: str, what: str) -> dict:
     """Return `data` if it is a dict whose "schema" is `expected`, else raise SchemaError."""
     if not isinstance(data, dict):
         raise SchemaError(f"{what} must be a JSON object, got {type(data).__name__}")
     found = data.get("schema")
+    if found != expected and found in _FILE_KINDS and expected in _FILE_KINDS:
+        raise SchemaError(f"{what} has schema {found!r}: it is {_FILE_KINDS[found]}, not "
+                          f"{_FILE_KINDS[expected]}; pass the right file (expected {expected!r})")
     if found != expected:
         raise SchemaError(
             f"{what} has schema {found!r}, expected {expected!r}; "
@@ -59,6 +72,9 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and exc.lineno > 1:
+            raise AutoplanError(f"{what} file {str(p)!r} holds one JSON value per line (JSON Lines, like the "
+                                f"runs.jsonl of `autoplan run`), not a single {what} JSON object") from None
         raise AutoplanError(
             f"{what} file {str(p)!r} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None

@@ -16,6 +16,7 @@ import numpy as np
 import sklearn
 
 from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, HardwareProfile, read_json, write_json_atomic
+from autoplan.specs.jsonio import check_schema
 from cost_model.learned.correction import correction_from_json, correction_to_json
 from cost_model.learned.features import FEATURE_NAMES, FEATURE_SCHEMA
 
@@ -61,6 +62,8 @@ class CalibrationFile:
     @classmethod
     def from_dict(cls, data: dict, what: str = "calibration file") -> "CalibrationFile":
         if not isinstance(data, dict) or data.get("schema") != CALIBRATION_SCHEMA:
+            if isinstance(data, dict) and str(data.get("schema")).startswith("autoplan."):
+                check_schema(data, CALIBRATION_SCHEMA, what)  # another autoplan file: says which kind
             found = data.get("schema") if isinstance(data, dict) else type(data).__name__
             raise AutoplanError(f"{what} has schema {found!r}, expected {CALIBRATION_SCHEMA!r}; "
                                 f"regenerate it with `autoplan calibrate`")
