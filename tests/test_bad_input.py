@@ -46,6 +46,7 @@ def files(tmp_path_factory):
     (d / "runs.jsonl").write_text(run_line + "\n" + run_line + "\n")
     (d / "one_run.jsonl").write_text(run_line + "\n")
     (d / "binary.jsonl").write_bytes(BINARY)
+    (d / "empty.bin").write_bytes(b"")
     (d / "binary.csv").write_bytes(BINARY)
     with open(PUBLISHED_RUNS_PATH, newline="") as f:
         reader = csv.DictReader(f)
@@ -100,6 +101,9 @@ CASES = [
     (["search", *SMALL, "--calibration", "{d}/plan.json"], ["is a plan file", "not a calibration file"]),
     # run: output that is a folder; a 7B model in fp32 on 8 CPU processes (refused before any start)
     (["run", "{d}/plan.json", "--out", "{d}/folder"], ["--out", "is a folder", "runs.jsonl"]),
+    (["run", "{d}/plan.json", "--data", "{d}/empty.bin"], ["--data", "is empty", "synthetic"]),
+    (["run", "{d}/plan.json", "--checkpoint-dir", "{d}/plan.json", "--checkpoint-every", "1"],
+     ["--checkpoint-dir", "is a file", "folder"]),
 ]
 
 

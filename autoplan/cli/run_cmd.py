@@ -33,9 +33,7 @@ def run(args) -> int:
     backend = get_backend(options.backend)
     if options.out and not Path(options.out).resolve().parent.is_dir():
         raise AutoplanError(f"--out {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
-    if options.out and Path(options.out).is_dir():
-        raise AutoplanError(f"--out {options.out!r} is a folder; give the JSONL file to append to, "
-                            f"e.g. {str(Path(options.out) / 'runs.jsonl')!r}")
+    check_paths(options)
     for doc in docs:
         backend.check(doc, options)
         if options.device == "cpu":
@@ -51,6 +49,21 @@ def run(args) -> int:
     if len(records) < len(docs):
         sys.stderr.write(f"autoplan run: {len(docs) - len(records)} plan(s) after the failed one were not run\n")
     return 0 if all(r.status == "ok" for r in records) and len(records) == len(docs) else 1
+
+
+def check_paths(options) -> None:
+    """Paths the executor would trip over only after starting its processes (a traceback each)."""
+    from autoplan.specs import AutoplanError
+
+    if options.out and Path(options.out).is_dir():
+        raise AutoplanError(f"--out {options.out!r} is a folder; give the JSONL file to append to, "
+                            f"e.g. {str(Path(options.out) / 'runs.jsonl')!r}")
+    if options.data and Path(options.data).is_file() and Path(options.data).stat().st_size == 0:
+        raise AutoplanError(f"--data {options.data!r} is empty; pass a flat {options.data_dtype} token-id file "
+                            f"or leave out --data for synthetic tokens")
+    if options.checkpoint_dir and Path(options.checkpoint_dir).exists() and not Path(options.checkpoint_dir).is_dir():
+        raise AutoplanError(f"--checkpoint-dir {options.checkpoint_dir!r} is a file; give a folder (it is created "
+                            f"if missing)")
 
 
 def summary(record, out: str) -> str:
