@@ -93,6 +93,7 @@ CASES = [
     (["validate", "--runs", "{d}/binary.csv"], ["--runs", "not a text CSV"]),
     (["validate", "--runs", "{d}/bad_number.csv"], ["--runs", "malformed row", "'fast'"]),
     (["validate", "--runs", "{d}/bad_int.csv"], ["--runs", "malformed row", "'2.5'"]),
+    (["validate", "--runs", "{d}/bad_int.csv", "--calibrated"], ["--calibrated", "shipped", "drop one"]),
     (["validate", "--runs", "{d}/zero_gpus.csv"], ["--runs", "row 'N21-T1-01'", "num_gpus", "got 0"]),
     # a file written by another command: named for what it is, not called outdated
     (["estimate", "{d}/runs.jsonl"], ["runs.jsonl'", "one JSON value per line", "not a single plan"]),

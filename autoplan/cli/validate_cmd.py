@@ -68,6 +68,10 @@ def run(args) -> int:
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.validation import predict_runs, summarize
 
+    if args.calibrated and args.runs:
+        from autoplan.specs import AutoplanError
+        raise AutoplanError(f"--calibrated scores the learned correction on the shipped published runs only, "
+                            f"not on --runs {args.runs!r}; drop one of the two")
     runs = load_runs(args.runs) if args.runs else load_published_runs(PUBLISHED_RUNS_PATH)
     results = predict_runs(runs)
     summary = summarize(results)
