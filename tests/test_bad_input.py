@@ -83,6 +83,7 @@ CASES = [
     (["calibrate", "--published", "-o", "{d}/missing/c.json"], ["-o/--output", "missing", "does not exist"]),
     # a plan file plus flags that describe a plan: refused, not silently ignored
     (["estimate", "{d}/plan.json", "--zero", "3"], ["--zero", "not both"]),
+    (["estimate", "{d}/plan.json", "--allow-tp-across-nodes"], ["--allow-tp-across-nodes", "not both"]),
     (["estimate", "{d}/plan.json", "--seq-len", "1024", "--dtype", "fp8"], ["--seq-len", "--dtype", "not both"]),
     # measurements that are a folder or binary
     (["calibrate", "{d}/folder", "-o", "{d}/c.json"], ["measurements path", "folder", "JSONL"]),

@@ -39,6 +39,7 @@ def _plan_from_file(args):
     from autoplan.specs import AutoplanError, PlanDocument
 
     given = [flag for flag in _PLAN_FLAGS if getattr(args, flag.lstrip("-").replace("-", "_")) is not None]
+    given += ["--allow-tp-across-nodes"] if args.allow_tp_across_nodes else []
     if given:
         raise AutoplanError(f"give either a plan file or {', '.join(given)}, not both "
                             f"(edit the plan file, or describe the whole plan with flags)")
