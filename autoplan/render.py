@@ -29,25 +29,51 @@ def plan_line(parallel: dict) -> str:
         parts.append(f"ep={p['ep']}")
     parts.append("sp" if p.get("sequence_parallel") else "no-sp")
     parts.append(f"zero={p.get('zero_stage', 0)}")
-    parts.append(f"mb={p['micro_batch_size']}x{p['num_microbatches']}")
+    parts.append(f"mbs={p['micro_batch_size']}x{p['num_microbatches']}")
     rc = p.get("recompute", "none")
     parts.append(f"recompute={rc}" + (f"({p['recompute_num_layers']}/stage)" if rc == "full" else ""))
     return " ".join(parts)
 
 
+# One line per breakdown term, so the table reads without the docs (docs/cost_model.md has the formulas).
+TERM_LEGEND = {
+    "compute": "GEMMs and attention, forward + backward, at the profile's shape efficiency",
+    "memory_bound": "norms, activations, residual adds, RoPE, loss: HBM-bandwidth bound",
+    "recompute": "forward passes re-run by activation checkpointing",
+    "tp_comm": "tensor-parallel all-reduce / SP all-gather + reduce-scatter, exposed part",
+    "cp_comm": "context-parallel K/V exchange not hidden behind attention",
+    "ep_comm": "MoE all-to-all dispatch and combine",
+    "pp_comm": "pipeline point-to-point sends",
+    "pp_bubble": "pipeline fill and drain: (pp-1)/(vpp*micro-batches) of the step",
+    "dp_comm": "data-parallel / ZeRO gradient and weight collectives, exposed part",
+    "optimizer": "AdamW update of the local shard",
+    "overhead": "host time of sharding hooks or a blocking pipeline engine",
+    "params": "bf16 weights held by this GPU",
+    "grads": "fp32 gradients held by this GPU",
+    "optimizer_states": "fp32 master weights + Adam moments",
+    "activations": "saved for backward, all micro-batches in flight",
+    "activation_working": "one layer's backward working set",
+    "logits": "last stage: logits and loss in fp32",
+    "comm_buffers": "ZeRO-3 gathered weights and unsharded gradients",
+    "allocator_overhead": "caching-allocator fragmentation",
+    "cuda_context": "CUDA context and kernels",
+}
+MEMORY_LEGEND = {**TERM_LEGEND, "optimizer": TERM_LEGEND["optimizer_states"]}
+
+
 def breakdown_lines(prediction: dict) -> list:
     time_s = prediction["time_breakdown_s"]
     total_s = sum(time_s.values())
-    rows = [[k, f"{v:.3f}", f"{100 * v / total_s:.1f}"] for k, v in time_s.items() if v > 0]
-    rows.append(["total (step time)", f"{total_s:.3f}", "100.0"])
-    lines = ["time per step", *_table(["term", "s", "%"], rows, "lrr")]
+    rows = [[k, f"{v:.3f}", f"{100 * v / total_s:.1f}", TERM_LEGEND.get(k, "")] for k, v in time_s.items() if v > 0]
+    rows.append(["total (step time)", f"{total_s:.3f}", "100.0", "the sum of the terms above"])
+    lines = ["time per step", *_table(["term", "s", "%", "what it is"], rows, "lrrl")]
     mem = prediction["memory_breakdown_bytes"]
     total_b = sum(mem.values())
-    rows = [[k, f"{v / GIB:.2f}", f"{100 * v / total_b:.1f}"] for k, v in mem.items() if v > 0]
-    rows.append(["total (peak per GPU)", f"{total_b / GIB:.2f}", "100.0"])
+    rows = [[k, f"{v / GIB:.2f}", f"{100 * v / total_b:.1f}", MEMORY_LEGEND.get(k, "")] for k, v in mem.items() if v > 0]
+    rows.append(["total (peak per GPU)", f"{total_b / GIB:.2f}", "100.0", "the sum of the terms above"])
     cap = prediction.get("memory_capacity_bytes")
     lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB" if cap else ""),
-              *_table(["term", "GiB", "%"], rows, "lrr")]
+              *_table(["term", "GiB", "%", "what it is"], rows, "lrrl")]
     return lines
 
 
@@ -117,7 +143,12 @@ def render_document(doc, defaults: list = (), title: str = "best plan", with_sea
     lines = setup_lines(doc)
     for d in defaults:
         lines.append(f"default  {d}")
-    lines += ["", f"{title}: {plan_line(doc.parallel.to_dict())}", *headline_lines(doc.prediction), ""]
+    par = doc.parallel
+    lines += ["", f"{title}: {plan_line(par.to_dict())}",
+              f"  (mbs={par.micro_batch_size}x{par.num_microbatches}: micro-batches of {par.micro_batch_size} "
+              f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per data-parallel "
+              f"replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp)",
+              *headline_lines(doc.prediction), ""]
     lines += breakdown_lines(doc.prediction)
     if doc.search and with_search:
         lines += ["", *alternatives_lines(doc)]

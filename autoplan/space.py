@@ -55,7 +55,9 @@ class Pins:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Ascending divisors of n in O(sqrt(n)): a config.json with 10^9 layers must not hang the search."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 class SearchSpace:

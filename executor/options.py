@@ -50,9 +50,11 @@ class RunOptions:
         for key in ("steps", "log_every"):
             if getattr(self, key) < 1:
                 raise AutoplanError(f"--{key.replace('_', '-')} must be at least 1, got {getattr(self, key)}")
-        for key in ("warmup_steps", "warmup", "checkpoint_every", "nproc"):
+        flags = {"warmup_steps": "--warmup-steps", "warmup": "--lr-warmup", "checkpoint_every": "--checkpoint-every",
+                 "nproc": "--nproc", "seed": "--seed"}
+        for key, flag in flags.items():
             if getattr(self, key) < 0:
-                raise AutoplanError(f"--{key.replace('_', '-')} must not be negative, got {getattr(self, key)}")
+                raise AutoplanError(f"{flag} must not be negative, got {getattr(self, key)}")
         if self.warmup_steps >= self.steps:
             raise AutoplanError(
                 f"--warmup-steps must be smaller than --steps so some steps are measured, got "
@@ -67,6 +69,9 @@ class RunOptions:
             raise AutoplanError(f"--data-dtype must be one of {DATA_DTYPES}, got {self.data_dtype!r}")
         if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
             raise AutoplanError("--checkpoint-every and --resume need --checkpoint-dir DIR")
+        if self.checkpoint_dir and not (self.checkpoint_every or self.resume):
+            raise AutoplanError(f"--checkpoint-dir {self.checkpoint_dir} saves nothing without --checkpoint-every N "
+                                f"(how often to save) or --resume (to continue from it)")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -85,19 +90,24 @@ def add_run_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
     parser.add_argument("--warmup-steps", type=int, default=d.warmup_steps,
                         help="leading steps left out of the step-time statistics (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--seed", type=int, default=d.seed,
+                        help="seed of the weights and the synthetic data order (default %(default)s)")
     parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default %(default)s)")
-    parser.add_argument("--min-lr", type=float, default=d.min_lr, help="final cosine learning rate")
-    parser.add_argument("--lr-warmup", type=int, default=d.warmup, help="linear LR warm-up steps")
+    parser.add_argument("--min-lr", type=float, default=d.min_lr, help="final learning rate of the cosine decay (default %(default)s)")
+    parser.add_argument("--lr-warmup", type=int, default=d.warmup, help="linear learning-rate warm-up steps (default %(default)s)")
     parser.add_argument("--grad-clip", type=float, default=d.grad_clip, help="global-norm clip (0 = off)")
     parser.add_argument("--data", default=d.data, help="flat token-id file (numpy memmap); default synthetic")
-    parser.add_argument("--data-dtype", default=d.data_dtype, choices=DATA_DTYPES)
+    parser.add_argument("--data-dtype", default=d.data_dtype, choices=DATA_DTYPES,
+                        help="integer type of the token ids in --data (default %(default)s)")
     parser.add_argument("--out", default=d.out, help="JSONL file the measurement is appended to "
                         "(default %(default)s; '' = none)")
-    parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir)
-    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every)
+    parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, metavar="DIR",
+                        help="folder of torch.distributed.checkpoint saves (default: no checkpoints)")
+    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="N",
+                        help="save every N steps into --checkpoint-dir (default %(default)s = never)")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
-    parser.add_argument("--log-every", type=int, default=d.log_every)
+    parser.add_argument("--log-every", type=int, default=d.log_every, metavar="N",
+                        help="print a progress line every N steps (default %(default)s)")
 
 
 def options_from_args(args) -> RunOptions:

@@ -155,6 +155,10 @@ def test_options_and_registry_reject_bad_input():
         RunOptions(steps=2, warmup_steps=2)
     with pytest.raises(AutoplanError, match="checkpoint-dir"):
         RunOptions(resume=True)
+    with pytest.raises(AutoplanError, match="saves nothing without --checkpoint-every"):
+        RunOptions(checkpoint_dir="ckpt")
+    with pytest.raises(AutoplanError, match="--lr-warmup must not be negative"):
+        RunOptions(warmup=-1)
     with pytest.raises(AutoplanError, match="unknown backend 'jax'"):
         get_backend("jax")
 

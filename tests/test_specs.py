@@ -136,3 +136,16 @@ def test_measurements_skip_and_count_malformed_lines(tmp_path):
     records, problems = read_measurements(path)
     assert len(records) == 2 and len(problems) == 2
     assert records[0].median_step_time_s == 2.0 and records[0].tokens_per_s == 50.0
+
+
+def test_a_typo_in_the_parallel_block_is_refused_not_dropped():
+    with pytest.raises(SchemaError, match=r"unknown field\(s\) 'tensor_parallel'.*dp, tp, pp"):
+        ParallelPlan.from_dict({"dp": 2, "tensor_parallel": 8, "pp": 1, "micro_batch_size": 1, "num_microbatches": 1})
+
+
+def test_divisors_are_exact_and_fast_for_huge_counts():
+    from autoplan.space import divisors
+
+    for n in (1, 12, 16, 126, 97, 3600):
+        assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+    assert divisors(10**12)[-2:] == [5 * 10**11, 10**12]

@@ -171,7 +171,7 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
     moe_ep = tmp_path / "moe_ep.json"
     plan_doc(MOE, dp=4, ep=2, num_microbatches=2).save(moe_ep)
     assert "expert parallelism (ep=2)" in _bad(tmp_path, capsys, moe_ep, "--checkpoint-dir", tmp_path / "c",
-                                               "--out", out)
+                                               "--checkpoint-every", 1, "--out", out)
 
 
 @pytest.mark.parametrize("policy,expected_core_calls", [("none", 1), ("selective", 2), ("full", 2)])

@@ -157,7 +157,7 @@ def test_pp_and_other_unsupported_input_is_refused_before_anything_starts(cli, t
     with pytest.raises(AutoplanError, match="--nproc 4"):
         check(_doc(dp=8), OPTIONS.replace(nproc=4))
     with pytest.raises(AutoplanError, match="checkpoint"):
-        check(_doc(dp=8), OPTIONS.replace(checkpoint_dir=str(tmp_path)))
+        check(_doc(dp=8), OPTIONS.replace(checkpoint_dir=str(tmp_path), checkpoint_every=1))
     llama = ModelSpec(name="llama-2-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
                       ffn_hidden_size=28672, vocab_size=32000)
     monkeypatch.setattr("executor.xla_backend.launch._host_memory_bytes", lambda: 64 * 2**30)

@@ -82,6 +82,11 @@ class ParallelPlan:
     def from_dict(cls, data: dict, what: str = "parallel") -> "ParallelPlan":
         if not isinstance(data, dict):
             raise SchemaError(f"{what} must be a JSON object")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            # A typo such as "tensor_parallel" must not be dropped silently: the plan would run as tp=1.
+            raise SchemaError(f"{what} has unknown field(s) {', '.join(map(repr, unknown))}; "
+                              f"the fields are {', '.join(cls.__dataclass_fields__)}")
         ints = ("dp", "tp", "pp", "cp", "vpp", "zero_stage", "micro_batch_size", "num_microbatches",
                 "recompute_num_layers", "ep")
         kwargs = {k: require(data, k, int, what) for k in ints if k in data}

@@ -30,13 +30,16 @@ def load_measured_profile(path) -> HardwareProfile:
 
 
 def gather(measurement_paths, published: bool, learned: HardwareProfile | None = None) -> tuple[CalibrationData, int]:
-    """All calibration rows; returns (data, number of malformed JSONL lines skipped)."""
-    data, malformed = CalibrationData(), 0
+    """All calibration rows; returns (data, number of malformed JSONL lines skipped).
+
+    `data.skipped` lists the malformed lines first, then the unusable rows, each with its reason."""
+    data, problems = CalibrationData(), []
     for path in measurement_paths:
-        records, problems = read_measurements(path)
-        malformed += len(problems)
-        data.skipped += problems
+        records, found = read_measurements(path)
+        problems += found
         data.extend(measurement_data(records, Path(path).name, Path(path).parent, learned))
+    data.skipped[:0] = problems
+    malformed = len(problems)
     if published:
         data.extend(published_data())
     return data, malformed
@@ -68,12 +71,13 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     if malformed:
         lines.append(f"skipped {malformed} malformed measurement line(s)")
     unusable = len(data.skipped) - malformed
+    first_reason = f"; the first: {data.skipped[malformed]}" if unusable else ""
     if unusable:
-        lines.append(f"skipped {unusable} unusable row(s) (failed runs, or plans the cost model rejects)")
+        lines.append(f"skipped {unusable} unusable row(s) (failed runs, or plans the cost model rejects){first_reason}")
     if len(data) < MIN_TRAINING_ROWS:
         raise AutoplanError(
             f"only {len(data)} usable training row(s) (at least {MIN_TRAINING_ROWS} needed; {malformed} malformed "
-            f"line(s) and {unusable} unusable row(s) skipped) from {', '.join(measurement_paths) or 'no measurement files'}"
+            f"line(s) and {unusable} unusable row(s) skipped{first_reason}) from {', '.join(measurement_paths) or 'no measurement files'}"
             f"{' and the published runs' if published else ''}; record more runs with `autoplan run` or add --published")
     records = data.records
     target = np.log(np.asarray(data.measured_s) / np.array([r["analytical_step_time_s"] for r in records]))
