@@ -94,10 +94,10 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
 
 
 def published_data(dtypes=("bf16", "fp16")) -> CalibrationData:
-    """Rows from the shipped published runs with the given precisions, each estimated on the
-    built-in profile of its GPU with the software stack of its framework (as `autoplan validate`).
+    """Rows from the shipped published runs with the given precisions, each estimated exactly as
+    `autoplan validate` does: the run's own profile (its GPU, and its cluster's network where the
+    source says, e.g. Jean Zay's for BigScience) and the software stack of its framework.
     The measured step time is the published tokens/s/GPU turned back into seconds per step."""
-    from cost_model import builtin_profile
     from cost_model.published import load_published_runs
 
     data = CalibrationData()
@@ -106,7 +106,7 @@ def published_data(dtypes=("bf16", "fp16")) -> CalibrationData:
             continue
         try:
             record = _estimate_record(run.model, run.training, run.cluster, run.plan,
-                                      builtin_profile(run.gpu), run.software())
+                                      run.profile(), run.software())
         except (AutoplanError, InfeasiblePlan) as exc:
             data.skipped.append(f"published {run.id}: {exc}")
             continue
