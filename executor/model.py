@@ -22,11 +22,17 @@ attributes to None and `forward` passes hidden states through.
 
 Attention reads the number of heads from the projections' outputs (`view(b, s, -1, head_dim)`), so
 a tensor-parallel module whose wq/wk/wv produce 1/tp of the heads runs unchanged.
+
+`Kernels` picks how some parts are computed, never what: each choice gives the same function (up to
+rounding) and is switchable from `autoplan run --without NAME` (executor.options.SPEEDUPS).
+Given labels, `forward` returns the loss instead of the logits, so the head and the loss can be
+fused (executor.loss) inside the forward, where a sharded (FSDP2) head weight is gathered.
 """
 from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +40,7 @@ from torch import nn
 
 from autoplan.specs import AutoplanError, ModelSpec
 
+from executor.loss import chunked_cross_entropy, plain_cross_entropy
 from executor.moe import GroupedExperts, MoEFeedForward
 
 ROPE_THETA = 10000.0
@@ -75,21 +82,46 @@ def _norm(spec: ModelSpec) -> nn.Module:
     return nn.RMSNorm(spec.hidden_size, eps=1e-6)
 
 
+@dataclass(frozen=True)
+class Kernels:
+    """How the model computes some of its parts (the function is the same either way)."""
+
+    native_gqa: bool = True
+    """Grouped-query attention by SDPA's `enable_gqa` (K/V heads broadcast inside the kernel);
+    False: K/V heads copied q_heads/kv_heads times with `repeat_interleave` before SDPA."""
+    rope_in_compute_dtype: bool = True
+    """RoPE in the activations' dtype with a cos/sin table cast to it once per forward; False:
+    the rotation in fp32 (the activations cast up and back down in every layer)."""
+    loss_chunk_tokens: int = 0
+    """Given labels, the head and the loss fused over chunks of this many tokens
+    (executor.loss.chunked_cross_entropy); 0: whole fp32 logits, then cross-entropy."""
+
+
 def rope_cache(head_dim: int, max_seq_len: int, device=None) -> torch.Tensor:
-    """cos and sin of position * theta^(-2i/d), shape (2, max_seq_len, head_dim/2), fp32."""
+    """cos and sin of position * theta^(-2i/d), shape (2, max_seq_len, head_dim), fp32, in the
+    rotate-half layout: angle i serves dimensions i and i + head_dim/2 (GPT-NeoX's and Hugging
+    Face's Llama layout, no interleaving, so the rotation needs no strided stack/flatten)."""
     inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
     angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32, device=device), inv_freq)
+    angles = torch.cat([angles, angles], dim=-1)
     return torch.stack([angles.cos(), angles.sin()])
 
 
-def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[2i], x[2i+1]) of x (b, s, heads, head_dim) by the cached angles."""
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cache: torch.Tensor, in_compute_dtype: bool = True) -> torch.Tensor:
+    """Rotate pairs (x[i], x[i + head_dim/2]) of x (b, s, heads, head_dim) by the cached angles;
+    in x's dtype (cache already cast to it) or, with in_compute_dtype=False, in fp32."""
     seq_len = x.shape[1]
     cos = cache[0, :seq_len].view(1, seq_len, 1, -1)
     sin = cache[1, :seq_len].view(1, seq_len, 1, -1)
-    x_even, x_odd = x.float().unflatten(-1, (-1, 2)).unbind(-1)
-    rotated = torch.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], dim=-1)
-    return rotated.flatten(-2).type_as(x)
+    if in_compute_dtype:
+        return x * cos.to(x.dtype) + _rotate_half(x) * sin.to(x.dtype)
+    xf = x.float()
+    return (xf * cos.float() + _rotate_half(xf) * sin.float()).type_as(x)
 
 
 def repeat_kv(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
@@ -104,21 +136,28 @@ class CausalAttention(nn.Module):
     selective recompute can wrap exactly this part (Korthikanti et al. 2022, section 4) and
     context parallelism can replace it."""
 
+    def __init__(self, native_gqa: bool = True):
+        super().__init__()
+        self.native_gqa = native_gqa
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.native_gqa:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1])
         return F.scaled_dot_product_attention(q, repeat_kv(q, k), repeat_kv(q, v), is_causal=True)
 
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, kernels: Kernels):
         super().__init__()
         h, q_bias = spec.hidden_size, spec.qkv_bias or spec.linear_bias
         self.head_dim = spec.head_dim
         self.use_rope = spec.position != "learned"
+        self.rope_in_compute_dtype = kernels.rope_in_compute_dtype
         self.wq = nn.Linear(h, spec.q_size, bias=q_bias)
         self.wk = nn.Linear(h, spec.kv_size, bias=q_bias)
         self.wv = nn.Linear(h, spec.kv_size, bias=q_bias)
         self.wo = nn.Linear(spec.q_size, h, bias=spec.linear_bias)
-        self.core = CausalAttention()
+        self.core = CausalAttention(kernels.native_gqa)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
         batch, seq_len = x.shape[0], x.shape[1]
@@ -127,7 +166,7 @@ class Attention(nn.Module):
         k = self.wk(x).view(batch, seq_len, -1, self.head_dim)
         v = self.wv(x).view(batch, seq_len, -1, self.head_dim)
         if self.use_rope:
-            q, k = apply_rope(q, rope), apply_rope(k, rope)
+            q, k = (apply_rope(t, rope, self.rope_in_compute_dtype) for t in (q, k))
         out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.wo(out.transpose(1, 2).reshape(batch, seq_len, -1))
 
@@ -150,10 +189,10 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm block: x + attention(norm(x)), then + feed_forward(norm(x))."""
 
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, kernels: Kernels):
         super().__init__()
         self.attention_norm = _norm(spec)
-        self.attention = Attention(spec)
+        self.attention = Attention(spec, kernels)
         self.ffn_norm = _norm(spec)
         self.feed_forward = MoEFeedForward(spec) if spec.is_moe else FeedForward(spec)
 
@@ -163,17 +202,19 @@ class TransformerBlock(nn.Module):
 
 
 class Transformer(nn.Module):
-    """tokens (batch, seq) int64 -> logits (batch, seq, vocab) fp32; or hidden states in and out
-    for a pipeline stage without the embedding or the head."""
+    """tokens (batch, seq) int64 -> logits (batch, seq, vocab) fp32, or with labels (batch, seq)
+    the mean cross-entropy (a scalar); hidden states in and out for a pipeline stage without the
+    embedding or the head (labels are then ignored)."""
 
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, kernels: Kernels | None = None):
         super().__init__()
         check_buildable(spec, moe=True)
         self.spec = spec
+        self.kernels = kernels = kernels or Kernels()
         h = spec.hidden_size
         self.tok_embeddings = nn.Embedding(spec.vocab_size, h)
         self.pos_embeddings = nn.Embedding(spec.max_seq_len, h) if spec.position == "learned" else None
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(spec) for i in range(spec.num_layers)})
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(spec, kernels) for i in range(spec.num_layers)})
         self.norm = _norm(spec)
         self.output = nn.Linear(h, spec.vocab_size, bias=False)
         if spec.tied_embeddings:
@@ -182,7 +223,7 @@ class Transformer(nn.Module):
         self.register_buffer("rope", rope_cache(spec.head_dim, spec.max_seq_len)
                              if spec.position != "learned" else None, persistent=False)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
         if self.tok_embeddings is not None:
             x = self.tok_embeddings(tokens)
             if self.pos_embeddings is not None:
@@ -190,13 +231,19 @@ class Transformer(nn.Module):
                 x = x + self.pos_embeddings(positions)
         else:
             x = tokens
+        rope = self.rope
+        if rope is not None and self.kernels.rope_in_compute_dtype:
+            rope = rope.to(x.dtype)  # once per forward (bf16 parameters: bf16 activations)
         for layer in self.layers.values():
-            x = layer(x, self.rope)
+            x = layer(x, rope)
         if self.norm is not None:
             x = self.norm(x)
-        if self.output is not None:
-            x = self.output(x).float()
-        return x
+        if self.output is None:
+            return x
+        if labels is not None and self.kernels.loss_chunk_tokens:
+            return chunked_cross_entropy(x, self.output.weight, labels, self.kernels.loss_chunk_tokens)
+        logits = self.output(x).float()
+        return logits if labels is None else plain_cross_entropy(logits, labels)
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
@@ -259,10 +306,10 @@ def _copy_full(param: torch.Tensor, full: torch.Tensor) -> None:
         param.copy_(full.to(device=param.device, dtype=param.dtype))
 
 
-def build_model(spec: ModelSpec, device: str | torch.device = "meta") -> Transformer:
+def build_model(spec: ModelSpec, device: str | torch.device = "meta", kernels: Kernels | None = None) -> Transformer:
     """The model with uninitialized storage on `device` (meta: no memory at all)."""
     with torch.device(device):
-        return Transformer(spec)
+        return Transformer(spec, kernels)
 
 
 def count_params(model: nn.Module) -> int:

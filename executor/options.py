@@ -1,12 +1,27 @@
 """RunOptions: how to run a plan (not what the plan is). Filled from `autoplan run` flags."""
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass
 
 from autoplan.specs import AutoplanError
 
 DEVICES = ("cpu", "cuda")
 DATA_DTYPES = ("uint16", "uint32")
+SPEEDUPS = {
+    "bf16-params": "bf16 compute copies of the fp32 master weights, cast once per step where no ZeRO-3 "
+                   "re-gather forces more (FSDP2 mixed precision, at dp=1 too); without it: fp32 weights "
+                   "and bf16 autocast re-casting them every micro-batch (GPU only; CPU runs stay fp32)",
+    "native-gqa": "grouped-query attention by SDPA's enable_gqa; without it: K/V heads repeated (repeat_interleave)",
+    "rope-compute-dtype": "RoPE in the activations' dtype; without it: in fp32 with a cast up and down per layer",
+    "chunked-loss": "the head's matmul and the cross-entropy fused over token chunks, no whole fp32 logit "
+                    "matrix (tp=1 only); without it: fp32 logits, then cross-entropy",
+    "fused-adamw": "AdamW's fused kernel (CUDA); without it: the for-each implementation",
+    "expandable-segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless the user set "
+                           "PYTORCH_CUDA_ALLOC_CONF (CUDA)",
+}
+"""The switchable speed techniques of the torch backend, all on by default; `--without NAME` turns
+one off (each gives the same training up to rounding; the off state is the executor before them)."""
 
 
 @dataclass(frozen=True)
@@ -45,13 +60,24 @@ class RunOptions:
     """Print a progress line every this many steps (rank 0)."""
     backend: str = "torch"
     """"torch" (torch.distributed) or "xla" (torch_xla SPMD)."""
+    compile: bool | None = None
+    """torch.compile each transformer block; None = on for cuda, off (eager) for cpu."""
+    without: tuple = ()
+    """Names from SPEEDUPS to turn off."""
+    loss_chunk_tokens: int = 0
+    """Tokens per chunk of the fused head + cross-entropy; 0 = as many as keep a chunk's fp32
+    logits within executor.loss.CHUNK_LOGIT_BYTES."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "without", tuple(self.without))  # a JSON round trip gives a list
+        unknown = sorted(set(self.without) - set(SPEEDUPS))
+        if unknown:
+            raise AutoplanError(f"--without: unknown speed-up(s) {unknown}; choose from {sorted(SPEEDUPS)}")
         for key in ("steps", "log_every"):
             if getattr(self, key) < 1:
                 raise AutoplanError(f"--{key.replace('_', '-')} must be at least 1, got {getattr(self, key)}")
         flags = {"warmup_steps": "--warmup-steps", "warmup": "--lr-warmup", "checkpoint_every": "--checkpoint-every",
-                 "nproc": "--nproc", "seed": "--seed"}
+                 "nproc": "--nproc", "seed": "--seed", "loss_chunk_tokens": "--loss-chunk-tokens"}
         for key, flag in flags.items():
             if getattr(self, key) < 0:
                 raise AutoplanError(f"{flag} must not be negative, got {getattr(self, key)}")
@@ -75,6 +101,15 @@ class RunOptions:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def uses(self, speedup: str) -> bool:
+        """Whether speed-up `speedup` (a SPEEDUPS name) is on."""
+        assert speedup in SPEEDUPS, speedup
+        return speedup not in self.without
+
+    @property
+    def compiles(self) -> bool:
+        return self.device == "cuda" if self.compile is None else self.compile
 
     def replace(self, **changes) -> "RunOptions":
         return RunOptions(**{**asdict(self), **changes})
@@ -108,6 +143,14 @@ def add_run_arguments(parser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--log-every", type=int, default=d.log_every, metavar="N",
                         help="print a progress line every N steps (default %(default)s)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile each transformer block (default: on with --device cuda, off on cpu)")
+    parser.add_argument("--without", action="append", default=[], choices=sorted(SPEEDUPS), metavar="NAME",
+                        help="turn one speed-up off (repeatable): " + "; ".join(
+                            f"{name}: {text}" for name, text in SPEEDUPS.items()))
+    parser.add_argument("--loss-chunk-tokens", type=int, default=d.loss_chunk_tokens, metavar="N",
+                        help="tokens per chunk of the fused head + loss (default: a chunk's fp32 logits "
+                             "within 256 MiB)")
 
 
 def options_from_args(args) -> RunOptions:
@@ -116,4 +159,5 @@ def options_from_args(args) -> RunOptions:
         warmup=args.lr_warmup, grad_clip=args.grad_clip, data=args.data, data_dtype=args.data_dtype,
         out=args.out, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, device=args.device, nproc=args.nproc, log_every=args.log_every,
-        backend=args.backend)
+        backend=args.backend, compile=args.compile, without=tuple(args.without),
+        loss_chunk_tokens=args.loss_chunk_tokens)

@@ -30,7 +30,11 @@ BLOOM = ModelSpec("tiny-bloom", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layerno
                   linear_bias=True, max_seq_len=64)  # built with RoPE; LayerNorm and biases under TP+SP
 MOE = ModelSpec("tiny-moe", 2, 32, 4, 2, 64, 256, num_experts=4, num_experts_per_token=2, max_seq_len=64)
 GLOBAL_BATCH, SEQ_LEN = 8, 32
-OPTIONS = RunOptions(steps=3, warmup_steps=1, lr=1e-2, warmup=0, grad_clip=1.0, out="", log_every=100)
+# 16-token chunks: the fused head + loss runs over 2-16 chunks per micro-batch.
+OPTIONS = RunOptions(steps=3, warmup_steps=1, lr=1e-2, warmup=0, grad_clip=1.0, out="", log_every=100,
+                     loss_chunk_tokens=16)
+CPU_SPEEDUPS = ("bf16-params", "chunked-loss", "native-gqa", "rope-compute-dtype")
+"""The speed-ups that change what a CPU run executes (the others are CUDA only)."""
 
 PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp * micro_batch_size)
     (LLAMA, dict(dp=4, zero_stage=0, num_microbatches=2)),                       # DDP
@@ -72,6 +76,12 @@ def test_parallel_plans_reproduce_single_device_losses():
     models = [LLAMA, GPT, BLOOM, LLAMA5, MOE]
     references = run_many([plan_doc(model, num_microbatches=8) for model in models], OPTIONS.replace(nproc=1))
     reference = {model.name: ref for model, ref in zip(models, references)}
+    # The executor before the speed-ups (fp32 weights without FSDP2, K/V repeated, fp32 RoPE, whole
+    # logits) trains the same numbers as with them: they change how, not what, is computed.
+    for model in (LLAMA, GPT):
+        (before,) = run_many([plan_doc(model, num_microbatches=8)], OPTIONS.replace(nproc=1, without=CPU_SPEEDUPS))
+        assert before.status == "ok" and _close(before.losses, reference[model.name].losses, LOSS_RTOL)
+        assert _close(before.extra["grad_norms"], reference[model.name].extra["grad_norms"], GRAD_NORM_RTOL)
     for ref in references:
         assert ref.status == "ok" and len(ref.losses) == 3
         # Training moves the loss by far more than the tolerance, so matching it means something.

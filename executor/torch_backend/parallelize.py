@@ -1,6 +1,13 @@
 """Apply a plan to a model (or one pipeline stage of it), in torchtitan's order:
-tensor/sequence parallel -> activation checkpointing -> data parallel (FSDP2 / DDP). The caller
-builds on the meta device before and materializes (to_empty + init_weights) after.
+tensor/sequence parallel -> activation checkpointing -> torch.compile per block -> data parallel
+(FSDP2 / DDP). The caller builds on the meta device before and materializes (to_empty +
+init_weights) after.
+
+Mixed precision: where FSDP2 applies, its MixedPrecisionPolicy keeps the fp32 sharded parameters
+as master weights and gathers bf16 copies for compute, accumulating gradients in fp32. A plan with
+one replica (dp*cp = 1) gets FSDP2 over its one-rank dp mesh for exactly that (the gather is a
+cast, no communication), kept unsharded across the micro-batches of a step, so the weights are
+cast once per step instead of once per micro-batch as autocast does.
 
 ZeRO stages map onto PyTorch as follows (what is sharded over the dp group):
 - zero 3: FSDP2 `fully_shard(reshard_after_forward=True)`: parameters, gradients and optimizer
@@ -100,23 +107,33 @@ def apply_recompute(model: nn.Module, policy: str, num_layers: int) -> None:
             model.layers[key] = checkpoint_wrapper(model.layers[key], preserve_rng_state=False)
 
 
+def apply_compile(model: nn.Module) -> None:
+    """torch.compile each transformer block (torchtitan's granularity: one graph per block,
+    compiled once and reused by every layer of the same shape; FSDP2's hooks stay outside)."""
+    for key in list(model.layers.keys()):
+        model.layers[key] = torch.compile(model.layers[key])
+
+
 def apply_fsdp(model: nn.Module, dp_mesh, zero_stage: int, mp_policy=None) -> None:
     """FSDP2 per transformer block, then the root (embedding, final norm, head; a tied embedding
-    and head share the root's group)."""
+    and head share the root's group). Parameters are resharded after the forward for zero 3 only
+    (and at dp = 1 never: there is nothing to shard)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    kwargs = {"mesh": dp_mesh, "reshard_after_forward": zero_stage == 3,
+    reshard = zero_stage == 3 and dp_mesh.size() > 1
+    kwargs = {"mesh": dp_mesh, "reshard_after_forward": reshard,
               "mp_policy": mp_policy or MixedPrecisionPolicy()}
     for layer in model.layers.values():
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
 
 
-def mixed_precision(device: str, dtype: str):
-    """bf16/fp16 compute on GPU with fp32 gradient reduction and fp32 master weights; fp32 on CPU."""
+def mixed_precision(device: str, dtype: str, bf16_params: bool = True):
+    """bf16/fp16 compute on GPU with fp32 gradient reduction and fp32 master weights; fp32 on CPU
+    and without bf16_params (autocast then does the casting)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    if device != "cuda" or dtype not in ("bf16", "fp16"):
+    if device != "cuda" or dtype not in ("bf16", "fp16") or not bf16_params:
         return MixedPrecisionPolicy()
     param_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)

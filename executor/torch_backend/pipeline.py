@@ -13,7 +13,7 @@ import torch
 
 from autoplan.specs import ModelSpec, ParallelPlan
 
-from executor.model import Transformer, build_model
+from executor.model import Kernels, Transformer, build_model
 
 
 def stage_layer_counts(plan: ParallelPlan, num_layers: int) -> list[int]:
@@ -33,10 +33,11 @@ def stage_indices(pp_rank: int, pp: int, vpp: int) -> list[int]:
     return [pp_rank + k * pp for k in range(vpp)]
 
 
-def build_stage(spec: ModelSpec, stage_index: int, layer_counts: list[int]) -> Transformer:
+def build_stage(spec: ModelSpec, stage_index: int, layer_counts: list[int],
+                kernels: Kernels | None = None) -> Transformer:
     """The whole model on the meta device, then everything this stage does not own removed."""
     num_stages = len(layer_counts)
-    model = build_model(spec, "meta")
+    model = build_model(spec, "meta", kernels)
     keep = {str(i) for i in stage_layer_ids(layer_counts, stage_index)}
     for key in [k for k in model.layers.keys() if k not in keep]:
         del model.layers[key]
@@ -50,26 +51,34 @@ def build_stage(spec: ModelSpec, stage_index: int, layer_counts: list[int]) -> T
 
 
 def build_schedule(stage_models: list, stage_ids: list[int], num_stages: int, num_microbatches: int,
-                   device, pp_group, loss_fn):
+                   device, pp_group):
     """Schedule1F1B for one stage per rank, ScheduleInterleaved1F1B for several.
 
-    The loss of each micro-batch is divided by num_microbatches here (so gradients add up to the
+    The last stage computes the loss itself (the labels reach every stage as a keyword argument
+    of `step`, which the stages without the head ignore), so the head and the loss can be fused;
+    the schedule's loss function only scales it. The loss of each micro-batch is divided by
+    num_microbatches here (so gradients add up to the
     mean over the batch), instead of the schedules' `scale_grads`, which divides each gradient in
     place: on a Partial DTensor (a norm weight's gradient under sequence parallelism) that
     in-place division is lost in torch 2.9 (measured: those gradients came out num_microbatches
     times too large). The per-micro-batch losses the schedule returns are therefore pre-divided."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+    from torch.distributed.pipelining.microbatch import _CustomReducer
 
-    def scaled_loss(output, target):
-        return loss_fn(output, target) / num_microbatches
+    def scaled_loss(loss, target):
+        return loss / num_microbatches
 
     stages = [PipelineStage(model, index, num_stages, device, group=pp_group)
               for model, index in zip(stage_models, stage_ids)]
     for stage in stages:
         _match_init_p2p_dtypes(stage)
+    # The stage outputs are scalar losses, which the default merge (a cat along dim 0) refuses.
+    merge = _CustomReducer(torch.zeros(()), lambda a, b: a + b.detach())
     if len(stages) == 1:
-        return Schedule1F1B(stages[0], n_microbatches=num_microbatches, loss_fn=scaled_loss, scale_grads=False)
-    return ScheduleInterleaved1F1B(stages, n_microbatches=num_microbatches, loss_fn=scaled_loss, scale_grads=False)
+        return Schedule1F1B(stages[0], n_microbatches=num_microbatches, loss_fn=scaled_loss, scale_grads=False,
+                            output_merge_spec=merge)
+    return ScheduleInterleaved1F1B(stages, n_microbatches=num_microbatches, loss_fn=scaled_loss, scale_grads=False,
+                                   output_merge_spec=merge)
 
 
 def _match_init_p2p_dtypes(stage) -> None:

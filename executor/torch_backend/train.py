@@ -11,12 +11,12 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from autoplan.specs import Measurement, PlanDocument
 
 from executor.data import batch, local_slice, open_tokens
-from executor.model import build_model, model_notes
+from executor.loss import auto_chunk_tokens
+from executor.model import Kernels, build_model, model_notes
 from executor.options import RunOptions
 from executor.record import (
     build_measurement, cpu_peak_rss_bytes, environment, mfu, peak_flops_per_s, reset_cpu_peak_rss,
@@ -27,29 +27,36 @@ from executor.torch_backend.context_parallel import apply_cp_attention, local_to
 from executor.torch_backend import expert_parallel
 from executor.torch_backend.parallel_dims import ParallelDims
 from executor.torch_backend.parallelize import (
-    all_reduce_grads, apply_fsdp, apply_recompute, apply_tp, mixed_precision,
+    all_reduce_grads, apply_compile, apply_fsdp, apply_recompute, apply_tp, mixed_precision,
 )
 from executor.torch_backend.pipeline import build_schedule, build_stage, stage_indices, stage_layer_counts
 from executor.schedule import ADAMW_BETAS, WEIGHT_DECAY
 
 
-
-def _loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
-
-
-def _optimizers(model, lr: float) -> list:
+def _optimizers(model, lr: float, fused: bool) -> list:
     """AdamW over the model's parameters: one optimizer for DTensor parameters and one for plain
     ones (tensor parallel without sequence parallel leaves the norms plain), since the fused
-    multi-tensor update cannot mix the two kinds."""
+    and multi-tensor updates cannot mix the two kinds. `fused`: one CUDA kernel for the whole
+    update (else the for-each implementation, a few kernels per parameter group)."""
     from torch.distributed.tensor import DTensor
 
     kinds: dict = {}  # plain tensors, and DTensors per mesh (expert parallelism shards experts on its own)
     for p in model.parameters():
         if p.requires_grad:
             kinds.setdefault(id(p.device_mesh) if isinstance(p, DTensor) else None, []).append(p)
-    return [torch.optim.AdamW(group, lr=lr, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, foreach=True)
+    impl = {"fused": True} if fused else {"foreach": True}
+    return [torch.optim.AdamW(group, lr=lr, betas=ADAMW_BETAS, weight_decay=WEIGHT_DECAY, **impl)
             for group in kinds.values()]
+
+
+def kernels_for(doc: PlanDocument, options: RunOptions) -> Kernels:
+    """The model's kernel choices for this plan and these options. The fused head + loss needs the
+    whole head weight on the rank (tp = 1): a vocabulary-parallel chunked loss is not wired."""
+    chunked = options.uses("chunked-loss") and doc.parallel.tp == 1
+    return Kernels(native_gqa=options.uses("native-gqa"),
+                   rope_in_compute_dtype=options.uses("rope-compute-dtype"),
+                   loss_chunk_tokens=(options.loss_chunk_tokens or auto_chunk_tokens(doc.model.vocab_size))
+                   if chunked else 0)
 
 
 class PlanRunner:
@@ -69,8 +76,14 @@ class PlanRunner:
         self.stage_ids = stage_indices(self.rank["pp"], plan.pp, plan.vpp) if plan.pp > 1 else [0]
         self.is_last_stage = num_stages - 1 in self.stage_ids
         layer_counts = stage_layer_counts(plan, spec.num_layers)
-        self.models = [build_stage(spec, i, layer_counts) if plan.pp > 1 else build_model(spec)
+        kernels = kernels_for(doc, options)
+        self.models = [build_stage(spec, i, layer_counts, kernels) if plan.pp > 1 else build_model(spec, kernels=kernels)
                        for i in self.stage_ids]
+        # FSDP2 wraps the model where the plan shards over replicas, and, for its mixed precision
+        # (fp32 master, bf16 compute copies), at one replica too; MoE at one replica keeps autocast.
+        self.fsdp = (plan.zero_stage > 0 and self.num_replicas > 1) or \
+            (self.num_replicas == 1 and options.uses("bf16-params") and not spec.is_moe)
+        self.mp_policy = mixed_precision(device.type, doc.training.dtype, options.uses("bf16-params"))
         # ep > 1: experts sharded over an (edp, ep) mesh of the replicas (expert_parallel.py).
         self.expert_mesh = expert_parallel.build_expert_mesh(device.type, self.num_replicas, plan.ep) \
             if plan.ep > 1 else None
@@ -85,15 +98,20 @@ class PlanRunner:
             # broadcast_buffers=False: the only buffer is the RoPE table, which differs per cp rank.
             self.models = [DistributedDataParallel(self.models[0], process_group=self.replica_mesh.get_group(),
                                                    broadcast_buffers=False)]
-        self.optimizers = [_optimizers(m, options.lr) for m in self.models]
+        fused = device.type == "cuda" and options.uses("fused-adamw")
+        self.optimizers = [_optimizers(m, options.lr, fused) for m in self.models]
         self.schedule = None
         if plan.pp > 1:
             self.schedule = build_schedule(self.models, self.stage_ids, num_stages, plan.num_microbatches,
-                                           device, self.mesh["pp"].get_group(), _loss_fn)
-        self.autocast_dtype = {"bf16": torch.bfloat16}.get(doc.training.dtype) if device.type == "cuda" else None
+                                           device, self.mesh["pp"].get_group())
+        # Autocast only where parameters are not already bf16 copies (no FSDP2, or it disabled).
+        bf16_everywhere = self.fsdp and self.mp_policy.param_dtype is not None and \
+            (not spec.is_moe or plan.zero_stage > 0)
+        self.autocast_dtype = {"bf16": torch.bfloat16}.get(doc.training.dtype) \
+            if device.type == "cuda" and not bf16_everywhere else None
 
     def _parallelize(self) -> None:
-        """TP -> recompute -> FSDP -> materialize, per chunk (torchtitan's order)."""
+        """TP -> recompute -> compile -> FSDP -> materialize, per chunk (torchtitan's order)."""
         plan = self.doc.parallel
         remaining_full = plan.recompute_num_layers
         for model in self.models:
@@ -108,12 +126,14 @@ class PlanRunner:
             # spread over its virtual chunks in execution order.
             apply_recompute(model, plan.recompute, min(remaining_full, len(model.layers)))
             remaining_full -= min(remaining_full, len(model.layers))
+            # MoE blocks stay eager: their per-expert token counts change every step (recompiles).
+            if self.options.compiles and not self.doc.model.is_moe:
+                apply_compile(model)
             if plan.zero_stage > 0 and self.expert_mesh is not None:
                 expert_parallel.apply_expert_fsdp(model, self.expert_mesh, plan.zero_stage, self.num_replicas,
-                                                  mixed_precision(self.device.type, self.doc.training.dtype))
-            if plan.zero_stage > 0 and self.num_replicas > 1:
-                apply_fsdp(model, self.replica_mesh, plan.zero_stage,
-                           mixed_precision(self.device.type, self.doc.training.dtype))
+                                                  self.mp_policy)
+            if self.fsdp:
+                apply_fsdp(model, self.replica_mesh, plan.zero_stage, self.mp_policy)
             model.to_empty(device=self.device)
             model.init_weights(self.options.seed)
             if plan.cp > 1:
@@ -164,24 +184,30 @@ class PlanRunner:
         for i, (x, y) in enumerate(chunks):
             last = i == len(chunks) - 1
             self._set_grad_sync(model, last)
-            loss = _loss_fn(model(x), y) / len(chunks)
+            loss = model(x, labels=y) / len(chunks)
             loss.backward()
             total += loss.detach()
         return total
 
-    def _set_grad_sync(self, model, sync: bool) -> None:
+    def _set_grad_sync(self, model, last: bool) -> None:
         plan = self.doc.parallel
         if hasattr(model, "require_backward_grad_sync"):  # DDP: the no_sync() flag
-            model.require_backward_grad_sync = sync
-        elif plan.zero_stage == 1 and self.num_replicas > 1:
-            # ZeRO-1: gradients stay whole until the last micro-batch, then one reduce-scatter.
-            model.set_requires_gradient_sync(sync)
+            model.require_backward_grad_sync = last
+        elif self.fsdp:
+            if plan.zero_stage <= 1 or self.num_replicas == 1:
+                # ZeRO-1 (and one replica): gradients stay whole, accumulated in fp32, until the
+                # last micro-batch, then one reduce-scatter (at one replica: a copy).
+                model.set_requires_gradient_sync(last)
+            if plan.zero_stage <= 2 or self.num_replicas == 1:
+                # Parameters stay gathered (bf16 copies) across the step's micro-batches and are
+                # freed after the last backward, so the optimizer's update reaches the next gather.
+                model.set_reshard_after_backward(last)
 
     def _pipeline_step(self, inputs, labels) -> torch.Tensor:
         args = (inputs,) if 0 in self.stage_ids else ()
         losses: list = []
         kwargs = {"target": labels, "losses": losses} if self.is_last_stage else {}
-        self.schedule.step(*args, **kwargs)
+        self.schedule.step(*args, labels=labels, **kwargs)
         if not self.is_last_stage:
             return torch.zeros((), device=self.device)
         return torch.stack([l.detach().float() for l in losses]).sum()  # each already divided by their count
