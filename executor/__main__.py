@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         options = options_from_args(args)
+        from executor.torch_backend.launch import allocator_env
+
+        os.environ.update(allocator_env(options, os.environ))  # before anything starts CUDA
         if options.backend != "torch":
             raise AutoplanError(f"under torchrun only --backend torch runs, got {options.backend!r}; "
                                 "start the xla backend with `autoplan run --backend xla`")

@@ -121,7 +121,8 @@ def environment(device: str, world_size: int, backend: str, device_name: str = "
     }
     if device == "cuda":
         env.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(), driver=_nvidia_driver(),
-                   nccl=".".join(map(str, torch.cuda.nccl.version())))
+                   nccl=".".join(map(str, torch.cuda.nccl.version())),
+                   cuda_alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     if "torch_xla" in sys.modules:
         env["torch_xla"] = getattr(sys.modules["torch_xla"], "__version__", "")
     return env

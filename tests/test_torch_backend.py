@@ -256,3 +256,24 @@ def test_searched_mixtral_plan_passes_the_torch_checks(monkeypatch):
     tp_plan = ParallelPlan(dp=32, tp=2, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=32)
     with pytest.raises(AutoplanError, match="mixture of experts.*tp=2"):
         check(PlanDocument(model=mixtral, training=training, cluster=cluster, parallel=tp_plan), OPTIONS)
+
+
+@pytest.mark.slow
+def test_multi_plan_launch_survives_an_out_of_memory(monkeypatch, capsys):
+    """A plan that runs out of memory is recorded with status "oom" and the plans after it still
+    run: in the same process when it is alone (its model and optimizer freed first), in new
+    processes when several ranks were running it (the others may be blocked in a collective).
+    The OOM is a real torch.OutOfMemoryError raised inside the step (faults.py test hook)."""
+    options = OPTIONS.replace(steps=2, warmup_steps=1)
+    single = [plan_doc(LLAMA, micro_batch_size=8 // n, num_microbatches=n) for n in (8, 4, 2)]
+    pair = [plan_doc(LLAMA, dp=2, zero_stage=z, num_microbatches=4) for z in (0, 3, 1)]
+    monkeypatch.setenv("AUTOPLAN_TEST_INJECT_OOM", f"{single[1].plan_id}:1,{pair[1].plan_id}:1:1")
+    first, oom, last = run_many(single, options.replace(nproc=1))
+    assert [r.status for r in (first, oom, last)] == ["ok", "oom", "ok"]
+    assert "simulated out-of-memory at step 1" in oom.error and oom.extra["memory_released"]
+    assert last.extra["pid"] == first.extra["pid"] and len(last.losses) == 2  # the same process went on
+    first, oom, last = run_many(pair, options.replace(nproc=2))
+    assert [r.status for r in (first, oom, last)] == ["ok", "oom", "ok"], oom.error
+    assert oom.extra["failed_rank"] == 1 and "blocked in a collective" in oom.extra["stopped_because"]
+    assert last.extra["pid"] != first.extra["pid"] and len(last.losses) == 2  # new processes
+    assert "starting new processes for the 1 plan(s) after it" in capsys.readouterr().err

@@ -47,7 +47,8 @@ def run(args) -> int:
             append_measurement(options.out, record)
         print(summary(record, options.out))
     if len(records) < len(docs):
-        sys.stderr.write(f"autoplan run: {len(docs) - len(records)} plan(s) after the failed one were not run\n")
+        sys.stderr.write(f"autoplan run: {len(docs) - len(records)} plan(s) after {records[-1].plan_id} were not run: "
+                         "its processes ended without recording why (see their output above); run them again\n")
     return 0 if all(r.status == "ok" for r in records) and len(records) == len(docs) else 1
 
 

@@ -26,10 +26,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker_env(rank: int, nproc: int, port: int) -> dict:
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE_SEGMENTS = "expandable_segments:True"
+"""The CUDA caching allocator maps memory in growable segments instead of fixed blocks, so freed
+memory of one size can serve a later request of another (PyTorch "CUDA memory management" notes).
+Measured on the H100 (../shared/data/h100_runs): Llama-3.2-1B in micro-batches of 8 OOMs with the
+default allocator and runs with expandable segments."""
+
+
+def allocator_env(options: RunOptions, environ) -> dict:
+    """The PYTORCH_CUDA_ALLOC_CONF to add to `environ` before CUDA starts: expandable segments on
+    CUDA unless turned off or the user set the variable (their setting wins)."""
+    if options.device != "cuda" or not options.uses("expandable-segments") or ALLOC_CONF in environ:
+        return {}
+    return {ALLOC_CONF: EXPANDABLE_SEGMENTS}
+
+
+def _worker_env(rank: int, nproc: int, port: int, options: RunOptions) -> dict:
     env = dict(os.environ)
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **allocator_env(options, os.environ))
     # One thread per rank: tiny CPU correctness runs are several times slower with more (measured:
     # 35 ms vs 2-3.7 s per step of a 4-layer model on a loaded 2-core machine), and GPU ranks need none.
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -60,8 +76,41 @@ def _wait(procs: list[subprocess.Popen]) -> list[int]:
 
 
 def launch(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Measurement]:
-    """Run the plans one after another in one group of `nproc` local processes; one Measurement
-    per plan (a failure record for the plan that failed; the plans after it are not run)."""
+    """Run the plans one after another in groups of `nproc` local processes; one Measurement per
+    plan. When a plan fails in a way its processes cannot continue from (several ranks, or an error
+    other than out-of-memory: `worker.run_plans`), its failure is recorded and new processes run
+    the plans after it."""
+    records: list[Measurement] = []
+    while len(records) < len(docs):
+        remaining = docs[len(records):]
+        try:
+            batch = _launch_once(remaining, options, nproc)
+        except AutoplanError:
+            if not records:
+                raise
+            break  # the new processes recorded nothing; keep what the earlier ones did
+        records.extend(batch)
+        if len(batch) < len(remaining) and batch and batch[-1].status != "ok":
+            left = len(remaining) - len(batch)
+            sys.stderr.write(f"[autoplan run] plan {batch[-1].plan_id} failed ({batch[-1].status}) and its "
+                             f"{nproc} process(es) stopped: {batch[-1].extra.get('stopped_because', 'see above')}; "
+                             f"starting new processes for the {left} plan(s) after it\n")
+            continue
+        if len(batch) < len(remaining):  # a launch that ended without a record of its failure
+            break
+    return records
+
+
+def _failure_order(path: Path) -> tuple:
+    """Which rank's failure record tells what happened: an out-of-memory first (the other ranks'
+    records then say only that a peer went away), else the earliest written."""
+    status = json.loads(path.read_text()).get("status")
+    return status != "oom", path.stat().st_mtime
+
+
+def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Measurement]:
+    """One group of processes over `docs`: the records of the plans it ran, ending with the failure
+    record of the plan that stopped it, if one did."""
     with tempfile.TemporaryDirectory(prefix="autoplan-run-") as tmp:
         paths = []
         for i, doc in enumerate(docs):
@@ -71,7 +120,7 @@ def launch(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Me
         port = free_port()
         cmd = [sys.executable, "-m", "executor.torch_backend.worker", "--options-json",
                json.dumps(options.to_dict()), "--result", str(result), *paths]
-        procs = [subprocess.Popen(cmd, env=_worker_env(rank, nproc, port), stdout=subprocess.PIPE,
+        procs = [subprocess.Popen(cmd, env=_worker_env(rank, nproc, port, options), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for rank in range(nproc)]
         forwarders = [threading.Thread(target=_forward, args=(stream, sink), daemon=True)
                       for p in procs for stream, sink in ((p.stdout, sys.stdout), (p.stderr, sys.stderr))]
@@ -86,7 +135,7 @@ def launch(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Me
                 p.terminate()
             raise
         records = [Measurement.from_dict(d) for d in json.loads(result.read_text())] if result.is_file() else []
-        failures = sorted(Path(tmp).glob("result.json.rank*"))
+        failures = sorted(Path(tmp).glob("result.json.rank*"), key=_failure_order)
         if failures:
             records.append(Measurement.from_dict(json.loads(failures[0].read_text())))
         if not records:

@@ -7,7 +7,9 @@ high-water mark on CPU (which includes the Python interpreter and torch itself),
 """
 from __future__ import annotations
 
+import os
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -22,7 +24,7 @@ from executor.record import (
     build_measurement, cpu_peak_rss_bytes, environment, mfu, peak_flops_per_s, reset_cpu_peak_rss,
 )
 from executor.schedule import lr_at
-from executor.torch_backend import checkpoint
+from executor.torch_backend import checkpoint, faults
 from executor.torch_backend.context_parallel import apply_cp_attention, local_tokens, localize_rope
 from executor.torch_backend import expert_parallel
 from executor.torch_backend.parallel_dims import ParallelDims
@@ -139,6 +141,20 @@ class PlanRunner:
             if plan.cp > 1:
                 localize_rope(model, self.doc.training.seq_len, plan.cp, self.rank["cp"])
             model.train()
+
+    def describe(self) -> dict:
+        """What this run computes how: the speed-ups in effect for this plan on this device."""
+        kernels = self.models[0].kernels if hasattr(self.models[0], "kernels") else \
+            self.models[0].module.kernels  # DDP wraps the model
+        mp = self.mp_policy.param_dtype
+        return {"compute_weights": f"FSDP2 {str(mp).removeprefix('torch.')} copies of fp32 master weights"
+                if self.fsdp and mp is not None else "fp32 weights" + (" under bf16 autocast" if self.autocast_dtype
+                                                                        else ""),
+                "fsdp": self.fsdp, "autocast": str(self.autocast_dtype or "off").removeprefix("torch."),
+                "compiled_blocks": self.options.compiles and not self.doc.model.is_moe,
+                "native_gqa": kernels.native_gqa, "rope_in_compute_dtype": kernels.rope_in_compute_dtype,
+                "loss_chunk_tokens": kernels.loss_chunk_tokens,
+                "adamw": "fused" if self.device.type == "cuda" and self.options.uses("fused-adamw") else "foreach"}
 
     # -- one optimizer step ------------------------------------------------------------------
     def load_batch(self, source, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,6 +287,15 @@ class PlanRunner:
         return int(value.item())
 
 
+_last_runner = None
+"""A weak reference to the newest PlanRunner: dead once a finished or failed plan's model and
+optimizer are really freed (`runner_released`)."""
+
+
+def runner_released() -> bool:
+    return _last_runner is None or _last_runner() is None
+
+
 def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measurement:
     """Run one plan for options.steps steps (fewer after a resume) and return its Measurement."""
     rank0 = dist.get_rank() == 0
@@ -282,6 +307,8 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
     else:
         reset_cpu_peak_rss()
     runner = PlanRunner(doc, options, device)
+    global _last_runner
+    _last_runner = weakref.ref(runner)
     source = open_tokens(options.data, options.data_dtype, options.seed, doc.model.vocab_size)
     start = checkpoint.load(options.checkpoint_dir, runner.models, runner.optimizers, runner.rank["pp"]) \
         if options.resume else 0
@@ -293,6 +320,7 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
+        faults.maybe_oom(doc.plan_id, step, dist.get_rank())
         losses.append(runner.step(inputs, labels, step))  # its loss all-reduce ends the step on every rank
         grad_norms.append(runner.grad_norm)
         if device.type == "cuda":
@@ -311,7 +339,8 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
             checkpoint.save(options.checkpoint_dir, step + 1, runner.models, runner.optimizers, runner.rank["pp"])
     peak_memory = runner.peak_memory_bytes()
     env = environment(device.type, dist.get_world_size(), "torch")
-    extra = {"first_step": start, "grad_norms": grad_norms, "options": options.to_dict(),
+    extra = {"first_step": start, "grad_norms": grad_norms, "options": options.to_dict(), "pid": os.getpid(),
+             "runtime": runner.describe(),
              "peak_memory_kind": "cuda_max_memory_allocated" if device.type == "cuda" else "cpu_rss_high_water",
              "notes": model_notes(doc.model)}
     return build_measurement(doc, "torch", "ok", step_times_s=step_times, losses=losses,

@@ -4,8 +4,8 @@ MASTER_PORT, LOCAL_RANK). Several plans of the same world size run one after ano
 process group, which saves a launch per plan.
 
 Results: with `--result PATH` (the local launcher) rank 0 writes the list of Measurement dicts to
-PATH and a failing rank writes its own failure record to PATH.rank<r>; without it (torchrun) rank 0
-appends to --out, and a failing rank appends its failure record itself.
+PATH and a failing rank that stops writes its own failure record to PATH.rank<r>; without it
+(torchrun) rank 0 appends to --out, and a failing rank appends its failure record itself.
 """
 from __future__ import annotations
 
@@ -46,21 +46,42 @@ def failure_record(doc: PlanDocument, exc: BaseException, device_type: str) -> M
     world = int(os.environ.get("WORLD_SIZE", 1))
     return build_measurement(doc, "torch", status, step_times_s=[], losses=[], peak_memory_bytes=0,
                              env=environment(device_type, world, "torch"), num_warmup_steps=0, peak=0.0,
-                             error=message, extra={"failed_rank": int(os.environ.get("RANK", 0))})
+                             error=message, extra={"failed_rank": int(os.environ.get("RANK", 0)),
+                                                   "pid": os.getpid()})
 
 
-def _release_memory(device_type: str) -> None:
-    """Free the finished plan's model before the next plan is built (its peak is measured anew)."""
+def _release_memory(device_type: str) -> dict:
+    """Free the finished (or failed) plan's model and optimizer before the next plan is built (its
+    peak is measured anew); say whether they are gone and, on GPU, what is still allocated."""
     import gc
 
     import torch
 
+    from executor.torch_backend.train import runner_released
+
     gc.collect()
+    released = {"memory_released": runner_released()}
     if device_type == "cuda":
         torch.cuda.empty_cache()
+        released["cuda_allocated_after_release_bytes"] = torch.cuda.memory_allocated()
+    return released
+
+
+def _can_continue(status: str, world_size: int) -> str:
+    """"" when this process can go on with the next plan after a failed one, else why not."""
+    if world_size > 1:
+        return (f"the other {world_size - 1} rank(s) may be blocked in a collective with the failed one, so this "
+                "process group cannot run another plan")
+    if status != "oom":
+        return "after an error other than out-of-memory the process state is not trusted"
+    return ""
 
 
 def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | None = None) -> int:
+    """Train the plans one after another. A plan that runs out of memory in a single-process run is
+    recorded (status "oom"), its memory freed, and the next plan runs in the same process; any other
+    failure, or one with several ranks, ends this process (the local launcher starts new processes
+    for the remaining plans; under torchrun they are reported as not run)."""
     import torch
     import torch.distributed as dist
 
@@ -71,33 +92,39 @@ def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | Non
     if options.device == "cpu":
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     device = init_distributed(options.device)
-    rank, records, doc = dist.get_rank(), [], None
+    rank, world, records, code = dist.get_rank(), dist.get_world_size(), [], 0
     try:
-        for path in plan_paths:
+        for index, path in enumerate(plan_paths):
             doc = PlanDocument.load(path)
-            record = train(doc, options, device)
+            try:
+                record = train(doc, options, device)
+            except Exception as exc:  # an OOM or a crash is a record, not a lost run
+                if isinstance(exc, AutoplanError):  # bad input found while running: its one line is enough
+                    sys.stderr.write(f"rank {rank}: {exc}\n")
+                else:
+                    traceback.print_exc()
+                record, code = failure_record(doc, exc, options.device), 1
+            record.extra.update(_release_memory(options.device))
+            why_not = _can_continue(record.status, world) if record.status != "ok" else ""
+            if why_not:
+                left = len(plan_paths) - index - 1
+                sys.stderr.write(f"rank {rank}: plan {doc.plan_id} failed ({record.status}); {why_not}"
+                                 + (f"; {left} plan(s) after it are not run by this process\n" if left else "\n"))
+                record.extra["stopped_because"] = why_not
+                if result_path is not None:
+                    write_json_atomic(f"{result_path}.rank{rank}", record.to_dict())
+                elif options.out:
+                    append_measurement(options.out, record)
+                return 1
             records.append(record)
-            _release_memory(options.device)
             if rank == 0 and result_path is not None:  # after every plan: a later crash keeps it
                 write_json_atomic(result_path, [r.to_dict() for r in records])
             elif rank == 0 and options.out:
                 append_measurement(options.out, record)
-    except Exception as exc:  # an OOM or a crash is a record, not a lost run
-        if isinstance(exc, AutoplanError):  # bad input found while running: its one line is enough
-            sys.stderr.write(f"rank {rank}: {exc}\n")
-        else:
-            traceback.print_exc()
-        if doc is not None:
-            record = failure_record(doc, exc, options.device)
-            if result_path is not None:
-                write_json_atomic(f"{result_path}.rank{rank}", record.to_dict())
-            elif options.out:
-                append_measurement(options.out, record)
-        return 1
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    return 0
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
