@@ -169,3 +169,56 @@ def test_flops_and_peaks():
     assert peak_flops_per_s("NVIDIA H100 80GB HBM3", "bf16") == 989.5e12
     assert peak_flops_per_s("NVIDIA H100 PCIe", "bf16") == 756.5e12
     assert peak_flops_per_s("cpu", "fp32") == 0.0
+
+
+def _loss_and_grads(model, tokens, labels):
+    from executor.saved_bytes import saved_bytes
+
+    params = dict(model.named_parameters())
+    loss, saved = saved_bytes(lambda: model(tokens, labels=labels), list(params.values()))
+    grads = torch.autograd.grad(loss, list(params.values()))
+    return loss, dict(zip(params, grads)), saved
+
+
+@pytest.mark.parametrize("spec", [LLAMA, GPT], ids=lambda s: s.name)
+def test_speedups_compute_the_same_loss_and_grads_and_save_fewer_bytes(spec):
+    """Each kernel choice gives the plain model's loss and gradients to fp32 rounding, and the
+    bytes autograd saves for the backward (saved-tensor hooks) drop by exactly what it avoids:
+    the fp32 log-softmax over the whole vocabulary (chunked loss), the repeated K/V heads (GQA)."""
+    from executor.model import Kernels
+
+    batch_size, seq_len = 2, 32
+    tokens = torch.randint(0, spec.vocab_size, (batch_size, seq_len), generator=torch.Generator().manual_seed(0))
+    labels = tokens.roll(-1, dims=1)
+    plain = Kernels(native_gqa=False, rope_in_compute_dtype=False, loss_chunk_tokens=0)
+    results = {}
+    for name, kernels in {"plain": plain, "gqa": Kernels(native_gqa=True, rope_in_compute_dtype=False),
+                          "rope": Kernels(native_gqa=False, rope_in_compute_dtype=True),
+                          "chunked": Kernels(native_gqa=False, rope_in_compute_dtype=False, loss_chunk_tokens=7),
+                          "all": Kernels(loss_chunk_tokens=5)}.items():
+        model = build_model(spec, "cpu", kernels)
+        model.init_weights(0)
+        results[name] = _loss_and_grads(model, tokens, labels)
+    loss, grads, saved = results["plain"]
+    for name, (other_loss, other_grads, _) in results.items():
+        assert torch.allclose(other_loss, loss, rtol=1e-6), name
+        for key, grad in grads.items():
+            assert torch.allclose(other_grads[key], grad, rtol=1e-4, atol=1e-7), (name, key)
+    num_tokens = batch_size * seq_len
+    logits_bytes, lse_bytes = num_tokens * spec.vocab_size * 4, num_tokens * 4
+    assert saved - results["chunked"][2] >= logits_bytes - lse_bytes
+    repeated_kv_bytes = 2 * batch_size * (spec.num_heads - spec.num_kv_heads) * seq_len * spec.head_dim * 4
+    assert saved - results["gqa"][2] == repeated_kv_bytes * spec.num_layers  # 0 for GPT (no GQA)
+    assert results["rope"][2] == saved  # fp32 run: the fp32 round trip is a no-op
+
+
+def test_rope_in_bf16_stays_close_to_fp32_rope():
+    from executor.model import apply_rope, rope_cache
+
+    x = torch.randn(2, 64, 4, 16)
+    cache = rope_cache(16, 64)
+    exact = apply_rope(x, cache, in_compute_dtype=False)
+    fast = apply_rope(x.bfloat16(), cache.bfloat16(), in_compute_dtype=True)
+    assert fast.dtype == torch.bfloat16 and torch.allclose(fast.float(), exact, atol=0.05, rtol=0.02)
+    # A rotation: the norm of each (i, i + d/2) pair is kept.
+    assert torch.allclose(exact.norm(dim=-1), x.norm(dim=-1), rtol=1e-5)
