@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Re-measure the executor on one GPU (written for the H100 of ../shared/data/h100_runs; not run yet:
+# the session that wrote it had no GPU). Run from the repository root on the GPU machine:
+#
+#   bash benchmarks/h100_remeasure.sh [H100_RUNS_DIR] [OUT_DIR]
+#
+# H100_RUNS_DIR (default ../shared/data/h100_runs) holds plans/*.json and configs/*/config.json.
+# OUT_DIR (default benchmarks/results/h100-<UTC date>) receives:
+#   env.txt              environment stamp: nvidia-smi, driver, torch/CUDA/NCCL, git revision, allocator setting
+#   runs.jsonl           `autoplan run` records (each with its own environment stamp) of every shipped plan
+#                        and of the targets, with every speed-up on (default: per-block compile, expandable segments)
+#   runs_eager.jsonl     the same plans with --no-compile (what compilation adds)
+#   runs_before.jsonl    the same plans with every speed-up off and --no-compile (the executor of 2026-11-22,
+#                        up to its interleaved RoPE layout), on the same machine, for a before/after table
+#   peers.txt/.jsonl     benchmarks/executor_peers.py on the issue's three targets (autoplan vs Hugging Face
+#                        transformers, eager and torch.compile + fused AdamW)
+#   table.txt            median step, MFU and peak memory per plan and variant, from the three runs files
+# Each plan list runs in one launch: an OOM is recorded (status "oom") and the next plans still run.
+set -u
+RUNS=${1:-../shared/data/h100_runs}
+OUT=${2:-benchmarks/results/h100-$(date -u +%Y%m%d-%H%M)}
+PY=${PYTHON:-python}
+STEPS=${STEPS:-8}
+WARMUP=${WARMUP:-3}
+C=$RUNS/configs
+mkdir -p "$OUT/plans"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv
+  git rev-parse HEAD
+  git status --porcelain --untracked-files=no | head -20
+  "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+"cudnn", torch.backends.cudnn.version(), "nccl", torch.cuda.nccl.version())'
+  "$PY" -c 'import transformers; print("transformers", transformers.__version__)' 2>&1 || echo "transformers missing: pip install -e .[peers]"
+  echo "PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-<unset: autoplan run sets expandable_segments:True>}"
+} > "$OUT/env.txt" 2>&1
+
+# The issue's targets that are not among the shipped plans (same flags as ../shared/data/h100_runs/make_plans.sh).
+est() { name=$1; shift; "$PY" -m autoplan estimate --gpus 1 --gpus-per-node 1 --gpu h100-80gb "$@" \
+          -o "$OUT/plans/$name.json" > /dev/null || echo "estimate $name failed" >&2; }
+est g-s1k-m16 --model "$C/gpt2-medium" --seq-len 1024 --global-batch 32 --micro-batch 16
+est g-s1k-m8 --model "$C/gpt2-medium" --seq-len 1024 --global-batch 32 --micro-batch 8
+cp "$RUNS"/plans/*.json "$OUT/plans/"
+PLANS=("$OUT"/plans/*.json)
+
+common=(--device cuda --steps "$STEPS" --warmup-steps "$WARMUP" --log-every "$STEPS")
+off=(--without bf16-params --without native-gqa --without rope-compute-dtype --without chunked-loss
+     --without fused-adamw --without expandable-segments)
+"$PY" -m autoplan run "${PLANS[@]}" "${common[@]}" --out "$OUT/runs.jsonl" 2>&1 | tee "$OUT/runs.log"
+"$PY" -m autoplan run "${PLANS[@]}" "${common[@]}" --no-compile --out "$OUT/runs_eager.jsonl" 2>&1 | tee "$OUT/runs_eager.log"
+"$PY" -m autoplan run "${PLANS[@]}" "${common[@]}" --no-compile "${off[@]}" --out "$OUT/runs_before.jsonl" \
+  2>&1 | tee "$OUT/runs_before.log"
+
+peers() { "$PY" benchmarks/executor_peers.py --device cuda --steps "$STEPS" --warmup-steps "$WARMUP" \
+            --cases autoplan,autoplan-eager,autoplan-before,hf-eager,hf-compile --out "$OUT/peers.jsonl" "$@"; }
+{
+  peers --config "$C/llama-3.2-1b" --seq-len 2048 --global-batch 16 --micro-batch 4   # target: <= 0.58 s, <= 35 GiB
+  peers --config "$C/qwen2.5-3b" --seq-len 2048 --global-batch 16 --micro-batch 2     # target: trains
+  peers --config "$C/gpt2-medium" --seq-len 1024 --global-batch 32 --micro-batch 16   # target: >= 1.15x hf-compile
+} 2>&1 | tee "$OUT/peers.txt"
+
+"$PY" - "$OUT" > "$OUT/table.txt" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+rows = {}
+for variant in ("runs_before", "runs_eager", "runs"):
+    path = out / f"{variant}.jsonl"
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        r = json.loads(line)
+        if r["status"] != "ok":
+            cell = r["status"]
+        else:
+            cell = (f"{statistics.median(r['step_times_s']):.3f} s, MFU {r['extra'].get('mfu', 0):.1%}, "
+                    f"{r['peak_memory_bytes'] / 2**30:.1f} GiB")
+        rows.setdefault((r["plan"]["model"]["name"], r["plan"]["training"]["seq_len"],
+                         r["plan"]["parallel"]["micro_batch_size"], r["plan"]["parallel"]["recompute"]), {})[variant] = cell
+print("| model | seq | micro-batch | recompute | before (speed-ups off, eager) | speed-ups, eager | speed-ups + compile |")
+print("|---|---|---|---|---|---|---|")
+for (model, seq, mbs, rc), cells in sorted(rows.items()):
+    print(f"| {Path(model).parent.name or model} | {seq} | {mbs} | {rc} | " +
+          " | ".join(cells.get(v, "-") for v in ("runs_before", "runs_eager", "runs")) + " |")
+PY
+cat "$OUT/table.txt"
+echo "records in $OUT; commit them with env.txt beside ../shared/data/h100_runs"
