@@ -277,3 +277,16 @@ def test_multi_plan_launch_survives_an_out_of_memory(monkeypatch, capsys):
     assert oom.extra["failed_rank"] == 1 and "blocked in a collective" in oom.extra["stopped_because"]
     assert last.extra["pid"] != first.extra["pid"] and len(last.losses) == 2  # new processes
     assert "starting new processes for the 1 plan(s) after it" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_compiled_blocks_train_like_eager_ones():
+    """Per-block torch.compile (the CUDA default) under FSDP2's one-rank mixed precision and
+    selective recompute: inductor's CPU backend gives the eager losses and gradient norms."""
+    doc = plan_doc(LLAMA, num_microbatches=8, recompute="selective")
+    (eager,) = run_many([doc], OPTIONS.replace(nproc=1))
+    (compiled,) = run_many([doc], OPTIONS.replace(nproc=1, compile=True))
+    assert compiled.status == "ok" and compiled.extra["runtime"]["compiled_blocks"], compiled.error
+    assert not eager.extra["runtime"]["compiled_blocks"]
+    assert _close(compiled.losses, eager.losses, LOSS_RTOL)
+    assert _close(compiled.extra["grad_norms"], eager.extra["grad_norms"], GRAD_NORM_RTOL)
