@@ -222,3 +222,18 @@ def test_rope_in_bf16_stays_close_to_fp32_rope():
     assert fast.dtype == torch.bfloat16 and torch.allclose(fast.float(), exact, atol=0.05, rtol=0.02)
     # A rotation: the norm of each (i, i + d/2) pair is kept.
     assert torch.allclose(exact.norm(dim=-1), x.norm(dim=-1), rtol=1e-5)
+
+
+def test_speedup_switches_and_the_allocator_setting():
+    from executor.torch_backend.launch import allocator_env
+
+    with pytest.raises(AutoplanError, match=r"unknown speed-up\(s\) \['flash'\]"):
+        RunOptions(without=("flash",))
+    options = RunOptions(device="cuda", without=["chunked-loss"])  # a JSON round trip gives a list
+    assert options.without == ("chunked-loss",) and not options.uses("chunked-loss") and options.uses("native-gqa")
+    assert options.compiles and not RunOptions().compiles and RunOptions(compile=True).compiles
+    assert not RunOptions(device="cuda", compile=False).compiles
+    assert allocator_env(options, {}) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    assert allocator_env(options, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512"}) == {}  # the user's wins
+    assert allocator_env(options.replace(without=("expandable-segments",)), {}) == {}
+    assert allocator_env(RunOptions(), {}) == {}  # CPU
