@@ -181,7 +181,8 @@ def compare(args) -> int:
     env = environment(args.device, 1, "peers")
     peak = peak_flops_per_s(env["device_name"], "bf16") if args.device == "cuda" else 0.0
     tokens = args.global_batch * args.seq_len
-    print(f"{spec.name}: {spec.num_params / 1e6:.1f}M parameters, seq {args.seq_len}, global batch "
+    name = config if args.config else "tiny-llama (built in: 4 layers, hidden 256, 8 heads / 2 K/V heads, vocab 8192)"
+    print(f"{name}: {spec.num_params / 1e6:.1f}M parameters, seq {args.seq_len}, global batch "
           f"{args.global_batch} in micro-batches of {args.micro_batch}, {args.device} ({env['device_name']}), "
           f"median of {args.steps - args.warmup_steps} steps after {args.warmup_steps} warm-up")
     base = statistics.median(results["autoplan"]["step_times_s"]) if "step_times_s" in results.get("autoplan", {}) \
