@@ -14,7 +14,8 @@
 #                        up to its interleaved RoPE layout), on the same machine, for a before/after table
 #   peers.txt/.jsonl     benchmarks/executor_peers.py on the issue's three targets (autoplan vs Hugging Face
 #                        transformers, eager and torch.compile + fused AdamW)
-#   table.txt            median step, MFU and peak memory per plan and variant, from the three runs files
+#   table.txt            median step, MFU and peak memory per plan: the shipped 2026-11-22 records and the
+#                        three variants above
 # Each plan list runs in one launch: an OOM is recorded (status "oom") and the next plans still run.
 set -u
 RUNS=${1:-../shared/data/h100_runs}
@@ -61,27 +62,28 @@ peers() { "$PY" benchmarks/executor_peers.py --device cuda --steps "$STEPS" --wa
   peers --config "$C/gpt2-medium" --seq-len 1024 --global-batch 32 --micro-batch 16   # target: >= 1.15x hf-compile
 } 2>&1 | tee "$OUT/peers.txt"
 
-"$PY" - "$OUT" > "$OUT/table.txt" <<'PY'
+"$PY" - "$OUT" "$RUNS" > "$OUT/table.txt" <<'PY'
 import json, statistics, sys
 from pathlib import Path
-out = Path(sys.argv[1])
+out, shipped = Path(sys.argv[1]), Path(sys.argv[2]) / "runs.jsonl"
 rows = {}
-for variant in ("runs_before", "runs_eager", "runs"):
-    path = out / f"{variant}.jsonl"
+variants = {"shipped": shipped, **{v: out / f"{v}.jsonl" for v in ("runs_before", "runs_eager", "runs")}}
+for variant, path in variants.items():
     for line in path.read_text().splitlines() if path.is_file() else []:
         r = json.loads(line)
         if r["status"] != "ok":
             cell = r["status"]
         else:
-            cell = (f"{statistics.median(r['step_times_s']):.3f} s, MFU {r['extra'].get('mfu', 0):.1%}, "
+            cell = (f"{statistics.median(r['step_times_s']):.3f} s, MFU {r.get('mfu', 0):.1%}, "
                     f"{r['peak_memory_bytes'] / 2**30:.1f} GiB")
         rows.setdefault((r["plan"]["model"]["name"], r["plan"]["training"]["seq_len"],
                          r["plan"]["parallel"]["micro_batch_size"], r["plan"]["parallel"]["recompute"]), {})[variant] = cell
-print("| model | seq | micro-batch | recompute | before (speed-ups off, eager) | speed-ups, eager | speed-ups + compile |")
-print("|---|---|---|---|---|---|---|")
+print("| model | seq | micro-batch | recompute | 2026-11-22 records | speed-ups off, eager | speed-ups, eager "
+      "| speed-ups + compile |")
+print("|---|---|---|---|---|---|---|---|")
 for (model, seq, mbs, rc), cells in sorted(rows.items()):
     print(f"| {Path(model).parent.name or model} | {seq} | {mbs} | {rc} | " +
-          " | ".join(cells.get(v, "-") for v in ("runs_before", "runs_eager", "runs")) + " |")
+          " | ".join(cells.get(v, "-") for v in variants) + " |")
 PY
 cat "$OUT/table.txt"
 echo "records in $OUT; commit them with env.txt beside ../shared/data/h100_runs"
