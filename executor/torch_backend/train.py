@@ -306,6 +306,10 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
         torch.cuda.reset_peak_memory_stats(device)
     else:
         reset_cpu_peak_rss()
+    if options.compiles:
+        # Each plan compiles afresh: the blocks of the plans before it (other shapes) would count
+        # against dynamo's recompile limit and turn its shapes dynamic.
+        torch._dynamo.reset()
     runner = PlanRunner(doc, options, device)
     global _last_runner
     _last_runner = weakref.ref(runner)
