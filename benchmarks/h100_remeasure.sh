@@ -14,6 +14,7 @@
 #                        up to its interleaved RoPE layout), on the same machine, for a before/after table
 #   peers.txt/.jsonl     benchmarks/executor_peers.py on the issue's three targets (autoplan vs Hugging Face
 #                        transformers, eager and torch.compile + fused AdamW)
+#   speedups_*.txt       benchmarks/executor_speedups.py on Llama-3.2-1B 16x4 and GPT-2 medium 32x16
 #   table.txt            median step, MFU and peak memory per plan: the shipped 2026-11-22 records and the
 #                        three variants above
 # Each plan list runs in one launch: an OOM is recorded (status "oom") and the next plans still run.
@@ -61,6 +62,12 @@ peers() { "$PY" benchmarks/executor_peers.py --device cuda --steps "$STEPS" --wa
   peers --config "$C/qwen2.5-3b" --seq-len 2048 --global-batch 16 --micro-batch 2     # target: trains
   peers --config "$C/gpt2-medium" --seq-len 1024 --global-batch 32 --micro-batch 16   # target: >= 1.15x hf-compile
 } 2>&1 | tee "$OUT/peers.txt"
+
+# What each speed-up is worth on its own (every one on, each one off, all off; step time and peak memory).
+for plan in l1-s2k-m4 g-s1k-m16; do
+  "$PY" benchmarks/executor_speedups.py "$OUT/plans/$plan.json" --device cuda --steps "$STEPS" \
+    --warmup-steps "$WARMUP" 2>&1 | tee "$OUT/speedups_$plan.txt"
+done
 
 "$PY" - "$OUT" "$RUNS" > "$OUT/table.txt" <<'PY'
 import json, statistics, sys
