@@ -1,6 +1,6 @@
 """Bytes autograd saves for the backward of one micro-batch, per kernel choice of the executor's
 model, measured on CPU with saved-tensor hooks (executor/saved_bytes.py), in bf16 weights and
-activations as on a GPU with FSDP2 mixed precision.
+activations as on a GPU with FSDP2 mixed precision (or fp32: `--dtype fp32`).
 
     python benchmarks/executor_saved_bytes.py --config CONFIG_DIR --layers 2 --seq-len 512
 
@@ -23,8 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="Hugging Face config.json or its folder")
     parser.add_argument("--layers", type=int, default=1, help="layers to build (default 1)")
-    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=1)
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"),
+                        help="weights and activations (bf16 as on a GPU; fp32 where a CPU's bf16 matmuls are slow)")
     parser.add_argument("--scale-to", default="", metavar="MBS,SEQ",
                         help="also print the figures scaled to the full model at this micro-batch and length")
     args = parser.parse_args(argv)
@@ -33,10 +35,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from autoplan.hf_config import load_hf_config
     from executor.loss import auto_chunk_tokens
-    from executor.model import Kernels, build_model
+    from executor.model import Kernels, build_model, rope_cache
     from executor.saved_bytes import saved_bytes
 
     full = load_hf_config(args.config)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     spec = dataclasses.replace(full, num_layers=args.layers)
     torch.manual_seed(0)
     tokens = torch.randint(0, spec.vocab_size, (args.micro_batch, args.seq_len))
@@ -53,15 +56,26 @@ def main(argv: list[str] | None = None) -> int:
         mbs, seq = (int(x) for x in args.scale_to.split(","))
         scale = (mbs * seq) / (args.micro_batch * args.seq_len)
     print(f"{full.name}: {args.layers} of {full.num_layers} layers, micro-batch {args.micro_batch} x {args.seq_len} "
-          f"tokens, bf16 weights and activations, CPU. Saved-for-backward bytes (distinct storages, parameters "
-          f"excluded), measured at 0 and {args.layers} layers:")
+          f"tokens, {args.dtype} weights and activations, CPU. Saved-for-backward bytes (distinct storages, parameters "
+          f"and buffers excluded), measured at 0 and {args.layers} layers:")
     print(f"  {'variant':<28} {'measured':>12} {'per layer':>11} {'head+loss':>11}"
           + (f" {'scaled GiB':>11}" if args.scale_to else ""))
 
     def measure(kernels, num_layers: int) -> int:
-        model = build_model(dataclasses.replace(full, num_layers=num_layers), "cpu", kernels)  # default init
-        model.to(torch.bfloat16)
-        _, saved = saved_bytes(lambda: model(tokens, labels=tokens.roll(-1, 1)), list(model.parameters()))
+        # Built on meta in bf16 and given uninitialized storage: the values do not change what is
+        # saved, and initializing a large vocabulary's embedding on a CPU takes long.
+        torch.set_default_dtype(dtype)
+        try:
+            model = build_model(dataclasses.replace(full, num_layers=num_layers), "meta", kernels)
+        finally:
+            torch.set_default_dtype(torch.float32)
+        model.to_empty(device="cpu")
+        for param in model.parameters():
+            param.data.normal_(0.0, 0.02)  # finite values (uninitialized bf16 memory may hold NaNs)
+        if model.rope is not None:
+            model.rope = rope_cache(full.head_dim, full.max_seq_len)
+        held = list(model.parameters()) + list(model.buffers())  # held anyway (RoPE rows are views of a buffer)
+        _, saved = saved_bytes(lambda: model(tokens, labels=tokens.roll(-1, 1)), held)
         return saved
 
     for name, kernels in variants.items():

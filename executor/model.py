@@ -219,6 +219,7 @@ class Transformer(nn.Module):
         self.output = nn.Linear(h, spec.vocab_size, bias=False)
         if spec.tied_embeddings:
             self.output.weight = self.tok_embeddings.weight
+        self._rope_cast, self._rope_cast_key = None, None  # `rope` in the compute dtype (forward)
         # Not persistent: recomputed by init_weights, never saved in checkpoints.
         self.register_buffer("rope", rope_cache(spec.head_dim, spec.max_seq_len)
                              if spec.position != "learned" else None, persistent=False)
@@ -232,8 +233,13 @@ class Transformer(nn.Module):
         else:
             x = tokens
         rope = self.rope
-        if rope is not None and self.kernels.rope_in_compute_dtype:
-            rope = rope.to(x.dtype)  # once per forward (bf16 parameters: bf16 activations)
+        if rope is not None and self.kernels.rope_in_compute_dtype and rope.dtype != x.dtype:
+            # The table in the activations' dtype (bf16 under FSDP2 mixed precision), cast once and
+            # kept; a new table (init_weights, context parallelism's rows) is cast anew.
+            key = (x.dtype, rope.data_ptr())
+            if self._rope_cast_key != key:
+                self._rope_cast, self._rope_cast_key = rope.to(x.dtype), key
+            rope = self._rope_cast
         for layer in self.layers.values():
             x = layer(x, rope)
         if self.norm is not None:
