@@ -125,3 +125,35 @@ def test_new_fields_at_default_leave_the_plan_dict_unchanged():
     gemma = spec("gemma-3-27b")
     assert ModelSpec.from_dict(gemma.to_dict()) == gemma
     assert gemma.to_dict()["sliding_window"] == 1024
+
+
+@pytest.mark.parametrize("name", ["qwen3-8b", "qwen3-32b", "qwen3-235b-a22b", "deepseek-v3", "gemma-3-27b",
+                                  "olmo-2-13b"])
+def test_catalog_entries_are_their_published_configs(name):
+    from dataclasses import replace
+
+    from autoplan.catalog import catalog_model, model_source
+
+    entry = catalog_model(name)
+    assert replace(entry, name="x", max_seq_len=0) == replace(spec(name), name="x", max_seq_len=0)
+    assert "config.json" in model_source(name)
+
+
+@pytest.mark.parametrize("name, gpus", [("deepseek-v3", 256), ("qwen3-235b-a22b", 64), ("gemma-3-27b", 32)])
+def test_search_plans_the_flagships(name, gpus, capsys):
+    """`autoplan search` finds a plan that fits; the MoE models get expert parallelism."""
+    from autoplan.cli.main import main
+
+    assert main(["search", "--model", name, "--gpus", str(gpus), "--trials", "60", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    parallel, prediction = doc["parallel"], doc["prediction"]
+    assert prediction["peak_memory_bytes"] <= 79.1 * 2**30 and prediction["step_time_s"] > 0
+    if spec(name).is_moe:
+        assert parallel["ep"] > 1
+    assert ModelSpec.from_dict(doc["model"]) == replace_name(spec(name), doc["model"]["name"])
+
+
+def replace_name(model, name):
+    from dataclasses import replace
+
+    return replace(model, name=name, family=model.family)
