@@ -30,6 +30,7 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
             f"* cp={plan.cp} = {plan.num_gpus}) but this run has {processes} processes; run it with "
             f"--nproc {plan.num_gpus} (or torchrun over {plan.num_gpus} GPUs), or plan for {processes} GPUs")
     plan.check(spec, training, doc.cluster, allow_tp_across_nodes=True)
+    _check_block_features(spec, plan)
     if plan.cp > 1 and spec.position == "learned":
         raise AutoplanError(
             f"model {spec.name!r} has learned positions; the torch backend's context parallelism (cp={plan.cp}) "
@@ -89,3 +90,29 @@ def _check_device(options: RunOptions, processes: int) -> None:
     if local > torch.cuda.device_count():
         raise AutoplanError(f"{local} processes on this node but only {torch.cuda.device_count()} CUDA "
                             "devices; use torchrun across nodes or a plan for fewer GPUs")
+
+
+def block_features_outside_tp(spec) -> list[str]:
+    """The block features the tensor-parallel plan (`parallelize.TP_PLAN_LAYER`) does not cover: their
+    parameters would be replicated over the TP group without their gradients being summed over it."""
+    features = []
+    if spec.qk_norm:
+        features.append(f"q/k norms (qk_norm={spec.qk_norm!r})")
+    if spec.norm_placement != "pre":
+        features.append(f"{spec.norm_placement} norms (norm_placement={spec.norm_placement!r})")
+    if spec.parallel_block:
+        features.append("a parallel attention/MLP block (parallel_block=true)")
+    return features
+
+
+def _check_block_features(spec, plan) -> None:
+    if plan.tp > 1 and block_features_outside_tp(spec):
+        raise AutoplanError(
+            f"model {spec.name!r} has {', '.join(block_features_outside_tp(spec))}; the torch backend runs "
+            f"them with tp=1 only, got tp={plan.tp}; plan it with --tp 1, or export it to a framework with "
+            "these layers")
+    if plan.cp > 1 and (spec.sliding_window or spec.attn_logit_softcap):
+        raise AutoplanError(
+            f"model {spec.name!r} has sliding-window attention (sliding_window={spec.sliding_window}) or "
+            f"soft-capped scores (attn_logit_softcap={spec.attn_logit_softcap}); the torch backend's context "
+            f"parallelism runs plain causal attention only, got cp={plan.cp}; plan it with --cp 1")
