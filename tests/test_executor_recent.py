@@ -23,12 +23,14 @@ GEMMA3 = ModelSpec("tiny-gemma3", 4, 64, 4, 2, 128, 256, head_dim=16, mlp="geglu
 OLMO2 = ModelSpec("tiny-olmo2", 2, 64, 4, 4, 128, 256, qk_norm="full", norm_placement="post", max_seq_len=64)
 GPTJ = ModelSpec("tiny-gptj", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", parallel_block=True,
                  shared_block_norm=True, rotary_dim=8, mlp_bias=True, output_bias=True, max_seq_len=64)
+NEOX = ModelSpec("tiny-neox", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", linear_bias=True,
+                 parallel_block=True, rotary_dim=4, max_seq_len=64)  # Pythia: two norms, rotary 1/4
 STARCODER2 = ModelSpec("tiny-starcoder2", 2, 64, 4, 2, 256, 256, mlp="gelu", norm="layernorm", linear_bias=True,
                        sliding_window=8, max_seq_len=64)
 DSMOE = ModelSpec("tiny-deepseek-moe", 3, 32, 4, 2, 96, 256, num_experts=4, num_experts_per_token=2,
                   moe_ffn_hidden_size=32, shared_expert_ffn_size=32, num_dense_layers=1, v_head_dim=16,
                   qk_norm="head", max_seq_len=64)
-TINY = [QWEN3, GEMMA3, OLMO2, GPTJ, STARCODER2, DSMOE]
+TINY = [QWEN3, GEMMA3, OLMO2, GPTJ, NEOX, STARCODER2, DSMOE]
 
 
 def _materialized(spec, seed=0):
@@ -119,6 +121,7 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes, against each model's single-
     (GEMMA3, dict(dp=2, pp=2, num_microbatches=4)),
     (OLMO2, dict(dp=4, zero_stage=2, num_microbatches=2)),
     (GPTJ, dict(dp=2, pp=2, zero_stage=1, num_microbatches=4)),
+    (NEOX, dict(dp=4, zero_stage=1, num_microbatches=2)),
     (STARCODER2, dict(dp=2, tp=2, sequence_parallel=True, num_microbatches=4)),
     (DSMOE, dict(dp=4, ep=2, num_microbatches=2)),
     (DSMOE, dict(dp=4, ep=4, zero_stage=3, num_microbatches=2)),
