@@ -1,9 +1,9 @@
 """Per-GPU memory terms of one pipeline stage, in bytes. Each term names its source.
 
-- Model states (ZeRO, Rajbhandari et al. 2019, arXiv 1910.02054, section 3): bf16 weights 2 B,
-  gradients kept in fp32 4 B (Megatron's main-grad buffer, FSDP's fp32 reduce), Adam's fp32 master
-  weights + momentum + variance 12 B. Stage 1 shards the 12 B, 2 also the gradients, 3 also the
-  weights, over the data-parallel group (dp x cp ranks that hold replicas) -- never over all GPUs.
+- Model states: what the framework keeps per parameter (`Framework.states`; e.g. Megatron: bf16
+  weights 2 B, fp32 main grads 4 B, fp32 master + Adam moments 12 B, ZeRO, Rajbhandari et al. 2019,
+  arXiv 1910.02054, section 3), each sharded from its ZeRO stage on over the data-parallel group
+  (dp x cp ranks that hold replicas) -- never over all GPUs.
 - Activations (Korthikanti et al. 2022, arXiv 2205.05198, section 4, Table 2): per layer and
   micro-batch s*b*h*(34 + 5*a*s/h) bytes for GPT (MHA, GeLU, ffn = 4h, dropout), written here as
   named tensors so GQA, SwiGLU and other widths follow. With flash attention (the default) the
@@ -16,35 +16,48 @@ from autoplan.specs import ModelSpec
 
 BYTES_WEIGHT = 2        # bf16 / fp16 weights
 BYTES_GRAD = 4          # fp32 gradient accumulation
-BYTES_OPTIMIZER = 12    # fp32 master + Adam m + v
 BYTES_ACT = 2           # bf16 activations
 BYTES_LOGITS = 6        # bf16 logits + their fp32 copy for the cross-entropy (Korthikanti sec. 4.3: 4sbv/t)
 BYTES_LOGITS_UNFUSED = 10  # + the fp32 gradient of the logits an unfused cross-entropy materializes
 
 
+def mlp_activation_elems(model: ModelSpec, moe: bool) -> float:
+    """Elements per token around the MLP activation: 3f gated (gate, up, product), 2f GeLU (in,
+    out); a MoE layer's token passes its k routed experts and the shared experts."""
+    per_width = 2 if model.mlp == "gelu" else 3
+    if not moe:
+        return per_width * model.ffn_hidden_size
+    return per_width * (model.expert_ffn_size * model.num_experts_per_token + model.shared_expert_ffn_size)
+
+
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
                                sequence_parallel: bool, flash_attention: bool = True,
-                               dropout: bool = False) -> dict:
+                               dropout: bool = False, moe: bool | None = None) -> dict:
     """Stored activations of one layer for one micro-batch (seq_len already divided by cp).
 
     Returns the named parts (bytes). `dropout=True` with a GPT shape reproduces Korthikanti's
     34*s*b*h + 5*a*s^2*b exactly: norms 4, QKV input 2, Q/K/V 6, projection input 2, attention
-    dropout mask 1, MLP input 2, GeLU in/out 16, MLP dropout mask 1.
+    dropout mask 1, MLP input 2, GeLU in/out 16, MLP dropout mask 1. `moe` picks the layer kind
+    (default: the model's MoE layer if it has any). A sliding window stores the same per-token
+    tensors as global attention (flash attention keeps K/V per token, not per query-key pair), so
+    the window changes FLOPs and the CP exchange, not these bytes.
     """
     sb = micro_batch * seq_len
     h = model.hidden_size
+    moe = model.is_moe if moe is None else moe
     outside = tp if sequence_parallel else 1            # tensors outside the TP region
-    act_elems = (3 if model.mlp == "swiglu" else 2) * model.ffn_hidden_size
-    if model.is_moe:
-        act_elems *= model.num_experts_per_token         # each token's rows in its top-k experts
     parts = {
-        "norm_inputs": 2 * BYTES_ACT * sb * h / outside,
+        "norm_inputs": model.num_layer_norms * BYTES_ACT * sb * h / outside,
         "qkv_input": BYTES_ACT * sb * h / outside,
-        "qkv": BYTES_ACT * sb * (model.q_size + 2 * model.kv_size) / tp,
-        "attn_out_input": BYTES_ACT * sb * model.q_size / tp,
+        "qkv": BYTES_ACT * sb * (model.q_size + model.kv_size + model.v_size) / tp,
+        "attn_out_input": BYTES_ACT * sb * model.attn_out_size / tp,
         "mlp_input": BYTES_ACT * sb * h / outside,
-        "mlp_activation": BYTES_ACT * sb * act_elems / tp,
+        "mlp_activation": BYTES_ACT * sb * mlp_activation_elems(model, moe) / tp,
     }
+    if model.qk_norm:  # the un-normed q and k, inputs of their norms
+        parts["qk_norm_inputs"] = BYTES_ACT * sb * (model.q_size + model.kv_size) / tp
+    if model.is_mla:  # the compressed latents, inputs of the up-projections (unsplit over tp)
+        parts["mla_latents"] = BYTES_ACT * sb * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
     if dropout:
         parts["dropout_masks"] = 2 * sb * h / outside    # 1 byte per element, two masks
     a_local = model.num_heads / tp
@@ -52,12 +65,14 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
         parts["softmax_stats"] = 4.0 * sb * a_local      # fp32 log-sum-exp per query and head
     else:
         # softmax output 2 B + dropout mask 1 B + dropout output 2 B per score: 5*a*s^2*b
-        parts["attention_scores"] = (5 if dropout else 2) * a_local * sb * seq_len
+        # (soft-capping keeps the capped scores' input too: 2 B more per score)
+        per_score = (5 if dropout else 2) + (2 if model.attn_logit_softcap else 0)
+        parts["attention_scores"] = per_score * a_local * sb * seq_len
     return parts
 
 
 def selective_kept_bytes(parts: dict, policy: str, model: ModelSpec, micro_batch: int, seq_len: int,
-                         tp: int, sequence_parallel: bool) -> float:
+                         tp: int, sequence_parallel: bool, moe: bool | None = None) -> float:
     """Stored bytes of a layer under selective recompute.
 
     "attention" (Megatron, Korthikanti 2022 sec. 5): the attention core is recomputed, so its
@@ -68,9 +83,11 @@ def selective_kept_bytes(parts: dict, policy: str, model: ModelSpec, micro_batch
     if policy == "ops":
         sb = micro_batch * seq_len
         outside = tp if sequence_parallel else 1
-        mlp_in = (2 if model.mlp == "swiglu" else 1) * model.ffn_hidden_size
-        matmul_outputs = (model.q_size + 2 * model.kv_size + mlp_in) / tp + 2 * model.hidden_size / outside
-        saved = model.hidden_size / outside + 0.5 * matmul_outputs + model.q_size / tp
+        moe = model.is_moe if moe is None else moe
+        gated = model.mlp != "gelu"
+        mlp_in = mlp_activation_elems(model, moe) * (2 / 3 if gated else 1 / 2)   # the first matmul's output
+        matmul_outputs = (model.q_size + model.kv_size + model.v_size + mlp_in) / tp + 2 * model.hidden_size / outside
+        saved = model.hidden_size / outside + 0.5 * matmul_outputs + model.attn_out_size / tp
         return BYTES_ACT * sb * saved + parts.get("softmax_stats", 0.0)
     return sum(v for k, v in parts.items() if k != "attention_scores")
 
@@ -94,10 +111,8 @@ def in_flight_microbatches(pp: int, vpp: int, num_microbatches: int, stage: int)
     return min(float(held), float(num_microbatches) * (1.0 if vpp == 1 else 1.0 + (pp - 1) / (pp * vpp)))
 
 
-def model_state_bytes(num_local_params: float, zero_stage: int, shard: int) -> dict:
-    """Weights, gradients and optimizer state of `num_local_params` (after TP/PP/EP splits)."""
-    return {
-        "params": BYTES_WEIGHT * num_local_params / (shard if zero_stage >= 3 else 1),
-        "grads": BYTES_GRAD * num_local_params / (shard if zero_stage >= 2 else 1),
-        "optimizer": BYTES_OPTIMIZER * num_local_params / (shard if zero_stage >= 1 else 1),
-    }
+def model_state_bytes(num_local_params: float, zero_stage: int, shard: int, states: dict) -> dict:
+    """The framework's model states (`Framework.states`: name -> bytes per parameter and the ZeRO
+    stage from which it is sharded) of `num_local_params` (after TP/PP/EP splits)."""
+    return {name: term.bytes_per_param * num_local_params / (shard if zero_stage >= term.sharded_from_zero else 1)
+            for name, term in states.items()}

@@ -1,7 +1,12 @@
-"""PlanDocument: the plan file, schema `autoplan.plan/v1` (see DESIGN.md).
+"""PlanDocument: the plan file, schema `autoplan.plan/v2` (see DESIGN.md).
 
 What `search --json` prints and `-o` writes, and what `run`, `estimate` and the exporters read.
 Extra keys may be added; the documented ones are never renamed.
+
+v2 adds `framework`: the name of the framework the plan was made for (autoplan.specs.frameworks).
+v1 files still read: they name no framework, so they are read as made for "autoplan" (the executor
+that runs plan files) and `assumed` says so; their prediction was made with Megatron-Core's facts,
+which `autoplan estimate` re-scores.
 """
 from __future__ import annotations
 
@@ -10,12 +15,14 @@ import json
 from dataclasses import dataclass, field
 
 from autoplan.specs.errors import SchemaError
+from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, get_framework
 from autoplan.specs.jsonio import check_schema, read_json, require, write_json_atomic
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import ParallelPlan
 from autoplan.specs.training import ClusterSpec, TrainingSpec
 
-PLAN_SCHEMA = "autoplan.plan/v1"
+PLAN_SCHEMA = "autoplan.plan/v2"
+PLAN_SCHEMA_V1 = "autoplan.plan/v1"
 AUTOPLAN_VERSION = "0.1.0"
 
 
@@ -34,6 +41,10 @@ class PlanDocument:
                                                        "cost_model": "analytical/1"})
     extra: dict = field(default_factory=dict)
     """Keys of the JSON this version does not know; written back unchanged."""
+    framework: str = DEFAULT_FRAMEWORK
+    """The framework the plan was made for (its rules and facts were applied)."""
+    assumed: list = field(default_factory=list)
+    """What reading an older file assumed (one line each), for the CLI to say; not written."""
 
     @property
     def plan_id(self) -> str:
@@ -43,6 +54,7 @@ class PlanDocument:
         return {
             "schema": PLAN_SCHEMA,
             "plan_id": self.plan_id,
+            "framework": self.framework,
             "model": self.model.to_dict(),
             "training": self.training.to_dict(),
             "cluster": self.cluster.to_dict(),
@@ -56,8 +68,17 @@ class PlanDocument:
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "plan file") -> "PlanDocument":
-        check_schema(data, PLAN_SCHEMA, what)
-        known = {"schema", "plan_id", "model", "training", "cluster", "parallel", "prediction",
+        assumed = []
+        if isinstance(data, dict) and data.get("schema") == PLAN_SCHEMA_V1:
+            check_schema(data, PLAN_SCHEMA_V1, what)
+            framework = DEFAULT_FRAMEWORK
+            assumed.append(f"{what} is {PLAN_SCHEMA_V1} and names no framework: read as made for "
+                           f"{DEFAULT_FRAMEWORK!r} (its prediction assumed megatron-core; re-score it with "
+                           f"`autoplan estimate`)")
+        else:
+            check_schema(data, PLAN_SCHEMA, what)
+            framework = get_framework(require(data, "framework", str, what)).name
+        known = {"schema", "plan_id", "framework", "model", "training", "cluster", "parallel", "prediction",
                  "alternatives", "search", "provenance"}
         doc = cls(
             model=ModelSpec.from_dict(require(data, "model", dict, what), f"{what} model"),
@@ -69,6 +90,7 @@ class PlanDocument:
             search=dict(data.get("search") or {}),
             provenance=dict(data.get("provenance") or {}),
             extra={k: v for k, v in data.items() if k not in known},
+            framework=framework, assumed=assumed,
         )
         if not isinstance(doc.prediction, dict):
             raise SchemaError(f"{what} field 'prediction' must be a JSON object")
