@@ -213,12 +213,18 @@ def render_frameworks(frameworks: list) -> str:
             total = sum(t.bytes_per_param for t in f.states.values() if t.sharded_from_zero > stage)
             per_stage.append(f"{total + (f.compute_weight_copy_bytes if stage < 3 else 0):g}")
         rows.append([f.name, f"{sum(t.bytes_per_param for t in f.states.values()):g}+{f.compute_weight_copy_bytes:g}",
-                     "/".join(per_stage), "fused" if f.fused_cross_entropy else "unfused",
+                     "/".join(per_stage), _loss_kind(f),
                      f.selective_recompute, "yes" if f.flash_attention else "no", _can_run(f)])
     return "\n".join(_table(["framework", "B/param", "unsharded z0/z3", "loss", "selective", "flash", "can run"],
                             rows, "lrrllll")) + (
         "\n\nB/param: model states + compute-weight copy per parameter; unsharded z0/z3: bytes per parameter "
         "not divided by dp at ZeRO 0 and 3\n")
+
+
+def _loss_kind(f) -> str:
+    if not f.fused_cross_entropy:
+        return "unfused"
+    return "fused" if f.fused_cross_entropy_max_tp >= 1 << 20 else f"fused at tp<={f.fused_cross_entropy_max_tp}"
 
 
 def render_framework(f, fitted: dict | None = None) -> str:
@@ -229,7 +235,7 @@ def render_framework(f, fitted: dict | None = None) -> str:
                     [[k, f"{t.bytes_per_param:g}", str(t.sharded_from_zero) if t.sharded_from_zero <= 3 else "never",
                       t.what] for k, t in f.states.items()], "lrrl")
     lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {f.activation_bytes} B "
-              f"per element, loss {'fused' if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}, "
+              f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}, "
               f"selective recompute = {f.selective_recompute}",
               f"fuses: flash attention {'yes' if f.flash_attention else 'no'}, memory-bound bytes x{f.fused_elementwise:g}",
               f"overlaps: TP comm {f.tp_comm_overlap:.0%}, DP window {f.dp_comm_overlap:.0%}, "

@@ -170,7 +170,8 @@ class Estimator:
         # Backward of one layer: its activation gradients (about one layer's activations, with the
         # SP-gathered inputs at full length), plus its recomputed activations under full recompute.
         working = working_layer * (2 if recompute == "full" else 1)
-        per_logit = BYTES_LOGITS if fw.fused_cross_entropy else BYTES_LOGITS_UNFUSED
+        fused_loss = fw.fused_cross_entropy and plan.tp <= fw.fused_cross_entropy_max_tp
+        per_logit = BYTES_LOGITS if fused_loss else BYTES_LOGITS_UNFUSED
         logits = per_logit * b * s_local * self.model.vocab_size / plan.tp if last else 0.0
         comm = 0.0
         if plan.zero_stage >= 3 and shard > 1 and p > 1:

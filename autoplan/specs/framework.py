@@ -78,6 +78,9 @@ class Framework:
     fused_cross_entropy: bool = True
     """Loss over the logits in place (Megatron's vocab-parallel cross-entropy: 6 B per logit) or
     unfused (F.cross_entropy also materializes the fp32 gradient of the logits: 10 B per logit)."""
+    fused_cross_entropy_max_tp: int = 1 << 20
+    """Highest tp at which the fused loss runs; above it the loss is unfused (autoplan's chunked
+    head + loss needs the whole head weight on a rank)."""
     # -- what it fuses --------------------------------------------------------------------------
     flash_attention: bool = True
     """Fused attention that never stores the s x s scores (Dao et al. 2022, arXiv 2205.14135)."""

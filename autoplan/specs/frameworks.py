@@ -25,18 +25,20 @@ def _fsdp2_states(what: str) -> dict:
 
 
 _AUTOPLAN_STATES = {
-    "params": StateTerm(4, 1, "fp32 parameters: the master weights (DDP at ZeRO 0, FSDP2-sharded at 1-3)"),
-    "grads": StateTerm(4, 2, "fp32 gradients; ZeRO 1 keeps them whole until the last micro-batch"),
+    "params": StateTerm(4, 1, "fp32 parameters: the master weights (FSDP2-sharded at ZeRO 1-3 and at one "
+                              "replica; DDP or plain at ZeRO 0 with several)"),
+    "grads": StateTerm(4, 2, "fp32 gradients, accumulated in fp32 over the micro-batches; ZeRO 1 keeps them "
+                             "whole until the last micro-batch"),
     "optimizer": StateTerm(8, 1, "AdamW momentum 4 + variance 4 (fp32)"),
 }
 
 FRAMEWORKS = {f.name: f for f in (
     Framework(
-        name="autoplan", version="autoplan 0.1 executor, torch backend (torch 2.9)",
+        name="autoplan", version="autoplan 0.1 executor, torch backend (torch 2.9), with the speed-ups of issue 11",
         description="this project's torch.distributed executor (`autoplan run`): FSDP2/DDP, TP/SP, "
                     "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
         states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
-        fused_cross_entropy=False, flash_attention=True, dtypes=("bf16", "fp32"),
+        fused_cross_entropy=True, fused_cross_entropy_max_tp=1, flash_attention=True, dtypes=("bf16", "fp32"),
         moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
         learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
         cp_with_masked_attention=False, mla=False,
@@ -45,10 +47,16 @@ FRAMEWORKS = {f.name: f for f in (
             "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
                                     "block's linears only (q/k norms etc. would be replicated without summed grads)",
             "cp_with_masked_attention": "executor/torch_backend/context_parallel.py: plain causal attention",
-            "states": "docs/executor.md: fp32 parameters under bf16 autocast (GPU), FSDP2 per ZeRO stage",
-            "compute_weight_copy_bytes": "autocast caches the bf16 cast of each fp32 weight for backward; "
-                                         "FSDP2 (ZeRO 1/2) keeps gathered bf16 weights from forward to backward",
-            "fused_cross_entropy": "executor/model.py: F.cross_entropy over fp32 logits",
+            "states": "docs/executor.md (Speed): fp32 master weights, FSDP2 bf16 compute copies (at one replica "
+                      "too), fp32 gradient accumulation, fused AdamW on CUDA",
+            "compute_weight_copy_bytes": "FSDP2 (ZeRO 0-2 at one replica, ZeRO 1/2) keeps the gathered bf16 weights "
+                                         "from the first forward to the last backward of a step; autocast's cache "
+                                         "(ZeRO 0 with several replicas) holds them for the step",
+            "fused_cross_entropy": "executor/loss.py: head matmul + cross-entropy over token chunks (tp = 1, no "
+                                   "head bias or logit soft-capping: at most one 256 MiB chunk of fp32 logits); "
+                                   "tp > 1 still runs F.cross_entropy over whole fp32 logits",
+            "fused_elementwise": "torch.compile per block is on by default on CUDA, but its effect on the "
+                                 "memory-bound bytes is not measured yet: eager's 1.0 until a GPU run says more",
             "dtypes": "fp16 (no loss scaling) and fp8 (no float8 kernels) are not wired",
             "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
             "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
