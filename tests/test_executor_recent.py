@@ -130,19 +130,21 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes, against each model's single-
 
 @pytest.mark.slow
 def test_new_family_blocks_reproduce_single_device_losses():
-    from tests.test_torch_backend import GRAD_NORM_RTOL, LOSS_RTOL, OPTIONS, _close, plan_doc
+    from tests.test_torch_backend import (
+        GRAD_NORM_RTOL, LOSS_RTOL, OPTIONS, _close, plan_doc, reference_for, reference_runs,
+    )
     from executor.torch_backend import run_many
 
-    references = run_many([plan_doc(model, num_microbatches=8) for model in TINY], OPTIONS.replace(nproc=1))
-    reference = {model.name: ref for model, ref in zip(TINY, references)}
-    for ref in references:
+    references = reference_runs(TINY)
+    for ref in references.values():
         assert ref.status == "ok" and len(ref.losses) == 3, (ref.error, ref.losses)
         # Training moves the loss by far more than the tolerance, so matching it means something
         # (post-norm OLMo 2 at this learning rate moves at step 2 and comes back at step 3).
         assert max(abs(loss - ref.losses[0]) for loss in ref.losses) > 100 * LOSS_RTOL * ref.losses[0], ref.losses
     records = run_many([plan_doc(model, **plan) for model, plan in PARALLEL_PLANS], OPTIONS.replace(nproc=4))
-    mismatches = [(model.name, plan, r.status, r.error, r.losses, reference[model.name].losses)
+    mismatches = [(model.name, plan, r.status, r.error, r.losses, reference_for(references, model, r).losses)
                   for (model, plan), r in zip(PARALLEL_PLANS, records)
-                  if r.status != "ok" or not _close(r.losses, reference[model.name].losses, LOSS_RTOL)
-                  or not _close(r.extra["grad_norms"], reference[model.name].extra["grad_norms"], GRAD_NORM_RTOL)]
+                  if r.status != "ok" or not _close(r.losses, reference_for(references, model, r).losses, LOSS_RTOL)
+                  or not _close(r.extra["grad_norms"], reference_for(references, model, r).extra["grad_norms"],
+                                GRAD_NORM_RTOL)]
     assert len(records) == len(PARALLEL_PLANS) and not mismatches, mismatches

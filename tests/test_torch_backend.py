@@ -67,6 +67,22 @@ def plan_doc(model, **parallel) -> PlanDocument:
                         cluster=ClusterSpec("cpu", plan.num_gpus, gpus_per_node=8), parallel=plan)
 
 
+def reference_runs(models) -> dict:
+    """Single-process references, keyed (model name, fused loss?): with the chunked head + loss that
+    dp/pp/cp plans run and with the whole-logit loss that tp > 1 plans run (the fused loss needs the
+    whole head on a rank). The two differ by rounding only, but a few steps at lr 1e-2 can grow that
+    past GRAD_NORM_RTOL (measured: 2e-4 on a tiny StarCoder2's third gradient norm)."""
+    docs = [plan_doc(model, num_microbatches=8) for model in models]
+    fused = run_many(docs, OPTIONS.replace(nproc=1))
+    whole = run_many(docs, OPTIONS.replace(nproc=1, without=("chunked-loss",)))
+    return {**{(m.name, True): r for m, r in zip(models, fused)},
+            **{(m.name, False): r for m, r in zip(models, whole)}}
+
+
+def reference_for(references: dict, model, record):
+    return references[(model.name, bool(record.extra.get("runtime", {}).get("loss_chunk_tokens", 1)))]
+
+
 def _close(measured, reference, rtol):
     return all(abs(m - r) <= rtol * abs(r) for m, r in zip(measured, reference)) and len(measured) == len(reference)
 
@@ -74,22 +90,22 @@ def _close(measured, reference, rtol):
 @pytest.mark.slow
 def test_parallel_plans_reproduce_single_device_losses():
     models = [LLAMA, GPT, BLOOM, LLAMA5, MOE]
-    references = run_many([plan_doc(model, num_microbatches=8) for model in models], OPTIONS.replace(nproc=1))
-    reference = {model.name: ref for model, ref in zip(models, references)}
+    references = reference_runs(models)
+    reference = {model.name: references[(model.name, True)] for model in models}
     # The executor before the speed-ups (fp32 weights without FSDP2, K/V repeated, fp32 RoPE, whole
     # logits) trains the same numbers as with them: they change how, not what, is computed.
     for model in (LLAMA, GPT):
         (before,) = run_many([plan_doc(model, num_microbatches=8)], OPTIONS.replace(nproc=1, without=CPU_SPEEDUPS))
         assert before.status == "ok" and _close(before.losses, reference[model.name].losses, LOSS_RTOL)
         assert _close(before.extra["grad_norms"], reference[model.name].extra["grad_norms"], GRAD_NORM_RTOL)
-    for ref in references:
+    for ref in references.values():
         assert ref.status == "ok" and len(ref.losses) == 3
         # Training moves the loss by far more than the tolerance, so matching it means something.
         assert abs(ref.losses[2] - ref.losses[0]) > 100 * LOSS_RTOL * ref.losses[0], ref.losses
     records = run_many([plan_doc(model, **plan) for model, plan in PARALLEL_PLANS], OPTIONS.replace(nproc=4))
     mismatches = []
     for (model, plan), record in zip(PARALLEL_PLANS, records):
-        ref = reference[model.name]
+        ref = reference_for(references, model, record)
         if record.status != "ok" or not _close(record.losses, ref.losses, LOSS_RTOL) or \
                 not _close(record.extra["grad_norms"], ref.extra["grad_norms"], GRAD_NORM_RTOL):
             mismatches.append((model.name, plan, record.status, record.error, record.losses, ref.losses,
