@@ -66,8 +66,9 @@ class PublishedRun:
     sweep: str = field(default="")
     """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
 
-    def framework_facts(self, constants: Constants | None = None) -> Framework:
-        """The run's framework under the given (fitted) constants, with the run's own switches."""
+    def framework_facts(self, constants: Constants | None = None, name: str | None = None) -> Framework:
+        """The run's framework (or framework `name`) under the given (fitted) constants, with the
+        run's own switches (torch.compile, async TP, row-wise fp8)."""
         constants = constants or load_constants()
         overrides = {}
         if self.compiled:
@@ -76,7 +77,7 @@ class PublishedRun:
             overrides["tp_comm_overlap"] = constants.async_tp_overlap
         if self.fp8_rowwise:
             overrides["fp8_rowwise"] = True
-        return constants.framework(self.framework, **overrides)
+        return constants.framework(name or self.framework, **overrides)
 
     def profile(self) -> HardwareProfile:
         """The built-in profile of the run's GPU, on the run's network."""

@@ -36,12 +36,14 @@ class RowResult:
         return abs(self.predicted_tokens_per_s_per_gpu - measured) / measured
 
 
-def predict_runs(runs: list, constants: Constants | None = None) -> list:
-    """Predict every run; a plan that breaks a rule becomes a skipped row with its reason."""
+def predict_runs(runs: list, constants: Constants | None = None, framework: str | None = None) -> list:
+    """Predict every run with the framework it ran on (or `framework` for all, to see how that
+    framework's facts score them); a plan that breaks a rule (the plan's or the framework's)
+    becomes a skipped row with its reason."""
     results = []
     for run in runs:
         est = Estimator(run.model, run.training, run.cluster, run.profile(),
-                        framework=run.framework_facts(constants), constants=constants)
+                        framework=run.framework_facts(constants, framework), constants=constants)
         try:
             e = est.estimate(run.plan)
         except InfeasiblePlan as exc:
