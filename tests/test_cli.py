@@ -104,7 +104,7 @@ def test_nsga2_prints_the_front(capsys):
     (["search", *SMALL, "--gpus-per-node", "8", "--gpus", "12"], ["whole number of 8-GPU nodes"]),
     (["search", *SMALL, "--study-name", "x"], ["--study-name needs --storage"]),
     (["search", *SMALL, "--gpu", "a100-80gb", "--dtype", "fp8"], ["--dtype fp8", "a100-80gb", "bf16"]),
-    (["estimate", *SMALL, "--tp", "2", "--pp", "4", "--vpp", "3"], ["pp*vpp must divide num_layers", "vpp=3"]),
+    (["estimate", *SMALL, "--tp", "2", "--pp", "4", "--vpp", "9"], ["pp*vpp <= num_layers", "vpp=9 = 36"]),
     (["estimate", *SMALL, "--tp", "2", "--pp", "3"], ["tp*pp*cp must divide --gpus", "pp=3"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):
