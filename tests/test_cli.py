@@ -183,3 +183,12 @@ def test_a_measured_profile_whose_nodes_are_too_small_is_one_line(capsys):
                          "--profile", str(shipped))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "measured on nodes of 2 device(s)" in err and "--gpus-per-node 2" in err
+
+
+def test_estimate_interleaved_uneven_stages(capsys):
+    """126 layers at pp=8, vpp=8 for Megatron-Core (its embedding/loss-accounted split) is estimated."""
+    code, out, err = run(capsys, "estimate", "--model", "llama-3-405b", "--gpus", "512", "--global-batch", "256",
+                         "--seq-len", "8192", "--dtype", "fp8", "--tp", "8", "--pp", "8", "--vpp", "8", "--zero", "1",
+                         "--sequence-parallel", "--framework", "megatron-core")
+    assert code == 0, err
+    assert "vpp=8" in out and "pp_bubble" in out
