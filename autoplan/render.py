@@ -171,6 +171,10 @@ def _can_run(f) -> str:
     for degree in ("tp", "pp", "cp", "vpp"):
         if getattr(f, f"max_{degree}") == 1:
             limits.append(f"no {degree}")
+    if f.max_pp > 1 and not f.uneven_stages:
+        limits.append("pp divides layers")
+    if f.max_vpp > 1 and not f.uneven_interleaved:
+        limits.append("pp*vpp divides layers")
     if f.zero_stages != (0, 1, 2, 3):
         limits.append("zero " + "/".join(map(str, f.zero_stages)))
     if f.max_zero_with_pp < 3:

@@ -79,12 +79,15 @@ class SearchSpace:
         free = {
             "tp": [d for d in divisors(heads_gcd) if d <= tp_limit and n % d == 0],
             # Any pipeline depth with a layer per stage: uneven splits follow
-            # ParallelPlan.stage_num_layers; interleaving (vpp > 1) needs an even split.
+            # ParallelPlan.stage_num_layers (and chunk_num_layers with interleaving).
             "pp": [d for d in divisors(n) if d <= m.num_layers],
             "cp": [d for d in divisors(n) if t.seq_len % (2 * d) == 0
                    and t.seq_len // (2 * d) >= MIN_CP_CHUNK_TOKENS] if t.seq_len % 2 == 0 else [1],
-            "vpp": sorted({v for p in divisors(m.num_layers) if p > 1 and n % p == 0
-                           for v in divisors(m.num_layers // p)} | {1}),
+            # Chunk counts that split a rank's layers evenly, for the smaller and the larger rank
+            # of each pipeline depth (126 layers at pp=8: ranks of 15 and 16 -> vpp 3, 5, 8, ...).
+            "vpp": sorted({v for p in divisors(n) if 1 < p <= m.num_layers
+                           for per_rank in {m.num_layers // p, -(-m.num_layers // p)}
+                           for v in divisors(per_rank) if p * v <= m.num_layers} | {1}),
             "ep": divisors(m.num_experts) if m.is_moe else [1],
             "micro_batch_size": [d for d in divisors(t.global_batch_size) if d <= MAX_MICRO_BATCH],
             "zero_stage": [0, 1, 2, 3],

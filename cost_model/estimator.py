@@ -165,7 +165,8 @@ class Estimator:
         # recompute_num_layers applies per rank, capped by the rank's own layers.
         kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
         stored = kept * layer_bytes + (per_stage - kept) * input_only
-        in_flight = in_flight_microbatches(p, plan.vpp, m, stage)
+        in_flight = in_flight_microbatches(p, plan.vpp, m, stage,
+                                           stage_split(plan, self.model.num_layers).chunk_layers[stage])
         activations = stored * in_flight
         # Backward of one layer: its activation gradients (about one layer's activations, with the
         # SP-gathered inputs at full length), plus its recomputed activations under full recompute.

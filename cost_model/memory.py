@@ -98,17 +98,28 @@ def full_recompute_layer_bytes(model: ModelSpec, micro_batch: int, seq_len: int,
     return BYTES_ACT * micro_batch * seq_len * model.hidden_size / (tp if sequence_parallel else 1)
 
 
-def in_flight_microbatches(pp: int, vpp: int, num_microbatches: int, stage: int) -> float:
-    """Micro-batches whose activations a stage holds at its peak under 1F1B.
+def in_flight_microbatches(pp: int, vpp: int, num_microbatches: int, stage: int,
+                           chunk_layers: tuple = ()) -> float:
+    """Micro-batches' worth of a rank's activations (all its layers) held at its peak under 1F1B.
 
-    Stage i (0-based) of plain 1F1B holds pp - i in flight (Narayanan 2021 section 2.2.1); the
-    interleaved schedule multiplies the first stage's by (1 + (pp-1)/(pp*vpp)) (Korthikanti 2022
-    section 4.2.3, where their m is the number of interleaved stages). Never more than exist.
+    Plain 1F1B: rank i (0-based) holds pp - i micro-batches in flight (Narayanan 2021 section
+    2.2.1), never more than exist. Interleaved 1F1B runs (micro-batch, chunk) units, chunk
+    (k // pp) % vpp for the k-th forward, and rank i runs 2*(pp-1-i) + (vpp-1)*pp warm-up forwards
+    before its first backward (Megatron-LM's interleaved schedule, num_warmup_microbatches;
+    torch.distributed.pipelining ScheduleInterleaved1F1B, get_rank_warmup_ops), so it holds one
+    more unit than that, at most every unit of the step. The held layers over the rank's layers is
+    the answer; `chunk_layers` (the rank's chunk sizes, ParallelPlan.chunk_num_layers) weighs uneven
+    chunks, equal ones when left out. For rank 0 with equal chunks this is Korthikanti et al. 2022
+    (section 4.2.3)'s pp * (1 + (pp-1)/(pp*vpp)).
     """
-    held = pp - stage
-    if vpp > 1:
-        held *= 1.0 + (pp - 1) / (pp * vpp)
-    return min(float(held), float(num_microbatches) * (1.0 if vpp == 1 else 1.0 + (pp - 1) / (pp * vpp)))
+    if vpp == 1:
+        return float(min(pp - stage, num_microbatches))
+    chunks = tuple(chunk_layers) or (1,) * vpp
+    units = min(num_microbatches * vpp, 2 * (pp - 1 - stage) + (vpp - 1) * pp + 1)
+    rounds, rest = divmod(units, pp)          # pp consecutive units run the same chunk
+    laps, partial = divmod(rounds, vpp)
+    held = pp * (laps * sum(chunks) + sum(chunks[:partial])) + rest * chunks[partial]
+    return held / sum(chunks)
 
 
 def model_state_bytes(num_local_params: float, zero_stage: int, shard: int, states: dict) -> dict:

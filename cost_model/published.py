@@ -141,7 +141,12 @@ def row_to_run(row: dict) -> PublishedRun:
     if vpp is None:
         vpp = 1
         per_stage = layers // pp if pp else layers
-        if prefix == "N21" and "interleaved" in row["notes"] and pp > 1 and m % pp == 0:
+        if prefix == "TORCHTITAN" and pp > 1 and "interleaved" in row["notes"].lower() and m % pp == 0:
+            # torchtitan's interleaved default: 2 stages per rank (126 layers over 16 stages: its
+            # generated split [7, 8 x14, 7] is ParallelPlan.virtual_stage_num_layers).
+            vpp = 2
+            assumptions.append("vpp missing: 2 (torchtitan's interleaved default)")
+        elif prefix == "N21" and "interleaved" in row["notes"] and pp > 1 and m % pp == 0:
             # Interleaved 1F1B with an unstated chunk count: the smallest split of a stage.
             vpp = next((v for v in (2, 3, 5) if per_stage % v == 0), 1)
             assumptions.append(f"vpp missing: {vpp} (interleaved per the notes)")

@@ -8,7 +8,8 @@ ranks are computed once per (pp, vpp, num_layers):
   the embedding), the last (the logits) and, for each layer count above the first rank's, the
   lowest-index middle rank holding it. A middle rank with no more layers than the first holds no
   more of anything (fewer micro-batches in flight, no embedding), and among ranks of one count the
-  lowest index holds the most micro-batches, so no other rank can be the peak.
+  lowest index holds the most micro-batches (with interleaving, ranks of one count below the last
+  also have the same chunks, ParallelPlan.chunk_num_layers), so no other rank can be the peak.
 - time per micro-batch: the first rank (embedding), the last (head and loss) and the middle rank
   with the most layers; the slowest of them sets the pace of the whole pipeline.
 """
@@ -31,11 +32,15 @@ class StageSplit:
     (the last two also bound the data-parallel traffic and the optimizer step)."""
     layer_groups: tuple
     """(layers, number of ranks holding that many), for sums over all ranks."""
+    chunk_layers: tuple
+    """Layers of each rank's virtual stages (model chunks), [rank][chunk]; one chunk when vpp = 1."""
 
 
 @lru_cache(maxsize=4096)
 def _split(pp: int, vpp: int, num_layers: int) -> StageSplit:
-    counts = tuple(ParallelPlan(pp=pp, vpp=vpp).stage_num_layers(num_layers))
+    split = ParallelPlan(pp=pp, vpp=vpp)
+    counts = tuple(split.stage_num_layers(num_layers))
+    chunks = tuple(tuple(c) for c in split.chunk_num_layers(num_layers))
     last = pp - 1
     memory_ranks, time_ranks = [0], [0]
     if pp > 1:
@@ -47,7 +52,7 @@ def _split(pp: int, vpp: int, num_layers: int) -> StageSplit:
     if len(middle):
         time_ranks.append(max(middle, key=lambda r: counts[r]))
     groups = tuple((n, counts.count(n)) for n in sorted(set(counts)))
-    return StageSplit(counts, tuple(memory_ranks), tuple(time_ranks), groups)
+    return StageSplit(counts, tuple(memory_ranks), tuple(time_ranks), groups, chunks)
 
 
 def stage_split(plan: ParallelPlan, num_layers: int) -> StageSplit:

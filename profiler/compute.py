@@ -14,8 +14,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from profiler.passes import Probe, Timed, run_passes
 from profiler.sweeps import MiB, Sweep
-from profiler.timing import Clock, Recorder, sample_times_s
+from profiler.timing import Clock, Recorder
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 if hasattr(torch, "float8_e4m3fn"):
@@ -100,21 +101,17 @@ def _matmul_fn(m: int, n: int, k: int, dtype: str, device: torch.device) -> Call
     return lambda: torch.matmul(a, b, out=c)
 
 
-def _time_matmul(bench: Bench, m: int, n: int, k: int, dtype: str, policy) -> None:
+def matmul_probes(sweep: Sweep, dtypes: list[str], device: torch.device) -> list[Probe]:
     """C[m,n] = A[m,k] @ B[k,n] costs 2*m*n*k FLOPs (one multiply and one add per term)."""
-    fn = _matmul_fn(m, n, k, dtype, bench.device)
-    samples, inner = sample_times_s(fn, bench.clock, policy)
-    bench.recorder.add("matmul", samples, inner, flops=2.0 * m * n * k, m=m, n=n, k=k, dtype=dtype)
-
-
-def measure_matmuls(bench: Bench, sweep: Sweep, dtypes: list[str]) -> None:
+    probes = []
     for dtype in dtypes:
         element_bytes = 1 if dtype == "fp8" else TORCH_DTYPES[dtype].itemsize
         for m, n, k in sweep.matmul_shapes:
-            operand_bytes = (m * k + k * n + 2 * m * n) * element_bytes
-            with bench.shape(f"matmul {m}x{n}x{k} {dtype}", operand_bytes) as runs:
-                if runs:
-                    _time_matmul(bench, m, n, k, dtype, sweep.compute_policy)
+            def build(m=m, n=n, k=k, dtype=dtype):
+                return [Timed("matmul", _matmul_fn(m, n, k, dtype, device), {"flops": 2.0 * m * n * k},
+                              dict(m=m, n=n, k=k, dtype=dtype))]
+            probes.append(Probe(f"matmul {m}x{n}x{k} {dtype}", (m * k + k * n + 2 * m * n) * element_bytes, build))
+    return probes
 
 
 def attention_forward_flops(batch: int, seq_len: int, num_heads: int, head_dim: int) -> float:
@@ -127,9 +124,10 @@ BACKWARD_FLOPS_RATIO = 2.5
 recompute of flash attention (Dao 2022, arXiv 2205.14135, sec. 3.1) = 5 vs the forward's 2."""
 
 
-def _time_attention(bench: Bench, batch: int, seq_len: int, num_heads: int, head_dim: int, dtype: str,
-                    policy) -> None:
-    q, k, v = (torch.randn((batch, num_heads, seq_len, head_dim), device=bench.device, dtype=TORCH_DTYPES[dtype],
+def _attention_ops(batch: int, seq_len: int, num_heads: int, head_dim: int, dtype: str,
+                   device: torch.device) -> list[Timed]:
+    """Causal SDPA forward, and backward timed alone by re-running autograd on a kept graph."""
+    q, k, v = (torch.randn((batch, num_heads, seq_len, head_dim), device=device, dtype=TORCH_DTYPES[dtype],
                            requires_grad=True) for _ in range(3))
     fields = dict(batch=batch, seq_len=seq_len, num_heads=num_heads, head_dim=head_dim, dtype=dtype)
     forward_flops = attention_forward_flops(batch, seq_len, num_heads, head_dim)
@@ -137,8 +135,6 @@ def _time_attention(bench: Bench, batch: int, seq_len: int, num_heads: int, head
     def forward():
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    samples, inner = sample_times_s(forward, bench.clock, policy)
-    bench.recorder.add("attention", samples, inner, flops=forward_flops, **fields, **{"pass": "fwd"})
     out = forward()
     grad_out = torch.randn_like(out)
 
@@ -146,21 +142,21 @@ def _time_attention(bench: Bench, batch: int, seq_len: int, num_heads: int, head
         # retain_graph keeps the saved tensors, so each run is one whole backward pass.
         return torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
 
-    samples, inner = sample_times_s(backward, bench.clock, policy)
-    bench.recorder.add("attention", samples, inner, flops=BACKWARD_FLOPS_RATIO * forward_flops,
-                       **fields, **{"pass": "bwd"})
+    return [Timed("attention", forward, {"flops": forward_flops}, {**fields, "pass": "fwd"}),
+            Timed("attention", backward, {"flops": BACKWARD_FLOPS_RATIO * forward_flops}, {**fields, "pass": "bwd"})]
 
 
-def measure_attention(bench: Bench, sweep: Sweep, dtypes: list[str]) -> None:
-    """Causal SDPA forward, and backward timed alone by re-running autograd on a kept graph."""
+def attention_probes(sweep: Sweep, dtypes: list[str], device: torch.device) -> list[Probe]:
+    probes = []
     for dtype in dtypes:
         for batch, seq_len, num_heads, head_dim in sweep.attention_shapes:
             tensor_bytes = batch * num_heads * seq_len * head_dim * TORCH_DTYPES[dtype].itemsize
-            what = f"attention b={batch} s={seq_len} h={num_heads} d={head_dim} {dtype}"
             # q, k, v, out, their gradients and the kernels' workspace
-            with bench.shape(what, 12 * tensor_bytes, num_steps=2) as runs:
-                if runs:
-                    _time_attention(bench, batch, seq_len, num_heads, head_dim, dtype, sweep.compute_policy)
+            probes.append(Probe(f"attention b={batch} s={seq_len} h={num_heads} d={head_dim} {dtype}",
+                                12 * tensor_bytes,
+                                lambda shape=(batch, seq_len, num_heads, head_dim), dtype=dtype:
+                                    _attention_ops(*shape, dtype, device), num_steps=2))
+    return probes
 
 
 def _memory_op(op: str, num_elements: int, dtype: torch.dtype, device: torch.device):
@@ -181,21 +177,46 @@ def _memory_op(op: str, num_elements: int, dtype: torch.dtype, device: torch.dev
     raise ValueError(f"unknown memory op {op!r}")
 
 
-def _time_memory_op(bench: Bench, op: str, num_elements: int, dtype: torch.dtype, policy) -> None:
-    fn, num_passes = _memory_op(op, num_elements, dtype, bench.device)
-    samples, inner = sample_times_s(fn, bench.clock, policy)
-    bench.recorder.add("memory_op", samples, inner, bytes_moved=num_passes * num_elements * dtype.itemsize,
-                       op=op, num_bytes=num_elements * dtype.itemsize)
-
-
-def measure_memory_ops(bench: Bench, sweep: Sweep, ops: tuple) -> None:
+def memory_op_probes(sweep: Sweep, ops: tuple, device: torch.device) -> list[Probe]:
     dtype = TORCH_DTYPES[sweep.memory_op_dtype]
+    probes = []
     for num_bytes in sweep.memory_op_bytes:
         num_elements = num_bytes // dtype.itemsize // NORM_HIDDEN * NORM_HIDDEN
         for op in ops:
-            with bench.shape(f"memory op {op} {num_bytes} B", 4 * num_bytes) as runs:
-                if runs:
-                    _time_memory_op(bench, op, num_elements, dtype, sweep.compute_policy)
+            def build(op=op, num_elements=num_elements):
+                fn, num_passes = _memory_op(op, num_elements, dtype, device)
+                return [Timed("memory_op", fn, {"bytes_moved": num_passes * num_elements * dtype.itemsize},
+                              dict(op=op, num_bytes=num_elements * dtype.itemsize))]
+            probes.append(Probe(f"memory op {op} {num_bytes} B", 4 * num_bytes, build))
+    return probes
+
+
+def measure_device(bench: Bench, sweep: Sweep, matmul_dtypes: list[str], attention_dtypes: list[str],
+                   ops: tuple) -> None:
+    """Matmuls, attention and memory-bound ops of this device, in the sweep's round-robin passes
+    (profiler.passes): every shape is sampled in every pass."""
+    probes = (matmul_probes(sweep, matmul_dtypes, bench.device) + attention_probes(sweep, attention_dtypes, bench.device)
+              + memory_op_probes(sweep, ops, bench.device))
+    run_passes(bench, probes, sweep.compute_policy, sweep.num_passes)
+
+
+def soak(device: torch.device, seconds: float) -> int:
+    """Run bf16 8192^3 matmuls for `seconds` (untimed), so the clocks reach their level under
+    sustained load before the first sample; returns how many ran."""
+    if seconds <= 0:
+        return 0
+    import time
+
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    c = torch.empty_like(a)
+    count, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(10):
+            torch.matmul(a, a, out=c)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        count += 10
+    return count
 
 
 def _available_ram_bytes() -> tuple[int, str]:

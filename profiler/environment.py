@@ -12,8 +12,10 @@ import torch
 
 from profiler.sweeps import UNITS
 
-PROFILER_VERSION = "autoplan.profiler/1"
-"""Version of the measurement method (grids, timing, conventions); bump when figures change meaning."""
+PROFILER_VERSION = "autoplan.profiler/2"
+"""Version of the measurement method (grids, timing, conventions); bump when figures change meaning.
+2: quick and full share one per-shape procedure, shapes sampled in round-robin passes after a soak
+(GPU), device state (clocks, power, throttling, temperature) stamped before and after."""
 
 
 def _run(command: list[str], cwd: str | None = None) -> str | None:

@@ -9,6 +9,7 @@ from autoplan.specs import HardwareProfile
 from profiler.build import (
     ATTENTION_KEYS, COLLECTIVE_KEYS, MATMUL_KEYS, MEMORY_OP_KEYS, medians, samples_path,
 )
+from profiler.device_state import state_summary
 from profiler.sweeps import UNITS
 
 
@@ -100,6 +101,14 @@ def format_report(profile: HardwareProfile, frame: pd.DataFrame, out: Path) -> s
         *_matmul_lines(frame), "", *_attention_lines(frame), "", *_memory_lines(frame), "",
         *_collective_lines(frame),
     ]
+    sweep, states = env.get("sweep") or {}, env.get("device_state") or {}
+    if sweep:
+        drift = sweep.get("matmul_drift")
+        lines += ["", f"sweep: {sweep.get('num_passes')} round-robin passes after a {sweep.get('soak_s', 0):g} s soak; "
+                      "matmul throughput last pass vs first: "
+                      + (f"{100 * drift:+.1f}% (median over shapes)" if drift is not None else "n/a")]
+    for host, state in sorted(states.items()):
+        lines.append(f"device state on {host}: {state_summary(state.get('before', {}), state.get('after', {}))}")
     if env.get("skipped_shapes"):
         lines += ["", f"skipped (too big for the device's memory): {len(env['skipped_shapes'])} shapes"]
     return "\n".join(lines)

@@ -5,6 +5,7 @@ ranks are gathered on rank 0, which builds the HardwareProfile and writes it onc
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -18,9 +19,8 @@ import torch.distributed as dist
 from autoplan.specs import COLLECTIVE_OPS, HardwareProfile
 from profiler.build import RunFacts, build_profile, samples_path, write_profile
 from profiler.collectives import group_layouts, measure_collectives, num_collective_steps
-from profiler.compute import (
-    Bench, measure_attention, measure_capacity_bytes, measure_matmuls, measure_memory_ops, runnable_dtypes,
-)
+from profiler.compute import Bench, measure_capacity_bytes, measure_device, runnable_dtypes, soak
+from profiler.device_state import device_state
 from autoplan.specs.gpus import lookup_gpu
 from profiler.environment import environment_stamp, process_stamp
 from profiler.report import format_report
@@ -85,21 +85,25 @@ def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
     matmul_dtypes = runnable_dtypes(device, sweep.matmul_dtypes)
     attention_dtypes = runnable_dtypes(device, sweep.attention_dtypes)
     layouts = group_layouts(info.world_size, info.local_world_size) if info.distributed else []
-    total = (len(sweep.matmul_shapes) * len(matmul_dtypes) + 2 * len(sweep.attention_shapes) * len(attention_dtypes)
-             + len(sweep.memory_op_bytes) * len(MEMORY_OPS) + num_collective_steps(sweep, layouts, COLLECTIVE_OPS))
+    per_pass = (len(sweep.matmul_shapes) * len(matmul_dtypes) + 2 * len(sweep.attention_shapes) * len(attention_dtypes)
+                + len(sweep.memory_op_bytes) * len(MEMORY_OPS))
+    total = sweep.num_passes * per_pass + num_collective_steps(sweep, layouts, COLLECTIVE_OPS)
+    # The device's state before anything runs, after the soak, and after the last measurement.
+    states = {"before": device_state(device.type)}
     with _progress(total, enabled=info.rank == 0) as bar:
         bench = Bench(device=device, clock=Clock(device.type), recorder=recorder, tick=lambda: bar.update(1),
                       memory_limit_bytes=int(MEMORY_HEADROOM * capacity_bytes))
-        bar.set_description("matmul")
-        measure_matmuls(bench, sweep, matmul_dtypes)
-        bar.set_description("attention")
-        measure_attention(bench, sweep, attention_dtypes)
-        bar.set_description("memory ops")
-        measure_memory_ops(bench, sweep, MEMORY_OPS)
+        if sweep.soak_s > 0:
+            bar.set_description(f"soak {sweep.soak_s:g} s")
+            soak(device, sweep.soak_s)
+            states["after_soak"] = device_state(device.type)
+        bar.set_description(f"compute, {sweep.num_passes} passes")
+        measure_device(bench, sweep, matmul_dtypes, attention_dtypes, MEMORY_OPS)
         bar.set_description("collectives")
         measure_collectives(bench, sweep, layouts, COLLECTIVE_OPS)
+    states["after"] = device_state(device.type)
 
-    stamps = _gather(process_stamp(device), info)
+    stamps = _gather({**process_stamp(device), "device_state": states}, info)
     all_rows = _gather(recorder.rows, info)
     skipped = _gather(bench.skipped, info)
     if info.rank != 0:
@@ -109,6 +113,11 @@ def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
     environment = environment_stamp(device, dist.get_backend() if info.distributed else "none",
                                     info.world_size, num_nodes, request.quick, stamps)
     environment["skipped_shapes"] = sorted({s for per_rank in skipped for s in per_rank})
+    # One state record per host (nvidia-smi lists every GPU of its host; the CPU is the host's).
+    environment["device_state"] = {p["hostname"]: p["device_state"] for p in reversed(stamps)}
+    environment["sweep"] = {"num_passes": sweep.num_passes, "soak_s": sweep.soak_s,
+                            "compute_policy": dataclasses.asdict(sweep.compute_policy),
+                            "matmul_drift": pass_drift(frame)}
     environment["matmul_dtypes"] = matmul_dtypes
     name_of_device = stamps[0]["device_name"]
     facts = RunFacts(
@@ -122,3 +131,14 @@ def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
     write_profile(profile, frame, request.out)
     print(format_report(profile, frame, request.out), flush=True)
     return profile
+
+
+def pass_drift(frame: pd.DataFrame) -> float | None:
+    """Median over matmul shapes of (median throughput in the last pass) / (in the first pass) - 1:
+    how much slower (negative) the device ran late in the sweep than early. None without passes."""
+    part = frame[frame["kind"] == "matmul"] if "sweep_pass" in frame else frame.iloc[0:0]
+    if part.empty or part["sweep_pass"].nunique() < 2:
+        return None
+    first, last = part["sweep_pass"].min(), part["sweep_pass"].max()
+    by_pass = part.groupby(["rank", "m", "n", "k", "dtype", "sweep_pass"])["flops_per_s"].median().unstack()
+    return float((by_pass[last] / by_pass[first]).median() - 1.0)

@@ -39,6 +39,12 @@ class Sweep:
     collective_dtype: str
     compute_policy: TimingPolicy
     collective_policy: TimingPolicy
+    num_passes: int = 3
+    """Round-robin passes over the per-device shapes: each pass takes its share of every shape's
+    samples, so no shape is measured only early (cool) or only late (hot) in the sweep."""
+    soak_s: float = 0.0
+    """Seconds of sustained matmuls before the first pass, so clocks settle at their loaded level
+    (power and thermal limits) before anything is timed, however long the sweep then runs."""
 
 
 def _grid(ms, nks) -> tuple:
@@ -60,6 +66,15 @@ def sweep_for(device_type: str, quick: bool) -> Sweep:
     return _CPU_QUICK if quick else _CPU_FULL
 
 
+# Quick and full sweeps of one device kind share the per-shape procedure (policies, passes, soak);
+# they differ only in which shapes they measure, and the quick shapes are a subset of the full ones,
+# so the two can be compared shape by shape (benchmarks/profile_agreement.py).
+_CUDA_COMPUTE = TimingPolicy(warmup_iterations=5, min_samples=6, max_samples=48, target_sample_s=2e-3, budget_s=0.15)
+_CUDA_COLLECTIVE = TimingPolicy(warmup_iterations=5, min_samples=5, max_samples=30, target_sample_s=2e-3, budget_s=0.15)
+_CUDA_SOAK_S = 20.0
+_CPU_COMPUTE = TimingPolicy(warmup_iterations=2, min_samples=3, max_samples=12, target_sample_s=2e-3, budget_s=0.05)
+_CPU_COLLECTIVE = TimingPolicy(warmup_iterations=2, min_samples=3, max_samples=10, target_sample_s=2e-3, budget_s=0.03)
+
 _CUDA_FULL = Sweep(
     matmul_shapes=_grid((1024, 4096, 16384), (1024, 2048, 4096, 8192, 16384, 32768)),
     matmul_dtypes=("bf16", "fp16", "fp8", "fp32"),
@@ -69,25 +84,19 @@ _CUDA_FULL = Sweep(
     memory_op_dtype="bf16",
     message_bytes=_powers(1 * KiB, 1 * GiB, 4),
     collective_dtype="bf16",
-    compute_policy=TimingPolicy(warmup_iterations=5, min_samples=5, max_samples=50,
-                                target_sample_s=2e-3, budget_s=0.15),
-    collective_policy=TimingPolicy(warmup_iterations=5, min_samples=5, max_samples=30,
-                                   target_sample_s=2e-3, budget_s=0.15),
+    compute_policy=_CUDA_COMPUTE, collective_policy=_CUDA_COLLECTIVE, soak_s=_CUDA_SOAK_S,
 )
 
 _CUDA_QUICK = Sweep(
     matmul_shapes=_grid((4096, 16384), (1024, 4096, 16384)),
     matmul_dtypes=("bf16", "fp16", "fp8"),
-    attention_shapes=((1, 2048, 32, 128), (1, 8192, 32, 128)),
+    attention_shapes=((1, 4096, 64, 128), (1, 16384, 64, 128)),
     attention_dtypes=("bf16",),
     memory_op_bytes=(256 * MiB, 1 * GiB),
     memory_op_dtype="bf16",
     message_bytes=(64 * KiB, 1 * MiB, 64 * MiB, 1 * GiB),
     collective_dtype="bf16",
-    compute_policy=TimingPolicy(warmup_iterations=3, min_samples=5, max_samples=20,
-                                target_sample_s=1e-3, budget_s=0.05),
-    collective_policy=TimingPolicy(warmup_iterations=3, min_samples=5, max_samples=20,
-                                   target_sample_s=1e-3, budget_s=0.05),
+    compute_policy=_CUDA_COMPUTE, collective_policy=_CUDA_COLLECTIVE, soak_s=_CUDA_SOAK_S,
 )
 
 _CPU_FULL = Sweep(
@@ -99,23 +108,17 @@ _CPU_FULL = Sweep(
     memory_op_dtype="fp32",
     message_bytes=_powers(1 * KiB, 64 * MiB, 4),
     collective_dtype="fp32",
-    compute_policy=TimingPolicy(warmup_iterations=2, min_samples=5, max_samples=30,
-                                target_sample_s=5e-3, budget_s=0.15),
-    collective_policy=TimingPolicy(warmup_iterations=2, min_samples=5, max_samples=20,
-                                   target_sample_s=5e-3, budget_s=0.1),
+    compute_policy=_CPU_COMPUTE, collective_policy=_CPU_COLLECTIVE,
 )
 
 _CPU_QUICK = Sweep(
-    matmul_shapes=_grid((256, 1024), (256, 1024)),
+    matmul_shapes=_grid((128, 512), (128, 512)),
     matmul_dtypes=("bf16", "fp32"),
-    attention_shapes=((1, 256, 8, 64), (1, 1024, 8, 64)),
+    attention_shapes=((1, 256, 4, 64), (1, 1024, 4, 64)),
     attention_dtypes=("bf16", "fp32"),
     memory_op_bytes=(4 * MiB, 64 * MiB),
     memory_op_dtype="fp32",
     message_bytes=(4 * KiB, 256 * KiB, 4 * MiB),
     collective_dtype="fp32",
-    compute_policy=TimingPolicy(warmup_iterations=1, min_samples=3, max_samples=10,
-                                target_sample_s=2e-3, budget_s=0.03),
-    collective_policy=TimingPolicy(warmup_iterations=2, min_samples=3, max_samples=10,
-                                   target_sample_s=2e-3, budget_s=0.03),
+    compute_policy=_CPU_COMPUTE, collective_policy=_CPU_COLLECTIVE,
 )

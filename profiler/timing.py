@@ -99,9 +99,10 @@ class Recorder:
         self.rows: list[dict] = []
 
     def add(self, kind: str, samples_s: list[float], runs_per_sample: int, *, flops: float = 0.0,
-            bytes_moved: float = 0.0, bus_factor: float = 0.0, **fields) -> None:
-        """One row per sample; rates follow from the work done per run and the sample's time."""
-        for index, time_s in enumerate(samples_s):
+            bytes_moved: float = 0.0, bus_factor: float = 0.0, first_index: int = 0, **fields) -> None:
+        """One row per sample; rates follow from the work done per run and the sample's time.
+        `first_index` numbers samples on from an earlier call for the same shape (sweep passes)."""
+        for index, time_s in enumerate(samples_s, start=first_index):
             row = {"rank": self.rank, "host": self.host, "kind": kind, **fields,
                    "sample_index": index, "runs_per_sample": runs_per_sample, "time_s": time_s}
             if flops:

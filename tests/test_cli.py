@@ -104,7 +104,7 @@ def test_nsga2_prints_the_front(capsys):
     (["search", *SMALL, "--gpus-per-node", "8", "--gpus", "12"], ["whole number of 8-GPU nodes"]),
     (["search", *SMALL, "--study-name", "x"], ["--study-name needs --storage"]),
     (["search", *SMALL, "--gpu", "a100-80gb", "--dtype", "fp8"], ["--dtype fp8", "a100-80gb", "bf16"]),
-    (["estimate", *SMALL, "--tp", "2", "--pp", "4", "--vpp", "3"], ["pp*vpp must divide num_layers", "vpp=3"]),
+    (["estimate", *SMALL, "--tp", "2", "--pp", "4", "--vpp", "9"], ["pp*vpp <= num_layers", "vpp=9 = 36"]),
     (["estimate", *SMALL, "--tp", "2", "--pp", "3"], ["tp*pp*cp must divide --gpus", "pp=3"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, words):
@@ -183,3 +183,12 @@ def test_a_measured_profile_whose_nodes_are_too_small_is_one_line(capsys):
                          "--profile", str(shipped))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "measured on nodes of 2 device(s)" in err and "--gpus-per-node 2" in err
+
+
+def test_estimate_interleaved_uneven_stages(capsys):
+    """126 layers at pp=8, vpp=8 for Megatron-Core (its embedding/loss-accounted split) is estimated."""
+    code, out, err = run(capsys, "estimate", "--model", "llama-3-405b", "--gpus", "512", "--global-batch", "256",
+                         "--seq-len", "8192", "--dtype", "fp8", "--tp", "8", "--pp", "8", "--vpp", "8", "--zero", "1",
+                         "--sequence-parallel", "--framework", "megatron-core")
+    assert code == 0, err
+    assert "vpp=8" in out and "pp_bubble" in out

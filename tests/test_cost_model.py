@@ -239,3 +239,45 @@ def test_even_splits_estimate_exactly_as_before_uneven_stages(model, training, n
                     framework=Constants().framework("megatron-core"))
     e = est.estimate(ParallelPlan(**plan))
     assert (e.step_time_s, e.peak_memory_bytes, e.hardware_flops_per_step) == before
+
+
+# -- Interleaving with uneven virtual stages --------------------------------------------------------
+LLAMA_405B = ModelSpec(name="llama-3.1-405b", num_layers=126, hidden_size=16384, num_heads=128, num_kv_heads=8,
+                       ffn_hidden_size=53248, vocab_size=128256)
+
+
+def test_in_flight_microbatches_follow_the_interleaved_warm_up():
+    from cost_model.memory import in_flight_microbatches
+    p, v = 8, 4
+    # Rank 0, equal chunks: Korthikanti 2022 sec. 4.2.3, p * (1 + (p-1)/(p*v)).
+    assert in_flight_microbatches(p, v, 64, 0) == pytest.approx(p * (1 + (p - 1) / (p * v)))
+    # The last rank runs (v-1)*p warm-up forwards, then holds one more unit: ((v-1)*p + 1) / v.
+    assert in_flight_microbatches(p, v, 64, p - 1) == pytest.approx(((v - 1) * p + 1) / v)
+    # Never more than every micro-batch of the step (m = p: all p*v units are in flight on rank 0).
+    assert in_flight_microbatches(p, v, p, 0) == pytest.approx(p)
+    assert in_flight_microbatches(p, 1, 64, 3) == p - 3 and in_flight_microbatches(p, 1, 2, 0) == 2
+    # Uneven chunks of 126 layers at pp=8, vpp=8: rank 0 holds its 71 warm-up+1 units; the first
+    # 64 cover each chunk 8 times (8 * 15 layers), the other 7 are chunk 0's single layer.
+    assert in_flight_microbatches(8, 8, 64, 0, (1, 2, 2, 2, 2, 2, 2, 2)) == pytest.approx((8 * 15 + 7) / 15)
+
+
+def test_interleaved_uneven_stages_are_predicted():
+    """Llama 3.1 405B in fp8 at tp=8, pp=8, cp=2, vpp=8, the layout of NVIDIA's published runs: 126
+    layers do not divide into 64 chunks, and the plan is estimated, not refused."""
+    training = TrainingSpec(global_batch_size=512, seq_len=8192, dtype="fp8")
+    est = _est(LLAMA_405B, training, ClusterSpec(name="h100-80gb", num_gpus=1024))
+    plan = ParallelPlan(dp=8, tp=8, pp=8, cp=2, vpp=8, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                        num_microbatches=64)
+    interleaved, plain = est.estimate(plan), est.estimate(plan.replace(vpp=1))
+    assert interleaved.details["bubble_fraction"] == pytest.approx(7 / (8 * 64))
+    assert interleaved.time_breakdown_s["pp_bubble"] < plain.time_breakdown_s["pp_bubble"] / 4
+    # The slowest and the fullest rank is a middle one with 16 layers, not the 15-layer ends.
+    assert interleaved.details["layers_per_stage"] == 16 and interleaved.details["slowest_stage"] in range(1, 7)
+    # Interleaving holds more activations at the peak (rank 1: 8.625 micro-batches' worth, plain 1F1B's rank 0: 8).
+    assert interleaved.memory_breakdown_bytes["activations"] > plain.memory_breakdown_bytes["activations"]
+    # A framework that interleaves equal chunks only refuses it, naming the rule.
+    strict = _est(LLAMA_405B, training, ClusterSpec(name="h100-80gb", num_gpus=1024),
+                  framework=load_constants().framework("megatron-core", uneven_interleaved=False))
+    with pytest.raises(InfeasiblePlan, match=r"pp=8 \* vpp=8 = 64, num_layers=126") as exc:
+        strict.estimate(plan)
+    assert exc.value.reason == "framework_uneven_interleaved"

@@ -1,5 +1,6 @@
 """Exporters: each target for plans that exercise its mappings, parsed back with the real parsers."""
 import json
+import re
 import shlex
 import tomllib
 
@@ -250,5 +251,66 @@ def test_uneven_stages_in_torchtitan_and_deepspeed():
     flags = next(n for n in export.notes if n.startswith("Megatron-DeepSpeed flags"))
     assert "--pp-partition-method 'type:transformer|embedding'" in flags
     assert not any("uneven" in n for n in export.notes)
-    for target in ("torchtitan", "deepspeed"):
-        assert any("uneven pipeline stages" in n and "do not map" in n for n in export_plan(UNEVEN_MIDDLE, target).notes)
+    assert any("uneven pipeline stages" in n and "do not map" in n for n in export_plan(UNEVEN_MIDDLE, "deepspeed").notes)
+    # torchtitan lists the modules of every stage when its generated split differs from the plan's.
+    middle = tomllib.loads(export_plan(UNEVEN_MIDDLE, "torchtitan").text)["parallelism"]
+    parts = middle["module_fqns_per_model_part"]
+    assert [len([m for m in part if m.startswith("layers.")]) for part in parts] == [2] * 15 + [3] * 16 + [2]
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-3:] == ["layers.79", "norm", "output"]
+
+
+# Llama 3.1 405B as NVIDIA's published fp8 runs interleave it: 126 layers, pp=8, vpp=8.
+INTERLEAVED_126 = _with(UNEVEN, vpp=8)
+# 28 layers at pp=4, vpp=2: ranks of 7 over 2 chunks, which no Megatron first/last flag expresses.
+INTERLEAVED_28 = _doc(model=ModelSpec(name="t28", num_layers=28, hidden_size=1024, num_heads=8, num_kv_heads=8,
+                                      ffn_hidden_size=4096, vocab_size=32000),
+                      num_gpus=8, gbs=16, dp=2, pp=4, vpp=2, zero_stage=1, micro_batch_size=1, num_microbatches=8)
+
+
+def _megatron_stages(args: dict, num_layers: int, pp: int) -> list:
+    """Megatron-LM's layers per virtual stage for these flags, from its documented rules
+    (transformer_config.py checks, transformer_block.py get_num_layers_to_build, and the layout
+    grammar of pipeline_parallel_layer_layout.py parse_str_to_list), written here."""
+    if "--pipeline-model-parallel-layout" in args:
+        text = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), args["--pipeline-model-parallel-layout"])
+        text = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), text.replace(",", ""))
+        stages = text.split("|")
+        assert stages[0].startswith("E") and stages[-1].endswith("L") and text.count("E") == text.count("L") == 1
+        return [stage.count("t") for stage in stages]
+    vpp = int(args["--num-virtual-stages-per-pipeline-rank"])
+    embedding = "--account-for-embedding-in-pipeline-split" in args
+    loss = "--account-for-loss-in-pipeline-split" in args
+    counted = num_layers + embedding + loss
+    assert counted % pp == 0 and (counted // pp) % vpp == 0   # Megatron's checks
+    stages = [counted // (pp * vpp)] * (pp * vpp)
+    stages[0] -= embedding
+    stages[-1] -= loss
+    return stages
+
+
+def test_uneven_interleaved_stages_map_onto_megatron():
+    args = _megatron_args(INTERLEAVED_126)
+    # 126 + embedding + loss = 128 = 8 ranks x 8 chunks x 2 layers; the first and last chunks hold 1.
+    assert args["--num-virtual-stages-per-pipeline-rank"] == "8"
+    assert args["--account-for-embedding-in-pipeline-split"] is True and args["--account-for-loss-in-pipeline-split"] is True
+    assert "--num-layers-per-virtual-pipeline-stage" not in args and "--decoder-first-pipeline-num-layers" not in args
+    assert _megatron_stages(args, 126, 8) == INTERLEAVED_126.parallel.virtual_stage_num_layers(126) == [1] + [2] * 62 + [1]
+    # 28 layers at pp=4, vpp=2: 7 per rank, chunks of 3 and 4: only the explicit layout says it.
+    args = _megatron_args(INTERLEAVED_28)
+    assert args["--pipeline-model-parallel-layout"] == "Ettt|(ttt|)*2(tttt|)*4tttL"
+    assert _megatron_stages(args, 28, 4) == INTERLEAVED_28.parallel.virtual_stage_num_layers(28) == [3, 3, 3, 4, 4, 4, 4, 3]
+    assert any("Megatron-Core 0.13" in n for n in export_plan(INTERLEAVED_28, "megatron").notes)
+    # 126 at pp=4, vpp=2 (ranks 31, 32, 32, 31): not the account-for split either -> the layout.
+    odd = _with(UNEVEN, pp=4, dp=16, vpp=2, num_microbatches=16)
+    args = _megatron_args(odd)
+    assert _megatron_stages(args, 126, 4) == odd.parallel.virtual_stage_num_layers(126)
+
+
+def test_uneven_interleaved_stages_map_onto_torchtitan():
+    par = tomllib.loads(export_plan(INTERLEAVED_126, "torchtitan").text)["parallelism"]
+    # torchtitan's own generated split: (126 + 1 + 1) / 2 = 64 stages, the embedding and head one layer each.
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B" and par["pipeline_parallel_layers_per_stage"] == 2
+    assert (par["pipeline_parallel_first_stage_less_layers"], par["pipeline_parallel_last_stage_less_layers"]) == (1, 1)
+    parts = tomllib.loads(export_plan(INTERLEAVED_28, "torchtitan").text)["parallelism"]["module_fqns_per_model_part"]
+    assert [sum(m.startswith("layers.") for m in part) for part in parts] == \
+        INTERLEAVED_28.parallel.virtual_stage_num_layers(28)

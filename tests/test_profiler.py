@@ -4,7 +4,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,7 +18,8 @@ from profiler import (
 )
 from autoplan.specs.compat import check_profile_hosts
 from autoplan.specs.gpus import lookup_gpu as lookup_datasheet
-from profiler.build import RunFacts
+from profiler.build import RunFacts, samples_path
+from profiler.sweeps import sweep_for
 from profiler.timing import Clock, TimingPolicy, sample_times_s
 
 
@@ -243,9 +246,9 @@ def test_interrupted_profile_writes_nothing(tmp_path, monkeypatch):
 
     def interrupted(*args, **kwargs):
         calls.append(1)
-        raise KeyboardInterrupt  # as Ctrl-C in the middle of the sweep (matmuls done, attention not)
+        raise KeyboardInterrupt  # as Ctrl-C in the middle of the sweep (compute done, collectives not)
 
-    monkeypatch.setattr(profiler.runner, "measure_attention", interrupted)
+    monkeypatch.setattr(profiler.runner, "measure_collectives", interrupted)
     assert main(["profile", "--device", "cpu", "--nproc", "1", "--quick", "--out", str(out)]) == 130
     assert calls == [1]
     assert list(tmp_path.iterdir()) == []  # no profile, no samples CSV, no temporary file
@@ -266,6 +269,14 @@ def test_single_process_profile_is_complete_but_has_no_collectives(tmp_path, mon
     assert {s.pass_ for s in profile.attention} == {"fwd", "bwd"}
     assert all(math.isfinite(s.flops_per_s) and s.flops_per_s > 0 for s in profile.matmul + profile.attention)
     assert "no link measured" in profile.sources["intra_node_bandwidth_bytes_per_s"]
+    # The CPU's state is stamped before and after; every shape was sampled in each round-robin pass.
+    (state,) = profile.environment["device_state"].values()
+    assert set(state) == {"before", "after"} and "cpu_mhz" in state["before"]["cpu"]
+    assert profile.environment["sweep"]["num_passes"] == small.num_passes == 3
+    frame = pd.read_csv(samples_path(out))
+    compute = frame[frame["kind"].isin(["matmul", "attention", "memory_op"])]
+    assert (compute.groupby(["kind", "m", "n", "k", "dtype", "op", "num_bytes", "pass", "seq_len"], dropna=False)
+            ["sweep_pass"].nunique() == 3).all()
 
 
 def test_shipped_cpu_profile_loads_and_compares(capsys):
@@ -295,3 +306,110 @@ def test_module_entry_outside_torchrun_is_bad_input(tmp_path, monkeypatch, capsy
     assert module_main(["--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "torchrun" in err and "autoplan profile --out" in err
+
+
+# -- profiler truth: the device's state, round-robin passes, one procedure for quick and full -----------
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# A stand-in for nvidia-smi: {refuse_old} refuses the old throttle-reason field name, as a newer driver might.
+case "$*" in
+  *clocks_throttle_reasons*) [ "{refuse_old}" = yes ] && {{ echo "Field is not a valid field" >&2; exit 2; }} ;;
+esac
+echo "0, NVIDIA H100 80GB HBM3, 1755, 2619, 1980, 700.00, 689.52, 0x0000000000000004, 61"
+echo "1, NVIDIA H100 80GB HBM3, 1980, 2619, 1980, 700.00, [N/A], 0x0000000000000000, 35"
+"""
+
+
+@pytest.mark.parametrize("refuse_old", ["no", "yes"])
+def test_gpu_state_from_nvidia_smi(tmp_path, monkeypatch, refuse_old):
+    from profiler.device_state import device_state, state_summary
+
+    script = tmp_path / "nvidia-smi"
+    script.write_text(FAKE_NVIDIA_SMI.format(refuse_old=refuse_old))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    state = device_state("cuda")
+    assert state["source"] == "nvidia-smi"
+    first, second = state["gpus"]
+    assert (first["sm_clock_mhz"], first["max_sm_clock_mhz"], first["power_limit_w"], first["temperature_c"]) == \
+        (1755, 1980, 700.0, 61)
+    assert first["throttle_reasons"] == ["sw_power_cap"] and second["throttle_reasons"] == []
+    assert "power_draw_w" not in second       # "[N/A]" is left out, not stored as text
+    cold = {"gpus": [dict(second, sm_clock_mhz=1980)]}
+    assert state_summary(cold, state) == ("SM clock 1980 -> 1755/1980 MHz, 35 -> 61/35 C, power limit 700/700 W, "
+                                          "throttled after by sw_power_cap (nvidia-smi)")
+
+
+def test_gpu_state_without_nvidia_smi_or_nvml_says_so(tmp_path, monkeypatch):
+    from profiler.device_state import device_state
+
+    monkeypatch.setenv("PATH", str(tmp_path))      # no nvidia-smi here
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", None)   # and no pynvml
+    state = device_state("cuda")
+    assert state["source"].startswith("unavailable") and "gpus" not in state
+
+
+def test_cpu_state_reads_this_host_and_a_sysfs_tree(tmp_path):
+    from profiler.device_state import cpu_state, device_state
+
+    here = device_state("cpu")
+    assert here["source"] == "procfs/sysfs"
+    if Path("/proc/cpuinfo").read_text().count("cpu MHz"):
+        assert here["cpu"]["cpu_mhz"]["min"] > 0
+    assert len(here["cpu"]["load_average"]) == 3
+    # A host with cpufreq and thermal zones (written here, as Linux lays them out).
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text("processor : 0\ncpu MHz : 3000.5\nprocessor : 1\ncpu MHz : 1200.0\n")
+    for cpu, governor, khz in ((0, "performance", "3000000"), (1, "powersave", "1200000")):
+        d = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+        d.mkdir(parents=True)
+        (d / "scaling_governor").write_text(governor + "\n")
+        (d / "scaling_cur_freq").write_text(khz + "\n")
+    zone = tmp_path / "sys/class/thermal/thermal_zone0"
+    zone.mkdir(parents=True)
+    (zone / "temp").write_text("54000\n")
+    (zone / "type").write_text("x86_pkg_temp\n")
+    state = cpu_state(str(tmp_path))
+    assert state["cpu_mhz"] == {"min": 1200.0, "median": 2100.25, "max": 3000.5}
+    assert state["governors"] == ["performance", "powersave"] and state["scaling_cur_mhz"]["max"] == 3000.0
+    assert state["temperatures_c"] == {"thermal_zone0:x86_pkg_temp": 54.0}
+
+
+def test_passes_visit_every_shape_in_every_pass():
+    from profiler.compute import Bench
+    from profiler.passes import Probe, Timed, run_passes, share
+    from profiler.timing import Recorder
+
+    visits = []
+
+    def probe(name):
+        def build():
+            visits.append(name)
+            return [Timed("matmul", lambda: sum(range(200)), {"flops": 1.0}, {"m": name, "n": 1, "k": 1, "dtype": "fp32"})]
+        return Probe(name, 1, build)
+
+    recorder = Recorder(0, "host")
+    bench = Bench(device=__import__("torch").device("cpu"), clock=Clock("cpu"), recorder=recorder, tick=lambda: None,
+                  memory_limit_bytes=10)
+    probes = [probe(0), probe(1), probe(2), Probe("too big", 11, lambda: visits.append("too big") or [])]
+    policy = TimingPolicy(warmup_iterations=1, min_samples=7, max_samples=7, target_sample_s=1e-4, budget_s=1e-3)
+    run_passes(bench, probes, policy, num_passes=3)
+    assert visits == [0, 1, 2] * 3            # round robin; the shape over the limit is never built
+    assert bench.skipped == ["too big (over 10 B)"]
+    frame = pd.DataFrame(recorder.rows)
+    for name, rows in frame.groupby("m"):
+        assert list(rows["sweep_pass"]) == [0, 0, 0, 1, 1, 2, 2]      # 7 samples: 3 + 2 + 2
+        assert list(rows["sample_index"]) == list(range(7))
+    assert [share(7, 3, p) for p in range(3)] == [3, 2, 2]
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_quick_and_full_sweeps_share_their_procedure_and_quick_shapes(device_type):
+    quick, full = sweep_for(device_type, True), sweep_for(device_type, False)
+    for field in ("compute_policy", "collective_policy", "num_passes", "soak_s", "memory_op_dtype", "collective_dtype"):
+        assert getattr(quick, field) == getattr(full, field), field
+    assert set(quick.matmul_shapes) <= set(full.matmul_shapes)
+    assert set(quick.attention_shapes) <= set(full.attention_shapes)
+    assert set(quick.memory_op_bytes) <= set(full.memory_op_bytes)
+    assert set(quick.message_bytes) <= set(full.message_bytes)
+    assert (quick.soak_s > 0) == (device_type == "cuda")

@@ -147,3 +147,18 @@ def test_a_pinned_full_recompute_is_kept_even_when_nothing_needs_recomputing():
     assert outcome.best.plan.recompute == "full" and outcome.best.plan.recompute_num_layers >= 1
     free = plan_search(PlanRequest(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048, num_trials=30))
     assert free.best.estimate.step_time_s <= outcome.best.estimate.step_time_s
+
+
+def test_interleaving_with_uneven_stages_is_in_the_space():
+    """126 layers (Llama 3 405B) at pp=8: ranks of 15 and 16 layers, so vpp=8 (chunks of 2, one
+    layer fewer at the embedding and the loss) is a knob value and a plan the search can pick."""
+    from autoplan.catalog import catalog_model
+    from autoplan.specs import ClusterSpec, TrainingSpec
+
+    model = catalog_model("llama-3-405b")
+    space = SearchSpace(model, TrainingSpec(global_batch_size=256, seq_len=8192), ClusterSpec("h100-80gb", 512))
+    assert 8 in space.domains["vpp"] and 8 in space.domains["pp"]
+    plan = space.plan(dict(tp=8, pp=8, cp=1, vpp=8, ep=1, micro_batch_size=1, zero_stage=1, recompute="selective",
+                           sequence_parallel=True))
+    assert (plan.pp, plan.vpp, plan.dp) == (8, 8, 8)
+    assert plan.virtual_stage_num_layers(model.num_layers) == [1] + [2] * 62 + [1]

@@ -78,13 +78,31 @@ def test_uneven_pipeline_rules():
     plan.replace(recompute="full", recompute_num_layers=6).check(model, training, cluster)
     with pytest.raises(InfeasiblePlan, match=r"layers per stage \(6\)"):
         plan.replace(recompute="full", recompute_num_layers=7).check(model, training, cluster)
-    with pytest.raises(InfeasiblePlan, match=r"pp=12 \* vpp=2 = 24, num_layers=70") as exc:
-        plan.replace(vpp=2).check(model, training, cluster)
+    # Interleaving with uneven virtual stages: 70 layers over pp=12, vpp=2 (24 chunks of 2 or 3 layers)
+    # is a plan; every chunk needs a layer, so vpp=6 (72 chunks) is not.
+    interleaved = plan.replace(vpp=2, num_microbatches=60, dp=1, micro_batch_size=1)
+    interleaved.check(model, dataclasses.replace(training, global_batch_size=60), cluster)
+    chunks = interleaved.chunk_num_layers(70)
+    assert [sum(c) for c in chunks] == interleaved.stage_num_layers(70) and sum(map(sum, chunks)) == 70
+    assert chunks[0] == [2, 3] and chunks[-1] == [3, 2]   # smaller chunk first, on the last rank last
+    with pytest.raises(InfeasiblePlan, match=r"pp=12 \* vpp=6 = 72, num_layers=70") as exc:
+        interleaved.replace(vpp=6).check(model, dataclasses.replace(training, global_batch_size=60), cluster)
     assert exc.value.reason == "pp_divides_layers"
     tiny = dataclasses.replace(LLAMA2_70B, num_layers=2)
     with pytest.raises(InfeasiblePlan, match="pp=4 > num_layers=2"):
         ParallelPlan(dp=2, tp=8, pp=4, micro_batch_size=1, num_microbatches=32).check(
             tiny, training, ClusterSpec(name="h100-80gb", num_gpus=64))
+
+
+def test_interleaved_split_of_126_layers_is_megatrons_embedding_and_loss_split():
+    """126 layers at pp=8, vpp=8 (how NVIDIA interleaves Llama 3.1 405B): ranks of 15 and 16 layers,
+    chunks of 2 with one layer fewer where the embedding and the loss sit."""
+    plan = ParallelPlan(pp=8, vpp=8)
+    assert plan.stage_num_layers(126) == [15] + [16] * 6 + [15]
+    assert plan.chunk_num_layers(126)[0] == [1] + [2] * 7 and plan.chunk_num_layers(126)[7] == [2] * 7 + [1]
+    assert plan.virtual_stage_num_layers(126) == [1] + [2] * 62 + [1]
+    # Even splits are unchanged: pp*vpp divides the layers.
+    assert ParallelPlan(pp=4, vpp=5).virtual_stage_num_layers(80) == [4] * 20
 
 
 def _estimate():

@@ -54,6 +54,7 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
     (LLAMA, dict(cp=2, tp=2, sequence_parallel=True, num_microbatches=8)),
     (LLAMA, dict(cp=2, pp=2, num_microbatches=8)),
     (LLAMA5, dict(pp=4, num_microbatches=8, recompute="full", recompute_num_layers=2)),  # uneven stages
+    (LLAMA5, dict(dp=2, pp=2, vpp=2, zero_stage=1, num_microbatches=4)),  # interleaved, chunks [1, 1] and [2, 1]
     (MOE, dict(dp=4, num_microbatches=2)),                                       # MoE, experts in DDP
     (MOE, dict(dp=4, ep=2, num_microbatches=2)),                  # all-to-all; DDP + expert all-reduce
     (MOE, dict(dp=4, ep=2, zero_stage=3, num_microbatches=2)),    # experts FSDP2 over their edp pair
@@ -252,9 +253,15 @@ def test_stages_follow_the_plans_uneven_split():
     middle, last = build_stage(LLAMA5, 2, counts), build_stage(LLAMA5, 3, counts)
     assert list(middle.layers.keys()) == ["2", "3"] and middle.output is None and middle.tok_embeddings is None
     assert list(last.layers.keys()) == ["4"] and last.output is not None
-    # Interleaving keeps equal virtual stages: rank 1 of pp=2, vpp=2 holds stages 1 and 3.
+    # Interleaving: rank 1 of pp=2, vpp=2 holds stages 1 and 3.
     counts = stage_layer_counts(ParallelPlan(pp=2, vpp=2), LLAMA.num_layers)
     assert [stage_layer_ids(counts, i) for i in stage_indices(1, 2, 2)] == [[1], [3]]
+    # Uneven interleaving: 5 layers over 4 virtual stages; the last rank's first chunk takes the extra one.
+    counts = stage_layer_counts(ParallelPlan(pp=2, vpp=2), LLAMA5.num_layers)
+    assert counts == [1, 2, 1, 1]
+    assert [stage_layer_ids(counts, i) for i in stage_indices(0, 2, 2)] == [[0], [3]]
+    assert [stage_layer_ids(counts, i) for i in stage_indices(1, 2, 2)] == [[1, 2], [4]]
+    assert build_stage(LLAMA5, 3, counts).output is not None and build_stage(LLAMA5, 2, counts).output is None
 
 
 def test_searched_mixtral_plan_passes_the_torch_checks(monkeypatch):

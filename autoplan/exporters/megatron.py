@@ -30,9 +30,7 @@ def export(doc: PlanDocument) -> tuple:
 def _parallel_args(doc: PlanDocument, notes: list) -> list:
     par, model = doc.parallel, doc.model
     args = [("--tensor-model-parallel-size", par.tp), ("--pipeline-model-parallel-size", par.pp)]
-    if par.vpp > 1:
-        args.append(("--num-layers-per-virtual-pipeline-stage", model.num_layers // (par.pp * par.vpp)))
-    args += _uneven_stage_args(doc, notes)
+    args += _interleaved_args(doc, notes) if par.vpp > 1 else _uneven_stage_args(doc, notes)
     args.append(("--context-parallel-size", par.cp))
     if par.sequence_parallel:
         args.append(("--sequence-parallel",))
@@ -75,6 +73,55 @@ def _uneven_stage_args(doc: PlanDocument, notes: list) -> list:
                  f"--decoder-first/last-pipeline-num-layers need equal middle stages, so this split does "
                  f"not map; pick a pp for which num_layers={doc.model.num_layers} leaves equal middle stages")
     return []
+
+
+def _interleaved_args(doc: PlanDocument, notes: list) -> list:
+    """Megatron-LM's flags for the plan's virtual stages (ParallelPlan.virtual_stage_num_layers),
+    the simplest that reproduce them, checked by re-deriving Megatron's split from the flags
+    (megatron/core/transformer/transformer_block.py get_num_layers_to_build,
+    transformer_layer.py get_transformer_layer_offset, transformer_config.py's checks):
+    equal stages -> --num-layers-per-virtual-pipeline-stage; one layer fewer in the first and/or
+    last virtual stage -> --account-for-embedding/loss-in-pipeline-split (core 0.12); anything else
+    -> --pipeline-model-parallel-layout (core 0.13). (--decoder-first/last-pipeline-num-layers with
+    vpp > 1 need every rank's count divisible by vpp; ranks of the plan's split differ by at most
+    one layer, so that never describes an uneven one.)"""
+    par, num_layers = doc.parallel, doc.model.num_layers
+    stages = par.virtual_stage_num_layers(num_layers)
+    vpp_arg = ("--num-virtual-stages-per-pipeline-rank", par.vpp)
+    if len(set(stages)) == 1:
+        return [("--num-layers-per-virtual-pipeline-stage", stages[0])]
+    for embedding, loss in ((True, True), (True, False), (False, True)):
+        counted = num_layers + embedding + loss
+        if counted % (par.pp * par.vpp) == 0:
+            per_stage = counted // (par.pp * par.vpp)
+            megatron = [per_stage] * len(stages)
+            megatron[0] -= embedding
+            megatron[-1] -= loss
+            if megatron == stages:
+                notes.append(f"uneven interleaved stages ({stages_text(stages)} layers per virtual stage): "
+                             f"the embedding and/or loss counted as a layer, Megatron-Core 0.12 or later")
+                return [vpp_arg] + [(flag,) for flag, on in (
+                    ("--account-for-embedding-in-pipeline-split", embedding),
+                    ("--account-for-loss-in-pipeline-split", loss)) if on]
+    notes.append(f"uneven interleaved stages ({stages_text(stages)} layers per virtual stage): "
+                 "--pipeline-model-parallel-layout needs Megatron-Core 0.13 or later")
+    return [("--pipeline-model-parallel-layout", f'"{pipeline_layout(stages)}"')]
+
+
+def pipeline_layout(stages: list) -> str:
+    """Megatron's --pipeline-model-parallel-layout string: virtual stages in pipeline order split
+    by "|", E the embedding, t a decoder layer, L the loss; runs of equal stages folded as
+    "(tt|)*n" (megatron/core/transformer/pipeline_parallel_layer_layout.py parse_str_to_list)."""
+    texts = [("E" if k == 0 else "") + ("t" * n) + ("L" if k == len(stages) - 1 else "")
+             for k, n in enumerate(stages)]
+    parts, k = [], 0
+    while k < len(texts):
+        run = 1
+        while k + run < len(texts) - 1 and texts[k + run] == texts[k]:
+            run += 1
+        parts.append(f"({texts[k]}|)*{run}" if run > 1 else texts[k] + ("|" if k < len(texts) - 1 else ""))
+        k += run
+    return "".join(parts)
 
 
 def _batch_args(doc: PlanDocument) -> list:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import (
-    comment_block, embedding_counts_as_a_layer, full_recompute_every_k, header_lines, stages_text, uneven_stages,
+    comment_block, full_recompute_every_k, header_lines, stages_text,
 )
 from autoplan.specs import PlanDocument
 
@@ -101,22 +101,44 @@ def _parallelism(doc: PlanDocument, notes: list) -> dict:
 
 
 def _pipeline_stages(doc: PlanDocument, notes: list) -> dict:
-    """torchtitan weighs the embedding and the head as pipeline_parallel_first/last_stage_less_layers
-    layers of the first and last stage when it splits the model."""
-    par, counts = doc.parallel, uneven_stages(doc)
-    if counts is None:
-        per_stage = doc.model.num_layers // (par.pp * par.vpp)
-        notes.append("pipeline stages: torchtitan counts the embedding and the head as part of the first "
-                     "and last stage's layers (pipeline_parallel_first/last_stage_less_layers); set both to 0 "
-                     f"for the plan's even stages of {per_stage} layers")
-        return {"pipeline_parallel_layers_per_stage": per_stage}
-    if embedding_counts_as_a_layer(counts):
-        # One layer fewer on the first and the last stage: torchtitan's default weighting.
-        return {"pipeline_parallel_first_stage_less_layers": 1, "pipeline_parallel_last_stage_less_layers": 1}
-    notes.append(f"uneven pipeline stages ({stages_text(counts)} layers per rank) do not map onto torchtitan's "
-                 f"generated split (the embedding and the head weigh one layer each); list each stage's "
-                 f"modules in module_fqns_per_model_part to reproduce it")
-    return {}
+    """The plan's (virtual) stages (ParallelPlan.virtual_stage_num_layers) in torchtitan's terms:
+    its generated split when some weighing of the embedding and the head reproduces them, else the
+    modules of every stage listed (module_fqns_per_model_part)."""
+    par, num_layers = doc.parallel, doc.model.num_layers
+    stages = par.virtual_stage_num_layers(num_layers)
+    default_stages = par.pp * (1 if par.vpp == 1 else 2)   # stages torchtitan makes per schedule
+    for first_less, last_less in ((1, 1), (0, 0), (1, 0), (0, 1)):
+        if torchtitan_split(len(stages), num_layers, first_less, last_less) != stages:
+            continue
+        out = {"pipeline_parallel_first_stage_less_layers": first_less,
+               "pipeline_parallel_last_stage_less_layers": last_less}
+        if default_stages == len(stages):
+            return out
+        effective = num_layers + first_less + last_less
+        per_stage = -(-effective // len(stages))
+        if -(-effective // per_stage) == len(stages):   # torchtitan: ceil(effective / per stage) stages
+            out["pipeline_parallel_layers_per_stage"] = per_stage
+            return out
+    if par.pp > 1 and len(set(stages)) > 1:
+        notes.append(f"uneven pipeline stages ({stages_text(stages)} layers per stage) are not torchtitan's "
+                     f"generated split; every stage's modules are listed in module_fqns_per_model_part")
+    first_layer = [sum(stages[:k]) for k in range(len(stages))]
+    return {"module_fqns_per_model_part": [
+        (["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(first_layer[k], first_layer[k] + n)]
+        + (["norm", "output"] if k == len(stages) - 1 else []) for k, n in enumerate(stages)]}
+
+
+def torchtitan_split(num_stages: int, num_layers: int, first_less: int, last_less: int) -> list | None:
+    """Layers per stage of torchtitan's generated split (torchtitan 0.2 distributed/pipeline_parallel.py
+    generate_llm_fqn_per_model_part): num_layers + first_less + last_less "effective" layers shared
+    out evenly, the first stages taking the remainder, then the embedding's and the head's weights
+    taken off the first and the last stage. None when a stage would be left without layers."""
+    effective = num_layers + first_less + last_less
+    base, extra = divmod(effective, num_stages)
+    counts = [base + (k < extra) for k in range(num_stages)]
+    counts[0] -= first_less
+    counts[-1] -= last_less
+    return counts if min(counts) > 0 and base >= max(first_less, last_less) else None
 
 
 def _activation_checkpoint(doc: PlanDocument, notes: list) -> dict:

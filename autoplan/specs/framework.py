@@ -118,6 +118,9 @@ class Framework:
     """1: no interleaved schedule."""
     uneven_stages: bool = True
     """Pipeline ranks may hold different layer counts."""
+    uneven_interleaved: bool = True
+    """With interleaving (vpp > 1), virtual stages may hold different layer counts
+    (ParallelPlan.virtual_stage_num_layers), e.g. 126 layers at pp=8, vpp=8."""
     sequence_parallel: str = "optional"
     """"optional", "always" (every tp > 1 plan shards norms/dropout on the sequence) or "never"."""
     moe: bool = True
@@ -183,6 +186,11 @@ class Framework:
         if not self.uneven_stages and plan.pp > 1 and len(set(plan.stage_num_layers(model.num_layers))) > 1:
             refuse(f"needs pp to divide num_layers, got pp={plan.pp}, num_layers={model.num_layers}",
                    "uneven_stages", "pick a pp that divides the layers")
+        if not self.uneven_interleaved and plan.vpp > 1 and \
+                len(set(plan.virtual_stage_num_layers(model.num_layers))) > 1:
+            refuse(f"interleaves equal virtual stages only: pp*vpp must divide num_layers, got pp={plan.pp} * "
+                   f"vpp={plan.vpp} = {plan.pp * plan.vpp}, num_layers={model.num_layers}", "uneven_interleaved",
+                   "pick a vpp for which pp*vpp divides the layers")
         if self.sequence_parallel == "always" and plan.tp > 1 and not plan.sequence_parallel:
             refuse(f"always shards norms on the sequence under tensor parallelism, got tp={plan.tp} with "
                    "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")

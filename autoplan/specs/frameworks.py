@@ -62,6 +62,9 @@ FRAMEWORKS = {f.name: f for f in (
             "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
             "tied_embeddings_one_stage": "executor: the tied head is neither sharded nor on another stage",
             "learned_positions_split_sequence": "executor: learned positions are not sharded for cp/sp",
+            "uneven_interleaved": "executor/torch_backend/pipeline.py builds each virtual stage from "
+                                  "ParallelPlan.virtual_stage_num_layers; ScheduleInterleaved1F1B takes "
+                                  "stages of any size (tests/test_torch_backend.py runs one)",
         }),
     Framework(
         name="autoplan-xla", version="autoplan 0.1 executor, torch_xla 2.9 SPMD backend",
@@ -81,7 +84,15 @@ FRAMEWORKS = {f.name: f for f in (
                  "max_zero_with_pp": "megatron/training/arguments.py: --use-torch-fsdp2 refuses pipeline "
                                      "parallelism",
                  "max_zero_with_ep": "megatron/training/arguments.py: --use-torch-fsdp2 refuses expert "
-                                     "parallelism"}),
+                                     "parallelism",
+                 "uneven_stages": "--decoder-first/last-pipeline-num-layers (equal middle ranks), "
+                                  "--pipeline-model-parallel-layout for any split (core 0.13)",
+                 "uneven_interleaved": "core 0.12 (uneven virtual pipeline parallelism, Feb 2025): "
+                                       "--num-virtual-stages-per-pipeline-rank with --decoder-first/last-"
+                                       "pipeline-num-layers (each rank's count divisible by vpp) or "
+                                       "--account-for-embedding/loss-in-pipeline-split; core 0.13: "
+                                       "--pipeline-model-parallel-layout (megatron/core/transformer/"
+                                       "transformer_config.py, transformer_block.py get_num_layers_to_build)"}),
     Framework(
         name="torchtitan", version="torchtitan 0.2 (2025)",
         description="PyTorch torchtitan: FSDP2 + TP/SP + torch.distributed.pipelining + CP, "
@@ -96,7 +107,11 @@ FRAMEWORKS = {f.name: f for f in (
                  "dtypes": "torchtitan: no fp16 with loss scaling",
                  "zero0_only_pure_dp": "torchtitan's DDP is one-dimensional (dp_replicate without tp/pp/cp)",
                  "sequence_parallel": "torchtitan's TP plan shards the norms on the sequence (SequenceParallel)",
-                 "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B"}),
+                 "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
+                 "uneven_interleaved": "torchtitan/distributed/pipeline_parallel.py: the generated split "
+                                       "over pp * stages-per-rank weighs the embedding and the head "
+                                       "(pipeline_parallel_first/last_stage_less_layers); "
+                                       "module_fqns_per_model_part lists any split"}),
     Framework(
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
@@ -106,7 +121,9 @@ FRAMEWORKS = {f.name: f for f in (
                  "max_cp": "DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads), not the "
                            "context parallelism planned here",
                  "max_vpp": "the pipeline engine has no interleaved schedule",
-                 "pp_scatter_gather": "the pipeline engine sends whole activations from every TP rank"}),
+                 "pp_scatter_gather": "the pipeline engine sends whole activations from every TP rank",
+                 "uneven_stages": "deepspeed/runtime/pipe/module.py: PipelineModule partition_method "
+                                  "'parameters' balances stages by parameter count, not layer count"}),
     Framework(
         name="llm-foundry", version="MosaicML llm-foundry 0.x with Composer FSDP (2023-2024)",
         description="MosaicML llm-foundry: PyTorch FSDP (Composer) data parallelism, flash attention",
@@ -118,9 +135,14 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-2021", version="Megatron-LM of Narayanan et al. 2021 (arXiv 2104.04473)",
         description="historical: Megatron-LM as in the 2021 scaling paper (no flash attention, no CP/SP)",
         flash_attention=False, dp_comm_overlap=0.0, max_cp=1, sequence_parallel="never", zero_stages=(0,), mla=False,
+        uneven_stages=False, uneven_interleaved=False,
         sources={"flash_attention": "2021: fused softmax, scores stored", "dp_comm_overlap":
                  "2021: gradient all-reduce after the pipeline flush", "sequence_parallel":
-                 "introduced by Korthikanti et al. 2022"}),
+                 "introduced by Korthikanti et al. 2022",
+                 "uneven_stages": "Megatron-LM v2.5 megatron/model/transformer.py: 'num_layers must be "
+                                  "divisible by pipeline_model_parallel_size'",
+                 "uneven_interleaved": "Megatron-LM v2.5: num_layers_per_stage must be divisible by "
+                                       "the virtual pipeline size"}),
     Framework(
         name="megatron-deepspeed", version="Megatron-DeepSpeed as BigScience ran BLOOM (2022)",
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",

@@ -52,13 +52,12 @@ class ParallelPlan:
     def stage_num_layers(self, num_layers: int) -> list[int]:
         """Layers each pipeline rank holds (summed over its virtual stages), rank 0 first.
 
-        With vpp > 1 every rank holds num_layers / pp (interleaving needs equal virtual stages,
-        so pp*vpp divides num_layers). With vpp == 1 the split may be uneven: every rank gets
-        num_layers // pp, and the num_layers % pp extra layers go one each to the middle ranks
-        (pp-2 down to 1: under 1F1B a lower rank holds more micro-batches in flight), then to
-        the last rank; the first rank (most in flight, the embedding) never gets one. When the
-        middle ranks end up equal this is Megatron-LM's --decoder-first/last-pipeline-num-layers
-        split, e.g. 126 layers over 8 -> [15, 16, 16, 16, 16, 16, 16, 15].
+        Every rank gets num_layers // pp, and the num_layers % pp extra layers go one each to the
+        middle ranks (pp-2 down to 1: under 1F1B a lower rank holds more micro-batches in flight),
+        then to the last rank; the first rank (most in flight, the embedding) never gets one. When
+        the middle ranks end up equal this is Megatron-LM's --decoder-first/last-pipeline-num-layers
+        split, e.g. 126 layers over 8 -> [15, 16, 16, 16, 16, 16, 16, 15]. The same rule holds with
+        interleaving; `virtual_stage_num_layers` then splits each rank's count over its vpp chunks.
         """
         base, extra = divmod(num_layers, self.pp)
         counts = [base] * self.pp
@@ -66,6 +65,30 @@ class ParallelPlan:
         for rank in receivers[:extra]:
             counts[rank] += 1
         return counts
+
+    def chunk_num_layers(self, num_layers: int) -> list[list[int]]:
+        """Layers of each virtual stage (model chunk) of each pipeline rank: [rank][chunk].
+
+        A rank's count is split over its vpp chunks as evenly as it goes; when it does not divide,
+        the smaller chunks are the last rank's last ones (that chunk also computes the head and the
+        loss) and every other rank's first ones (chunk 0 holds the most micro-batches in flight
+        under interleaved 1F1B, and on rank 0 it also embeds). 126 layers at pp=8, vpp=8 gives rank
+        0 [1, 2 x7] and rank 7 [2 x7, 1]: Megatron-LM's --account-for-embedding-in-pipeline-split
+        --account-for-loss-in-pipeline-split layout (128 "layers", 2 per virtual stage) and
+        torchtitan's generated split with the embedding and the head weighing one layer each.
+        """
+        chunks = []
+        for rank, count in enumerate(self.stage_num_layers(num_layers)):
+            base, extra = divmod(count, self.vpp)
+            sizes = [base] * (self.vpp - extra) + [base + 1] * extra   # small chunks first
+            chunks.append(sizes[::-1] if rank == self.pp - 1 else sizes)
+        return chunks
+
+    def virtual_stage_num_layers(self, num_layers: int) -> list[int]:
+        """Layers of each of the pp*vpp (virtual) stages in pipeline order: stage k is chunk k // pp
+        of rank k % pp (the looping placement of Narayanan et al. 2021, sec. 2.2.1)."""
+        chunks = self.chunk_num_layers(num_layers)
+        return [chunks[k % self.pp][k // self.pp] for k in range(self.pp * self.vpp)]
 
     def layers_per_stage(self, num_layers: int) -> int:
         """Layers of the LARGEST pipeline rank: the slowest stage, and the bound on
@@ -126,9 +149,9 @@ class ParallelPlan:
             raise InfeasiblePlan(
                 f"every pipeline stage needs a layer, got pp={self.pp} > num_layers={model.num_layers}",
                 "pp_divides_layers")
-        if self.vpp > 1 and model.num_layers % (self.pp * self.vpp):
+        if self.vpp > 1 and self.pp * self.vpp > model.num_layers:
             raise InfeasiblePlan(
-                f"interleaving (vpp > 1) needs equal virtual stages: pp*vpp must divide num_layers, got "
+                f"interleaving (vpp > 1) needs a layer in every virtual stage: pp*vpp <= num_layers, got "
                 f"pp={self.pp} * vpp={self.vpp} = {self.pp * self.vpp}, num_layers={model.num_layers}",
                 "pp_divides_layers")
         if self.vpp > 1 and self.pp == 1:

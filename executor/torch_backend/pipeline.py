@@ -1,8 +1,9 @@
 """Pipeline parallelism: split the layer stack into stages and pick the schedule.
 
-With pp ranks and vpp virtual stages per rank there are pp*vpp stages of consecutive layers:
-num_layers/(pp*vpp) each when interleaving, and the plan's own split when vpp = 1 (which may be
-uneven, ParallelPlan.stage_num_layers: the middle ranks, then the last, take the extra layers).
+With pp ranks and vpp virtual stages per rank there are pp*vpp stages of consecutive layers, as
+the plan splits them (ParallelPlan.virtual_stage_num_layers; uneven when pp or pp*vpp does not
+divide the layers: the middle ranks, then the last, take the extra layers, and a rank's smaller
+chunks come first, on the last rank last).
 Rank r holds stages r, r+pp, r+2pp, ... (the looping placement of Narayanan et al. 2021,
 arXiv 2104.04473, section 2.2.1), which is what ScheduleInterleaved1F1B expects. The first stage
 keeps the embeddings, the last the final norm and the head.
@@ -18,9 +19,7 @@ from executor.model import Kernels, Transformer, build_model
 
 def stage_layer_counts(plan: ParallelPlan, num_layers: int) -> list[int]:
     """Layers of each of the pp*vpp stages, in stage order."""
-    if plan.vpp == 1:
-        return plan.stage_num_layers(num_layers)
-    return [num_layers // (plan.pp * plan.vpp)] * (plan.pp * plan.vpp)
+    return plan.virtual_stage_num_layers(num_layers)
 
 
 def stage_layer_ids(layer_counts: list[int], stage_index: int) -> list[int]:
