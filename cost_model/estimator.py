@@ -24,7 +24,7 @@ from cost_model.constants import Constants, load_constants
 from cost_model.flops import model_flops_per_token
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
-from cost_model.stage_memory import allocated_peak_bytes, stage_memory
+from cost_model.stage_memory import allocated_peak_bytes, min_full_recompute_layers, stage_memory
 from cost_model.stages import stage_split
 from cost_model.step_time import step_time_terms
 from cost_model.tables import ProfileTables
@@ -181,20 +181,7 @@ class Estimator:
         of the largest rank recomputed. Memory falls monotonically with the count (each rank
         recomputes min(count, its layers)), so bisect.
         """
-        capacity = self.profile.memory_capacity_bytes
-        if sum(self.memory(plan, "none", 0).values()) <= capacity:
-            return 0
-        per_stage = plan.layers_per_stage(self.model.num_layers)
-        if sum(self.memory(plan, "full", per_stage).values()) > capacity:
-            return None
-        lo, hi = 1, per_stage
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if sum(self.memory(plan, "full", mid).values()) <= capacity:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return min_full_recompute_layers(self, plan)
 
     # -- time ----------------------------------------------------------------------------------
     def estimate(self, plan: ParallelPlan) -> CostEstimate:

@@ -37,6 +37,23 @@ def allocated_peak_bytes(breakdown: dict) -> float:
     return sum(v for k, v in breakdown.items() if k not in DEVICE_TERMS)
 
 
+def min_full_recompute_layers(est, plan) -> int | None:
+    """Fewest layers per stage to recompute fully so `est.memory(plan, ...)` fits the profile's
+    capacity: 0 when it fits without recompute, None when not even with every layer recomputed.
+    Memory falls monotonically with the count (each rank recomputes min(count, its layers)), so bisect."""
+    capacity = est.profile.memory_capacity_bytes
+    if sum(est.memory(plan, "none", 0).values()) <= capacity:
+        return 0
+    per_stage = plan.layers_per_stage(est.model.num_layers)
+    if sum(est.memory(plan, "full", per_stage).values()) > capacity:
+        return None
+    lo, hi = 1, per_stage
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if sum(est.memory(plan, "full", mid).values()) <= capacity else (mid + 1, hi)
+    return lo
+
+
 def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int) -> dict:
     """Memory breakdown of pipeline rank `stage` (holding `per_stage` layers) at its peak phase."""
     p, m = plan.pp, plan.num_microbatches
@@ -79,9 +96,14 @@ def _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight,
     """(activations, working, logits, grads not yet allocated, largest block) per phase, for the
     eager-autocast recipe (cost_model/eager_activations.py)."""
     model, tp, sp = est.model, plan.tp, plan.sequence_parallel
-    full_layer = sum(eager.layer_saved(model, b, s, tp, sp).values())
-    layer = sum(eager.selective_layer_saved(model, b, s, tp, sp).values()) if recompute == "selective" else full_layer
-    stored = kept * layer + (per_stage - kept) * sum(eager.full_layer_saved(model, b, s, tp, sp).values())
+    key = ("eager", b, s, tp, sp)
+    sizes = est._layer_cache.get(key)
+    if sizes is None:   # per shape, as the search asks for the same shapes many times
+        sizes = est._layer_cache[key] = tuple(sum(f(model, b, s, tp, sp).values()) for f in (
+            eager.layer_saved, eager.selective_layer_saved, eager.full_layer_saved, eager.head_saved))
+    full_layer, selective_layer, input_only, head = sizes
+    layer = selective_layer if recompute == "selective" else full_layer
+    stored = kept * layer + (per_stage - kept) * input_only
     if first:
         stored += sum(eager.embedding_saved(model, b, s).values())
     activations = stored * in_flight
@@ -91,7 +113,6 @@ def _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight,
     mlp_block = BYTES_ACT * b * s * model.ffn_hidden_size / tp
     phases = [(activations, layer_working, 0.0, False, mlp_block)]
     if last:
-        head = sum(eager.head_saved(model, b, s, tp, sp).values())
         # One micro-batch: grads are set to None each step and first written in its backward.
         grads_absent = plan.num_microbatches == 1 and plan.pp == 1
         phases.append((activations, eager.loss_backward_working(model, b, s), head, grads_absent,
