@@ -24,6 +24,7 @@ Why it differs from Megatron's 34*s*b*h (Korthikanti et al. 2022, Table 2):
 from __future__ import annotations
 
 from autoplan.specs import ModelSpec
+from cost_model.memory import mlp_activation_elems
 
 FP32, BF16, INT64 = 4, 2, 8
 
@@ -39,32 +40,45 @@ def _norm(model: ModelSpec, tokens: float, outside: int, fused_norm: bool, name:
     return parts
 
 
-def _kv_saved_width(model: ModelSpec) -> int:
-    """K (or V) width SDPA saves: repeated to every query head under GQA (`repeat_kv`)."""
-    return model.q_size if model.num_heads > model.num_kv_heads else model.kv_size
+def _kv_saved_widths(model: ModelSpec) -> tuple:
+    """(K, V) widths SDPA saves: repeated to every query head under GQA (`repeat_kv`)."""
+    if model.num_heads > model.num_kv_heads:
+        return model.q_size, model.attn_out_size
+    return model.kv_size, model.v_size
+
+
+def uncounted_features(model: ModelSpec) -> list[str]:
+    """Block features of executor/blocks.py whose extra saved tensors this recipe does not count yet
+    (tests/test_memory_counting.py covers pre-norm Llama/Qwen2/GPT-2 blocks); with them the layer
+    terms are those of the plain pre-norm block."""
+    features = {"qk_norm": bool(model.qk_norm), "norm_placement": model.norm_placement != "pre",
+                "parallel_block": model.parallel_block, "attn_logit_softcap": bool(model.attn_logit_softcap),
+                "sliding_window": bool(model.sliding_window), "moe": model.is_moe}
+    return [name for name, used in features.items() if used]
 
 
 def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, fused_norm: bool = True) -> dict:
     """Tensors one TransformerBlock saves without recompute (executor/model.py)."""
     tokens, outside = b * s, (tp if sp else 1)
     h = model.hidden_size
-    mlp_inputs = 2 if model.mlp == "swiglu" else 1
+    mlp_inputs = 1 if model.mlp == "gelu" else 2
     parts = _norm(model, tokens, outside, fused_norm, "attention_norm")
+    k_width, v_width = _kv_saved_widths(model)
     parts.update({
         "qkv_input_casts": 3 * BF16 * tokens * h,                        # wq, wk, wv each cast x
         "q": BF16 * tokens * model.q_size / tp,                           # after RoPE, SDPA input
-        "k": BF16 * tokens * _kv_saved_width(model) / tp,                 # repeat_kv(q, k)
-        "v": BF16 * tokens * _kv_saved_width(model) / tp,                 # repeat_kv(q, v)
-        "attention_out": BF16 * tokens * model.q_size / tp,               # SDPA output = wo input
+        "k": BF16 * tokens * k_width / tp,                                # repeat_kv(q, k)
+        "v": BF16 * tokens * v_width / tp,                                # repeat_kv(q, v)
+        "attention_out": BF16 * tokens * model.attn_out_size / tp,        # SDPA output = wo input
         "softmax_lse": FP32 * tokens * model.num_heads / tp,              # flash attention's statistics
     })
     parts.update(_norm(model, tokens, outside, fused_norm, "ffn_norm"))
-    width = model.ffn_hidden_size / tp
-    if model.is_moe:   # each token's rows in its top-k experts (not counted by the test: dense only)
-        width *= model.num_experts_per_token
     parts["mlp_input_casts"] = mlp_inputs * BF16 * tokens * h           # w1 (and w3) cast x
-    # SwiGLU: w1 out (silu input), silu out, w3 out, their product (w2 input); GeLU: w1 out, gelu out.
-    parts["mlp"] = (4 if model.mlp == "swiglu" else 2) * BF16 * tokens * width
+    # Gated (SwiGLU/GeGLU): w1 out (activation input), activation out, w3 out, their product (w2
+    # input), 4 per 3 elements of mlp_activation_elems; GeLU: w1 out, gelu out. A MoE layer's
+    # token passes its k routed experts and the shared ones (not counted by the test: dense only).
+    elems = mlp_activation_elems(model, model.is_moe) * (4 / 3 if model.mlp != "gelu" else 1)
+    parts["mlp"] = BF16 * tokens * elems / tp
     return parts
 
 
@@ -73,7 +87,7 @@ def selective_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, f
     inputs q, k, v are kept before the repeat, the repeated K/V and the log-sum-exp are not."""
     parts = layer_saved(model, b, s, tp, sp, fused_norm)
     tokens = b * s
-    parts["k"] = parts["v"] = BF16 * tokens * model.kv_size / tp
+    parts["k"], parts["v"] = BF16 * tokens * model.kv_size / tp, BF16 * tokens * model.v_size / tp
     del parts["softmax_lse"]
     return parts
 

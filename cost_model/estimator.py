@@ -21,8 +21,9 @@ from autoplan.specs import (
     DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
 )
 from cost_model.constants import Constants, load_constants
+from cost_model.eager_activations import uncounted_features
 from cost_model.flops import model_flops_per_token
-from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, layer_times
+from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
 from cost_model.stage_memory import allocated_peak_bytes, min_full_recompute_layers, stage_memory
 from cost_model.stages import stage_split
@@ -101,19 +102,25 @@ class Estimator:
             flash_attention=self.framework.flash_attention)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
-        # Parameter counts (whole model; stages and TP divide them below).
-        expert = model.num_experts * model.mlp_params_per_expert() if model.is_moe else 0
-        self.params = ParamCounts(dense_per_layer=model.params_per_layer() - expert, expert_per_layer=expert,
+        # Parameter counts (whole model; stages and TP divide them below), per layer on average over
+        # the model's layers (DeepSeek's leading dense layers and MoE layers share one mean).
+        expert = model.expert_params_all_layers()
+        self.params = ParamCounts(dense_per_layer=(model.all_layers_params() - expert) / model.num_layers,
+                                  expert_per_layer=expert / model.num_layers,
                                   embedding=model.embedding_params(), head=model.output_params(),
                                   tied=model.tied_embeddings)
+        self._moe_layer_share = model.num_moe_layers / model.num_layers
         self._layer_cache: dict = {}
+        uncounted = uncounted_features(model) if self.framework.activation_recipe == "eager-autocast" else []
+        self._memory_notes = (f"activation memory of {', '.join(uncounted)} not counted tensor by tensor "
+                              "(the plain pre-norm block's tensors are)",) if uncounted else ()
 
     # -- shared pieces -------------------------------------------------------------------------
     def _layer(self, plan: ParallelPlan):
         key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel)
         lt = self._layer_cache.get(key)
         if lt is None:
-            lt = self._layer_cache[key] = layer_times(
+            lt = self._layer_cache[key] = mean_layer_times(
                 self.model, self.tables, self.rates, plan.micro_batch_size, self.training.seq_len,
                 plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node)
         return lt
@@ -146,13 +153,19 @@ class Estimator:
         key = ("act", b, s_local, tp, sp)
         hit = self._layer_cache.get(key)
         if hit is None:
-            flash = self.framework.flash_attention
-            parts = activation_bytes_per_layer(self.model, b, s_local, tp, sp, flash)
-            selective = selective_kept_bytes(parts, self.framework.selective_recompute, self.model, b,
-                                             s_local, tp, sp)
-            working = sum(activation_bytes_per_layer(self.model, b, s_local, tp, False, flash).values())
-            hit = self._layer_cache[key] = (sum(parts.values()), selective,
-                                            full_recompute_layer_bytes(self.model, b, s_local, tp, sp), working)
+            flash, model = self.framework.flash_attention, self.model
+            stored = selective = working = 0.0
+            # Mean over the layers: MoE and dense layers (DeepSeek's first k) store different MLP tensors.
+            for moe, share in ((True, self._moe_layer_share), (False, 1.0 - self._moe_layer_share)):
+                if share:
+                    parts = activation_bytes_per_layer(model, b, s_local, tp, sp, flash, moe=moe)
+                    stored += share * sum(parts.values())
+                    selective += share * selective_kept_bytes(parts, self.framework.selective_recompute, model,
+                                                              b, s_local, tp, sp, moe=moe)
+                    working += share * sum(activation_bytes_per_layer(model, b, s_local, tp, False, flash,
+                                                                      moe=moe).values())
+            hit = self._layer_cache[key] = (stored, selective,
+                                            full_recompute_layer_bytes(model, b, s_local, tp, sp), working)
         return hit
 
     def _stages_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int) -> tuple:
@@ -199,7 +212,7 @@ class Estimator:
             tokens_per_step=self.training.tokens_per_step, num_gpus=plan.num_gpus,
             model_flops_per_step=self.model_flops_per_step, hardware_flops_per_step=hw_flops,
             peak_flops_per_s=self.peak_flops_per_s, cost_model="analytical/1",
-            details=details)
+            details=details, notes=self._memory_notes)
 
 
 def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, profile: HardwareProfile,
