@@ -53,7 +53,9 @@ def uncounted_features(model: ModelSpec) -> list[str]:
     terms are those of the plain pre-norm block."""
     features = {"qk_norm": bool(model.qk_norm), "norm_placement": model.norm_placement != "pre",
                 "parallel_block": model.parallel_block, "attn_logit_softcap": bool(model.attn_logit_softcap),
-                "sliding_window": bool(model.sliding_window), "moe": model.is_moe}
+                "sliding_window": bool(model.sliding_window), "moe": model.is_moe,
+                # SDPA's flash kernels need one head width for q, k and v; otherwise another kernel runs
+                "v_head_dim": bool(model.v_head_dim) and model.v_head_dim != model.head_dim}
     return [name for name, used in features.items() if used]
 
 

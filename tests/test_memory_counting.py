@@ -27,6 +27,9 @@ LLAMA_LIKE = ModelSpec(name="llama-like", num_layers=2, hidden_size=256, num_hea
 QWEN_LIKE = ModelSpec(name="qwen-like", num_layers=2, hidden_size=192, num_heads=6, num_kv_heads=6,
                       ffn_hidden_size=512, vocab_size=1500, mlp="swiglu", norm="rmsnorm", position="rope",
                       tied_embeddings=False, qkv_bias=True, max_seq_len=512)
+GEGLU_LIKE = ModelSpec(name="geglu-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=4,
+                       ffn_hidden_size=640, vocab_size=1200, mlp="geglu", norm="rmsnorm", position="rope",
+                       tied_embeddings=True, max_seq_len=512)
 GPT_LIKE = ModelSpec(name="gpt-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=8,
                      ffn_hidden_size=1024, vocab_size=1000, mlp="gelu", norm="layernorm", position="learned",
                      tied_embeddings=True, linear_bias=True, max_seq_len=512)
@@ -99,7 +102,7 @@ def predicted(spec: ModelSpec, b: int, s: int, policy: str, fused_norm: bool) ->
             "head": sum(eager.head_saved(spec, b, s, 1, False, fused_norm).values())}
 
 
-@pytest.mark.parametrize("spec", [LLAMA_LIKE, QWEN_LIKE, GPT_LIKE], ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", [LLAMA_LIKE, QWEN_LIKE, GEGLU_LIKE, GPT_LIKE], ids=lambda s: s.name)
 @pytest.mark.parametrize("policy", ["none", "selective", "full"])
 def test_cost_model_counts_what_the_executor_saves(spec, policy):
     b, s = 2, 128
