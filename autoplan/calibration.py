@@ -25,8 +25,9 @@ from autoplan.specs import CostEstimate, HardwareProfile
 from cost_model.learned.correction import correction_in_distribution, out_of_range_features
 from cost_model.learned.features import plan_record
 from cost_model.learned.store import LEARNED_COST_MODEL, CalibrationFile
+from cost_model.stage_memory import DEVICE_TERMS, min_full_recompute_layers
 
-__all__ = ["CalibratedEstimator", "CalibrationFile", "apply", "correction_factor", "load_calibration",
+__all__ = ["CalibratedEstimator", "CalibrationFile", "apply", "apply_memory", "correction_factor", "load_calibration",
            "scoring_profile"]
 
 
@@ -45,10 +46,21 @@ def correction_factor(calibration: CalibrationFile | None, record: dict) -> floa
     return float(math.exp(calibration.correction.predict([record])[0]))
 
 
+def apply_memory(calibration: CalibrationFile | None, estimate: CostEstimate) -> CostEstimate:
+    """The estimate with its allocated-peak terms scaled by the memory correction (the runtime
+    memory and allocator headroom stay), or the estimate itself without one."""
+    if calibration is None or calibration.memory_correction is None:
+        return estimate
+    return estimate.scaled_memory(calibration.memory_correction.factor_, DEVICE_TERMS,
+                                  f"{estimate.cost_model}+{LEARNED_COST_MODEL}")
+
+
 def apply(calibration: CalibrationFile | None, estimate: CostEstimate, record: dict) -> CostEstimate:
-    """The estimate with its time terms scaled by the correction factor, labelled with the model
-    that scored it. Without a trained correction, the estimate itself; for a plan outside the
-    correction's training range, the analytical estimate with a note saying which features were out."""
+    """The estimate with its time terms scaled by the correction factor (and its memory by the
+    memory correction), labelled with the model that scored it. Without a trained correction, the
+    estimate itself; for a plan outside the correction's training range, the analytical time with a
+    note saying which features were out."""
+    estimate = apply_memory(calibration, estimate)
     if calibration is None or calibration.correction is None:
         return estimate
     outside = out_of_range_features(calibration.correction, record)
@@ -56,7 +68,9 @@ def apply(calibration: CalibrationFile | None, estimate: CostEstimate, record: d
         note = f"learned correction not applied (plan outside its training range: {'; '.join(outside)})"
         return replace(estimate, notes=(*estimate.notes, note))
     factor = correction_factor(calibration, record)
-    return estimate.scaled_time(factor, f"{estimate.cost_model}+{LEARNED_COST_MODEL}")
+    label = estimate.cost_model if estimate.cost_model.endswith(LEARNED_COST_MODEL) else \
+        f"{estimate.cost_model}+{LEARNED_COST_MODEL}"
+    return estimate.scaled_time(factor, label)
 
 
 def scoring_profile(profile: HardwareProfile, calibration: CalibrationFile | None) -> HardwareProfile:
@@ -86,16 +100,22 @@ class CalibratedEstimator:
         return self.analytical.framework
 
     def memory(self, plan, recompute: str | None = None, num_recompute: int | None = None) -> dict:
-        """Memory is the analytical model's (the calibration file corrects step time only)."""
-        return self.analytical.memory(plan, recompute, num_recompute)
+        """The analytical breakdown with the memory correction on its allocated-peak terms."""
+        memory = self.analytical.memory(plan, recompute, num_recompute)
+        if self.calibration is None or self.calibration.memory_correction is None:
+            return memory
+        factor = self.calibration.memory_correction.factor_
+        return {k: v if k in DEVICE_TERMS else v * factor for k, v in memory.items()}
 
     def min_full_recompute_layers(self, plan) -> int | None:
-        return self.analytical.min_full_recompute_layers(plan)
+        """Fewest layers per stage to recompute fully so the corrected memory fits (as the
+        analytical model's bisection, cost_model.estimator, on the corrected breakdown)."""
+        return min_full_recompute_layers(self, plan)
 
     def estimate(self, plan) -> CostEstimate:
         estimate = self.analytical.estimate(plan)
         if self.calibration is None or self.calibration.correction is None:
-            return estimate
+            return apply_memory(self.calibration, estimate)
         record = plan_record(self.model, self.training, self.cluster, plan, self.profile, estimate,
                              self.analytical.framework)
         return apply(self.calibration, estimate, record)

@@ -241,6 +241,8 @@ def render_framework(f, fitted: dict | None = None) -> str:
     lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {f.activation_bytes} B "
               f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}, "
               f"selective recompute = {f.selective_recompute}",
+              f"  activations saved as: {f.activation_recipe}; outside the allocator: "
+              f"{f.runtime_bytes / 2 ** 30:.2f} GiB (CUDA context, cuBLAS/NCCL)",
               f"fuses: flash attention {'yes' if f.flash_attention else 'no'}, memory-bound bytes x{f.fused_elementwise:g}",
               f"overlaps: TP comm {f.tp_comm_overlap:.0%}, DP window {f.dp_comm_overlap:.0%}, "
               f"pipeline scatter/gather {'yes' if f.pp_scatter_gather else 'no'}",

@@ -21,19 +21,15 @@ from autoplan.specs import (
     DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
 )
 from cost_model.constants import Constants, load_constants
+from cost_model.eager_activations import uncounted_features
 from cost_model.flops import model_flops_per_token
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
-from cost_model.memory import (
-    BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
-    in_flight_microbatches, model_state_bytes, selective_kept_bytes,
-)
+from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
+from cost_model.stage_memory import allocated_peak_bytes, min_full_recompute_layers, stage_memory
 from cost_model.stages import stage_split
 from cost_model.step_time import step_time_terms
 from cost_model.tables import ProfileTables
 
-GIB = 1024 ** 3
-CUDA_CONTEXT_BYTES = 0.5 * GIB     # assumption: CUDA context + cuBLAS/NCCL workspaces (~0.5 GiB)
-ALLOCATOR_OVERHEAD = 0.08          # assumption: caching-allocator rounding/fragmentation of transient memory
 _TABLES: dict = {}
 
 
@@ -115,6 +111,9 @@ class Estimator:
                                   tied=model.tied_embeddings)
         self._moe_layer_share = model.num_moe_layers / model.num_layers
         self._layer_cache: dict = {}
+        uncounted = uncounted_features(model) if self.framework.activation_recipe == "eager-autocast" else []
+        self._memory_notes = (f"activation memory of {', '.join(uncounted)} not counted tensor by tensor "
+                              "(the plain pre-norm block's tensors are)",) if uncounted else ()
 
     # -- shared pieces -------------------------------------------------------------------------
     def _layer(self, plan: ParallelPlan):
@@ -144,52 +143,9 @@ class Estimator:
     # -- memory --------------------------------------------------------------------------------
     def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int,
                       per_stage: int) -> dict:
-        """Memory of pipeline rank `stage`, which holds `per_stage` layers."""
-        p, m = plan.pp, plan.num_microbatches
-        first, last = stage == 0, stage == p - 1
-        dense, expert = self.params.local(plan, per_stage, first, last)
-        shard = plan.dp * plan.cp
-        fw = self.framework
-        states = model_state_bytes(dense, plan.zero_stage, shard, fw.states)
-        if expert:
-            for k, v in model_state_bytes(expert, plan.zero_stage, max(1, shard // plan.ep), fw.states).items():
-                states[k] += v
-        # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
-        # FSDP2's gathered weights at ZeRO 1/2); at ZeRO 3 only the layers in flight, in comm_buffers.
-        weight_copies = fw.compute_weight_copy_bytes * (dense + expert) if plan.zero_stage < 3 else 0.0
-        s_local = self.training.seq_len // plan.cp
-        b = plan.micro_batch_size
-        full_layer, selective_layer, input_only, working_layer = self._layer_activation_bytes(
-            b, s_local, plan.tp, plan.sequence_parallel)
-        layer_bytes = selective_layer if recompute == "selective" else full_layer
-        # recompute_num_layers applies per rank, capped by the rank's own layers.
-        kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
-        stored = kept * layer_bytes + (per_stage - kept) * input_only
-        in_flight = in_flight_microbatches(p, plan.vpp, m, stage,
-                                           stage_split(plan, self.model.num_layers).chunk_layers[stage])
-        activations = stored * in_flight
-        # Backward of one layer: its activation gradients (about one layer's activations, with the
-        # SP-gathered inputs at full length), plus its recomputed activations under full recompute.
-        working = working_layer * (2 if recompute == "full" else 1)
-        fused_loss = fw.fused_cross_entropy and plan.tp <= fw.fused_cross_entropy_max_tp
-        per_logit = BYTES_LOGITS if fused_loss else BYTES_LOGITS_UNFUSED
-        logits = per_logit * b * s_local * self.model.vocab_size / plan.tp if last else 0.0
-        comm = 0.0
-        if plan.zero_stage >= 3 and shard > 1 and p > 1:
-            # FSDP under a pipeline keeps the stage's weights gathered from the first forward to the
-            # last backward (torchtitan sets reshard_after_forward=False with PP, as step_time
-            # assumes) and accumulates its unsharded fp32 gradients over the micro-batches
-            # (torch.distributed.pipelining turns FSDP's gradient sync off until the last backward).
-            comm = (BYTES_WEIGHT + BYTES_GRAD) * (dense + expert)
-        elif plan.zero_stage >= 3 and shard > 1:
-            # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's
-            # unsharded gradients awaiting reduce-scatter.
-            layer = (self.params.dense_per_layer + self.params.expert_per_layer / plan.ep) / plan.tp
-            comm = 2 * BYTES_WEIGHT * layer + BYTES_GRAD * layer
-        transient = activations + working + logits + comm
-        return {**states, "weight_copies": weight_copies, "activations": activations, "activation_working": working, "logits": logits,
-                "comm_buffers": comm,
-                "allocator_overhead": ALLOCATOR_OVERHEAD * transient, "cuda_context": CUDA_CONTEXT_BYTES}
+        """Memory of pipeline rank `stage`, which holds `per_stage` layers, at its peak phase
+        (cost_model.stage_memory)."""
+        return stage_memory(self, plan, stage, recompute, num_recompute, per_stage)
 
     def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool) -> tuple:
         """Per layer and micro-batch, cached: (stored without recompute, stored under selective
@@ -238,20 +194,7 @@ class Estimator:
         of the largest rank recomputed. Memory falls monotonically with the count (each rank
         recomputes min(count, its layers)), so bisect.
         """
-        capacity = self.profile.memory_capacity_bytes
-        if sum(self.memory(plan, "none", 0).values()) <= capacity:
-            return 0
-        per_stage = plan.layers_per_stage(self.model.num_layers)
-        if sum(self.memory(plan, "full", per_stage).values()) > capacity:
-            return None
-        lo, hi = 1, per_stage
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if sum(self.memory(plan, "full", mid).values()) <= capacity:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return min_full_recompute_layers(self, plan)
 
     # -- time ----------------------------------------------------------------------------------
     def estimate(self, plan: ParallelPlan) -> CostEstimate:
@@ -262,13 +205,14 @@ class Estimator:
     def _estimate(self, plan: ParallelPlan) -> CostEstimate:
         time, details, hw_flops = step_time_terms(self, plan, self.stage_costs(plan))
         memory, details["memory_first_stage_bytes"] = self._stages_memory(plan, plan.recompute, plan.recompute_num_layers)
+        details["memory_allocated_peak_bytes"] = allocated_peak_bytes(memory)
         return CostEstimate(
             time_breakdown_s=time, memory_breakdown_bytes=memory,
             memory_capacity_bytes=self.profile.memory_capacity_bytes,
             tokens_per_step=self.training.tokens_per_step, num_gpus=plan.num_gpus,
             model_flops_per_step=self.model_flops_per_step, hardware_flops_per_step=hw_flops,
             peak_flops_per_s=self.peak_flops_per_s, cost_model="analytical/1",
-            details=details)
+            details=details, notes=self._memory_notes)
 
 
 def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, profile: HardwareProfile,

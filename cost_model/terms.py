@@ -31,18 +31,29 @@ TIME_TERMS = {
 
 MEMORY_TERMS = {
     "params": ("weights held by this GPU (dtype: the framework's)", "Framework.states (autoplan.specs.frameworks)"),
-    "grads": ("gradients held by this GPU (fp32 in every built-in framework)", "Framework.states"),
+    "grads": ("gradients held by this GPU (dtype: the framework's)", "Framework.states"),
+    "grad_partition": ("fp32 copy of this rank's gradient partition the optimizer updates from",
+                       "Framework.states (DeepSpeed ZeRO, stage_1_and_2.py)"),
     "optimizer": ("optimizer states: Adam moments (+ fp32 master weights where the framework keeps them apart)",
                   "Framework.states; ZeRO (Rajbhandari et al. 2019) sec. 3"),
     "weight_copies": ("compute-dtype copy of the weights kept from forward to backward",
                       "Framework.compute_weight_copy_bytes (autocast cache, FSDP2 gathered weights)"),
     "activations": ("saved for backward, all micro-batches in flight",
-                    "Korthikanti et al. 2022 Table 2, per named tensor; 1F1B in-flight count (Narayanan sec. 2.2.1)"),
-    "activation_working": ("one layer's backward working set", "one layer's activations at full sequence length"),
-    "logits": ("last stage: logits and loss in fp32", "Korthikanti sec. 4.3 (4sbv/t), + the fp32 gradient when unfused"),
-    "comm_buffers": ("ZeRO-3 gathered weights and unsharded gradients", "FSDP prefetch of one layer ahead"),
-    "allocator_overhead": ("caching-allocator fragmentation", "assumption: 8% of the transient memory"),
-    "cuda_context": ("CUDA context and kernels", "assumption: 0.5 GiB"),
+                    "Framework.activation_recipe: Korthikanti et al. 2022 Table 2 per named tensor, or the "
+                    "executor's saved tensors (cost_model/eager_activations.py); 1F1B in-flight count "
+                    "(Narayanan sec. 2.2.1)"),
+    "activation_working": ("the peak phase's backward working set: one layer's activation gradients "
+                           "(+ its recomputed activations), or the loss's fp32 gradients",
+                           "cost_model/stage_memory.py phases"),
+    "logits": ("last stage: what the head and loss save", "Korthikanti sec. 4.3 (4sbv/t); eager: fp32 log_softmax"),
+    "comm_buffers": ("ZeRO-3 gathered weights and unsharded gradients",
+                     "FSDP prefetch of one layer ahead; DeepSpeed's live-parameter and reduce buckets"),
+    "optimizer_working": ("for-each AdamW's fp32 sqrt(v) temporary, when the optimizer step is the peak",
+                          "torch/optim/adamw.py _multi_tensor_adamw"),
+    "allocator_overhead": ("caching-allocator headroom: one largest transient block (not in max_memory_allocated)",
+                           "H100 out-of-memory records: reserved-but-free 0.2-1.0x the failing request"),
+    "cuda_context": ("memory outside the allocator: CUDA context, kernels, cuBLAS/NCCL (not in max_memory_allocated)",
+                     "Framework.runtime_bytes (autoplan: 1.29 GiB measured on H100; others 0.5 GiB assumed)"),
 }
 
 

@@ -15,10 +15,12 @@ from autoplan.cli.argtypes import framework_name, output_path
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "calibrate", help="learn a step-time correction (and a learned profile) from measurements",
+        "calibrate", help="learn step-time and memory corrections (and a learned profile) from measurements",
         description="Fit the learned cost model: a plan-level correction of the analytical step time "
-                    "from measured runs and/or the shipped published runs, scored by grouped "
-                    "cross-validation, and op-level regressors from a measured hardware profile.")
+                    "from measured runs and/or the shipped published runs, a memory correction from "
+                    "measured peaks and out-of-memory runs, both scored out of sample (grouped "
+                    "cross-validation, or leave-one-run-out with fewer than 3 groups), and op-level "
+                    "regressors from a measured hardware profile.")
     p.add_argument("measurements", nargs="*", help="measurement JSONL files written by `autoplan run`")
     p.add_argument("--published", action="store_true",
                    help="also train on the shipped published runs (their bf16 and fp16 rows)")
@@ -49,6 +51,7 @@ def run(args) -> int:
         for line in lines:
             print(line)
         parts = (["correction"] if calibration.correction is not None else []) + \
+                (["memory correction"] if calibration.memory_correction is not None else []) + \
                 (["learned profile"] if calibration.profile is not None else [])
         print(f"wrote {args.output} ({' + '.join(parts)})")
     return 0

@@ -126,5 +126,6 @@ def run(args) -> int:
         text += "\n" + "\n".join(comparison_lines(before, {"framework": doc.framework, "profile": doc.cluster.profile,
                                                            **doc.prediction})) + "\n"
     note = f"\nwarning: this plan {scored.reason}\n" if scored.reason else ""
+    note += "".join(f"note: {line}\n" for line in getattr(scored.estimate, "notes", ()))
     emit(doc, text + note, args)
     return 0

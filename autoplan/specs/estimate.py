@@ -75,6 +75,19 @@ class CostEstimate:
             hardware_flops_per_step=self.hardware_flops_per_step, peak_flops_per_s=self.peak_flops_per_s,
             cost_model=cost_model, notes=self.notes, details={**self.details, "correction_factor": factor})
 
+    def scaled_memory(self, factor: float, keep: tuple, cost_model: str) -> "CostEstimate":
+        """The same estimate with every memory term but those in `keep` multiplied by `factor` (a
+        learned correction of the allocated peak); `details` gains the factor and the new allocated peak."""
+        memory = {k: v if k in keep else v * factor for k, v in self.memory_breakdown_bytes.items()}
+        allocated = sum(v for k, v in memory.items() if k not in keep)
+        return CostEstimate(
+            time_breakdown_s=dict(self.time_breakdown_s), memory_breakdown_bytes=memory,
+            memory_capacity_bytes=self.memory_capacity_bytes, tokens_per_step=self.tokens_per_step,
+            num_gpus=self.num_gpus, model_flops_per_step=self.model_flops_per_step,
+            hardware_flops_per_step=self.hardware_flops_per_step, peak_flops_per_s=self.peak_flops_per_s,
+            cost_model=cost_model, notes=self.notes,
+            details={**self.details, "memory_correction_factor": factor, "memory_allocated_peak_bytes": allocated})
+
     def to_prediction(self) -> dict:
         """The plan file's `prediction` block."""
         return {

@@ -72,6 +72,22 @@ class Framework:
     the stored weights directly."""
     activation_bytes: int = 2
     """Bytes per saved activation element (bf16)."""
+    activation_recipe: str = "megatron"
+    """Which tensors a layer saves for backward: "megatron" (Korthikanti et al. 2022 Table 2, named
+    tensors in bf16 with fused kernels; cost_model/memory.py) or "eager-autocast" (an eager PyTorch
+    model with fp32 weights and an fp32 residual stream under bf16 autocast, as autoplan's executor
+    runs; cost_model/eager_activations.py, checked against the executor's saved tensors)."""
+    loss_bytes_per_logit: float = 0.0
+    """Bytes per logit the loss path holds at its peak; 0 derives it from `fused_cross_entropy`
+    (6 fused, 10 unfused). The eager-autocast recipe counts its loss tensors itself."""
+    zero3_max_live_params: float = 0.0
+    """ZeRO-3 gathered parameters held at once (DeepSpeed stage3_max_live_parameters); 0: FSDP units
+    (one layer and its prefetched neighbour)."""
+    zero3_reduce_bucket_params: float = 0.0
+    """ZeRO-3 gradients awaiting reduce-scatter (DeepSpeed reduce_bucket_size); 0: one layer's."""
+    runtime_bytes: float = 0.5 * 2 ** 30
+    """Device memory the process holds outside the framework's allocator: CUDA context, kernel
+    images, cuBLAS/NCCL buffers (the 'non-PyTorch memory' of an out-of-memory message)."""
     selective_recompute: str = "attention"
     """What `recompute="selective"` means: "attention" (Megatron: the attention core, Korthikanti 2022)
     or "ops" (torchtitan: save every other matmul output, recompute the rest)."""

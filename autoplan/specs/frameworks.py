@@ -24,6 +24,18 @@ def _fsdp2_states(what: str) -> dict:
     }
 
 
+AUTOPLAN_RUNTIME_BYTES = 1.29 * 2 ** 30
+"""Measured: the executor's process outside PyTorch's allocator on one H100 (see its source)."""
+
+_DEEPSPEED_STATES = {
+    "params": StateTerm(2, 3, "bf16/fp16 weights the kernels read"),
+    "grads": StateTerm(2, 2, "bf16/fp16 gradients (param.grad, reduced in their own dtype)"),
+    "grad_partition": StateTerm(4, 1, "fp32 copy of this rank's gradient partition for the update"),
+    "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
+}
+"""DeepSpeed ZeRO (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): gradients stay in the
+compute dtype until reduced; the optimizer works on an fp32 copy of its own partition."""
+
 _AUTOPLAN_STATES = {
     "params": StateTerm(4, 1, "fp32 parameters: the master weights (FSDP2-sharded at ZeRO 1-3 and at one "
                               "replica; DDP or plain at ZeRO 0 with several)"),
@@ -38,6 +50,7 @@ FRAMEWORKS = {f.name: f for f in (
         description="this project's torch.distributed executor (`autoplan run`): FSDP2/DDP, TP/SP, "
                     "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
         states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
+        activation_recipe="eager-autocast", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
         fused_cross_entropy=True, fused_cross_entropy_max_tp=1, flash_attention=True, dtypes=("bf16", "fp32"),
         moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
         learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
@@ -57,6 +70,10 @@ FRAMEWORKS = {f.name: f for f in (
                                    "tp > 1 still runs F.cross_entropy over whole fp32 logits",
             "fused_elementwise": "torch.compile per block is on by default on CUDA, but its effect on the "
                                  "memory-bound bytes is not measured yet: eager's 1.0 until a GPU run says more",
+            "activation_recipe": "executor/model.py under torch.autocast(bf16) over fp32 weights; every "
+                                 "saved tensor counted by tests/test_memory_counting.py",
+            "runtime_bytes": "1.29 GiB 'non-PyTorch memory' in each of the 4 out-of-memory records of "
+                             "cost_model/data/h100_runs (H100, torch 2.11, CUDA 13.0, NCCL 2.28.9)",
             "dtypes": "fp16 (no loss scaling) and fp8 (no float8 kernels) are not wired",
             "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
             "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
@@ -115,8 +132,13 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
+        states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8,
         pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1, max_vpp=1, mla=False,
-        sources={"mla": "Megatron-DeepSpeed has no multi-latent attention","max_zero_with_pp": "deepspeed/runtime/pipe/engine.py: ZeRO-2/3 are incompatible with "
+        sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
+                 "states": "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py: 16-bit grads, fp32 partitions",
+                 "zero3_max_live_params": "DeepSpeed config docs: stage3_max_live_parameters 1e9, "
+                                          "reduce_bucket_size 5e8 (defaults)",
+                 "max_zero_with_pp": "deepspeed/runtime/pipe/engine.py: ZeRO-2/3 are incompatible with "
                                      "pipeline parallelism",
                  "max_cp": "DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads), not the "
                            "context parallelism planned here",
@@ -128,8 +150,10 @@ FRAMEWORKS = {f.name: f for f in (
         name="llm-foundry", version="MosaicML llm-foundry 0.x with Composer FSDP (2023-2024)",
         description="MosaicML llm-foundry: PyTorch FSDP (Composer) data parallelism, flash attention",
         states=_fsdp2_states("FSDP flat-parameter master"), zero_stages=(0, 2, 3), max_tp=1, max_pp=1,
-        max_cp=1, max_vpp=1, sequence_parallel="never", mla=False,
-        sources={"zero_stages": "Composer FSDP sharding_strategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD",
+        max_cp=1, max_vpp=1, sequence_parallel="never", loss_bytes_per_logit=2.0, mla=False,
+        sources={"loss_bytes_per_logit": "llm-foundry MPT yamls: loss_fn fused_crossentropy (flash-attn's "
+                                         "cross_entropy, inplace_backward: the gradient overwrites the bf16 logits)",
+                 "zero_stages": "Composer FSDP sharding_strategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD",
                  "max_tp": "llm-foundry trains with FSDP only (its benchmark tables)"}),
     Framework(
         name="megatron-2021", version="Megatron-LM of Narayanan et al. 2021 (arXiv 2104.04473)",
@@ -146,9 +170,10 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="megatron-deepspeed", version="Megatron-DeepSpeed as BigScience ran BLOOM (2022)",
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
-        flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1, max_vpp=1,
-        sequence_parallel="never", mla=False,
-        sources={"flash_attention": "BLOOM training (2022) predates flash attention in Megatron-DeepSpeed",
+        states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1,
+        max_vpp=1, sequence_parallel="never", mla=False,
+        sources={"states": "DeepSpeed ZeRO-1 (deepspeed/runtime/zero/stage_1_and_2.py): fp16 grads, fp32 partitions",
+                 "flash_attention": "BLOOM training (2022) predates flash attention in Megatron-DeepSpeed",
                  "pp_scatter_gather": "DeepSpeed's pipeline engine sends whole activations"}),
 )}
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)

@@ -15,6 +15,7 @@ from autoplan.specs import AutoplanError, HardwareProfile, read_json, read_measu
 from cost_model.learned.correction import make_correction
 from cost_model.learned.dataset import CalibrationData, measurement_data, published_data
 from cost_model.learned.evaluate import evaluate_calibration
+from cost_model.learned.memory_correction import MemoryCorrection, evaluate_memory
 from cost_model.learned.ops import fit_op_models, learned_profile, profile_with_raw_samples
 from cost_model.learned.store import CalibrationFile
 
@@ -85,7 +86,7 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     estimator = make_correction(kind=kind)
     calibration.correction = estimator.fit(records, target)
     num_groups = len(set(data.groups))
-    evaluation = None
+    evaluation = memory_evaluation = None
     if num_groups >= MIN_CV_GROUPS:
         evaluation = evaluate_calibration(records, data.measured_s, data.groups, estimator,
                                           sweeps=[r.get("sweep") or r["group"] for r in records])
@@ -97,16 +98,47 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     else:
         lines.append(f"only {num_groups} group(s): the correction is fitted but cannot be cross-validated "
                      f"across groups (need {MIN_CV_GROUPS})")
+        evaluation = evaluate_calibration(records, data.measured_s, list(range(len(records))), estimator)
+        evaluation.pop("predictions")
+        evaluation.pop("per_group")
+        evaluation["cv"]["scheme"] = "leave-one-run-out"
+        a, c = evaluation["analytical"], evaluation["calibrated"]
+        lines.append(f"leave-one-run-out over {len(records)} runs (runs of one group share their errors, so "
+                     f"this flatters the correction), throughput MAPE: analytical {a['mape']:.1%} -> "
+                     f"calibrated {c['mape']:.1%} (max {a['max']:.1%} -> {c['max']:.1%})")
+    memory_rows = data.memory_rows
+    if any(not r.oom for r in memory_rows):
+        calibration.memory_correction = MemoryCorrection().fit(memory_rows)
+        mc = calibration.memory_correction
+        lines.append(f"memory correction: factor {mc.factor_:.3f} on the allocated peak from {mc.n_trained_} measured "
+                     f"peak(s) and {mc.n_oom_} out-of-memory run(s) (fitted {mc.fitted_factor_:.3f}, "
+                     f"out-of-memory runs need >= {mc.oom_floor_:.3f})")
+        by_group = len({r.group for r in memory_rows}) >= MIN_CV_GROUPS
+        if len(memory_rows) >= 2:
+            memory_evaluation = evaluate_memory(memory_rows, by_group)
+            lines.append(_memory_line(memory_evaluation))
+    else:
+        lines.append("no run with a measured GPU peak: memory stays the analytical model's")
     calibration.training = {
         "num_rows": len(data),
         "num_measured": data.origins.count("measured"), "num_published": data.origins.count("published"),
         "num_groups": num_groups, "num_skipped": len(data.skipped), "num_malformed_lines": malformed,
         "skipped": data.skipped[:50], "inputs": measurement_paths + (["published"] if published else []),
         "estimator": {k: v for k, v in estimator[-1].get_params().items()}, "evaluation": evaluation,
+        "num_memory_rows": len(memory_rows), "num_oom": sum(r.oom for r in memory_rows),
+        "memory_evaluation": memory_evaluation,
     }
     lines.insert(0, f"trained the correction on {len(data)} rows ({data.origins.count('measured')} measured, "
                     f"{data.origins.count('published')} published) in {num_groups} groups")
     return calibration, lines
+
+
+def _memory_line(evaluation: dict) -> str:
+    a, c = evaluation["analytical"], evaluation["calibrated"]
+    errors = (f"allocated-peak MAPE analytical {a['mape']:.1%} -> calibrated {c['mape']:.1%} (max {a['max']:.1%} -> "
+              f"{c['max']:.1%}) over {a['num_rows']} run(s)" if a["num_rows"] else "no measured peak")
+    return (f"memory, {evaluation['scheme']}: {errors}; out-of-memory runs predicted to fit: "
+            f"{a['oom_predicted_to_fit']} -> {c['oom_predicted_to_fit']} of {a['num_oom']}")
 
 
 def calibrated_validation(dtypes=("bf16", "fp16"), kind: str = "trees") -> dict:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from autoplan.specs import AutoplanError, HardwareProfile, InfeasiblePlan, PlanDocument, read_json
 from cost_model.learned.features import plan_record
+from cost_model.learned.memory_correction import MemoryRow
 
 
 @dataclass
@@ -27,6 +28,8 @@ class CalibrationData:
     """"published" or "measured", per row."""
     skipped: list = field(default_factory=list)
     """One line per input row that could not be used, saying why."""
+    memory_rows: list = field(default_factory=list)
+    """MemoryRow per run with a measured GPU peak or that ran out of memory (memory_correction.py)."""
 
     def add(self, record: dict, measured_s: float, group: str, origin: str) -> None:
         self.records.append({**record, "group": group, "origin": origin, "measured_step_time_s": measured_s})
@@ -40,6 +43,7 @@ class CalibrationData:
         self.groups += other.groups
         self.origins += other.origins
         self.skipped += other.skipped
+        self.memory_rows += other.memory_rows
         return self
 
     def __len__(self) -> int:
@@ -82,7 +86,8 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
     data = CalibrationData()
     for m in measurements:
         where = f"{source}: plan {m.plan_id}"
-        if m.status != "ok" or not m.step_times_s or not m.median_step_time_s > 0:
+        timed = m.status == "ok" and m.step_times_s and m.median_step_time_s > 0
+        if not timed and m.status != "oom":
             data.skipped.append(f"{where}: status {m.status!r} with {len(m.step_times_s)} step times (not a timing)")
             continue
         try:
@@ -94,8 +99,27 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
             data.skipped.append(f"{where}: {exc}")
             continue
         device = m.environment.get("device_name") or m.environment.get("device") or doc.cluster.name
-        data.add(record, m.median_step_time_s, f"measured {m.backend} on {device} | {doc.model.name}", "measured")
+        group = f"measured {m.backend} on {device} | {doc.model.name}"
+        row = _memory_row(m, record, group)
+        if row is not None:
+            data.memory_rows.append(row)
+        if timed:
+            data.add(record, m.median_step_time_s, group, "measured")
     return data
+
+
+def _memory_row(m, record: dict, group: str) -> MemoryRow | None:
+    """The run's memory evidence: a GPU peak (max_memory_allocated; a CPU RSS is not comparable),
+    or an out-of-memory status (it needed at least the capacity)."""
+    oom = m.status == "oom"
+    gpu_peak = (m.environment.get("device") == "cuda"
+                and m.extra.get("peak_memory_kind", "cuda_max_memory_allocated") == "cuda_max_memory_allocated")
+    measured = m.peak_memory_bytes if gpu_peak else 0
+    if not oom and not measured > 0:
+        return None
+    allocated = record["analytical_allocated_peak_bytes"]
+    return MemoryRow(allocated, record["analytical_peak_memory_bytes"] - allocated, record["memory_capacity_bytes"],
+                     0.0 if oom else float(measured), oom, group)
 
 
 def published_data(dtypes=("bf16", "fp16")) -> CalibrationData:

@@ -103,6 +103,10 @@ def plan_record(model, training, cluster, plan, profile, estimate, framework=Non
         "analytical_comm_time_s": float(comm_s),
         "analytical_mfu": float(estimate.mfu),
         "analytical_peak_memory_bytes": int(estimate.peak_memory_bytes),
+        # What max_memory_allocated measures, and the device terms outside it (runtime, headroom).
+        "analytical_allocated_peak_bytes": float(estimate.details.get("memory_allocated_peak_bytes",
+                                                                      estimate.peak_memory_bytes)),
+        "memory_capacity_bytes": int(estimate.memory_capacity_bytes),
         "software": framework.name if framework is not None else DEFAULT_FRAMEWORK,
         "flash_attention": bool(framework.flash_attention) if framework is not None else True,
     }

@@ -19,6 +19,7 @@ from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, HardwareProfile, rea
 from autoplan.specs.jsonio import check_schema
 from cost_model.learned.correction import correction_from_json, correction_to_json
 from cost_model.learned.features import FEATURE_NAMES, FEATURE_SCHEMA
+from cost_model.learned.memory_correction import MemoryCorrection
 
 CALIBRATION_SCHEMA = "autoplan.calibration/v1"
 LEARNED_COST_MODEL = "learned/1"
@@ -42,6 +43,8 @@ class CalibrationFile:
     op_models: list = field(default_factory=list)
     training: dict = field(default_factory=dict)
     """num_rows, sources, skipped lines, and the grouped-CV evaluation of the correction."""
+    memory_correction: object = None
+    """A fitted MemoryCorrection (factor on the allocated peak), or None: analytical memory."""
     versions: dict = field(default_factory=library_versions)
 
     def to_dict(self) -> dict:
@@ -51,6 +54,7 @@ class CalibrationFile:
             "versions": self.versions,
             "feature_schema": {"name": FEATURE_SCHEMA, "features": list(FEATURE_NAMES)},
             "correction": correction_to_json(self.correction) if self.correction is not None else None,
+            "memory_correction": self.memory_correction.to_json() if self.memory_correction is not None else None,
             "profile": self.profile.to_dict() if self.profile is not None else None,
             "op_models": self.op_models,
             "training": self.training,
@@ -74,12 +78,13 @@ class CalibrationFile:
                                 f"{FEATURE_SCHEMA!r}; regenerate it with `autoplan calibrate`")
         try:
             correction = correction_from_json(data["correction"]) if data.get("correction") else None
+            memory = MemoryCorrection.from_json(data["memory_correction"]) if data.get("memory_correction") else None
         except (KeyError, TypeError, ValueError) as exc:
             raise AutoplanError(f"{what} has a malformed correction ({exc}); regenerate it with "
                                 f"`autoplan calibrate`") from None
         profile = (HardwareProfile.from_dict(data["profile"], f"{what} profile")
                    if data.get("profile") else None)
-        return cls(correction=correction, profile=profile, op_models=list(data.get("op_models") or []),
+        return cls(correction=correction, memory_correction=memory, profile=profile, op_models=list(data.get("op_models") or []),
                    training=dict(data.get("training") or {}), versions=dict(data["versions"]))
 
     @classmethod

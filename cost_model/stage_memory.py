@@ -1,0 +1,162 @@
+"""Peak memory of one pipeline rank: the framework's states, its saved activations as its recipe
+keeps them, and the phase of the step where the sum is largest.
+
+The peak is a maximum over phases of the step, each a full breakdown (terms sum to its total):
+
+- "loss backward" (last rank): every stored activation of the micro-batches in flight, the head's
+  saved tensors and the loss's backward working set (eager-autocast: the fp32 gradients of the
+  log-probabilities and of the logits, cost_model/eager_activations.py);
+- "layer backward": the stored activations, the layer being differentiated (recomputed first under
+  full recompute) and its activation gradients;
+- "optimizer step": the states and the optimizer's temporaries (PyTorch's for-each AdamW
+  materializes sqrt(v) for every parameter, torch/optim/adamw.py `_multi_tensor_adamw`).
+
+Two terms are device memory outside the allocated peak: `cuda_context` (Framework.runtime_bytes,
+what the process holds outside the allocator) and `allocator_overhead` (the caching allocator's
+headroom: one largest transient block, since a request larger than every cached free block needs a
+fresh segment; at the 4 H100 out-of-memory records the reserved-but-free memory was 0.2-1.0x the
+failing request, cost_model/data/h100_runs). `allocated_peak_bytes` (the total without them) is
+what torch.cuda.max_memory_allocated measures.
+"""
+from __future__ import annotations
+
+from cost_model import eager_activations as eager
+from cost_model.memory import (
+    BYTES_ACT, BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, in_flight_microbatches,
+    model_state_bytes,
+)
+
+DEVICE_TERMS = ("cuda_context", "allocator_overhead")
+"""Memory terms outside what torch.cuda.max_memory_allocated counts."""
+FOREACH_ADAMW_TEMP_BYTES = 4
+"""fp32 sqrt(exp_avg_sq) per parameter, alive during the for-each AdamW update."""
+
+
+def allocated_peak_bytes(breakdown: dict) -> float:
+    """The breakdown's total without the device terms: comparable to max_memory_allocated."""
+    return sum(v for k, v in breakdown.items() if k not in DEVICE_TERMS)
+
+
+def min_full_recompute_layers(est, plan) -> int | None:
+    """Fewest layers per stage to recompute fully so `est.memory(plan, ...)` fits the profile's
+    capacity: 0 when it fits without recompute, None when not even with every layer recomputed.
+    Memory falls monotonically with the count (each rank recomputes min(count, its layers)), so bisect."""
+    capacity = est.profile.memory_capacity_bytes
+    if sum(est.memory(plan, "none", 0).values()) <= capacity:
+        return 0
+    per_stage = plan.layers_per_stage(est.model.num_layers)
+    if sum(est.memory(plan, "full", per_stage).values()) > capacity:
+        return None
+    lo, hi = 1, per_stage
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if sum(est.memory(plan, "full", mid).values()) <= capacity else (mid + 1, hi)
+    return lo
+
+
+def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int) -> dict:
+    """Memory breakdown of pipeline rank `stage` (holding `per_stage` layers) at its peak phase."""
+    p, m = plan.pp, plan.num_microbatches
+    first, last = stage == 0, stage == p - 1
+    dense, expert = est.params.local(plan, per_stage, first, last)
+    shard = plan.dp * plan.cp
+    fw = est.framework
+    states = model_state_bytes(dense, plan.zero_stage, shard, fw.states)
+    if expert:
+        for k, v in model_state_bytes(expert, plan.zero_stage, max(1, shard // plan.ep), fw.states).items():
+            states[k] += v
+    # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
+    # FSDP2's gathered weights at ZeRO 1/2); at ZeRO 3 only the layers in flight, in comm_buffers.
+    weight_copies = fw.compute_weight_copy_bytes * (dense + expert) if plan.zero_stage < 3 else 0.0
+    b, s_local = plan.micro_batch_size, est.training.seq_len // plan.cp
+    kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
+    comm = _comm_buffers(est, plan, dense + expert, shard)
+    in_flight = in_flight_microbatches(p, plan.vpp, m, stage,
+                                       stage_split(plan, est.model.num_layers).chunk_layers[stage])
+    if fw.activation_recipe == "eager-autocast":
+        phases = _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight, b, s_local)
+    else:
+        phases = _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, s_local)
+    block = max(ph[4] for ph in phases)
+    zero = {"weight_copies": 0.0, "activations": 0.0, "activation_working": 0.0, "logits": 0.0,
+            "comm_buffers": 0.0, "optimizer_working": 0.0}
+    device = {"allocator_overhead": block, "cuda_context": fw.runtime_bytes}
+    candidates = []
+    for activations, working, logits, grads_absent, _ in phases:
+        candidates.append({**states, **({"grads": 0.0} if grads_absent and "grads" in states else {}),
+                           **zero, "weight_copies": weight_copies, "activations": activations,
+                           "activation_working": working, "logits": logits, "comm_buffers": comm, **device})
+    if fw.activation_recipe == "eager-autocast":
+        # The optimizer step: activations and the autocast cache are gone by then.
+        local = (dense + expert) / (shard if plan.zero_stage >= 1 else 1)
+        candidates.append({**states, **zero, "optimizer_working": FOREACH_ADAMW_TEMP_BYTES * local, **device})
+    return max(candidates, key=lambda c: sum(c.values()))
+
+
+def _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight, b, s) -> list:
+    """(activations, working, logits, grads not yet allocated, largest block) per phase, for the
+    eager-autocast recipe (cost_model/eager_activations.py)."""
+    model, tp, sp = est.model, plan.tp, plan.sequence_parallel
+    key = ("eager", b, s, tp, sp)
+    sizes = est._layer_cache.get(key)
+    if sizes is None:   # per shape, as the search asks for the same shapes many times
+        sizes = est._layer_cache[key] = tuple(sum(f(model, b, s, tp, sp).values()) for f in (
+            eager.layer_saved, eager.selective_layer_saved, eager.full_layer_saved, eager.head_saved))
+    full_layer, selective_layer, input_only, head = sizes
+    layer = selective_layer if recompute == "selective" else full_layer
+    stored = kept * layer + (per_stage - kept) * input_only
+    if first:
+        stored += sum(eager.embedding_saved(model, b, s).values())
+    activations = stored * in_flight
+    # Layer backward: the layer's activation gradients (about its saved tensors), plus the
+    # recomputed layer itself under full recompute.
+    layer_working = full_layer * (2 if kept < per_stage else 1)
+    mlp_block = BYTES_ACT * b * s * model.ffn_hidden_size / tp
+    phases = [(activations, layer_working, 0.0, False, mlp_block)]
+    if last:
+        # One micro-batch: grads are set to None each step and first written in its backward.
+        grads_absent = plan.num_microbatches == 1 and plan.pp == 1
+        phases.append((activations, eager.loss_backward_working(model, b, s), head, grads_absent,
+                       eager.largest_transient_block(model, b, s)))
+    block = max(ph[4] for ph in phases)
+    return [(*ph[:4], block) for ph in phases]
+
+
+def _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, s) -> list:
+    """One phase: every stored activation, one layer's backward working set and the logits
+    (Korthikanti et al. 2022 named tensors, cost_model/memory.py)."""
+    full_layer, selective_layer, input_only, working_layer = est._layer_activation_bytes(
+        b, s, plan.tp, plan.sequence_parallel)
+    layer_bytes = selective_layer if recompute == "selective" else full_layer
+    stored = kept * layer_bytes + (per_stage - kept) * input_only
+    # Backward of one layer: its activation gradients (about one layer's activations, with the
+    # SP-gathered inputs at full length), plus its recomputed activations under full recompute.
+    working = working_layer * (2 if recompute == "full" else 1)
+    fw = est.framework
+    fused_loss = fw.fused_cross_entropy and plan.tp <= fw.fused_cross_entropy_max_tp
+    per_logit = fw.loss_bytes_per_logit or (BYTES_LOGITS if fused_loss else BYTES_LOGITS_UNFUSED)
+    logit_elems = b * s * est.model.vocab_size / plan.tp
+    logits = per_logit * logit_elems if last else 0.0
+    block = max(BYTES_ACT * logit_elems if last else 0.0, BYTES_ACT * b * s * est.model.ffn_hidden_size / plan.tp)
+    return [(stored * in_flight, working, logits, False, block)]
+
+
+def _comm_buffers(est, plan, local_params: float, shard: int) -> float:
+    fw = est.framework
+    if plan.zero_stage < 3 or shard <= 1:
+        return 0.0
+    if plan.pp > 1:
+        # FSDP under a pipeline keeps the stage's weights gathered from the first forward to the
+        # last backward (torchtitan sets reshard_after_forward=False with PP, as step_time
+        # assumes) and accumulates its unsharded fp32 gradients over the micro-batches
+        # (torch.distributed.pipelining turns FSDP's gradient sync off until the last backward).
+        return (BYTES_WEIGHT + BYTES_GRAD) * local_params
+    # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's unsharded
+    # gradients awaiting reduce-scatter; DeepSpeed bounds both by its buckets.
+    layer = (est.params.dense_per_layer + est.params.expert_per_layer / plan.ep) / plan.tp
+    gathered, grads = 2 * layer, layer
+    if fw.zero3_max_live_params:
+        gathered = min(gathered, fw.zero3_max_live_params)
+    if fw.zero3_reduce_bucket_params:
+        grads = min(grads, fw.zero3_reduce_bucket_params)
+    return BYTES_WEIGHT * gathered + BYTES_GRAD * grads

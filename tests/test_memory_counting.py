@@ -1,0 +1,120 @@
+"""The cost model's activation terms for framework `autoplan` against what the executor's model
+really saves for backward.
+
+On the CPU, under bf16 autocast (as the executor runs on a GPU), saved-tensor hooks record every
+tensor autograd keeps during the forward of executor/model.py; each storage is counted once and
+attributed to the module whose forward was running (embedding, each layer, head + loss). Weights,
+their autocast casts and buffers (the RoPE table) are states, not activations, and are left out.
+The cost model (cost_model/eager_activations.py) must agree within 3% per layer, per recompute
+policy, and for the head/loss. When the executor changes what it saves, this test says where.
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from autoplan.specs import ModelSpec  # noqa: E402
+from cost_model import eager_activations as eager  # noqa: E402
+
+_CAST_OR_VIEW = {"TBackward0", "ToCopyBackward0", "ViewBackward0", "PermuteBackward0", "ExpandBackward0"}
+
+LLAMA_LIKE = ModelSpec(name="llama-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=2,
+                       ffn_hidden_size=704, vocab_size=1000, mlp="swiglu", norm="rmsnorm", position="rope",
+                       tied_embeddings=True, max_seq_len=512)
+QWEN_LIKE = ModelSpec(name="qwen-like", num_layers=2, hidden_size=192, num_heads=6, num_kv_heads=6,
+                      ffn_hidden_size=512, vocab_size=1500, mlp="swiglu", norm="rmsnorm", position="rope",
+                      tied_embeddings=False, qkv_bias=True, max_seq_len=512)
+GEGLU_LIKE = ModelSpec(name="geglu-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=4,
+                       ffn_hidden_size=640, vocab_size=1200, mlp="geglu", norm="rmsnorm", position="rope",
+                       tied_embeddings=True, max_seq_len=512)
+GPT_LIKE = ModelSpec(name="gpt-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=8,
+                     ffn_hidden_size=1024, vocab_size=1000, mlp="gelu", norm="layernorm", position="learned",
+                     tied_embeddings=True, linear_bias=True, max_seq_len=512)
+
+
+def _from_parameter(t) -> bool:
+    """A weight or its autocast cast (a chain of casts/views ending at a leaf's AccumulateGrad)."""
+    fn = t.grad_fn
+    while fn is not None:
+        name = type(fn).__name__
+        if name == "AccumulateGrad":
+            return True
+        if name not in _CAST_OR_VIEW or not fn.next_functions:
+            return False
+        fn = fn.next_functions[0][0]
+    return False
+
+
+def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str) -> dict:
+    """Bytes saved for backward per scope ("embedding", "layer0", ..., "head") in one forward + loss."""
+    import torch.nn.functional as F
+
+    from executor.model import build_model
+    from executor.torch_backend.parallelize import apply_recompute
+
+    torch.manual_seed(0)
+    model = build_model(spec, "cpu")
+    apply_recompute(model, policy, spec.num_layers)
+    model.init_weights(0)
+    buffers = {t.untyped_storage().data_ptr() for t in model.buffers()}
+    scope, seen, per_scope = ["embedding"], set(), collections.Counter()
+    for key, layer in model.layers.items():
+        layer.register_forward_pre_hook(lambda *_, key=key: scope.__setitem__(0, f"layer{key}"))
+    model.norm.register_forward_pre_hook(lambda *_: scope.__setitem__(0, "head"))
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen and storage.data_ptr() not in buffers and not _from_parameter(t):
+            seen.add(storage.data_ptr())
+            per_scope[scope[0]] += storage.nbytes()
+        return t
+
+    tokens = torch.randint(0, spec.vocab_size, (b, s))
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logits = model(tokens)
+        scope[0] = "head"
+        F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
+    return dict(per_scope)
+
+
+def cpu_rms_norm_is_fused() -> bool:
+    """Whether torch's RMSNorm on this CPU saves only its input and statistics (a fused kernel), or
+    also its normalized output (the composite of torch 2.9)."""
+    norm = torch.nn.RMSNorm(64)
+    x = torch.randn(4, 64, requires_grad=True)
+    sizes = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+        norm(x * 1.0)
+    return sizes.count(x.numel()) <= 1
+
+
+def predicted(spec: ModelSpec, b: int, s: int, policy: str, fused_norm: bool) -> dict:
+    if policy == "full":
+        layer = eager.full_layer_saved(spec, b, s, 1, False)
+    elif policy == "selective":
+        layer = eager.selective_layer_saved(spec, b, s, 1, False, fused_norm)
+    else:
+        layer = eager.layer_saved(spec, b, s, 1, False, fused_norm)
+    return {"embedding": sum(eager.embedding_saved(spec, b, s).values()), "layer": sum(layer.values()),
+            "head": sum(eager.head_saved(spec, b, s, 1, False, fused_norm).values())}
+
+
+@pytest.mark.parametrize("spec", [LLAMA_LIKE, QWEN_LIKE, GEGLU_LIKE, GPT_LIKE], ids=lambda s: s.name)
+@pytest.mark.parametrize("policy", ["none", "selective", "full"])
+def test_cost_model_counts_what_the_executor_saves(spec, policy):
+    b, s = 2, 128
+    counted = saved_bytes(spec, b, s, policy)
+    want = predicted(spec, b, s, policy, cpu_rms_norm_is_fused())
+    assert set(counted) == {"embedding", "head", *(f"layer{i}" for i in range(spec.num_layers))}
+    for i in range(spec.num_layers):
+        assert counted[f"layer{i}"] == pytest.approx(want["layer"], rel=0.03), (policy, i, counted)
+    assert counted["head"] == pytest.approx(want["head"], rel=0.03), counted
+    assert counted["embedding"] == pytest.approx(want["embedding"], rel=0.03), counted
+
+
+def test_recompute_policies_save_less_in_order():
+    counted = {p: saved_bytes(LLAMA_LIKE, 1, 64, p)["layer0"] for p in ("none", "selective", "full")}
+    assert counted["none"] > counted["selective"] > counted["full"] > 0
