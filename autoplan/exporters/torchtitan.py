@@ -1,10 +1,15 @@
-"""torchtitan: the TOML job config of a plan (section and option names of torchtitan's `JobConfig`)."""
+"""torchtitan 0.2.0: the TOML job config of a plan (section and option names of torchtitan's
+`JobConfig`, torchtitan/config/job_config.py at 0.2.0).
+
+0.2.0 is the last torchtitan release that both reads TOML and runs on torch 2.9.0 (autoplan's pin);
+torchtitan 0.3 configures jobs in Python (`--module/--config`) and needs a newer torch."""
 from __future__ import annotations
 
 from autoplan.exporters.common import (
     comment_block, embedding_counts_as_a_layer, full_recompute_every_k, header_lines, stages_text, uneven_stages,
 )
-from autoplan.specs import PlanDocument
+from autoplan.exporters.launch import launch_script
+from autoplan.specs import InfeasiblePlan, PlanDocument
 
 # torchtitan's mixed_precision_param accepts bfloat16 or float32; fp8 runs its GEMMs through the
 # float8 converter on top of bfloat16 parameters.
@@ -12,6 +17,12 @@ _PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp3
 
 
 def export(doc: PlanDocument) -> tuple:
+    if doc.model.is_moe:
+        # torchtitan 0.2.0's MoE models are its own architectures (deepseek_v3: MLA and shared experts;
+        # llama4; qwen3), none of which a plain top-k mixture such as Mixtral maps onto.
+        raise InfeasiblePlan(f"torchtitan 0.2.0 has no model for the mixture of experts {doc.model.name!r} (its MoE "
+                             f"models are deepseek_v3, llama4 and qwen3 with their own layers); export it to "
+                             f"megatron or deepspeed", "export_torchtitan_moe")
     notes: list = []
     sections = {
         "job": {"description": f"autoplan plan {doc.plan_id}"},
@@ -22,25 +33,87 @@ def export(doc: PlanDocument) -> tuple:
         "optimizer": {"name": "AdamW"},
     }
     if doc.training.dtype == "fp8":
-        sections["model"]["converters"] = ["float8"]
-        sections["float8"] = {"enable_fsdp_float8_all_gather": doc.parallel.zero_stage == 3}
+        # torchao's Float8Linear swapped in by the converter registered as "quantize.linear.float8".
+        sections["model"]["converters"] = ["quantize.linear.float8"]
+        sections["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": doc.parallel.zero_stage == 3}
+    if sections["model"]["flavor"] not in LLAMA3_FLAVORS:
+        sections["experimental"] = {"custom_import": FLAVOR_MODULE}
     body = "\n".join(_toml_section(name, values) for name, values in sections.items())
     return comment_block(header_lines(doc, "torchtitan"), notes) + "\n" + body, notes
 
 
+# torchtitan 0.2.0's llama3 flavors (torchtitan/models/llama3/__init__.py, llama3_args): dim, n_layers,
+# n_heads, n_kv_heads and the FFN width its multiple_of/ffn_dim_multiplier give.
+LLAMA3_FLAVORS = {
+    "8B": (4096, 32, 32, 8, 14336),
+    "70B": (8192, 80, 64, 8, 28672),
+    "405B": (16384, 126, 128, 8, 53248),
+}
+FLAVOR_MODULE = "autoplan_flavor"
+"""Module the launch script writes beside the TOML to register a flavor torchtitan does not ship
+(loaded by `[experimental] custom_import`)."""
+
+
+def flavor(model) -> str:
+    """torchtitan's own flavor when the shape is one it ships, else the plan's model name."""
+    if model.is_moe:
+        return model.name
+    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size)
+    return next((name for name, dims in LLAMA3_FLAVORS.items() if dims == shape), model.name)
+
+
+def flavor_module(doc: PlanDocument) -> str:
+    """Python that registers the plan's model as a llama3 flavor. torchtitan sizes the SwiGLU FFN as
+    multiple_of * ceil(int(ffn_dim_multiplier * int(8 * dim / 3)) / multiple_of) (llama3 FeedForward),
+    so multiple_of = ffn_hidden_size, with a multiplier below 1 only when 8*dim/3 exceeds it, is exact."""
+    model = doc.model
+    base = int(2 * 4 * model.hidden_size / 3)
+    multiplier = None if base <= model.ffn_hidden_size else model.ffn_hidden_size / base
+    return (f"# Registers {model.name!r} as a torchtitan llama3 flavor; written by autoplan for plan {doc.plan_id}.\n"
+            "from torchtitan.models.llama3 import llama3_args\n"
+            "from torchtitan.models.llama3.model.args import TransformerModelArgs\n\n"
+            f"llama3_args[{model.name!r}] = TransformerModelArgs(\n"
+            f"    dim={model.hidden_size}, n_layers={model.num_layers}, n_heads={model.num_heads}, "
+            f"n_kv_heads={model.num_kv_heads},\n"
+            f"    vocab_size={model.vocab_size}, multiple_of={model.ffn_hidden_size}, ffn_dim_multiplier={multiplier!r},\n"
+            f"    max_seq_len={max(model.max_seq_len, doc.training.seq_len)},\n)\n")
+
+
+def launch(doc: PlanDocument, launcher: str, header: list, toml_text: str) -> str:
+    """A launch script: the TOML (and the flavor module) written next to the run, then torchtitan.train."""
+    files = {"job.toml": toml_text}
+    env = {}
+    if flavor(doc.model) not in LLAMA3_FLAVORS:
+        files[f"{FLAVOR_MODULE}.py"] = flavor_module(doc)
+        env["PYTHONPATH"] = '"$RUN_DIR${PYTHONPATH:+:$PYTHONPATH}"'  # where custom_import finds it
+    placeholders = {
+        "TOKENIZER_PATH": "folder with the Hugging Face tokenizer files (model.hf_assets_path)",
+        "DATASET": "a dataset torchtitan registers (torchtitan/datasets/hf_datasets.py, e.g. c4)",
+        "TRAIN_STEPS": "optimizer steps to run",
+    }
+    args = [("--job.config_file", '"$RUN_DIR/job.toml"'), ("--model.hf_assets_path", '"$TOKENIZER_PATH"'),
+            ("--training.dataset", '"$DATASET"'), ("--training.steps", '"$TRAIN_STEPS"')]
+    return launch_script(doc, header, placeholders, env, files, ["-m", "torchtitan.train"], args, launcher)
+
+
 def _model(doc: PlanDocument, notes: list) -> dict:
     model = doc.model
-    notes.append(
-        f"model shape: torchtitan takes it from a registered flavor; register {model.name!r} with "
-        f"dim={model.hidden_size} n_layers={model.num_layers} n_heads={model.num_heads} "
-        f"n_kv_heads={model.num_kv_heads} vocab_size={model.vocab_size} and an FFN of "
-        f"{model.ffn_hidden_size} (ffn_dim_multiplier/multiple_of)")
+    name = flavor(model)
+    if name not in LLAMA3_FLAVORS and not model.is_moe:
+        notes.append(f"model shape: torchtitan 0.2.0 ships the llama3 flavors {', '.join(LLAMA3_FLAVORS)}; "
+                     f"{model.name!r} is registered by the module {FLAVOR_MODULE}.py that `--launch` writes "
+                     f"(`[experimental] custom_import`); without it, register dim={model.hidden_size} "
+                     f"n_layers={model.num_layers} n_heads={model.num_heads} n_kv_heads={model.num_kv_heads} "
+                     f"FFN {model.ffn_hidden_size} yourself")
+    if name in LLAMA3_FLAVORS:
+        notes.append(f"vocabulary: torchtitan takes it from the tokenizer (hf_assets_path); the plan assumes "
+                     f"{model.vocab_size} rows")
     if (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
         notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
                      f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
-    if model.is_moe:
-        notes.append("mixture of experts: pick torchtitan's MoE model (deepseek_v3 here) matching yours")
-    return {"name": "deepseek_v3" if model.is_moe else "llama3", "flavor": model.name}
+    if model.tied_embeddings:
+        notes.append("tied_embeddings: torchtitan's llama3 keeps separate embedding and output weights")
+    return {"name": "llama3", "flavor": name}
 
 
 def _training(doc: PlanDocument, notes: list) -> dict:
@@ -90,14 +163,15 @@ def _pipeline_stages(doc: PlanDocument, notes: list) -> dict:
     layers of the first and last stage when it splits the model."""
     par, counts = doc.parallel, uneven_stages(doc)
     if counts is None:
+        # Both "less layers" default to 1 (the embedding and the head weigh a layer each); 0 gives the
+        # plan's even stages, pp * vpp of them.
         per_stage = doc.model.num_layers // (par.pp * par.vpp)
-        notes.append("pipeline stages: torchtitan counts the embedding and the head as part of the first "
-                     "and last stage's layers (pipeline_parallel_first/last_stage_less_layers); set both to 0 "
-                     f"for the plan's even stages of {per_stage} layers")
-        return {"pipeline_parallel_layers_per_stage": per_stage}
-    if embedding_counts_as_a_layer(counts):
+        return {"pipeline_parallel_layers_per_stage": per_stage, "pipeline_parallel_first_stage_less_layers": 0,
+                "pipeline_parallel_last_stage_less_layers": 0}
+    if embedding_counts_as_a_layer(counts) and par.vpp == 1:
         # One layer fewer on the first and the last stage: torchtitan's default weighting.
-        return {"pipeline_parallel_first_stage_less_layers": 1, "pipeline_parallel_last_stage_less_layers": 1}
+        return {"pipeline_parallel_layers_per_stage": counts[1], "pipeline_parallel_first_stage_less_layers": 1,
+                "pipeline_parallel_last_stage_less_layers": 1}
     notes.append(f"uneven pipeline stages ({stages_text(counts)} layers per rank) do not map onto torchtitan's "
                  f"generated split (the embedding and the head weigh one layer each); list each stage's "
                  f"modules in module_fqns_per_model_part to reproduce it")
