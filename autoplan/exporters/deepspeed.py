@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import stages_text, uneven_stages
 from autoplan.exporters.launch import launch_script
 from autoplan.specs import PlanDocument
@@ -43,6 +44,7 @@ def export(doc: PlanDocument) -> tuple:
                      f"Megatron-DeepSpeed's mpu (deepspeed.initialize(..., mpu=mpu)), which makes the data-parallel "
                      f"world {par.dp} of {doc.cluster.num_gpus} GPUs; without an mpu it divides by all "
                      f"{doc.cluster.num_gpus} and refuses the config")
+    notes += unmapped_note(architecture_facts(doc.model), set(), "DeepSpeed's JSON config")
     notes.append("optimizer: AdamW and its learning-rate schedule are left to the training script")
     return json.dumps(config, indent=2) + "\n", notes
 

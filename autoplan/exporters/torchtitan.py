@@ -5,6 +5,7 @@
 torchtitan 0.3 configures jobs in Python (`--module/--config`) and needs a newer torch."""
 from __future__ import annotations
 
+from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import (
     comment_block, embedding_counts_as_a_layer, full_recompute_every_k, header_lines, stages_text, uneven_stages,
 )
@@ -17,12 +18,12 @@ _PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp3
 
 
 def export(doc: PlanDocument) -> tuple:
-    if doc.model.is_moe:
-        # torchtitan 0.2.0's MoE models are its own architectures (deepseek_v3: MLA and shared experts;
-        # llama4; qwen3), none of which a plain top-k mixture such as Mixtral maps onto.
+    if doc.model.is_moe and not doc.model.is_mla:
+        # torchtitan 0.2.0's MoE models are its own architectures (deepseek_v3 always has MLA; llama4;
+        # qwen3), none of which a plain top-k mixture with standard attention, such as Mixtral, maps onto.
         raise InfeasiblePlan(f"torchtitan 0.2.0 has no model for the mixture of experts {doc.model.name!r} (its MoE "
-                             f"models are deepseek_v3, llama4 and qwen3 with their own layers); export it to "
-                             f"megatron or deepspeed", "export_torchtitan_moe")
+                             f"models are deepseek_v3 with MLA, llama4 and qwen3, with their own layers); export it "
+                             f"to megatron or deepspeed", "export_torchtitan_moe")
     notes: list = []
     sections = {
         "job": {"description": f"autoplan plan {doc.plan_id}"},
@@ -36,7 +37,7 @@ def export(doc: PlanDocument) -> tuple:
         # torchao's Float8Linear swapped in by the converter registered as "quantize.linear.float8".
         sections["model"]["converters"] = ["quantize.linear.float8"]
         sections["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": doc.parallel.zero_stage == 3}
-    if sections["model"]["flavor"] not in LLAMA3_FLAVORS:
+    if _needs_flavor_module(doc.model):
         sections["experimental"] = {"custom_import": FLAVOR_MODULE}
     body = "\n".join(_toml_section(name, values) for name, values in sections.items())
     return comment_block(header_lines(doc, "torchtitan"), notes) + "\n" + body, notes
@@ -56,10 +57,15 @@ FLAVOR_MODULE = "autoplan_flavor"
 
 def flavor(model) -> str:
     """torchtitan's own flavor when the shape is one it ships, else the plan's model name."""
-    if model.is_moe:
+    if model.is_moe or model.is_mla:
         return model.name
     shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size)
     return next((name for name, dims in LLAMA3_FLAVORS.items() if dims == shape), model.name)
+
+
+def _needs_flavor_module(model) -> bool:
+    """A llama3-architecture model whose shape torchtitan does not ship (MLA models go to deepseek_v3)."""
+    return not (model.is_moe or model.is_mla) and flavor(model) not in LLAMA3_FLAVORS
 
 
 def flavor_module(doc: PlanDocument) -> str:
@@ -83,7 +89,7 @@ def launch(doc: PlanDocument, launcher: str, header: list, toml_text: str) -> st
     """A launch script: the TOML (and the flavor module) written next to the run, then torchtitan.train."""
     files = {"job.toml": toml_text}
     env = {}
-    if flavor(doc.model) not in LLAMA3_FLAVORS:
+    if _needs_flavor_module(doc.model):
         files[f"{FLAVOR_MODULE}.py"] = flavor_module(doc)
         env["PYTHONPATH"] = '"$RUN_DIR${PYTHONPATH:+:$PYTHONPATH}"'  # where custom_import finds it
     placeholders = {
@@ -99,7 +105,7 @@ def launch(doc: PlanDocument, launcher: str, header: list, toml_text: str) -> st
 def _model(doc: PlanDocument, notes: list) -> dict:
     model = doc.model
     name = flavor(model)
-    if name not in LLAMA3_FLAVORS and not model.is_moe:
+    if _needs_flavor_module(model):
         notes.append(f"model shape: torchtitan 0.2.0 ships the llama3 flavors {', '.join(LLAMA3_FLAVORS)}; "
                      f"{model.name!r} is registered by the module {FLAVOR_MODULE}.py that `--launch` writes "
                      f"(`[experimental] custom_import`); without it, register dim={model.hidden_size} "
@@ -111,9 +117,25 @@ def _model(doc: PlanDocument, notes: list) -> dict:
     if (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
         notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
                      f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
+    facts, mapped = architecture_facts(model), set()
+    if model.is_moe or model.is_mla:
+        # torchtitan's deepseek_v3 ModelArgs carry MLA, shared experts and the leading dense layers.
+        args = [f"moe_inter_dim={model.expert_ffn_size}", f"n_routed_experts={model.num_experts}",
+                f"n_activated_experts={model.num_experts_per_token}",
+                f"n_shared_experts={model.shared_expert_ffn_size // model.expert_ffn_size}",
+                f"n_dense_layers={model.num_dense_layers}"]
+        if model.is_mla:
+            args += [f"q_lora_rank={model.q_lora_rank}", f"kv_lora_rank={model.kv_lora_rank}",
+                     f"qk_nope_head_dim={model.head_dim - model.qk_rope_head_dim}",
+                     f"qk_rope_head_dim={model.qk_rope_head_dim}", f"v_head_dim={model.value_dim}"]
+        notes.append("mixture of experts / MLA: register the flavor in torchtitan's deepseek_v3 model with "
+                     + " ".join(args))
+        mapped = {"mla", "moe_ffn", "shared_experts"} | ({"moe_layers"} if model.moe_layer_freq == 1 else set())
+    notes += unmapped_note(facts, mapped, "torchtitan's " + ("deepseek_v3" if model.is_moe or model.is_mla
+                                                             else "llama3") + " model")
     if model.tied_embeddings:
         notes.append("tied_embeddings: torchtitan's llama3 keeps separate embedding and output weights")
-    return {"name": "llama3", "flavor": name}
+    return {"name": "deepseek_v3" if model.is_moe or model.is_mla else "llama3", "flavor": name}
 
 
 def _training(doc: PlanDocument, notes: list) -> dict:
