@@ -1,7 +1,9 @@
 """Plans that cover every plan dimension, for the acceptance tests of the exporters: ZeRO 0-3 (FSDP),
 tp with and without sequence parallelism, pp plain / interleaved / uneven (first and last stage
 lighter, and unequal middle stages), cp, ep (Mixtral), GQA, qkv bias, tied embeddings, full /
-partial / selective recompute, bf16 / fp16 / fp8, one node and many."""
+partial / selective recompute, bf16 / fp16 / fp8, one node and many; and the newer architectures
+(MLA with shared experts and leading dense layers, per-head q/k norm)."""
+from autoplan.catalog import catalog_model
 from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec
 
 LLAMA3_8B = ModelSpec(name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
@@ -59,4 +61,8 @@ PLANS = {
     "gpt3 learned positions tp+pp": _doc(GPT3_175B, 1024, 1536, seq_len=2048, dp=16, tp=8, pp=8,
                                          sequence_parallel=True, zero_stage=1, micro_batch_size=1,
                                          num_microbatches=96, recompute="selective"),
+    "deepseek-v3 (mla, moe, uneven pp)": _doc(catalog_model("deepseek-v3"), 256, 1024, dp=32, pp=8, ep=32,
+                                              zero_stage=1, micro_batch_size=1, num_microbatches=32),
+    "qwen3-8b (qk norm) tp+sp": _doc(catalog_model("qwen3-8b"), 8, 64, dp=4, tp=2, sequence_parallel=True,
+                                     zero_stage=1, micro_batch_size=1, num_microbatches=16),
 }

@@ -37,6 +37,9 @@ MEGATRON_LITERAL_FLAGS = frozenset({
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--bf16", "--fp16", "--lr",
     # generated from TrainingConfig (megatron/training/training_config.py, core_v0.16.1), not in megatron-core
     "--train-iters",
+    # models of issue 13: MLA, rotary fraction, MoE layer pattern
+    "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+    "--v-head-dim", "--rotary-percent", "--moe-layer-freq",
 })
 # Flags of deepspeedai/Megatron-DeepSpeed megatron/arguments.py (commit 4efb479d) the export uses.
 MEGATRON_DEEPSPEED_FLAGS = frozenset({
@@ -65,6 +68,8 @@ def megatron_command(text: str) -> tuple:
     env, command = {}, []
     for line in text.replace("\\\n", " ").splitlines():
         line = line.strip()
+        if line.startswith("#"):
+            continue
         if line.startswith("export ") and "=" in line:
             name, value = line[len("export "):].split("=", 1)
             env[name] = value
@@ -150,6 +155,8 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
     # (MoE fp8 needs >= 1.7). It stands in at the lowest version megatron-core 0.16.1's dev extra pins.
     saved = mcore_utils.get_te_version
     mcore_utils.get_te_version = lambda: Version("2.9.0")
+    if "--multi-latent-attention" in a:  # core_transformer_config_from_args builds the MLA subclass
+        from megatron.core.transformer.transformer_config import MLATransformerConfig as TransformerConfig
     try:
         TransformerConfig(**_transformer_config_kwargs(a, tp, pp, cp, ep))
     except (ValueError, AssertionError, TypeError) as exc:
@@ -200,6 +207,15 @@ def _transformer_config_kwargs(a: dict, tp: int, pp: int, cp: int, ep: int) -> d
 
         kw["pipeline_model_parallel_layout"] = PipelineParallelLayerLayout(
             a["--pipeline-model-parallel-layout"].strip('"'), pp)
+    for flag in ("--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim",
+                 "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size"):
+        if flag in a:
+            kw[flag[2:].replace("-", "_")] = int(a[flag])
+    if "--qk-layernorm" in a:
+        kw["qk_layernorm"] = True
+    # --rotary-percent goes to GPTModel, not to TransformerConfig (pretrain_gpt.py model_provider)
+    if "--moe-layer-freq" in a:  # arguments.py moe_freq_type: a string evaluated to a list
+        kw["moe_layer_freq"] = eval(a["--moe-layer-freq"].strip("'\""), {})  # noqa: S307 -- our own export
     if kw["recompute_granularity"] is None:
         kw.pop("recompute_num_layers")
     return kw

@@ -50,6 +50,13 @@ LLAMA3_FLAVORS = {
     "70B": (8192, 80, 64, 8, 28672),
     "405B": (16384, 126, 128, 8, 53248),
 }
+# torchtitan 0.2.0's deepseek_v3 flavors (torchtitan/models/deepseek_v3/__init__.py): dim, n_layers,
+# dense inter_dim, expert moe_inter_dim (DeepSeek-V2-Lite, V2, V3).
+DEEPSEEK_V3_FLAVORS = {
+    "16B": (2048, 27, 10944, 1408),
+    "236B": (5120, 60, 12288, 1536),
+    "671B": (7168, 61, 18432, 2048),
+}
 FLAVOR_MODULE = "autoplan_flavor"
 """Module the launch script writes beside the TOML to register a flavor torchtitan does not ship
 (loaded by `[experimental] custom_import`)."""
@@ -58,7 +65,8 @@ FLAVOR_MODULE = "autoplan_flavor"
 def flavor(model) -> str:
     """torchtitan's own flavor when the shape is one it ships, else the plan's model name."""
     if model.is_moe or model.is_mla:
-        return model.name
+        shape = (model.hidden_size, model.num_layers, model.ffn_hidden_size, model.expert_ffn_size)
+        return next((name for name, dims in DEEPSEEK_V3_FLAVORS.items() if dims == shape), model.name)
     shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size)
     return next((name for name, dims in LLAMA3_FLAVORS.items() if dims == shape), model.name)
 
