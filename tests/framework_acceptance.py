@@ -215,7 +215,7 @@ def _transformer_config_kwargs(a: dict, tp: int, pp: int, cp: int, ep: int) -> d
         kw["qk_layernorm"] = True
     # --rotary-percent goes to GPTModel, not to TransformerConfig (pretrain_gpt.py model_provider)
     if "--moe-layer-freq" in a:  # arguments.py moe_freq_type: a string evaluated to a list
-        kw["moe_layer_freq"] = eval(a["--moe-layer-freq"].strip("'\""), {})  # noqa: S307 -- our own export
+        kw["moe_layer_freq"] = eval(a["--moe-layer-freq"], {})  # noqa: S307 -- our own export
     if kw["recompute_granularity"] is None:
         kw.pop("recompute_num_layers")
     return kw

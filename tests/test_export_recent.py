@@ -3,9 +3,11 @@ mapped: Megatron-LM flags parsed back from the command, torchtitan's TOML and no
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from autoplan.exporters import export_plan
 from autoplan.hf_config import load_hf_config
-from autoplan.specs import ClusterSpec, ParallelPlan, PlanDocument, TrainingSpec
+from autoplan.specs import ClusterSpec, InfeasiblePlan, ParallelPlan, PlanDocument, TrainingSpec
 from tests.test_export import _megatron_args
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -18,12 +20,14 @@ def _doc(name, num_gpus=64, **parallel):
                         cluster=ClusterSpec(name="h100-80gb", num_gpus=num_gpus), parallel=plan)
 
 
-DEEPSEEK = _doc("deepseek-v3", num_gpus=256, dp=32, pp=8, ep=32, zero_stage=1, micro_batch_size=1,
-                num_microbatches=2)
+# 8 micro-batches: torchtitan's 1F1B needs at least pp of them
+DEEPSEEK = _doc("deepseek-v3", num_gpus=64, dp=8, pp=8, ep=8, zero_stage=1, micro_batch_size=1,
+                num_microbatches=8)
 GEMMA3 = _doc("gemma-3-27b", dp=32, tp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
               num_microbatches=2)
 GPTJ = _doc("gpt-j-6b", dp=64, zero_stage=1, micro_batch_size=1, num_microbatches=1)
-QWEN3_MOE = _doc("qwen3-235b-a22b", dp=64, ep=64, zero_stage=3, micro_batch_size=1, num_microbatches=1)
+# ZeRO-1: Megatron refuses --use-torch-fsdp2 with expert parallelism
+QWEN3_MOE = _doc("qwen3-235b-a22b", dp=64, ep=64, zero_stage=1, micro_batch_size=1, num_microbatches=1)
 
 
 def test_megatron_carries_mla_shared_experts_and_dense_layers():
@@ -60,11 +64,14 @@ def test_partial_rotary_and_parallel_block():
 def test_torchtitan_deepseek_flavor_and_deepspeed_notes():
     export = export_plan(DEEPSEEK, "torchtitan")
     toml = tomllib.loads(export.text)
-    assert toml["model"]["name"] == "deepseek_v3" and toml["parallelism"]["expert_parallel_degree"] == 32
+    assert toml["model"] == {"name": "deepseek_v3", "flavor": "671B"}  # torchtitan ships DeepSeek-V3's shape
+    assert toml["parallelism"]["expert_parallel_degree"] == 8
     flavor = next(n for n in export.notes if "deepseek_v3 model with" in n)
     for word in ("n_shared_experts=1", "n_dense_layers=3", "kv_lora_rank=512", "qk_rope_head_dim=64"):
         assert word in flavor
     gemma = export_plan(GEMMA3, "torchtitan").notes
     assert any("not expressible in torchtitan's llama3 model" in n and "q and k head" in n for n in gemma)
-    ds = export_plan(DEEPSEEK, "deepspeed").notes
-    assert any("not expressible in DeepSpeed" in n and "multi-head latent attention" in n for n in ds)
+    with pytest.raises(InfeasiblePlan, match="framework deepspeed has no multi-head latent attention"):
+        export_plan(DEEPSEEK, "deepspeed")
+    ds = export_plan(GEMMA3, "deepspeed").notes
+    assert any("not expressible in DeepSpeed" in n and "sliding-window attention" in n for n in ds)

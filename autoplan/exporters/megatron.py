@@ -102,7 +102,7 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
         if model.shared_expert_ffn_size:
             args.append(("--moe-shared-expert-intermediate-size", model.shared_expert_ffn_size))
         if model.num_moe_layers != model.num_layers:
-            args.append(("--moe-layer-freq", f"'{moe_layer_pattern(model)}'"))
+            args.append(("--moe-layer-freq", moe_layer_pattern(model)))
     return args
 
 
