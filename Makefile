@@ -18,10 +18,15 @@ $(VENV)/.all: pyproject.toml $(VENV)/.core
 	$(BIN)/python -m pip install -q -e '.[all]'
 	touch $@
 
+# The training frameworks the exports are checked against (test-only; DeepSpeed without its CUDA ops).
+$(VENV)/.export-test: pyproject.toml $(VENV)/.all
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e '.[export-test]'
+	touch $@
+
 plan: $(VENV)/.core
 	$(BIN)/autoplan search $(ARGS)
 
-test: $(VENV)/.all
+test: $(VENV)/.all $(VENV)/.export-test
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: $(VENV)/.all

@@ -181,6 +181,10 @@ def _can_run(f) -> str:
         limits.append(f"zero<={f.max_zero_with_pp} with pp")
     if f.max_zero_with_ep < 3:
         limits.append(f"zero<={f.max_zero_with_ep} with ep")
+    if not f.zero3_tied_embeddings:
+        limits.append("zero 3 untied only")
+    if f.zero3_dtypes != ("bf16", "fp16", "fp8", "fp32"):
+        limits.append("zero 3 in " + "/".join(f.zero3_dtypes))
     if f.zero0_only_pure_dp:
         limits.append("zero 0 only as pure dp")
     if f.sequence_parallel != "optional":

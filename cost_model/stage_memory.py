@@ -21,6 +21,7 @@ what torch.cuda.max_memory_allocated measures.
 from __future__ import annotations
 
 from cost_model import eager_activations as eager
+from cost_model.stages import stage_split
 from cost_model.memory import (
     BYTES_ACT, BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, in_flight_microbatches,
     model_state_bytes,

@@ -40,7 +40,7 @@ def _with(doc, **parallel_changes):
 def _megatron_args(doc) -> dict:
     """Parse the exported shell command into {flag: value or True}."""
     export = export_plan(doc, "megatron")
-    command = "\n".join(line for line in export.text.splitlines() if not line.startswith("#"))
+    command = "\n".join(line for line in export.text.splitlines() if not line.startswith(("#", "export ")))
     words = shlex.split(command.replace("\\\n", " "))
     assert words[0] == "torchrun" and "pretrain_gpt.py" in words
     args, words = {}, words[words.index("pretrain_gpt.py") + 1:]
@@ -54,7 +54,7 @@ def _megatron_args(doc) -> dict:
 def test_megatron_tp_pp_vpp_sp_and_block_recompute():
     args = _megatron_args(TP_PP_VPP_SP)
     assert args["--tensor-model-parallel-size"] == "8" and args["--pipeline-model-parallel-size"] == "4"
-    assert args["--num-layers-per-virtual-pipeline-stage"] == "4"  # 80 layers / (pp 4 * vpp 5)
+    assert args["--num-virtual-stages-per-pipeline-rank"] == "5"
     assert args["--sequence-parallel"] is True and args["--use-distributed-optimizer"] is True
     assert args["--micro-batch-size"] == "1" and args["--global-batch-size"] == "512"
     # 10 recomputed layers per rank spread over 5 model chunks: 2 per chunk with the block method
@@ -118,9 +118,16 @@ def test_torchtitan_toml():
     assert context["parallelism"]["context_parallel_degree"] == 2
     assert context["activation_checkpoint"] == {"mode": "full"}  # all 80 layers of the single stage
 
-    moe = tomllib.loads(export_plan(MOE, "torchtitan").text)
-    assert moe["parallelism"]["expert_parallel_degree"] == 8 and moe["model"]["converters"] == ["float8"]
-    assert moe["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
+    # Mixtral maps onto none of torchtitan 0.2.0's MoE models: refused, not exported to fail later
+    with pytest.raises(InfeasiblePlan, match="torchtitan 0.2.0 has no model for the mixture of experts 'mixtral-8x7b'"):
+        export_plan(MOE, "torchtitan")
+    fp8 = tomllib.loads(export_plan(_doc(dtype="fp8", **TP_PP_VPP_SP.parallel.to_dict()), "torchtitan").text)
+    assert fp8["model"]["converters"] == ["quantize.linear.float8"]
+    assert fp8["quantize"]["linear"]["float8"] == {"enable_fsdp_float8_all_gather": False}
+    # even stages: the embedding and the head weigh nothing, so pp*vpp stages of 4 layers
+    assert (par["pipeline_parallel_first_stage_less_layers"], par["pipeline_parallel_last_stage_less_layers"]) == (0, 0)
+    # llama-2-70b has the shape of torchtitan's "70B" (the vocabulary comes from the tokenizer)
+    assert cfg["model"] == {"name": "llama3", "flavor": "70B"} and "experimental" not in cfg
 
 
 def test_torchtitan_plain_ddp_only_without_model_parallelism():
@@ -176,6 +183,21 @@ def test_cli_exports_a_ranked_alternative(cli, tmp_path, capsys):
     assert (cfg["parallelism"]["tensor_parallel_degree"], cfg["parallelism"]["data_parallel_shard_degree"]) == (8, 8)
     assert cli(["export", str(plan), "--to", "torchtitan", "--alternative", "2"]) == 2
     assert "holds 1 alternatives; choose 0 (the chosen plan) to 1" in capsys.readouterr().err
+
+
+def test_an_alternative_that_does_not_fit_is_refused_unless_forced(cli, tmp_path, capsys):
+    doc = _with(FSDP)
+    unfit = {"fits": False, "peak_memory_bytes": 96 * 2**30, "memory_capacity_bytes": 80 * 2**30}
+    doc.alternatives = [{"parallel": _with(FSDP, micro_batch_size=1, num_microbatches=2).parallel.to_dict(),
+                         "prediction": unfit}]
+    plan = tmp_path / "plan.json"
+    doc.save(plan)
+    assert cli(["export", str(plan), "--to", "megatron", "--alternative", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--alternative 1 does not fit: predicted peak 96.0 GiB per GPU > 80.0 GiB" in err and "--force" in err
+    assert cli(["export", str(plan), "--to", "megatron", "--alternative", "1", "--force"]) == 0
+    captured = capsys.readouterr()
+    assert "--micro-batch-size 1" in captured.out and "predicted NOT to fit" in captured.err
 
 
 def test_bad_plans_and_targets_are_refused():
@@ -237,26 +259,43 @@ def test_uneven_stages_map_onto_megatron_first_and_last_stage_flags():
                       vocab_size=32000)
     two = _megatron_args(_doc(model=three, num_gpus=2, gbs=4, pp=2, micro_batch_size=1, num_microbatches=4))
     assert two["--decoder-first-pipeline-num-layers"] == "1" and "--decoder-last-pipeline-num-layers" not in two
-    # 80 layers over 32 -> [2 x15, 3 x16, 2]: unequal middle stages, which the flags cannot express.
-    export = export_plan(UNEVEN_MIDDLE, "megatron")
-    assert "--decoder-first-pipeline-num-layers" not in export.text
-    assert any("(2 x15, 3 x16, 2 layers per rank)" in n and "does not map" in n for n in export.notes)
+    # 80 layers over 32 -> [2 x15, 3 x16, 2]: unequal middle stages, spelled out stage by stage.
+    args = _megatron_args(UNEVEN_MIDDLE)
+    assert "--decoder-first-pipeline-num-layers" not in args
+    assert args["--pipeline-model-parallel-layout"] == "Et*2|" + "t*2|" * 14 + "t*3|" * 16 + "t*2L"
 
 
 def test_uneven_stages_in_torchtitan_and_deepspeed():
     par = tomllib.loads(export_plan(UNEVEN, "torchtitan").text)["parallelism"]
     assert par["pipeline_parallel_first_stage_less_layers"] == 1 and par["pipeline_parallel_last_stage_less_layers"] == 1
-    assert "pipeline_parallel_layers_per_stage" not in par and par["pipeline_parallel_schedule"] == "1F1B"
+    assert par["pipeline_parallel_layers_per_stage"] == 16 and par["pipeline_parallel_schedule"] == "1F1B"
     export = export_plan(UNEVEN, "deepspeed")
     flags = next(n for n in export.notes if n.startswith("Megatron-DeepSpeed flags"))
-    assert "--pp-partition-method 'type:transformer|embedding'" in flags
-    assert not any("uneven" in n for n in export.notes)
+    assert "--pp-partition-method" not in flags  # BigScience's fork only; Megatron-DeepSpeed has no such flag
+    assert any("uneven pipeline stages (15, 16 x6, 15 layers per rank) do not map" in n for n in export.notes)
     assert any("uneven pipeline stages" in n and "do not map" in n for n in export_plan(UNEVEN_MIDDLE, "deepspeed").notes)
+
     # torchtitan lists the modules of every stage when its generated split differs from the plan's.
     middle = tomllib.loads(export_plan(UNEVEN_MIDDLE, "torchtitan").text)["parallelism"]
     parts = middle["module_fqns_per_model_part"]
     assert [len([m for m in part if m.startswith("layers.")]) for part in parts] == [2] * 15 + [3] * 16 + [2]
     assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-3:] == ["layers.79", "norm", "output"]
+
+
+def test_megatron_refuses_fsdp_with_tied_embeddings_or_fp16():
+    """validate_args (core_v0.16.1): --use-torch-fsdp2 needs untied embeddings and no fp16."""
+    tied = ModelSpec(name="tied", num_layers=16, hidden_size=2048, num_heads=16, num_kv_heads=16,
+                     ffn_hidden_size=5632, vocab_size=50304, tied_embeddings=True)
+    with pytest.raises(InfeasiblePlan, match="does not shard tied embedding/head weights") as exc:
+        export_plan(_doc(model=tied, num_gpus=8, gbs=16, dp=8, zero_stage=3, micro_batch_size=2, num_microbatches=1),
+                    "megatron")
+    assert exc.value.reason == "framework_zero3_tied_embeddings"
+    with pytest.raises(InfeasiblePlan, match="runs ZeRO-3 in bf16, fp8, fp32 only, got dtype=fp16"):
+        export_plan(_doc(num_gpus=64, gbs=128, dtype="fp16", dp=64, zero_stage=3, micro_batch_size=2,
+                         num_microbatches=1), "megatron")
+    fsdp = export_plan(FSDP, "megatron").text
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=8" in fsdp and "--no-gradient-accumulation-fusion" in fsdp
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in export_plan(TP_PP_VPP_SP, "megatron").text
 
 
 # Llama 3.1 405B as NVIDIA's published fp8 runs interleave it: 126 layers, pp=8, vpp=8.

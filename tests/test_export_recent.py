@@ -20,11 +20,13 @@ def _doc(name, num_gpus=64, global_batch=64, **parallel):
                         cluster=ClusterSpec(name="h100-80gb", num_gpus=num_gpus), parallel=plan)
 
 
-DEEPSEEK = _doc("deepseek-v3", num_gpus=256, global_batch=256, dp=32, pp=8, ep=32, zero_stage=1,
-                micro_batch_size=1, num_microbatches=8)  # 1F1B (torchtitan): micro-batches >= stages
+# 8 micro-batches: torchtitan's 1F1B needs at least pp of them
+DEEPSEEK = _doc("deepseek-v3", num_gpus=64, dp=8, pp=8, ep=8, zero_stage=1, micro_batch_size=1,
+                num_microbatches=8)
 GEMMA3 = _doc("gemma-3-27b", dp=32, tp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
               num_microbatches=2)
 GPTJ = _doc("gpt-j-6b", dp=64, zero_stage=1, micro_batch_size=1, num_microbatches=1)
+# ZeRO-1: Megatron refuses --use-torch-fsdp2 with expert parallelism
 QWEN3_MOE = _doc("qwen3-235b-a22b", dp=64, ep=64, zero_stage=1, micro_batch_size=1, num_microbatches=1)
 
 
@@ -62,12 +64,14 @@ def test_partial_rotary_and_parallel_block():
 def test_torchtitan_deepseek_flavor_and_deepspeed_notes():
     export = export_plan(DEEPSEEK, "torchtitan")
     toml = tomllib.loads(export.text)
-    assert toml["model"]["name"] == "deepseek_v3" and toml["parallelism"]["expert_parallel_degree"] == 32
+    assert toml["model"] == {"name": "deepseek_v3", "flavor": "671B"}  # torchtitan ships DeepSeek-V3's shape
+    assert toml["parallelism"]["expert_parallel_degree"] == 8
     flavor = next(n for n in export.notes if "deepseek_v3 model with" in n)
     for word in ("n_shared_experts=1", "n_dense_layers=3", "kv_lora_rank=512", "qk_rope_head_dim=64"):
         assert word in flavor
     gemma = export_plan(GEMMA3, "torchtitan").notes
     assert any("not expressible in torchtitan's llama3 model" in n and "q and k head" in n for n in gemma)
-    # Megatron-DeepSpeed has no multi-head latent attention: the framework's rule refuses the export.
     with pytest.raises(InfeasiblePlan, match="framework deepspeed has no multi-head latent attention"):
         export_plan(DEEPSEEK, "deepspeed")
+    ds = export_plan(GEMMA3, "deepspeed").notes
+    assert any("not expressible in DeepSpeed" in n and "sliding-window attention" in n for n in ds)

@@ -1,4 +1,5 @@
-"""`autoplan export PLAN --to megatron|torchtitan|deepspeed [-o FILE]`: a plan as a framework config."""
+"""`autoplan export PLAN --to megatron|torchtitan|deepspeed [--launch torchrun|slurm] [-o FILE]`: a plan
+as a framework config, or as a launch script that starts it on a cluster."""
 from __future__ import annotations
 
 import sys
@@ -16,6 +17,11 @@ def register(subparsers) -> None:
     p.add_argument("--to", dest="target", required=True, choices=target_names(), help="framework to export to")
     p.add_argument("--alternative", type=int, default=0, metavar="K",
                    help="export the K-th ranked alternative the search wrote into the plan file (default 0: the chosen plan)")
+    p.add_argument("--force", action="store_true",
+                   help="export an alternative the plan file marks as not fitting in memory (refused otherwise)")
+    p.add_argument("--launch", choices=("torchrun", "slurm"),
+                   help="write a bash script that starts the export with torchrun on every node, or as an sbatch job; "
+                        "it refuses to run until its data/tokenizer placeholders are set")
     p.add_argument("-o", "--output", type=output_path, metavar="FILE",
                    help="write here (atomically) instead of printing")
     p.set_defaults(func=run)
@@ -23,11 +29,15 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
-    from autoplan.exporters import export_plan, target_framework, with_alternative
+    from autoplan.exporters import export_launch, export_plan, target_framework, with_alternative
     from autoplan.specs import write_text_atomic
 
-    doc = with_alternative(load_plan(args.plan), args.alternative)
-    export = export_plan(doc, args.target)  # re-checks the plan against the target framework's rules
+    doc = with_alternative(load_plan(args.plan), args.alternative, force=args.force)
+    if doc.prediction.get("fits") is False:
+        sys.stderr.write(f"autoplan export: warning: --alternative {args.alternative} is predicted NOT to fit in "
+                         f"memory; exported because of --force\n")
+    # Both re-check the plan against the target framework's rules.
+    export = export_launch(doc, args.target, args.launch) if args.launch else export_plan(doc, args.target)
     framework = target_framework(args.target)
     if doc.framework != framework:
         sys.stderr.write(f"autoplan export: {args.target}: {rescored_note(doc, framework, args.plan)}\n")

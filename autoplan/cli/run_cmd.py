@@ -20,6 +20,9 @@ def register(subparsers) -> None:
                     "measurement per plan to --out. Plans with the same GPU count share one launch.")
     parser.add_argument("plans", nargs="+", metavar="PLAN", help="plan file(s) from `autoplan search -o`")
     add_run_arguments(parser)
+    parser.add_argument("--print-launch", choices=("torchrun", "slurm"), metavar="torchrun|slurm",
+                        help="print a bash script that runs the plan on its cluster (torchrun on every node, or "
+                             "an sbatch job) instead of running it here")
     parser.set_defaults(func=run)
 
 
@@ -32,6 +35,8 @@ def run(args) -> int:
 
     options = options_from_args(args)
     docs = [load_plan(path) for path in args.plans]
+    if args.print_launch:
+        return print_launch(docs, args, options)
     backend = get_backend(options.backend)
     if options.out and not Path(options.out).resolve().parent.is_dir():
         raise AutoplanError(f"--out {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
@@ -52,6 +57,26 @@ def run(args) -> int:
         sys.stderr.write(f"autoplan run: {len(docs) - len(records)} plan(s) after {records[-1].plan_id} were not run: "
                          "its processes ended without recording why (see their output above); run them again\n")
     return 0 if all(r.status == "ok" for r in records) and len(records) == len(docs) else 1
+
+
+def print_launch(docs: list, args, options) -> int:
+    """The cluster launch script of one plan for the executor; checked like a run (framework, rules)."""
+    from autoplan.exporters.launch import executor_launch
+    from autoplan.specs import AutoplanError, get_framework
+    from executor.backends import check_framework
+
+    if len(docs) != 1:
+        raise AutoplanError(f"--print-launch writes the script of one plan, got {len(docs)}; run it once per plan")
+    if options.backend != "torch":
+        raise AutoplanError(f"--print-launch starts the torch backend under torchrun, got --backend {options.backend}")
+    doc = docs[0]
+    check_framework(doc, ("autoplan",))
+    doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
+    get_framework("autoplan").check(doc.model, doc.training, doc.parallel)
+    run_args = [("--steps", options.steps), ("--warmup-steps", options.warmup_steps), ("--seed", options.seed),
+                ("--lr", options.lr), ("--data-dtype", options.data_dtype), ("--out", options.out)]
+    sys.stdout.write(executor_launch(doc, Path(args.plans[0]).read_text(), args.print_launch, run_args))
+    return 0
 
 
 def check_paths(options) -> None:

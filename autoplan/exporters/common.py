@@ -6,11 +6,14 @@ from dataclasses import dataclass, field
 
 from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, get_framework
 
-# target name -> (module under autoplan.exporters, file suffix of what it writes, framework whose rules apply)
+# target name -> (module under autoplan.exporters, file suffix of what it writes, framework whose rules
+# apply, the release the export is written for and checked against: tests/test_export_acceptance.py)
 _TARGETS = {
-    "megatron": ("megatron", ".sh", "megatron-core"),
-    "torchtitan": ("torchtitan", ".toml", "torchtitan"),
-    "deepspeed": ("deepspeed", ".json", "deepspeed"),
+    "megatron": ("megatron", ".sh", "megatron-core", "Megatron-LM core_v0.16.1 (megatron-core 0.16.1)"),
+    # torchtitan 0.2.0 is the last release that reads TOML and runs on torch 2.9.0 (autoplan's pin, set by
+    # torch_xla 2.9.0); 0.2.1 needs torch.nn.attention.varlen, 0.3 reads Python configs only.
+    "torchtitan": ("torchtitan", ".toml", "torchtitan", "torchtitan 0.2.0 (TOML job config)"),
+    "deepspeed": ("deepspeed", ".json", "deepspeed", "DeepSpeed 0.19.8 with Megatron-DeepSpeed"),
 }
 
 
@@ -34,6 +37,11 @@ def target_framework(target: str) -> str:
     return _TARGETS[target][2]
 
 
+def target_version(target: str) -> str:
+    """The framework release an export target is written for and checked against."""
+    return _TARGETS[target][3]
+
+
 def export_plan(doc: PlanDocument, target: str) -> Export:
     """Translate a checked plan into `target`'s configuration, with the notes on what does not map."""
     if target not in _TARGETS:
@@ -42,7 +50,7 @@ def export_plan(doc: PlanDocument, target: str) -> Export:
     # A hand-edited plan file may break the rules; the frameworks would fail later and less clearly.
     # TP across nodes is the user's choice (search has a flag for it), so it is not refused here.
     doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
-    module_name, suffix, framework = _TARGETS[target]
+    module_name, suffix, framework, _ = _TARGETS[target]
     # What the target cannot run is refused with its rule, never written out to fail on the cluster.
     get_framework(framework).check(doc.model, doc.training, doc.parallel)
     module = importlib.import_module(f"autoplan.exporters.{module_name}")
@@ -50,9 +58,22 @@ def export_plan(doc: PlanDocument, target: str) -> Export:
     return Export(target=target, text=text, notes=notes, suffix=suffix)
 
 
-def with_alternative(doc: PlanDocument, index: int) -> PlanDocument:
+def export_launch(doc: PlanDocument, target: str, launcher: str) -> Export:
+    """`target`'s export wrapped in a bash script that starts it with torchrun on every node or
+    under Slurm (autoplan.exporters.launch); the same checks and notes as export_plan."""
+    export = export_plan(doc, target)
+    module = importlib.import_module(f"autoplan.exporters.{_TARGETS[target][0]}")
+    header = header_lines(doc, target) + [f"note: {note}" for note in export.notes]
+    return Export(target=target, text=module.launch(doc, launcher, header, export.text), notes=export.notes,
+                  suffix=".sh")
+
+
+def with_alternative(doc: PlanDocument, index: int, force: bool = False) -> PlanDocument:
     """The plan document with its `index`-th ranked alternative (1-based) as the chosen plan; 0 is
-    the chosen plan itself. Lets a user export the runner-up the search also wrote down."""
+    the chosen plan itself. Lets a user export the runner-up the search also wrote down.
+
+    An alternative the search predicted not to fit in memory (the "faster plan that came closest to
+    fitting") is refused unless `force`: exported silently it would run out of memory on the cluster."""
     if index == 0:
         return doc
     if not 1 <= index <= len(doc.alternatives):
@@ -60,6 +81,12 @@ def with_alternative(doc: PlanDocument, index: int) -> PlanDocument:
             f"--alternative {index}: the plan file holds {len(doc.alternatives)} alternatives; "
             f"choose 0 (the chosen plan) to {len(doc.alternatives)}")
     alternative = doc.alternatives[index - 1]
+    prediction = (alternative.get("prediction") or {}) if isinstance(alternative, dict) else {}
+    if prediction.get("fits") is False and not force:
+        need, have = prediction.get("peak_memory_bytes", 0), prediction.get("memory_capacity_bytes", 0)
+        raise AutoplanError(
+            f"--alternative {index} does not fit: predicted peak {need / 2**30:.1f} GiB per GPU > "
+            f"{have / 2**30:.1f} GiB; export it anyway with --force, or choose another alternative")
     parallel = ParallelPlan.from_dict(alternative.get("parallel") if isinstance(alternative, dict) else None,
                                       f"alternative {index} parallel")
     return PlanDocument(model=doc.model, training=doc.training, cluster=doc.cluster, parallel=parallel,
@@ -68,10 +95,11 @@ def with_alternative(doc: PlanDocument, index: int) -> PlanDocument:
 
 
 def header_lines(doc: PlanDocument, target: str) -> list:
-    """The first comment lines of a text export: where it came from, for which model and cluster."""
+    """The first comment lines of a text export: the framework release it targets, where it came from,
+    for which model and cluster."""
     par = doc.parallel
     return [
-        f"{target} configuration exported by autoplan {AUTOPLAN_VERSION} from plan {doc.plan_id}",
+        f"{target_version(target)} configuration exported by autoplan {AUTOPLAN_VERSION} from plan {doc.plan_id}",
         f"model {doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}: dp={par.dp} tp={par.tp} "
         f"pp={par.pp} cp={par.cp} vpp={par.vpp} sp={par.sequence_parallel} zero={par.zero_stage} "
         f"mbs={par.micro_batch_size} microbatches={par.num_microbatches} recompute={par.recompute}"

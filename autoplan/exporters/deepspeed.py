@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
-from autoplan.exporters.common import embedding_counts_as_a_layer, stages_text, uneven_stages
+from autoplan.exporters.common import stages_text, uneven_stages
+from autoplan.exporters.launch import launch_script
 from autoplan.specs import PlanDocument
 
 
@@ -28,28 +29,77 @@ def export(doc: PlanDocument) -> tuple:
         notes.append(f"vpp={par.vpp}: DeepSpeed's pipeline engine has no interleaved schedule; "
                      f"it runs {doc.model.num_layers // par.pp} layers per stage as plain 1F1B")
     counts = uneven_stages(doc)
-    if counts is not None and not embedding_counts_as_a_layer(counts):
+    if counts is not None:
         notes.append(f"uneven pipeline stages ({stages_text(counts)} layers per rank) do not map: "
-                     f"DeepSpeed's PipelineModule partition_method balances the layers to the same largest "
-                     f"stage but places the extra layers by its own rule")
+                     f"Megatron-DeepSpeed's PipelineModule(partition_method='type:transformer') balances the "
+                     f"transformer layers and places the extra ones by its own rule")
     if par.cp > 1:
         notes.append(f"cp={par.cp}: Megatron-DeepSpeed splits the sequence with DeepSpeed-Ulysses "
                      f"(all-to-all over heads, needs num_heads % cp == 0), not ring attention")
-    notes.append("Megatron-DeepSpeed flags for the rest of the plan: " + " ".join(_megatron_deepspeed_flags(doc)))
-    if doc.model.is_moe:
-        notes.append(f"mixture of experts: DeepSpeed-MoE takes the expert-parallel degree in the model "
-                     f"code, deepspeed.moe.layer.MoE(num_experts={doc.model.num_experts}, ep_size={par.ep}, "
-                     f"k={doc.model.num_experts_per_token})")
+    notes.append("Megatron-DeepSpeed flags for the rest of the plan: " + " ".join(megatron_deepspeed_flags(doc)))
+    if par.tp * par.pp * par.cp > 1:
+        # DeepSpeedConfig asserts train_batch_size == micro * accumulation * (world size / model-parallel
+        # size), and learns the model-parallel size only from the mpu object it is given.
+        notes.append(f"batch check: DeepSpeed accepts train_batch_size={training.global_batch_size} only with "
+                     f"Megatron-DeepSpeed's mpu (deepspeed.initialize(..., mpu=mpu)), which makes the data-parallel "
+                     f"world {par.dp} of {doc.cluster.num_gpus} GPUs; without an mpu it divides by all "
+                     f"{doc.cluster.num_gpus} and refuses the config")
     notes += unmapped_note(architecture_facts(doc.model), set(), "DeepSpeed's JSON config")
     notes.append("optimizer: AdamW and its learning-rate schedule are left to the training script")
     return json.dumps(config, indent=2) + "\n", notes
 
 
-def _zero(doc: PlanDocument, notes: list) -> dict:
+def launch(doc: PlanDocument, launcher: str, header: list, config_text: str) -> str:
+    """A launch script: ds_config.json written next to the run, then Megatron-DeepSpeed's pretrain_gpt.py
+    with the model, batch and parallel flags (megatron/arguments.py of deepspeedai/Megatron-DeepSpeed)."""
     par = doc.parallel
-    if par.zero_stage >= 2 and par.pp > 1:
-        notes.append(f"zero_stage={par.zero_stage} with pp={par.pp}: DeepSpeed's pipeline engine supports "
-                     f"ZeRO stage 0 or 1 only and refuses this config; use zero_stage=1 or pp=1")
+    placeholders = {
+        "MEGATRON_DEEPSPEED": "checkout of deepspeedai/Megatron-DeepSpeed (holds pretrain_gpt.py)",
+        "DATA_PATH": "prefix of the tokenized dataset (.bin/.idx from tools/preprocess_data.py)",
+        "TOKENIZER_MODEL": f"Hugging Face tokenizer (name or path) with {doc.model.vocab_size} ids or fewer",
+        "TRAIN_ITERS": "optimizer steps to run",
+        "LR": "peak learning rate",
+    }
+    flags = [tuple(flag.split(" ", 1)) for flag in megatron_deepspeed_flags(doc)]
+    flags = [("--deepspeed_config", '"$RUN_DIR/ds_config.json"') if f[0] == "--deepspeed_config" else f for f in flags]
+    args = megatron_deepspeed_model_flags(doc) + flags + [
+        ("--data-path", '"$DATA_PATH"'), ("--tokenizer-type", "HFTokenizer"), ("--tokenizer-model", '"$TOKENIZER_MODEL"'),
+        ("--train-iters", '"$TRAIN_ITERS"'), ("--lr", '"$LR"')]
+    # Megatron-DeepSpeed's validate_args raises on CUDA without it under sequence parallelism and its
+    # async TP all-reduce (megatron/arguments.py).
+    env = {"CUDA_DEVICE_MAX_CONNECTIONS": 1} if par.tp > 1 else {}
+    return launch_script(doc, header, placeholders, env, {"ds_config.json": config_text},
+                         ['"$MEGATRON_DEEPSPEED/pretrain_gpt.py"'], args, launcher)
+
+
+def megatron_deepspeed_model_flags(doc: PlanDocument) -> list:
+    """Model shape, sequence, batch and precision in Megatron-DeepSpeed's flag names."""
+    model, training, par = doc.model, doc.training, doc.parallel
+    flags = [("--num-layers", model.num_layers), ("--hidden-size", model.hidden_size),
+             ("--num-attention-heads", model.num_heads), ("--num-key-value-heads", model.num_kv_heads),
+             ("--ffn-hidden-size", model.ffn_hidden_size), ("--seq-length", training.seq_len),
+             ("--max-position-embeddings", max(model.max_seq_len, training.seq_len)),
+             ("--micro-batch-size", par.micro_batch_size), ("--global-batch-size", training.global_batch_size),
+             ("--normalization", model.norm)]
+    if model.head_dim * model.num_heads != model.hidden_size:
+        flags.append(("--kv-channels", model.head_dim))
+    if model.mlp == "swiglu":
+        flags.append(("--swiglu",))
+    if model.position == "rope":
+        flags.append(("--use-rotary-position-embeddings",))
+    if not model.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights",))
+    if not model.linear_bias:
+        flags.append(("--disable-bias-linear",))
+    if training.dtype in ("bf16", "fp8"):
+        flags.append(("--bf16",))
+    elif training.dtype == "fp16":
+        flags.append(("--fp16",))
+    return flags
+
+
+def _zero(doc: PlanDocument, notes: list) -> dict:
+    par = doc.parallel  # ZeRO-2/3 with pp > 1 never gets here: the deepspeed framework rule refuses it
     if par.zero_stage == 0:
         return {"stage": 0}
     # Overlapping the reduce(-scatter) with backward and packing gradients contiguously are the
@@ -92,22 +142,23 @@ def _activation_checkpointing(doc: PlanDocument, notes: list) -> dict:
     return section
 
 
-def _megatron_deepspeed_flags(doc: PlanDocument) -> list:
-    par = doc.parallel
+def megatron_deepspeed_flags(doc: PlanDocument) -> list:
+    """Flags of Microsoft's Megatron-DeepSpeed `pretrain_gpt.py` (megatron/arguments.py) for what
+    DeepSpeed's JSON does not hold: the model-parallel degrees, recompute, experts."""
+    par, model = doc.parallel, doc.model
     flags = [f"--tensor-model-parallel-size {par.tp}", f"--pipeline-model-parallel-size {par.pp}"]
     if par.pp == 1:
         flags.append("--no-pipeline-parallel")
-    counts = uneven_stages(doc)
-    if counts is not None and embedding_counts_as_a_layer(counts):
-        # The embedding and the head weigh one layer each: BigScience's BLOOM-176B split 70 layers
-        # over 12 stages this way (tr11-176B-ml.slurm).
-        flags.append("--pp-partition-method 'type:transformer|embedding'")
     if par.sequence_parallel:
         flags.append("--sequence-parallel")
     if par.cp > 1:
         # Megatron-DeepSpeed's sequence split is DeepSpeed-Ulysses (all-to-all over heads), not a
         # ring: it needs num_heads divisible by the degree, and it moves different bytes.
         flags.append(f"--ds-sequence-parallel-size {par.cp}")
+    if model.is_moe:
+        # DeepSpeed-MoE layers built by Megatron-DeepSpeed's model code from these flags.
+        flags += [f"--num-experts {model.num_experts}", f"--topk {model.num_experts_per_token}",
+                  f"--moe-expert-parallel-size {par.ep}"]
     flags += [f"--zero-stage {par.zero_stage}", "--deepspeed", "--deepspeed_config ds_config.json"]
     if par.recompute == "full":
         flags += ["--deepspeed-activation-checkpointing", "--recompute-granularity full",

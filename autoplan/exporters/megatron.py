@@ -1,9 +1,15 @@
 """Megatron-LM: the `pretrain_gpt.py` command line of a plan (option names of Megatron-LM's
-`megatron/training/arguments.py`)."""
+`megatron/training/arguments.py` at core_v0.16.1), with the environment its `validate_args` demands.
+
+It runs as printed on synthetic data (`--mock-data` with a NullTokenizer of the plan's vocabulary);
+`--launch` scripts (autoplan.exporters.launch) swap in real data and tokenizer placeholders."""
 from __future__ import annotations
+
+import shlex
 
 from autoplan.exporters.architecture import architecture_facts, moe_layer_pattern, unmapped_note
 from autoplan.exporters.common import comment_block, header_lines, stages_text, uneven_stages
+from autoplan.exporters.launch import launch_script
 from autoplan.specs import PlanDocument
 
 _NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
@@ -12,19 +18,57 @@ _POSITIONS = {"rope": "rope", "learned": "learned_absolute"}
 
 def export(doc: PlanDocument) -> tuple:
     notes: list = []
-    args = _parallel_args(doc, notes) + _batch_args(doc) + _recompute_args(doc, notes) \
-        + _precision_args(doc, notes) + _model_args(doc, notes)
+    args = megatron_args(doc, notes) + synthetic_data_args(doc)
     cluster = doc.cluster
     nproc = min(cluster.gpus_per_node, cluster.num_gpus)
     launch = f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {nproc}"
     if cluster.num_nodes > 1:  # every node runs this same line and meets at the rendezvous
         launch += " --rdzv-backend c10d --rdzv-endpoint ${MASTER_ADDR}:${MASTER_PORT:-29500}"
     launch += " pretrain_gpt.py"
-    lines = [launch] + [f"    {' '.join(str(part) for part in arg)}" for arg in args]
-    notes.append(f"vocabulary: Megatron takes the vocabulary from the tokenizer; the plan assumes "
-                 f"{doc.model.vocab_size} rows (synthetic data: --tokenizer-type NullTokenizer "
-                 f"--vocab-size {doc.model.vocab_size})")
-    return comment_block(header_lines(doc, "Megatron-LM"), notes) + " \\\n".join(lines) + "\n", notes
+    lines = [launch] + [f"    {' '.join(shlex.quote(str(part)) for part in arg)}" for arg in args]
+    env = "".join(f"export {name}={value}\n" for name, value in environment(doc).items())
+    return comment_block(header_lines(doc, "megatron"), notes) + env + " \\\n".join(lines) + "\n", notes
+
+
+def launch(doc: PlanDocument, launcher: str, header: list, text: str) -> str:
+    """The command in a launch script, reading real data through a Hugging Face tokenizer."""
+    placeholders = {
+        "MEGATRON_LM": "checkout of Megatron-LM at core_v0.16.1 (holds pretrain_gpt.py)",
+        "DATA_PATH": "prefix of the tokenized dataset (.bin/.idx from tools/preprocess_data.py)",
+        "TOKENIZER_MODEL": f"Hugging Face tokenizer (name or path) with {doc.model.vocab_size} ids or fewer",
+        "TRAIN_ITERS": "optimizer steps to run",
+        "LR": "peak learning rate",
+    }
+    args = megatron_args(doc, []) + [
+        ("--data-path", '"$DATA_PATH"'), ("--tokenizer-type", "HuggingFaceTokenizer"),
+        ("--tokenizer-model", '"$TOKENIZER_MODEL"'), ("--train-iters", '"$TRAIN_ITERS"'), ("--lr", '"$LR"')]
+    return launch_script(doc, header, placeholders, environment(doc), {}, ['"$MEGATRON_LM/pretrain_gpt.py"'],
+                         args, launcher)
+
+
+def megatron_args(doc: PlanDocument, notes: list) -> list:
+    """The plan's `pretrain_gpt.py` arguments as (flag, value...) tuples, without data or tokenizer."""
+    return _parallel_args(doc, notes) + _batch_args(doc) + _recompute_args(doc, notes) \
+        + _precision_args(doc, notes) + _model_args(doc, notes)
+
+
+def synthetic_data_args(doc: PlanDocument) -> list:
+    """Data and tokenizer for a throughput run: Megatron's mock dataset and a NullTokenizer. The
+    NullTokenizer adds one end-of-document id to --vocab-size, so the plan's rows are V - 1 + 1."""
+    return [("--mock-data",), ("--tokenizer-type", "NullTokenizer"), ("--vocab-size", doc.model.vocab_size - 1)]
+
+
+def environment(doc: PlanDocument) -> dict:
+    """Environment variables Megatron-LM's validate_args asserts (arguments.py, core_v0.16.1): with
+    tp > 1 or cp > 1 on Hopper and older, CUDA_DEVICE_MAX_CONNECTIONS must be 1 (one hardware queue
+    orders the TP/CP communication before the GEMMs that wait for it); FSDP (--use-torch-fsdp2) must
+    not run with 1 -- it takes precedence, and Megatron only warns about tp with FSDP."""
+    par = doc.parallel
+    if par.zero_stage == 3:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": 8}
+    if par.tp > 1 or par.cp > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
+    return {}
 
 
 def _parallel_args(doc: PlanDocument, notes: list) -> list:
@@ -42,10 +86,10 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
             notes.append("zero_stage=2: Megatron's distributed optimizer reduce-scatters gradients but "
                          "keeps the full gradient buffer per rank, so gradient memory is not sharded")
     elif par.zero_stage == 3:
-        args.append(("--use-torch-fsdp2",))
-        notes.append("zero_stage=3 maps to --use-torch-fsdp2 (PyTorch FSDP2 inside Megatron-LM, core "
-                     "0.10 or later); Megatron documents it as untested with pipeline parallelism"
-                     + (f" and this plan has pp={par.pp}" if par.pp > 1 else ""))
+        # validate_args: --use-torch-fsdp2 "is not supported with gradient accumulation fusion".
+        args += [("--use-torch-fsdp2",), ("--no-gradient-accumulation-fusion",)]
+        notes.append("zero_stage=3 maps to --use-torch-fsdp2 (PyTorch FSDP2 inside Megatron-LM) with "
+                     "--no-gradient-accumulation-fusion and CUDA_DEVICE_MAX_CONNECTIONS > 1, as validate_args requires")
     if model.is_moe:
         args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.num_experts_per_token),
                  ("--expert-model-parallel-size", par.ep)]
@@ -54,13 +98,15 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
         if model.shared_expert_ffn_size:
             args.append(("--moe-shared-expert-intermediate-size", model.shared_expert_ffn_size))
         if model.num_moe_layers != model.num_layers:
-            args.append(("--moe-layer-freq", f"'{moe_layer_pattern(model)}'"))
+            args.append(("--moe-layer-freq", moe_layer_pattern(model)))
     return args
 
 
 def _uneven_stage_args(doc: PlanDocument, notes: list) -> list:
     """Megatron-LM splits num_layers evenly unless the first and/or last stage is given its own
-    count (--decoder-first/last-pipeline-num-layers); the stages in between must then be equal."""
+    count (--decoder-first/last-pipeline-num-layers, the stages in between then equal); any other
+    split is spelled out stage by stage with --pipeline-model-parallel-layout ("E" the embedding,
+    "t" a transformer layer, "L" the loss; megatron.core PipelineParallelLayerLayout)."""
     counts = uneven_stages(doc)
     if counts is None:
         return []
@@ -69,10 +115,11 @@ def _uneven_stage_args(doc: PlanDocument, notes: list) -> list:
     if len(set(counts[1:-1])) == 1:
         return [("--decoder-first-pipeline-num-layers", counts[0]),
                 ("--decoder-last-pipeline-num-layers", counts[-1])]
-    notes.append(f"uneven pipeline stages ({stages_text(counts)} layers per rank): Megatron-LM's "
-                 f"--decoder-first/last-pipeline-num-layers need equal middle stages, so this split does "
-                 f"not map; pick a pp for which num_layers={doc.model.num_layers} leaves equal middle stages")
-    return []
+    stages = [("E" if rank == 0 else "") + f"t*{n}" + ("L" if rank == len(counts) - 1 else "")
+              for rank, n in enumerate(counts)]
+    notes.append(f"uneven pipeline stages ({stages_text(counts)} layers per rank) exported as "
+                 f"--pipeline-model-parallel-layout")
+    return [("--pipeline-model-parallel-layout", "|".join(stages))]
 
 
 def _interleaved_args(doc: PlanDocument, notes: list) -> list:
@@ -89,7 +136,9 @@ def _interleaved_args(doc: PlanDocument, notes: list) -> list:
     stages = par.virtual_stage_num_layers(num_layers)
     vpp_arg = ("--num-virtual-stages-per-pipeline-rank", par.vpp)
     if len(set(stages)) == 1:
-        return [("--num-layers-per-virtual-pipeline-stage", stages[0])]
+        # The per-rank count rather than --num-layers-per-virtual-pipeline-stage: validate_args
+        # refuses the latter beside the uneven first/last stage flags, so one spelling serves all.
+        return [vpp_arg]
     for embedding, loss in ((True, True), (True, False), (False, True)):
         counted = num_layers + embedding + loss
         if counted % (par.pp * par.vpp) == 0:
@@ -105,7 +154,7 @@ def _interleaved_args(doc: PlanDocument, notes: list) -> list:
                     ("--account-for-loss-in-pipeline-split", loss)) if on]
     notes.append(f"uneven interleaved stages ({stages_text(stages)} layers per virtual stage): "
                  "--pipeline-model-parallel-layout needs Megatron-Core 0.13 or later")
-    return [("--pipeline-model-parallel-layout", f'"{pipeline_layout(stages)}"')]
+    return [("--pipeline-model-parallel-layout", pipeline_layout(stages))]  # quoted with the command
 
 
 def pipeline_layout(stages: list) -> str:

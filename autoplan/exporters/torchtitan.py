@@ -1,11 +1,16 @@
-"""torchtitan: the TOML job config of a plan (section and option names of torchtitan's `JobConfig`)."""
+"""torchtitan 0.2.0: the TOML job config of a plan (section and option names of torchtitan's
+`JobConfig`, torchtitan/config/job_config.py at 0.2.0).
+
+0.2.0 is the last torchtitan release that both reads TOML and runs on torch 2.9.0 (autoplan's pin);
+torchtitan 0.3 configures jobs in Python (`--module/--config`) and needs a newer torch."""
 from __future__ import annotations
 
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import (
     comment_block, full_recompute_every_k, header_lines, stages_text,
 )
-from autoplan.specs import PlanDocument
+from autoplan.exporters.launch import launch_script
+from autoplan.specs import InfeasiblePlan, PlanDocument
 
 # torchtitan's mixed_precision_param accepts bfloat16 or float32; fp8 runs its GEMMs through the
 # float8 converter on top of bfloat16 parameters.
@@ -13,6 +18,12 @@ _PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp3
 
 
 def export(doc: PlanDocument) -> tuple:
+    if doc.model.is_moe and not doc.model.is_mla:
+        # torchtitan 0.2.0's MoE models are its own architectures (deepseek_v3 always has MLA; llama4;
+        # qwen3), none of which a plain top-k mixture with standard attention, such as Mixtral, maps onto.
+        raise InfeasiblePlan(f"torchtitan 0.2.0 has no model for the mixture of experts {doc.model.name!r} (its MoE "
+                             f"models are deepseek_v3 with MLA, llama4 and qwen3, with their own layers); export it "
+                             f"to megatron or deepspeed", "export_torchtitan_moe")
     notes: list = []
     sections = {
         "job": {"description": f"autoplan plan {doc.plan_id}"},
@@ -23,19 +34,94 @@ def export(doc: PlanDocument) -> tuple:
         "optimizer": {"name": "AdamW"},
     }
     if doc.training.dtype == "fp8":
-        sections["model"]["converters"] = ["float8"]
-        sections["float8"] = {"enable_fsdp_float8_all_gather": doc.parallel.zero_stage == 3}
+        # torchao's Float8Linear swapped in by the converter registered as "quantize.linear.float8".
+        sections["model"]["converters"] = ["quantize.linear.float8"]
+        sections["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": doc.parallel.zero_stage == 3}
+    if _needs_flavor_module(doc.model):
+        sections["experimental"] = {"custom_import": FLAVOR_MODULE}
     body = "\n".join(_toml_section(name, values) for name, values in sections.items())
     return comment_block(header_lines(doc, "torchtitan"), notes) + "\n" + body, notes
 
 
+# torchtitan 0.2.0's llama3 flavors (torchtitan/models/llama3/__init__.py, llama3_args): dim, n_layers,
+# n_heads, n_kv_heads and the FFN width its multiple_of/ffn_dim_multiplier give.
+LLAMA3_FLAVORS = {
+    "8B": (4096, 32, 32, 8, 14336),
+    "70B": (8192, 80, 64, 8, 28672),
+    "405B": (16384, 126, 128, 8, 53248),
+}
+# torchtitan 0.2.0's deepseek_v3 flavors (torchtitan/models/deepseek_v3/__init__.py): dim, n_layers,
+# dense inter_dim, expert moe_inter_dim (DeepSeek-V2-Lite, V2, V3).
+DEEPSEEK_V3_FLAVORS = {
+    "16B": (2048, 27, 10944, 1408),
+    "236B": (5120, 60, 12288, 1536),
+    "671B": (7168, 61, 18432, 2048),
+}
+FLAVOR_MODULE = "autoplan_flavor"
+"""Module the launch script writes beside the TOML to register a flavor torchtitan does not ship
+(loaded by `[experimental] custom_import`)."""
+
+
+def flavor(model) -> str:
+    """torchtitan's own flavor when the shape is one it ships, else the plan's model name."""
+    if model.is_moe or model.is_mla:
+        shape = (model.hidden_size, model.num_layers, model.ffn_hidden_size, model.expert_ffn_size)
+        return next((name for name, dims in DEEPSEEK_V3_FLAVORS.items() if dims == shape), model.name)
+    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size)
+    return next((name for name, dims in LLAMA3_FLAVORS.items() if dims == shape), model.name)
+
+
+def _needs_flavor_module(model) -> bool:
+    """A llama3-architecture model whose shape torchtitan does not ship (MLA models go to deepseek_v3)."""
+    return not (model.is_moe or model.is_mla) and flavor(model) not in LLAMA3_FLAVORS
+
+
+def flavor_module(doc: PlanDocument) -> str:
+    """Python that registers the plan's model as a llama3 flavor. torchtitan sizes the SwiGLU FFN as
+    multiple_of * ceil(int(ffn_dim_multiplier * int(8 * dim / 3)) / multiple_of) (llama3 FeedForward),
+    so multiple_of = ffn_hidden_size, with a multiplier below 1 only when 8*dim/3 exceeds it, is exact."""
+    model = doc.model
+    base = int(2 * 4 * model.hidden_size / 3)
+    multiplier = None if base <= model.ffn_hidden_size else model.ffn_hidden_size / base
+    return (f"# Registers {model.name!r} as a torchtitan llama3 flavor; written by autoplan for plan {doc.plan_id}.\n"
+            "from torchtitan.models.llama3 import llama3_args\n"
+            "from torchtitan.models.llama3.model.args import TransformerModelArgs\n\n"
+            f"llama3_args[{model.name!r}] = TransformerModelArgs(\n"
+            f"    dim={model.hidden_size}, n_layers={model.num_layers}, n_heads={model.num_heads}, "
+            f"n_kv_heads={model.num_kv_heads},\n"
+            f"    vocab_size={model.vocab_size}, multiple_of={model.ffn_hidden_size}, ffn_dim_multiplier={multiplier!r},\n"
+            f"    max_seq_len={max(model.max_seq_len, doc.training.seq_len)},\n)\n")
+
+
+def launch(doc: PlanDocument, launcher: str, header: list, toml_text: str) -> str:
+    """A launch script: the TOML (and the flavor module) written next to the run, then torchtitan.train."""
+    files = {"job.toml": toml_text}
+    env = {}
+    if _needs_flavor_module(doc.model):
+        files[f"{FLAVOR_MODULE}.py"] = flavor_module(doc)
+        env["PYTHONPATH"] = '"$RUN_DIR${PYTHONPATH:+:$PYTHONPATH}"'  # where custom_import finds it
+    placeholders = {
+        "TOKENIZER_PATH": "folder with the Hugging Face tokenizer files (model.hf_assets_path)",
+        "DATASET": "a dataset torchtitan registers (torchtitan/datasets/hf_datasets.py, e.g. c4)",
+        "TRAIN_STEPS": "optimizer steps to run",
+    }
+    args = [("--job.config_file", '"$RUN_DIR/job.toml"'), ("--model.hf_assets_path", '"$TOKENIZER_PATH"'),
+            ("--training.dataset", '"$DATASET"'), ("--training.steps", '"$TRAIN_STEPS"')]
+    return launch_script(doc, header, placeholders, env, files, ["-m", "torchtitan.train"], args, launcher)
+
+
 def _model(doc: PlanDocument, notes: list) -> dict:
     model = doc.model
-    notes.append(
-        f"model shape: torchtitan takes it from a registered flavor; register {model.name!r} with "
-        f"dim={model.hidden_size} n_layers={model.num_layers} n_heads={model.num_heads} "
-        f"n_kv_heads={model.num_kv_heads} vocab_size={model.vocab_size} and an FFN of "
-        f"{model.ffn_hidden_size} (ffn_dim_multiplier/multiple_of)")
+    name = flavor(model)
+    if _needs_flavor_module(model):
+        notes.append(f"model shape: torchtitan 0.2.0 ships the llama3 flavors {', '.join(LLAMA3_FLAVORS)}; "
+                     f"{model.name!r} is registered by the module {FLAVOR_MODULE}.py that `--launch` writes "
+                     f"(`[experimental] custom_import`); without it, register dim={model.hidden_size} "
+                     f"n_layers={model.num_layers} n_heads={model.num_heads} n_kv_heads={model.num_kv_heads} "
+                     f"FFN {model.ffn_hidden_size} yourself")
+    if name in LLAMA3_FLAVORS:
+        notes.append(f"vocabulary: torchtitan takes it from the tokenizer (hf_assets_path); the plan assumes "
+                     f"{model.vocab_size} rows")
     if (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
         notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
                      f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
@@ -55,7 +141,9 @@ def _model(doc: PlanDocument, notes: list) -> dict:
         mapped = {"mla", "moe_ffn", "shared_experts"} | ({"moe_layers"} if model.moe_layer_freq == 1 else set())
     notes += unmapped_note(facts, mapped, "torchtitan's " + ("deepseek_v3" if model.is_moe or model.is_mla
                                                              else "llama3") + " model")
-    return {"name": "deepseek_v3" if model.is_moe or model.is_mla else "llama3", "flavor": model.name}
+    if model.tied_embeddings:
+        notes.append("tied_embeddings: torchtitan's llama3 keeps separate embedding and output weights")
+    return {"name": "deepseek_v3" if model.is_moe or model.is_mla else "llama3", "flavor": name}
 
 
 def _training(doc: PlanDocument, notes: list) -> dict:
@@ -112,12 +200,12 @@ def _pipeline_stages(doc: PlanDocument, notes: list) -> dict:
             continue
         out = {"pipeline_parallel_first_stage_less_layers": first_less,
                "pipeline_parallel_last_stage_less_layers": last_less}
-        if default_stages == len(stages):
-            return out
         effective = num_layers + first_less + last_less
         per_stage = -(-effective // len(stages))
         if -(-effective // per_stage) == len(stages):   # torchtitan: ceil(effective / per stage) stages
-            out["pipeline_parallel_layers_per_stage"] = per_stage
+            out["pipeline_parallel_layers_per_stage"] = per_stage   # stated even where it is the default
+            return out
+        if default_stages == len(stages):
             return out
     if par.pp > 1 and len(set(stages)) > 1:
         notes.append(f"uneven pipeline stages ({stages_text(stages)} layers per stage) are not torchtitan's "

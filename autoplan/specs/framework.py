@@ -125,6 +125,10 @@ class Framework:
     """Highest ZeRO stage it combines with pipeline parallelism."""
     max_zero_with_ep: int = 3
     """Highest ZeRO stage it combines with expert parallelism."""
+    zero3_tied_embeddings: bool = True
+    """ZeRO-3 (parameter sharding) with tied embedding/head weights."""
+    zero3_dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
+    """The dtypes it runs ZeRO-3 (parameter sharding) in."""
     zero0_only_pure_dp: bool = False
     """Plain (ZeRO-0) data parallelism only when dp is the only parallelism (torchtitan's DDP)."""
     max_tp: int = 1 << 20
@@ -196,6 +200,12 @@ class Framework:
             refuse(f"does not combine ZeRO stage {plan.zero_stage} with expert parallelism (at most "
                    f"{self.max_zero_with_ep} with ep > 1), got ep={plan.ep}", "zero_with_ep",
                    f"plan with --zero {self.max_zero_with_ep} or ep=1")
+        if plan.zero_stage == 3 and model.tied_embeddings and not self.zero3_tied_embeddings:
+            refuse(f"does not shard tied embedding/head weights (ZeRO-3), got zero_stage=3 for {model.name!r} "
+                   "with tied_embeddings", "zero3_tied_embeddings", "plan with --zero 2 or less")
+        if plan.zero_stage == 3 and training.dtype not in self.zero3_dtypes:
+            refuse(f"runs ZeRO-3 in {', '.join(self.zero3_dtypes)} only, got dtype={training.dtype}", "zero3_dtype",
+                   "plan with --zero 2 or less, or another --dtype")
         if self.zero0_only_pure_dp and plan.zero_stage == 0 and (plan.tp, plan.pp, plan.cp) != (1, 1, 1):
             refuse(f"runs plain data parallelism (zero_stage=0) only without tp/pp/cp, got tp={plan.tp}, "
                    f"pp={plan.pp}, cp={plan.cp}", "zero0_mixed", "plan with --zero 1 or more")

@@ -96,8 +96,12 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
-        max_zero_with_pp=2, max_zero_with_ep=2,
+        max_zero_with_pp=2, max_zero_with_ep=2, zero3_tied_embeddings=False, zero3_dtypes=("bf16", "fp8", "fp32"),
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
+                 "zero3_tied_embeddings": "megatron/training/arguments.py (core_v0.16.1) validate_args: "
+                                          "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights",
+                 "zero3_dtypes": "megatron/training/arguments.py (core_v0.16.1) validate_args: --use-torch-fsdp2 "
+                                 "not supported with fp16",
                  "max_zero_with_pp": "megatron/training/arguments.py: --use-torch-fsdp2 refuses pipeline "
                                      "parallelism",
                  "max_zero_with_ep": "megatron/training/arguments.py: --use-torch-fsdp2 refuses expert "
