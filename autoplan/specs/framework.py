@@ -87,6 +87,36 @@ class Framework:
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
     """Host time per micro-batch of a pipeline engine (schedule dispatch, blocking sends)."""
+    # -- how close its kernels get to the profile, and what it adds (fitted values for the published
+    # frameworks: cost_model/data/constants.json "frameworks"; hardware facts stay in the profile) --
+    gemm_efficiency: float = 1.0
+    """Its training GEMMs' throughput over the profile's GEMM table at the same shape (1 = the very
+    kernels the profiler timed, e.g. torch.matmul -> cuBLAS)."""
+    attention_efficiency: float = 1.0
+    """Its attention kernels' throughput over the profile's attention table."""
+    fp8_gemm_efficiency: float = 1.0
+    """Its fp8 GEMMs (scaling recipe included) relative to gemm_efficiency on the profile's fp8 table."""
+    fp8_rowwise_efficiency: float = 1.0
+    """Extra factor for row-wise scaled fp8 GEMMs (their scaling epilogue)."""
+    elementwise_bytes_factor: float = 1.0
+    """Bytes its memory-bound ops (norms, activations, residuals, RoPE, loss) move over the minimal
+    count of cost_model/layer_time.py."""
+    compiled_elementwise_factor: float = 1.0
+    """`fused_elementwise` when the run uses torch.compile (what compilation leaves of those bytes)."""
+    async_tp_overlap: float = 0.0
+    """`tp_comm_overlap` when the run turns async TP on."""
+    overlap_contention: float = 0.0
+    """Fraction of overlapped DP/FSDP collective time that still slows the step (NCCL kernels hold
+    SMs and HBM bandwidth while the GEMMs run)."""
+    sharded_layer_overhead_s: float = 0.0
+    """Host/stream time per layer and micro-batch of its ZeRO-2/3 hooks (gather, free, reduce)."""
+    weight_cast_bytes_per_param: float = 0.0
+    """HBM bytes per parameter and micro-batch spent casting weights and accumulating gradients
+    (autocast over fp32 weights: cast 4+2, grad cast 2+4, fp32 accumulate 4+4+4); 0 when the
+    kernels read compute-dtype weights and accumulate into the main grad inside the GEMM."""
+    optimizer_bytes_per_param: float = 30.0
+    """HBM bytes per (local) parameter of one optimizer step. 30: a fused AdamW reads fp32 master,
+    m, v, grad (16) and writes master, m, v (12) and the bf16 weight (2)."""
     # -- what it can run ------------------------------------------------------------------------
     dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
     zero_stages: tuple = (0, 1, 2, 3)

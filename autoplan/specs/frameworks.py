@@ -24,6 +24,16 @@ def _fsdp2_states(what: str) -> dict:
     }
 
 
+# The executor's memory-bound kernels over the cost model's minimal count, from one measured step
+# (H100, plan l1-s2k-m4: Llama-3.2-1B, seq 2048, 4 micro-batches of 4; the kernel trace in
+# cost_model/data/h100_runs/step_kernels_llama1b_mbs4.txt): 336.7 ms of elementwise/copy kernels,
+# less the weight casts and gradient accumulation the cost model counts apart (24 B x 1.236e9 params x 4
+# micro-batches = 44.7 ms on the shipped profile-full.json), over the minimal count's 87.3 ms on that
+# same profile (cost_model/layer_time.py with a factor of 1). What it holds: fp32
+# RoPE (x.float()), K/V repeat_interleave for grouped-query attention, unfused SiLU and gate multiply,
+# the fp32 logits' cast, log-softmax and its backward (executor/model.py).
+AUTOPLAN_ELEMENTWISE_FACTOR = (336.7 - 44.7) / 87.3
+
 _AUTOPLAN_STATES = {
     "params": StateTerm(4, 1, "fp32 parameters: the master weights (DDP at ZeRO 0, FSDP2-sharded at 1-3)"),
     "grads": StateTerm(4, 2, "fp32 gradients; ZeRO 1 keeps them whole until the last micro-batch"),
@@ -39,7 +49,22 @@ FRAMEWORKS = {f.name: f for f in (
         fused_cross_entropy=False, flash_attention=True, dtypes=("bf16", "fp32"),
         moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
         learned_positions_split_sequence=False, seq_len_within_model=True,
+        gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
+        weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=92.0,
         sources={
+            "gemm_efficiency": "torch.matmul -> cuBLAS: the kernels `autoplan profile` times (1 by construction)",
+            "attention_efficiency": "F.scaled_dot_product_attention: the kernel `autoplan profile` times",
+            "elementwise_bytes_factor": "measured: kernel trace of one step of plan l1-s2k-m4 on an H100 "
+                                        "(cost_model/data/h100_runs/step_kernels_llama1b_mbs4.txt), see "
+                                        "AUTOPLAN_ELEMENTWISE_FACTOR",
+            "weight_cast_bytes_per_param": "executor: fp32 weights under bf16 autocast; per micro-batch the "
+                                           "forward cast (read 4, write 2), the cast's backward (read 2, write 4) "
+                                           "and AccumulateGrad's in-place fp32 add (read 4+4, write 4)",
+            "optimizer_bytes_per_param": "executor/torch_backend/train.py: torch.optim.AdamW(foreach=True), "
+                                         "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
+                                         "div 8, add 8, addcdiv 16 = 80 B) + foreach clip (norm 4, scale 8); the "
+                                         "H100 kernel trace shows AdamW.step 37.0 ms for 1.236e9 parameters = "
+                                         "92 B/param at the profile's 3.06 TB/s",
             "states": "docs/executor.md: fp32 parameters under bf16 autocast (GPU), FSDP2 per ZeRO stage",
             "compute_weight_copy_bytes": "autocast caches the bf16 cast of each fp32 weight for backward; "
                                          "FSDP2 (ZeRO 1/2) keeps gathered bf16 weights from forward to backward",
