@@ -3,8 +3,8 @@
 The records carry the plan they ran; predicting them again with today's cost model, a built-in or
 a measured profile and the framework that ran them (`autoplan` for the project's executor) says
 how far the model is from the executor on real hardware. The shipped H100 runs
-(cost_model/data/h100_runs) are the one such set: one H100 SXM, ten plans that trained, three that
-ran out of memory (2026-11-22, see their README).
+(cost_model/data/h100_runs) are the one such set: one H100 SXM, 14 records of 12 plans, 10 that
+trained and 4 out of memory (2026-11-22, see their README).
 
 Errors are fractions: (predicted - measured) / measured on the median step time.
 """
