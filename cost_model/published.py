@@ -66,9 +66,10 @@ class PublishedRun:
     sweep: str = field(default="")
     """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
 
-    def framework_facts(self, constants: Constants | None = None) -> Framework:
-        """The run's framework under the given (fitted) constants, with the run's own switches."""
-        framework = (constants or load_constants()).framework(self.framework)
+    def framework_facts(self, constants: Constants | None = None, name: str | None = None) -> Framework:
+        """The run's framework (or framework `name`) under the given (fitted) constants, with the
+        run's own switches (torch.compile, async TP, row-wise fp8)."""
+        framework = (constants or load_constants()).framework(name or self.framework)
         overrides = {}
         if self.compiled:
             overrides["fused_elementwise"] = framework.compiled_elementwise_factor

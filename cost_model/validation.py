@@ -36,12 +36,14 @@ class RowResult:
         return abs(self.predicted_tokens_per_s_per_gpu - measured) / measured
 
 
-def predict_runs(runs: list, constants: Constants | None = None) -> list:
-    """Predict every run; a plan that breaks a rule becomes a skipped row with its reason."""
+def predict_runs(runs: list, constants: Constants | None = None, framework: str | None = None) -> list:
+    """Predict every run with the framework it ran on (or `framework` for all, to see how that
+    framework's facts score them); a plan that breaks a rule (the plan's or the framework's)
+    becomes a skipped row with its reason."""
     results = []
     for run in runs:
         est = Estimator(run.model, run.training, run.cluster, run.profile(),
-                        framework=run.framework_facts(constants), constants=constants)
+                        framework=run.framework_facts(constants, framework), constants=constants)
         try:
             e = est.estimate(run.plan)
         except InfeasiblePlan as exc:
@@ -52,7 +54,7 @@ def predict_runs(runs: list, constants: Constants | None = None) -> list:
     return results
 
 
-def held_out_results(runs: list, constants: Constants | None = None) -> list:
+def held_out_results(runs: list, constants: Constants | None = None, framework: str | None = None) -> list:
     """Leave-one-source-out: each source's rows predicted with the constants refitted without it
     (shipped in constants.json "loso" by benchmarks/fit_constants.py). Sources without a refit
     (a user's own CSV) are left out; an empty list when the file has no refits."""
@@ -60,7 +62,8 @@ def held_out_results(runs: list, constants: Constants | None = None) -> list:
     results = []
     for source in sorted({r.source for r in runs}):
         if source in constants.loso:
-            results += predict_runs([r for r in runs if r.source == source], constants.held_out(source))
+            results += predict_runs([r for r in runs if r.source == source], constants.held_out(source),
+                                    framework=framework)
     return results
 
 

@@ -3,27 +3,29 @@ mapped: Megatron-LM flags parsed back from the command, torchtitan's TOML and no
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from autoplan.exporters import export_plan
 from autoplan.hf_config import load_hf_config
-from autoplan.specs import ClusterSpec, ParallelPlan, PlanDocument, TrainingSpec
+from autoplan.specs import ClusterSpec, InfeasiblePlan, ParallelPlan, PlanDocument, TrainingSpec
 from tests.test_export import _megatron_args
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
 
-def _doc(name, num_gpus=64, **parallel):
+def _doc(name, num_gpus=64, global_batch=64, **parallel):
     model = load_hf_config(FIXTURES / f"{name}.json")
     plan = ParallelPlan(**parallel)
-    return PlanDocument(model=model, training=TrainingSpec(global_batch_size=64, seq_len=4096),
+    return PlanDocument(model=model, training=TrainingSpec(global_batch_size=global_batch, seq_len=4096),
                         cluster=ClusterSpec(name="h100-80gb", num_gpus=num_gpus), parallel=plan)
 
 
-DEEPSEEK = _doc("deepseek-v3", num_gpus=256, dp=32, pp=8, ep=32, zero_stage=1, micro_batch_size=1,
-                num_microbatches=2)
+DEEPSEEK = _doc("deepseek-v3", num_gpus=256, global_batch=256, dp=32, pp=8, ep=32, zero_stage=1,
+                micro_batch_size=1, num_microbatches=8)  # 1F1B (torchtitan): micro-batches >= stages
 GEMMA3 = _doc("gemma-3-27b", dp=32, tp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
               num_microbatches=2)
 GPTJ = _doc("gpt-j-6b", dp=64, zero_stage=1, micro_batch_size=1, num_microbatches=1)
-QWEN3_MOE = _doc("qwen3-235b-a22b", dp=64, ep=64, zero_stage=3, micro_batch_size=1, num_microbatches=1)
+QWEN3_MOE = _doc("qwen3-235b-a22b", dp=64, ep=64, zero_stage=1, micro_batch_size=1, num_microbatches=1)
 
 
 def test_megatron_carries_mla_shared_experts_and_dense_layers():
@@ -66,5 +68,6 @@ def test_torchtitan_deepseek_flavor_and_deepspeed_notes():
         assert word in flavor
     gemma = export_plan(GEMMA3, "torchtitan").notes
     assert any("not expressible in torchtitan's llama3 model" in n and "q and k head" in n for n in gemma)
-    ds = export_plan(DEEPSEEK, "deepspeed").notes
-    assert any("not expressible in DeepSpeed" in n and "multi-head latent attention" in n for n in ds)
+    # Megatron-DeepSpeed has no multi-head latent attention: the framework's rule refuses the export.
+    with pytest.raises(InfeasiblePlan, match="framework deepspeed has no multi-head latent attention"):
+        export_plan(DEEPSEEK, "deepspeed")

@@ -207,3 +207,27 @@ def test_analytical_and_calibrated_estimators_share_one_contract(tmp_path):
     assert calibrated.memory(plan) == analytical.memory(plan)
     assert calibrated.min_full_recompute_layers(plan) == analytical.min_full_recompute_layers(plan) == 0
     assert calibrated.estimate(plan).step_time_s == analytical.estimate(plan).step_time_s  # no correction given
+
+
+def test_model_features_a_framework_lacks_are_refused_first(capsys):
+    """DeepSeek-V3's multi-head latent attention: the executor builds none, Megatron-Core has it."""
+    from autoplan.catalog import catalog_model
+
+    deepseek = catalog_model("deepseek-v3")
+    plan = ParallelPlan(dp=8, ep=8, micro_batch_size=1, num_microbatches=8, zero_stage=1)
+    training = TrainingSpec(global_batch_size=64, seq_len=4096)
+    with pytest.raises(InfeasiblePlan, match="framework autoplan has no multi-head latent attention") as info:
+        get_framework("autoplan").check(deepseek, training, plan)
+    assert info.value.reason == "framework_mla"
+    get_framework("megatron-core").check(deepseek, training, plan)
+    assert main(["search", "--model", "deepseek-v3", "--gpus", "256"]) == 2
+    assert "multi-head latent attention" in capsys.readouterr().err
+
+
+def test_frameworks_command_lists_every_framework_and_one_with_sources(capsys):
+    assert main(["frameworks"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in FRAMEWORKS)
+    assert main(["frameworks", "torchtitan"]) == 0
+    out = capsys.readouterr().out
+    assert "fitted on published runs" in out and "dp_comm_overlap" in out and "sources" in out

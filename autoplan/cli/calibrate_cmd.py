@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from autoplan.cli.argtypes import output_path
+from autoplan.cli.argtypes import framework_name, output_path
 
 
 def register(subparsers) -> None:
@@ -29,13 +29,17 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--output", type=output_path, required=True, metavar="PATH",
                    help="calibration JSON to write (atomically: a failed run leaves an existing file untouched)")
     p.add_argument("--json", action="store_true", help="print the training summary as JSON")
+    p.add_argument("--framework", default=None, metavar="NAME", type=framework_name,
+                   help="estimate every measured plan as made for this framework (default: the framework each "
+                        "plan file names; autoplan for `autoplan run` records); published rows keep their own")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from cost_model.learned.calibrate import build_calibration
 
-    calibration, lines = build_calibration(args.measurements, args.published, args.profile, args.kind)
+    calibration, lines = build_calibration(args.measurements, args.published, args.profile, args.kind,
+                                           args.framework)
     calibration.save(args.output)
     if args.json:
         json.dump({"output": args.output, "training": calibration.training, "op_models": calibration.op_models},

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
+from autoplan.cli.argtypes import framework_name
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -23,6 +25,9 @@ def register(subparsers) -> None:
                    help="a published-runs CSV with the same columns (default: the shipped one)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (errors as fractions)")
     p.add_argument("--rows", action="store_true", help="also print every row: predicted vs measured")
+    p.add_argument("--framework", default=None, metavar="NAME", type=framework_name,
+                   help="predict every row as if run by this framework (default: each row's own framework, "
+                        "the honest comparison); rows it cannot run are listed as skipped")
     p.add_argument("--calibrated", action="store_true",
                    help="also score the learned correction (leave-one-sweep-out on the bf16/fp16 rows; slower)")
     p.set_defaults(func=run)
@@ -78,9 +83,9 @@ def run(args) -> int:
         raise AutoplanError(f"--calibrated scores the learned correction on the shipped published runs only, "
                             f"not on --runs {args.runs!r}; drop one of the two")
     runs = load_runs(args.runs) if args.runs else load_published_runs(PUBLISHED_RUNS_PATH)
-    results = predict_runs(runs)
+    results = predict_runs(runs, framework=args.framework)
     summary = summarize(results)
-    summary["held_out"] = summarize(held_out_results(runs))["analytical"]
+    summary["held_out"] = summarize(held_out_results(runs, framework=args.framework))["analytical"]
     summary["h100_runs"] = h100_summary()
     if args.calibrated:
         from cost_model.learned import calibrated_validation

@@ -29,7 +29,8 @@ def load_measured_profile(path) -> HardwareProfile:
     return profile_with_raw_samples(profile, path)
 
 
-def gather(measurement_paths, published: bool, learned: HardwareProfile | None = None) -> tuple[CalibrationData, int]:
+def gather(measurement_paths, published: bool, learned: HardwareProfile | None = None,
+           framework: str | None = None) -> tuple[CalibrationData, int]:
     """All calibration rows; returns (data, number of malformed JSONL lines skipped).
 
     `data.skipped` lists the malformed lines first, then the unusable rows, each with its reason."""
@@ -37,7 +38,7 @@ def gather(measurement_paths, published: bool, learned: HardwareProfile | None =
     for path in measurement_paths:
         records, found = read_measurements(path)
         problems += found
-        data.extend(measurement_data(records, Path(path).name, Path(path).parent, learned))
+        data.extend(measurement_data(records, Path(path).name, Path(path).parent, learned, framework))
     data.skipped[:0] = problems
     malformed = len(problems)
     if published:
@@ -46,7 +47,7 @@ def gather(measurement_paths, published: bool, learned: HardwareProfile | None =
 
 
 def build_calibration(measurement_paths=(), published: bool = False, profile_path=None,
-                      kind: str = "trees") -> tuple[CalibrationFile, list[str]]:
+                      kind: str = "trees", framework: str | None = None) -> tuple[CalibrationFile, list[str]]:
     """Fit everything the inputs allow; raise AutoplanError when they allow nothing."""
     measurement_paths = [str(p) for p in measurement_paths]
     if not measurement_paths and not published and profile_path is None:
@@ -67,7 +68,7 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     if not measurement_paths and not published:
         return calibration, lines
 
-    data, malformed = gather(measurement_paths, published, calibration.profile)
+    data, malformed = gather(measurement_paths, published, calibration.profile, framework)
     if malformed:
         lines.append(f"skipped {malformed} malformed measurement line(s)")
     unusable = len(data.skipped) - malformed

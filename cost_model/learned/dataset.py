@@ -73,8 +73,12 @@ def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> Ha
     return profile
 
 
-def measurement_data(measurements, source: str, base_dir=".", learned: HardwareProfile | None = None) -> CalibrationData:
-    """Rows from Measurement records (one file's worth, named `source` in the groups)."""
+def measurement_data(measurements, source: str, base_dir=".", learned: HardwareProfile | None = None,
+                     framework: str | None = None) -> CalibrationData:
+    """Rows from Measurement records (one file's worth, named `source` in the groups), each estimated
+    for the framework its plan was made for (or `framework` for all)."""
+    from cost_model.constants import load_constants
+
     data = CalibrationData()
     for m in measurements:
         where = f"{source}: plan {m.plan_id}"
@@ -84,7 +88,8 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
         try:
             doc = PlanDocument.from_dict(m.plan, f"{where} plan")
             profile = _profile_for(doc.cluster, learned, Path(base_dir))
-            record = _estimate_record(doc.model, doc.training, doc.cluster, doc.parallel, profile)
+            facts = load_constants().framework(framework or doc.framework)
+            record = _estimate_record(doc.model, doc.training, doc.cluster, doc.parallel, profile, facts)
         except (AutoplanError, InfeasiblePlan) as exc:
             data.skipped.append(f"{where}: {exc}")
             continue
