@@ -244,6 +244,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
 
         calibration = load_calibration(request.calibration_path)
     framework = get_framework(request.framework).name
+    get_framework(framework).check_model(model)  # an architecture the framework lacks: no plan at all
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,
                                        framework),
                         keep_full_recompute=request.pins.recompute == "full")

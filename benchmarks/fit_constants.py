@@ -1,15 +1,18 @@
 """Fit the cost model's efficiency constants on the published runs and write constants.json.
 
-    .venv/bin/python benchmarks/fit_constants.py            # fit, print, write cost_model/data/constants.json
+    .venv/bin/python benchmarks/fit_constants.py            # fit + leave-one-source-out refits, write constants.json
     .venv/bin/python benchmarks/fit_constants.py --dry-run  # fit and print only
     .venv/bin/python benchmarks/fit_constants.py --holdout torchtitan  # fit without a source, score it
 
-The constants are a small named set, each a physical quantity the analytical model cannot derive
-(see cost_model/constants.py): how close training gets to the profile's best GEMM per GPU
-generation, flash attention and fp8 GEMM efficiency, how many extra bytes eager elementwise code
-moves (and how many torch.compile removes), how much of the TP traffic async TP hides, how much of
-the DP/FSDP traffic each framework overlaps and at what bandwidth, and the host time per layer.
-There is no per-row term: the model must carry to runs it has never seen.
+The constants are a small named set of Framework fields (autoplan.specs.framework), each a
+physical quantity the analytical model cannot derive: how close a framework's GEMMs and flash
+attention get to the profile's tables (the hardware is the profile's alone: nothing is keyed to a
+GPU type), fp8 GEMM efficiency, how many extra bytes eager elementwise code moves (and how many
+torch.compile removes), how much of the TP traffic async TP hides, how much of the DP/FSDP traffic
+each framework overlaps and at what bandwidth, and the host time per layer. There is no per-row
+term: the model must carry to runs it has never seen. Besides the full fit, one refit per
+held-out source is written to constants.json "loso": `autoplan validate` scores each source with
+the constants that never saw it (the refits take minutes, too slow for validate to redo).
 
 Objective: mean |log(predicted / measured)| over every predicted row (symmetric in over- and
 under-prediction); Powell's method within physical bounds (scipy).
@@ -21,6 +24,7 @@ import datetime
 import math
 import statistics
 import sys
+from concurrent.futures import ProcessPoolExecutor
 
 from scipy.optimize import minimize
 
@@ -29,63 +33,53 @@ from cost_model.constants import CONSTANTS_PATH, Constants
 from cost_model.published import load_published_runs
 from cost_model.validation import predict_runs, summarize
 
-A100 = ("a100-40gb", "a100-80gb")
-H100 = ("h100-80gb", "h200")           # same SXM tensor cores and clocks (H200 datasheet)
+# The frameworks whose facts the published rows carry (cost_model/published.py), plus
+# Megatron-Core, which runs Megatron's kernels (Transformer Engine GEMMs, flash attention).
+PUBLISHED = ("megatron-2021", "megatron-deepspeed", "deepspeed", "llm-foundry", "torchtitan", "megatron-core")
 FSDP_FRAMEWORKS = ("llm-foundry", "torchtitan")
+DEEPSPEED_FRAMEWORKS = ("deepspeed", "megatron-deepspeed")
 
-# name, initial value, (low, high), log-scaled
+# name, Framework field, the frameworks it is written to, initial value (the previous fit's, for a
+# short search), (low, high), log-scaled.
+# Every fitted value belongs to a framework; none to a GPU type (the profile holds the hardware).
 PARAMETERS = (
-    ("matmul_scale_a100", 0.8, (0.4, 1.1), True),
-    ("matmul_scale_h100", 0.7, (0.3, 1.1), True),
-    ("matmul_scale_h100_500w", 0.6, (0.3, 1.1), True),
-    ("fp8_matmul_scale", 0.7, (0.3, 1.2), True),
-    ("fp8_rowwise_scale", 0.8, (0.3, 1.2), True),
-    ("attention_scale", 0.8, (0.3, 1.5), True),
-    ("elementwise_scale", 2.0, (1.0, 6.0), True),  # eager code moves at least the minimal bytes
-    ("compile_elementwise_factor", 0.6, (0.1, 1.0), False),
-    ("async_tp_overlap", 0.5, (0.0, 1.0), False),
-    ("fsdp_dp_overlap", 0.8, (0.0, 1.0), False),
-    ("deepspeed_dp_bandwidth_scale", 0.3, (0.02, 1.0), True),
-    ("sharded_layer_overhead_s", 1e-3, (1e-6, 1e-2), True),
-    ("overlap_contention", 0.2, (0.0, 1.0), False),
-    ("pipe_microbatch_overhead_s", 5e-3, (1e-5, 0.1), True),
+    ("gemm_efficiency", "gemm_efficiency", PUBLISHED, 0.945, (0.4, 1.2), True),
+    ("fp8_gemm_efficiency", "fp8_gemm_efficiency", PUBLISHED, 1.02, (0.3, 1.2), True),
+    ("fp8_rowwise_efficiency", "fp8_rowwise_efficiency", ("torchtitan",), 0.53, (0.3, 1.2), True),
+    ("attention_efficiency", "attention_efficiency", PUBLISHED, 0.50, (0.3, 1.5), True),
+    ("elementwise_bytes_factor", "elementwise_bytes_factor", PUBLISHED, 1.28, (1.0, 6.0), True),  # at least the minimal bytes
+    ("compiled_elementwise_factor", "compiled_elementwise_factor", PUBLISHED, 0.6, (0.1, 1.0), False),
+    ("async_tp_overlap", "async_tp_overlap", PUBLISHED, 0.33, (0.0, 1.0), False),
+    ("fsdp_dp_overlap", "dp_comm_overlap", FSDP_FRAMEWORKS, 0.36, (0.0, 1.0), False),
+    ("deepspeed_dp_bandwidth_scale", "dp_bandwidth_scale", DEEPSPEED_FRAMEWORKS, 0.16, (0.02, 1.0), True),
+    ("sharded_layer_overhead_s", "sharded_layer_overhead_s", PUBLISHED, 2.1e-3, (1e-6, 1e-2), True),
+    ("overlap_contention", "overlap_contention", PUBLISHED, 0.69, (0.0, 1.0), False),
+    ("pipe_microbatch_overhead_s", "microbatch_overhead_s", ("megatron-deepspeed",), 0.019, (1e-5, 0.1), True),
 )
 
 
 def constants_from(values: dict, provenance: dict | None = None) -> Constants:
-    matmul = {name: values["matmul_scale_a100"] for name in A100}
-    matmul.update({name: values["matmul_scale_h100"] for name in H100})
-    matmul["h100-96gb-500w"] = values["matmul_scale_h100_500w"]
-    # A general host cost per layer (SoftwareStack.layer_overhead_s) fitted to ~0 on these runs
-    # and is left out; ZeRO-2/3 sharding has its own per-layer hooks (sharded_layer_overhead_s),
-    # whatever framework runs it.
-    frameworks = {name: {} for name in ("deepspeed", "megatron-deepspeed", *FSDP_FRAMEWORKS)}
-    for name in FSDP_FRAMEWORKS:
-        frameworks[name]["dp_comm_overlap"] = values["fsdp_dp_overlap"]
-    frameworks["megatron-deepspeed"]["microbatch_overhead_s"] = values["pipe_microbatch_overhead_s"]
-    for name in ("deepspeed", "megatron-deepspeed"):    # DeepSpeed's ZeRO collectives
-        frameworks[name]["dp_bandwidth_scale"] = values["deepspeed_dp_bandwidth_scale"]
-    return Constants(
-        matmul_scale=matmul, fp8_matmul_scale=values["fp8_matmul_scale"],
-        fp8_rowwise_scale=values["fp8_rowwise_scale"],
-        attention_scale=values["attention_scale"], elementwise_scale=values["elementwise_scale"],
-        compile_elementwise_factor=values["compile_elementwise_factor"],
-        async_tp_overlap=values["async_tp_overlap"], sharded_layer_overhead_s=values["sharded_layer_overhead_s"],
-        overlap_contention=values["overlap_contention"],
-        frameworks=frameworks,
-        provenance=provenance or {})
+    """Constants whose frameworks carry `values` (a parameter absent from `values` is left to the
+    frameworks' documented defaults). A general host cost per layer fitted to ~0 on these runs
+    and is left out."""
+    frameworks = {}
+    for name, field_name, targets, _, _, _ in PARAMETERS:
+        if name in values:
+            for fw in targets:
+                frameworks.setdefault(fw, {})[field_name] = values[name]
+    return Constants(frameworks=frameworks, provenance=provenance or {})
 
 
 def _decode(x) -> dict:
     values = {}
-    for xi, (name, _, (lo, hi), log) in zip(x, PARAMETERS):
+    for xi, (name, _, _, _, (lo, hi), log) in zip(x, PARAMETERS):
         v = math.exp(xi) if log else xi
         values[name] = min(max(v, lo), hi)
     return values
 
 
 def _encode(values: dict) -> list:
-    return [math.log(values[name]) if log else values[name] for name, _, _, log in PARAMETERS]
+    return [math.log(values[name]) if log else values[name] for name, _, _, _, _, log in PARAMETERS]
 
 
 def mean_abs_log_error(runs: list, constants: Constants) -> float:
@@ -95,8 +89,8 @@ def mean_abs_log_error(runs: list, constants: Constants) -> float:
 
 
 def fit(runs: list, max_evals: int = 3000) -> tuple:
-    bounds = [(math.log(lo), math.log(hi)) if log else (lo, hi) for _, _, (lo, hi), log in PARAMETERS]
-    x = _encode({name: init for name, init, _, _ in PARAMETERS})
+    bounds = [(math.log(lo), math.log(hi)) if log else (lo, hi) for _, _, _, _, (lo, hi), log in PARAMETERS]
+    x = _encode({name: init for name, _, _, init, _, _ in PARAMETERS})
     objective, evals = float("inf"), 0
     # Powell restarted from its own answer escapes some of the shallow local minima.
     for _ in range(2):
@@ -105,7 +99,15 @@ def fit(runs: list, max_evals: int = 3000) -> tuple:
         evals += int(res.nfev)
         if res.fun < objective:
             x, objective = res.x, float(res.fun)
-    return _decode(x), objective, evals
+    values = _decode(x)
+    base = mean_abs_log_error(runs, constants_from(values))
+    # A parameter no training row depends on (the held-out source was its only evidence) is not
+    # fitted: it is dropped and its frameworks keep their documented default, as a new one would.
+    for name, _, _, init, (lo, hi), _ in PARAMETERS:
+        probe = dict(values, **{name: hi if values[name] < (lo + hi) / 2 else lo})
+        if abs(mean_abs_log_error(runs, constants_from(probe)) - base) < 1e-12:
+            del values[name]
+    return values, objective, evals
 
 
 def _report(summary: dict, label: str) -> None:
@@ -118,26 +120,56 @@ def _report(summary: dict, label: str) -> None:
                   f"max {s['max']:7.1%}  Spearman min {'n/a' if rho is None else f'{rho:+.2f}'}")
 
 
+def _fit_job(job: tuple) -> tuple:
+    holdout, max_evals = job
+    runs = load_published_runs()
+    return (holdout, *fit([r for r in runs if r.source != holdout], max_evals))
+
+
+def _held_out_entry(runs: list, source: str, values: dict, objective: float) -> dict:
+    held = summarize(predict_runs([r for r in runs if r.source == source], constants_from(values)))["analytical"]
+    return {"frameworks": constants_from(values).frameworks, "provenance": {
+        "fitted_by": "benchmarks/fit_constants.py (leave-one-source-out)", "held_out": source,
+        "date": datetime.date.today().isoformat(), "objective_value": objective, "parameters": values,
+        "not_fitted": [p[0] for p in PARAMETERS if p[0] not in values],
+        "held_out_mape": held.get("mape"), "held_out_rows": held.get("num_rows", 0)}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dry-run", action="store_true", help="do not write constants.json")
     ap.add_argument("--holdout", default=None, help="fit without this source and report its error")
     ap.add_argument("--max-evals", type=int, default=3000)
+    ap.add_argument("--jobs", type=int, default=2, help="fits run in parallel (the full fit + one per source)")
     args = ap.parse_args(argv)
 
     runs = load_published_runs()
-    train = [r for r in runs if r.source != args.holdout]
-    values, objective, evals = fit(train, args.max_evals)
-    for name, _, _, _ in PARAMETERS:
-        print(f"  {name:30s} {values[name]:.4g}")
-    print(f"objective mean|log ratio| = {objective:.4f} after {evals} evaluations")
     if args.holdout:
+        train = [r for r in runs if r.source != args.holdout]
+        values, objective, evals = fit(train, args.max_evals)
+        for name in values:
+            print(f"  {name:30s} {values[name]:.4g}")
+        print(f"objective mean|log ratio| = {objective:.4f} after {evals} evaluations")
         held = [r for r in runs if r.source == args.holdout]
         _report(summarize(predict_runs(held, constants_from(values))), f"held-out source {args.holdout}")
         _report(summarize(predict_runs(train, constants_from(values))), "training sources")
         return 0
+    # The full fit and one refit per held-out source (what `autoplan validate` reports out of
+    # sample): minutes each, so they run here and ship in constants.json "loso".
+    sources = sorted({r.source for r in runs})
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        fits = {h: (v, o, e) for h, v, o, e in pool.map(_fit_job, [(None, args.max_evals)]
+                                                      + [(s, args.max_evals) for s in sources])}
+    values, objective, evals = fits[None]
+    for name in values:
+        print(f"  {name:30s} {values[name]:.4g}")
+    print(f"objective mean|log ratio| = {objective:.4f} after {evals} evaluations")
     summary = summarize(predict_runs(runs, constants_from(values)))
     _report(summary, "all published runs with the fitted constants")
+    loso = {s: _held_out_entry(runs, s, *fits[s][:2]) for s in sources}
+    for s, entry in loso.items():
+        print(f"  held out {s:12s} MAPE {entry['provenance']['held_out_mape']:6.1%} "
+              f"(not fitted without it: {', '.join(entry['provenance']['not_fitted']) or 'none'})")
     a = summary["analytical"]
     provenance = {
         "fitted_by": "benchmarks/fit_constants.py",
@@ -152,7 +184,8 @@ def main(argv=None) -> int:
         "parameters": values,
     }
     if not args.dry_run:
-        write_json_atomic(CONSTANTS_PATH, constants_from(values, provenance).to_dict())
+        c = constants_from(values, provenance)
+        write_json_atomic(CONSTANTS_PATH, Constants(c.frameworks, c.provenance, loso).to_dict())
         print(f"wrote {CONSTANTS_PATH}")
     return 0
 

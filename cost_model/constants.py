@@ -1,10 +1,11 @@
-"""The few efficiency constants the analytical model does not derive.
+"""The fitted efficiency values of the frameworks, and the refits that score them out of sample.
 
-Physics gives the shape of every term; these constants scale what physics cannot know: how close
-a training framework gets to the profile's best GEMM, how much communication it hides behind
-compute. They are fitted on published runs by `benchmarks/fit_constants.py`, which writes
-`cost_model/data/constants.json` with its provenance (date, rows, resulting error). Missing file
-or keys fall back to the neutral values below (scale 1, no overlap).
+Physics gives the shape of every term and the profile (built-in or measured) what the hardware
+achieves; what neither can know is how close a training framework's kernels and overlap get to
+the profile. Those are Framework fields (autoplan.specs.framework); for the frameworks behind the
+published runs `benchmarks/fit_constants.py` fits them and writes `cost_model/data/constants.json`
+with its provenance (date, rows, resulting error) and the leave-one-source-out refits. Missing file
+or keys fall back to the frameworks' documented values.
 """
 from __future__ import annotations
 
@@ -20,57 +21,36 @@ CONSTANTS_PATH = Path(__file__).parent / "data" / "constants.json"
 
 @dataclass(frozen=True)
 class Constants:
-    matmul_scale: dict = field(default_factory=dict)
-    """Per built-in profile: achieved-in-training over best-benchmark GEMM throughput."""
-    fp8_matmul_scale: float = 1.0
-    """fp8 GEMMs' achieved fraction relative to the bf16 fraction of their own peak."""
-    fp8_rowwise_scale: float = 1.0
-    """Extra factor for row-wise scaled fp8 GEMMs (their scaling epilogue costs more)."""
-    attention_scale: float = 1.0
-    elementwise_scale: float = 1.0
-    compile_elementwise_factor: float = 1.0
-    """Memory-bound bytes left after torch.compile fuses elementwise ops (1 = no fusion)."""
-    async_tp_overlap: float = 0.0
-    """Fraction of TP collective time async TP hides behind the GEMMs."""
-    overlap_contention: float = 0.0
-    """Fraction of overlapped DP/FSDP collective time that still slows the step (SM and HBM
-    contention between NCCL kernels and GEMMs)."""
-    sharded_layer_overhead_s: float = 0.0
-    """Extra time per layer and micro-batch when gradients/weights are sharded per layer (ZeRO-2/3,
-    FSDP): the hooks that gather, free and reduce around every layer, and their stream waits."""
     frameworks: dict = field(default_factory=dict)
-    """Framework name -> fitted Framework field overrides (efficiency facts only)."""
+    """Framework name -> fitted Framework field overrides (how close its kernels and overlap get to
+    the profile). Nothing here is keyed to a GPU type: hardware facts live in the profile."""
     provenance: dict = field(default_factory=dict)
+    loso: dict = field(default_factory=dict)
+    """Held-out source -> {"frameworks": ..., "provenance": ...}: the constants refitted without that
+    source's rows (benchmarks/fit_constants.py), for `autoplan validate`'s out-of-sample figures."""
 
     def framework(self, name: str, **overrides) -> Framework:
         """The named framework (autoplan.specs.frameworks) with its fitted efficiency values and
         per-run overrides (e.g. torch.compile on) merged over its documented facts."""
         return get_framework(name).with_overrides(**{**self.frameworks.get(name, {}), **overrides})
 
+    def held_out(self, source: str) -> "Constants":
+        """The constants fitted without `source` (KeyError when the file has none for it)."""
+        entry = self.loso[source]
+        return Constants(frameworks={k: dict(v) for k, v in entry["frameworks"].items()},
+                         provenance=dict(entry.get("provenance", {})))
+
     def to_dict(self) -> dict:
-        return {"matmul_scale": dict(self.matmul_scale), "fp8_matmul_scale": self.fp8_matmul_scale,
-                "fp8_rowwise_scale": self.fp8_rowwise_scale,
-                "attention_scale": self.attention_scale, "elementwise_scale": self.elementwise_scale,
-                "compile_elementwise_factor": self.compile_elementwise_factor,
-                "async_tp_overlap": self.async_tp_overlap,
-                "sharded_layer_overhead_s": self.sharded_layer_overhead_s,
-                "overlap_contention": self.overlap_contention,
-                "frameworks": {k: dict(v) for k, v in self.frameworks.items()},
-                "provenance": dict(self.provenance)}
+        return {"frameworks": {k: dict(v) for k, v in self.frameworks.items()},
+                "provenance": dict(self.provenance),
+                "loso": {k: {"frameworks": {f: dict(v) for f, v in e["frameworks"].items()},
+                             "provenance": dict(e.get("provenance", {}))} for k, e in self.loso.items()}}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Constants":
-        return cls(matmul_scale=dict(data.get("matmul_scale", {})),
-                   fp8_matmul_scale=float(data.get("fp8_matmul_scale", 1.0)),
-                   fp8_rowwise_scale=float(data.get("fp8_rowwise_scale", 1.0)),
-                   attention_scale=float(data.get("attention_scale", 1.0)),
-                   elementwise_scale=float(data.get("elementwise_scale", 1.0)),
-                   compile_elementwise_factor=float(data.get("compile_elementwise_factor", 1.0)),
-                   async_tp_overlap=float(data.get("async_tp_overlap", 0.0)),
-                   sharded_layer_overhead_s=float(data.get("sharded_layer_overhead_s", 0.0)),
-                   overlap_contention=float(data.get("overlap_contention", 0.0)),
-                   frameworks={k: dict(v) for k, v in data.get("frameworks", {}).items()},
-                   provenance=dict(data.get("provenance", {})))
+        return cls(frameworks={k: dict(v) for k, v in data.get("frameworks", {}).items()},
+                   provenance=dict(data.get("provenance", {})),
+                   loso={k: dict(v) for k, v in data.get("loso", {}).items()})
 
 
 @lru_cache(maxsize=None)

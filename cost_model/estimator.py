@@ -89,17 +89,15 @@ class Estimator:
         self.tables = tables_for(profile)
         self.gpus_per_node = cluster.gpus_per_node
         dtype = "bf16" if training.dtype == "fp16" else training.dtype
-        # The GEMM, fp8 and attention scales correct the built-in tables' kernel-benchmark figures;
-        # a measured profile already holds what its kernels reach, so they stay 1 there.
-        builtin = not profile.measured
+        # Hardware from the profile (its tables, built-in or measured alike), software from the
+        # framework: how close its kernels get to those tables and how many bytes it moves.
+        fw = self.framework
         self.rates = Rates(
-            gemm_dtype=dtype,
-            matmul_scale=self.constants.matmul_scale.get(profile.name, 1.0) if builtin else 1.0,
-            fp8_scale=(self.constants.fp8_matmul_scale if builtin else 1.0)
-            * (self.constants.fp8_rowwise_scale if self.framework.fp8_rowwise else 1.0),
-            attention_scale=self.constants.attention_scale if builtin else 1.0,
-            memory_scale=self.constants.elementwise_scale * self.framework.fused_elementwise,
-            flash_attention=self.framework.flash_attention)
+            gemm_dtype=dtype, matmul_scale=fw.gemm_efficiency,
+            fp8_scale=fw.fp8_gemm_efficiency * (fw.fp8_rowwise_efficiency if fw.fp8_rowwise else 1.0),
+            attention_scale=fw.attention_efficiency,
+            memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
+            flash_attention=fw.flash_attention)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
         # Parameter counts (whole model; stages and TP divide them below), per layer on average over

@@ -42,7 +42,9 @@ class LayerTimes:
 
 @dataclass(frozen=True)
 class Rates:
-    """What the estimator fixed for this model/profile: dtypes and calibrated scales."""
+    """What the estimator fixed: the GEMM dtype and the framework's efficiencies against the
+    profile's tables (matmul_scale = Framework.gemm_efficiency, the same for built-in and measured
+    profiles; memory_scale = elementwise_bytes_factor x fused_elementwise)."""
     gemm_dtype: str
     matmul_scale: float
     fp8_scale: float

@@ -19,27 +19,38 @@ from autoplan.specs import (
 from autoplan.specs.gpus import gpu_sheet
 
 GIB = 1024 ** 3
+H100_MATMUL_EFF = 713e12 / 989.5e12
+"""Best sustained bf16 GEMM of the shipped H100 SXM full profile over the datasheet peak."""
+POWER_CAP_500W_CLOCK = (500 / 700) ** (1 / 3)
+"""assumption: a 500 W cap on a 700 W part lowers sustained tensor-core clocks by the cube root of
+the power ratio (dynamic power ~ f*V^2 with V ~ f under DVFS), 0.894."""
 _H100_SOURCES = {
     "peak_flops_per_s": "datasheet (autoplan.specs.gpus)",
-    "matmul": "best measured bf16 GEMM ~795 TFLOP/s on H100 SXM (DESIGN.md facts) = 0.804 of peak; "
-              "fp8 assumed the same fraction of its peak (the fit's fp8 scale corrects it)",
-    "attention": "FlashAttention-2 through PyTorch SDPA on H100: FA3 paper (arXiv 2407.08608) reports "
+    "matmul": "benchmark, not datasheet: the best bf16 GEMM of `autoplan profile` (full sweep, GEMMs back to "
+              "back for two minutes, so sustained clocks) on one H100 SXM 700 W, 713 TFLOP/s at 1024x2048x4096 "
+              "= 0.72 of peak (cost_model/data/h100_runs/profile-full.json, 2026-11-22); short bursts reach "
+              "~795-802 (DESIGN.md facts; the same GPU's --quick sweep), which training does not sustain. "
+              "fp8 assumed the same fraction of its peak (a framework's fp8_gemm_efficiency corrects it)",
+    "attention": "benchmark, not datasheet: FlashAttention-2 through PyTorch SDPA on H100: FA3 paper (arXiv 2407.08608) reports "
                  "FA3 at up to 740 TFLOP/s (75%) and 1.5-2.0x FA2, so FA2 ~0.45 of peak forward",
     "intra_node_bandwidth_bytes_per_s": "datasheet: NVLink 4, 450 GB/s per direction per GPU",
     "inter_node_bandwidth_bytes_per_s": "datasheet: DGX H100 8x400 Gb/s per node = 50 GB/s per GPU",
     "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
-    "collectives": "NCCL all-reduce bus bandwidth ~370 GB/s in an 8xH100 node (DESIGN.md facts); "
+    "collectives": "benchmark, not datasheet: nccl-tests all_reduce_perf bus bandwidth ~370 GB/s in an 8xH100 "
+                   "node (DESIGN.md facts); "
                    "across nodes assumed 90% of the node's NIC line rate",
 }
 _A100_SOURCES = {
     "peak_flops_per_s": "datasheet (autoplan.specs.gpus)",
-    "matmul": "best measured bf16 GEMM ~271 TFLOP/s on A100 (DESIGN.md facts) = 0.869 of peak",
-    "attention": "FlashAttention-2 paper (arXiv 2307.08691): 50-73% of peak on A100; forward 0.70, "
+    "matmul": "benchmark, not datasheet: best measured bf16 GEMM ~271 TFLOP/s on A100 (DESIGN.md facts) "
+              "= 0.869 of peak",
+    "attention": "benchmark, not datasheet: FlashAttention-2 paper (arXiv 2307.08691): 50-73% of peak on A100; forward 0.70, "
                  "backward 0.55 taken at long sequences",
     "intra_node_bandwidth_bytes_per_s": "datasheet: NVLink 3, 300 GB/s per direction per GPU",
     "inter_node_bandwidth_bytes_per_s": "datasheet: DGX A100 8x200 Gb/s per node = 25 GB/s per GPU",
     "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
-    "collectives": "NCCL all-reduce bus bandwidth ~230 GB/s in an 8xA100 node (DESIGN.md facts); "
+    "collectives": "benchmark, not datasheet: nccl-tests all_reduce_perf bus bandwidth ~230 GB/s in an 8xA100 "
+                   "node (DESIGN.md facts); "
                    "across nodes assumed 90% of the node's NIC line rate",
 }
 
@@ -72,21 +83,21 @@ SPECS = {
             "memory_capacity_bytes": "80 GB part; torch reports 79.15 GiB total capacity"}),
     "h100-80gb": _entry(
         "h100-sxm", device_name="NVIDIA H100 80GB HBM3", capacity_bytes=int(79.11 * GIB),
-        matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
+        matmul_eff=H100_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
             "memory_capacity_bytes": "80 GB part; torch reports 79.11 GiB total capacity"}),
     "h200": _entry(
         "h200-sxm", device_name="NVIDIA H200", capacity_bytes=int(139.8 * GIB),
-        matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
+        matmul_eff=H100_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
             "memory_capacity_bytes": "141 GB HBM3e part (143771 MiB); torch reports ~139.8 GiB"}),
     "h100-96gb-500w": _entry(
         "h100-sxm", device_name="NVIDIA H100 96GB HBM2e (500 W cap)", capacity_bytes=int(94.5 * GIB),
-        hbm_bytes_per_s=2400e9, matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9,
+        hbm_bytes_per_s=2400e9, matmul_eff=H100_MATMUL_EFF * POWER_CAP_500W_CLOCK, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9,
         sources={
             **_H100_SOURCES,
-            "peak_flops_per_s": "H100 SXM datasheet peaks (torchtitan reports MFU against them); the 500 W "
-                                "cap lowers achieved clocks, which the fitted per-profile matmul scale carries",
+            "peak_flops_per_s": "H100 SXM datasheet peaks (torchtitan reports MFU against them)",
+            "matmul": _H100_SOURCES["matmul"] + "; x the 500 W cap's clock factor (see POWER_CAP_500W_CLOCK)",
             "memory_capacity_bytes": "96 GB HBM2e part; allocatable assumed 94.5 GiB (torchtitan runs peak at 84.9 GiB)",
             "memory_bandwidth_bytes_per_s": "assumption: H100 PCIe HBM2e 2.0 TB/s for 5 stacks, x6/5 for 96 GB = 2.4 TB/s"}),
 }
@@ -99,7 +110,8 @@ _ATTN_SEQ = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
 _ATTN_SEQ_HALF = 384       # assumption: causal flash attention reaches half its plateau at ~384 tokens
 _MEMORY_SIZES = tuple(2 ** e for e in range(12, 35, 2))
 _HBM_COPY_EFF = 0.90       # assumption: STREAM-style copies reach ~90% of datasheet HBM bandwidth
-_KERNEL_LAUNCH_S = 4e-6    # assumption: fixed per-kernel cost (launch + tail) of a few microseconds
+_KERNEL_LAUNCH_S = 2e-6    # measured: fixed per-kernel cost of the memory ops in the shipped H100 profile-full.json
+                           # (64 MiB at 2.78 TB/s vs 4 GiB at 3.02 TB/s: ~1.9 us; launches overlap in a stream)
 _NIC_EFF = 0.90            # assumption: collectives reach ~90% of InfiniBand line rate
 _RING_HOP_S = 2e-6         # assumption: per-step latency of a ring collective across nodes
 # cuBLAS picks, per shape, the tile that quantizes best; smaller tiles reuse operands less

@@ -69,15 +69,15 @@ class PublishedRun:
     def framework_facts(self, constants: Constants | None = None, name: str | None = None) -> Framework:
         """The run's framework (or framework `name`) under the given (fitted) constants, with the
         run's own switches (torch.compile, async TP, row-wise fp8)."""
-        constants = constants or load_constants()
+        framework = (constants or load_constants()).framework(name or self.framework)
         overrides = {}
         if self.compiled:
-            overrides["fused_elementwise"] = constants.compile_elementwise_factor
+            overrides["fused_elementwise"] = framework.compiled_elementwise_factor
         if self.async_tp:
-            overrides["tp_comm_overlap"] = constants.async_tp_overlap
+            overrides["tp_comm_overlap"] = framework.async_tp_overlap
         if self.fp8_rowwise:
             overrides["fp8_rowwise"] = True
-        return constants.framework(name or self.framework, **overrides)
+        return framework.with_overrides(**overrides)
 
     def profile(self) -> HardwareProfile:
         """The built-in profile of the run's GPU, on the run's network."""

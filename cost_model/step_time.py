@@ -14,8 +14,6 @@ from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT
 from cost_model.stages import stage_split
 
-OPTIMIZER_BYTES_PER_PARAM = 30.0
-"""AdamW step: reads fp32 master, m, v and grad (16 B), writes master, m, v (12 B) and the bf16 weight (2 B)."""
 GRAD_REDUCE_BYTES = {0: BYTES_GRAD, 1: BYTES_GRAD, 2: BYTES_GRAD, 3: BYTES_WEIGHT}
 """Bytes per gradient on the wire: Megatron/DeepSpeed reduce the fp32 main grads; FSDP/ZeRO-3
 reduce-scatter in the compute dtype."""
@@ -48,7 +46,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     # Layer overhead: host time per layer; torch.compile fuses kernels, so it launches fewer of them too.
     layer_overhead_s = sw.layer_overhead_s
     if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
-        layer_overhead_s += est.constants.sharded_layer_overhead_s
+        layer_overhead_s += sw.sharded_layer_overhead_s
 
     # The slowest rank sets the pace: with equal layers the extras decide (the last wins ties);
     # an uneven split compares the first, the last and the largest middle rank (cost_model.stages).
@@ -101,14 +99,22 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
         if sum(middle) > dense + expert:
             (dense, expert), state_layers = middle, middle_layers
     dp_s, dp_total_s, dp_bytes = _dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
-    # Optimizer: memory-bound AdamW over the local shard of the stage's parameters.
+    # Optimizer: memory-bound AdamW over the local shard of the stage's parameters, moving the
+    # framework's bytes per parameter (fused vs for-each implementation).
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
     local = dense / shard + expert / max(1, shard // plan.ep if plan.zero_stage >= 1 else 1)
-    optimizer_s = memory_time_s(tables, OPTIMIZER_BYTES_PER_PARAM * local, OPTIMIZER_BYTES_PER_PARAM * local)
+    opt_bytes = sw.optimizer_bytes_per_param * local
+    optimizer_s = memory_time_s(tables, opt_bytes, opt_bytes)
+    # Weight casts and gradient accumulation per micro-batch over the rank's unsharded parameters
+    # (autocast over fp32 weights), a memory-bound term of every micro-batch (left out of the bubble:
+    # the frameworks that pay it here run without a pipeline in every measured run).
+    cast_bytes = sw.weight_cast_bytes_per_param * (dense + expert)
+    cast_mb_s = memory_time_s(tables, cast_bytes, cast_bytes / max(1, state_layers)) if cast_bytes else 0.0
 
     time = {
         "compute": m * compute_mb,
         "memory_bound": m * memory_mb,
+        "weight_casts": m * cast_mb_s,
         "recompute": m * recompute_s,
         "tp_comm": m * per_stage * tp_exposed,
         "cp_comm": m * per_stage * cp_exposed,
@@ -216,5 +222,5 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     hidden = min(total, sw.dp_comm_overlap * window)
     # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
     # so a fitted fraction of the overlapped time still lands on the step.
-    exposed = max(total - hidden, tail) + est.constants.overlap_contention * hidden
+    exposed = max(total - hidden, tail) + sw.overlap_contention * hidden
     return exposed, total, wire

@@ -24,7 +24,11 @@ TIME_TERMS = {
                   "Narayanan et al. 2021 sec. 2.2"),
     "dp_comm": ("data-parallel / ZeRO gradient and weight collectives, exposed part",
                 "ZeRO (Rajbhandari et al. 2019) sec. 7 volumes; overlap per framework"),
-    "optimizer": ("AdamW update of the local shard", "memory-bound: 30 bytes read + written per parameter"),
+    "weight_casts": ("casting fp32 weights to the compute dtype and accumulating fp32 gradients, per micro-batch",
+                     "Framework.weight_cast_bytes_per_param over the profile's copy bandwidth (0 for frameworks "
+                     "that keep compute-dtype weights)"),
+    "optimizer": ("AdamW update of the local shard",
+                  "memory-bound: Framework.optimizer_bytes_per_param (fused AdamW 30 B, for-each AdamW + clip 92 B)"),
     "overhead": ("host time of sharding hooks or a blocking pipeline engine",
                  "fitted per framework (cost_model/data/constants.json)"),
 }

@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass
 
 from autoplan.specs import InfeasiblePlan
-from cost_model.constants import Constants
+from cost_model.constants import Constants, load_constants
 from cost_model.estimator import Estimator
 from cost_model.flops import model_flops_per_token
 from cost_model.profiles import builtin_profile
@@ -51,6 +51,19 @@ def predict_runs(runs: list, constants: Constants | None = None, framework: str 
             continue
         results.append(RowResult(run, e.tokens_per_s_per_gpu, fits=e.fits,
                                  predicted_peak_memory_bytes=e.peak_memory_bytes))
+    return results
+
+
+def held_out_results(runs: list, constants: Constants | None = None, framework: str | None = None) -> list:
+    """Leave-one-source-out: each source's rows predicted with the constants refitted without it
+    (shipped in constants.json "loso" by benchmarks/fit_constants.py). Sources without a refit
+    (a user's own CSV) are left out; an empty list when the file has no refits."""
+    constants = constants or load_constants()
+    results = []
+    for source in sorted({r.source for r in runs}):
+        if source in constants.loso:
+            results += predict_runs([r for r in runs if r.source == source], constants.held_out(source),
+                                    framework=framework)
     return results
 
 

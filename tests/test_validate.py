@@ -39,3 +39,17 @@ def test_spearman_against_known_values():
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == -1.0
     # one swap among four: 1 - 6*2/(4*15) = 0.8
     assert abs(spearman([1, 2, 3, 4], [1, 3, 2, 4]) - 0.8) < 1e-12
+
+
+def test_validate_leads_with_out_of_sample_and_scores_the_h100_runs(capsys):
+    assert main(["validate"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("OUT OF SAMPLE") < out.index("IN SAMPLE") < out.index("profile-full.json")
+    assert main(["validate", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    held, inside = doc["held_out"], doc["analytical"]
+    assert set(held["per_source"]) == set(inside["per_source"]) and held["num_rows"] == inside["num_rows"]
+    assert held["mape"] != inside["mape"]
+    h100 = doc["h100_runs"]
+    assert set(h100) == {"builtin:h100-80gb", "profile-full.json", "profile-quick.json"}
+    assert all(h["num_runs"] == 10 and 0 < h["mape"] <= h["max"] for h in h100.values())

@@ -1,8 +1,12 @@
-"""`autoplan validate`: the cost model's error on published training runs.
+"""`autoplan validate`: the cost model's error on published training runs and on the H100 runs.
 
 Thin: load the runs, predict each one, print per-source and overall MAPE, median and max APE,
 and the Spearman rank correlation within each source's sweeps (or the `--json` document, or the
-per-row table with `--rows`). Errors are fractions of the measured tokens/s/GPU.
+per-row table with `--rows`). It leads with the out-of-sample figure: each source predicted with
+the constants refitted without it (leave-one-source-out; the refits take minutes, so
+benchmarks/fit_constants.py ships them in constants.json "loso"), then the in-sample one, then
+the project's own executor on one H100 (cost_model/data/h100_runs) with the built-in and the
+measured profiles. Errors are fractions of the measured tokens/s/GPU (step time for the H100 runs).
 """
 from __future__ import annotations
 
@@ -71,7 +75,8 @@ def load_runs(path: str) -> list:
 
 def run(args) -> int:
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
-    from cost_model.validation import predict_runs, summarize
+    from cost_model.measured_runs import h100_summary
+    from cost_model.validation import held_out_results, predict_runs, summarize
 
     if args.calibrated and args.runs:
         from autoplan.specs import AutoplanError
@@ -80,6 +85,8 @@ def run(args) -> int:
     runs = load_runs(args.runs) if args.runs else load_published_runs(PUBLISHED_RUNS_PATH)
     results = predict_runs(runs, framework=args.framework)
     summary = summarize(results)
+    summary["held_out"] = summarize(held_out_results(runs, framework=args.framework))["analytical"]
+    summary["h100_runs"] = h100_summary()
     if args.calibrated:
         from cost_model.learned import calibrated_validation
         summary["calibrated"] = calibrated_validation()
@@ -100,8 +107,19 @@ def run(args) -> int:
                       f"{r.predicted_tokens_per_s_per_gpu:10.1f} {err:+8.1%}{'' if r.fits else '  (predicted OOM)'}"
                       f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
         out.write("\n")
+    held = summary["held_out"]
+    out.write("tokens/s/GPU vs published runs, OUT OF SAMPLE: each source predicted with the constants refitted "
+              "without it\n(leave-one-source-out, refits shipped in cost_model/data/constants.json \"loso\")\n")
+    if held.get("num_rows"):
+        for name, s in held["per_source"].items():
+            out.write(f"  {name:16s} {_fmt(s)}\n")
+        out.write(f"  {'all':16s} {_fmt(held)}\n")
+        out.write(f"  {'bf16/fp16 only':16s} {_fmt(held['bf16_fp16'])}\n")
+        out.write(f"  {'fp8 only':16s} {_fmt(held['fp8'])}\n")
+    else:
+        out.write("  no refit for these rows' sources: only the in-sample figure below\n")
     a = summary["analytical"]
-    out.write("tokens/s/GPU, analytical cost model vs published runs (errors as % of measured)\n")
+    out.write("\ntokens/s/GPU, IN SAMPLE: constants fitted on these same rows (errors as % of measured)\n")
     for name, s in a["per_source"].items():
         out.write(f"  {name:16s} {_fmt(s)}\n")
     out.write(f"  {'all':16s} {_fmt(a)}\n")
@@ -115,6 +133,11 @@ def run(args) -> int:
     if "calibrated" in summary:
         c = summary["calibrated"]
         out.write(f"  {'learned (CV)':16s} {_fmt(c)}  ({c['estimator']}, {c['rows']})\n")
+    out.write("\nstep time, framework autoplan: the project's executor on one H100 SXM "
+              "(cost_model/data/h100_runs; no step time fitted)\n")
+    for ref, h in summary["h100_runs"].items():
+        out.write(f"  {ref:28s} {h['num_runs']:3d} runs  MAPE {h['mape']:6.1%}  mean {h['mean_error']:+6.1%}  "
+                  f"max {h['max']:6.1%}  out-of-memory runs predicted to fit: {h['oom_predicted_to_fit']}\n")
     if summary["skipped"]:
         out.write(f"skipped {len(summary['skipped'])} rows whose plan breaks a rule of ours:\n")
         for s in summary["skipped"]:

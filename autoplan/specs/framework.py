@@ -118,6 +118,36 @@ class Framework:
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
     """Host time per micro-batch of a pipeline engine (schedule dispatch, blocking sends)."""
+    # -- how close its kernels get to the profile, and what it adds (fitted values for the published
+    # frameworks: cost_model/data/constants.json "frameworks"; hardware facts stay in the profile) --
+    gemm_efficiency: float = 1.0
+    """Its training GEMMs' throughput over the profile's GEMM table at the same shape (1 = the very
+    kernels the profiler timed, e.g. torch.matmul -> cuBLAS)."""
+    attention_efficiency: float = 1.0
+    """Its attention kernels' throughput over the profile's attention table."""
+    fp8_gemm_efficiency: float = 1.0
+    """Its fp8 GEMMs (scaling recipe included) relative to gemm_efficiency on the profile's fp8 table."""
+    fp8_rowwise_efficiency: float = 1.0
+    """Extra factor for row-wise scaled fp8 GEMMs (their scaling epilogue)."""
+    elementwise_bytes_factor: float = 1.0
+    """Bytes its memory-bound ops (norms, activations, residuals, RoPE, loss) move over the minimal
+    count of cost_model/layer_time.py."""
+    compiled_elementwise_factor: float = 1.0
+    """`fused_elementwise` when the run uses torch.compile (what compilation leaves of those bytes)."""
+    async_tp_overlap: float = 0.0
+    """`tp_comm_overlap` when the run turns async TP on."""
+    overlap_contention: float = 0.0
+    """Fraction of overlapped DP/FSDP collective time that still slows the step (NCCL kernels hold
+    SMs and HBM bandwidth while the GEMMs run)."""
+    sharded_layer_overhead_s: float = 0.0
+    """Host/stream time per layer and micro-batch of its ZeRO-2/3 hooks (gather, free, reduce)."""
+    weight_cast_bytes_per_param: float = 0.0
+    """HBM bytes per parameter and micro-batch spent casting weights and accumulating gradients
+    (autocast over fp32 weights: cast 4+2, grad cast 2+4, fp32 accumulate 4+4+4); 0 when the
+    kernels read compute-dtype weights and accumulate into the main grad inside the GEMM."""
+    optimizer_bytes_per_param: float = 30.0
+    """HBM bytes per (local) parameter of one optimizer step. 30: a fused AdamW reads fp32 master,
+    m, v, grad (16) and writes master, m, v (12) and the bf16 weight (2)."""
     # -- what it can run ------------------------------------------------------------------------
     dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
     zero_stages: tuple = (0, 1, 2, 3)
@@ -168,19 +198,25 @@ class Framework:
         return replace(self, **changes)
 
     # -- the rules --------------------------------------------------------------------------------
-    def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
-        """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
-        the plan breaks. Structural rules every framework shares are ParallelPlan.check's."""
-        def refuse(rule: str, tag: str, fix: str) -> None:
-            raise InfeasiblePlan(f"framework {self.name} {rule}; {fix}", f"framework_{tag}")
+    def _refuse(self, rule: str, tag: str, fix: str) -> None:
+        raise InfeasiblePlan(f"framework {self.name} {rule}; {fix}", f"framework_{tag}")
 
-        # What the model needs comes first: no plan of this framework can run it otherwise.
+    def check_model(self, model: ModelSpec) -> None:
+        """Raise InfeasiblePlan when no plan of this framework can run the model (an architecture
+        feature it lacks); the planner asks this once, before searching."""
+        refuse = self._refuse
         if model.is_mla and not self.mla:
             refuse(f"has no multi-head latent attention, which {model.name!r} uses (kv_lora_rank="
                    f"{model.kv_lora_rank})", "mla", "plan it for a framework that has it (--framework megatron-core)")
         if model.is_moe and not self.moe:
             refuse(f"runs dense models only, got {model.name!r} with {model.num_experts} experts", "moe",
                    "pick a framework that runs mixtures of experts (--framework megatron-core)")
+
+    def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
+        """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
+        the plan breaks. Structural rules every framework shares are ParallelPlan.check's."""
+        refuse = self._refuse
+        self.check_model(model)
         if training.dtype not in self.dtypes:
             refuse(f"trains in {', '.join(self.dtypes)}, not dtype={training.dtype}", "dtype",
                    f"plan with --dtype {self.dtypes[0]}")

@@ -36,6 +36,16 @@ _DEEPSPEED_STATES = {
 """DeepSpeed ZeRO (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): gradients stay in the
 compute dtype until reduced; the optimizer works on an fp32 copy of its own partition."""
 
+# The executor's memory-bound kernels over the cost model's minimal count, from one measured step
+# (H100, plan l1-s2k-m4: Llama-3.2-1B, seq 2048, 4 micro-batches of 4; the kernel trace in
+# cost_model/data/h100_runs/step_kernels_llama1b_mbs4.txt): 336.7 ms of elementwise/copy kernels,
+# less the weight casts and gradient accumulation the cost model counts apart (24 B x 1.236e9 params x 4
+# micro-batches = 44.7 ms on the shipped profile-full.json), over the minimal count's 87.3 ms on that
+# same profile (cost_model/layer_time.py with a factor of 1). What it holds: fp32
+# RoPE (x.float()), K/V repeat_interleave for grouped-query attention, unfused SiLU and gate multiply,
+# the fp32 logits' cast, log-softmax and its backward (executor/model.py).
+AUTOPLAN_ELEMENTWISE_FACTOR = (336.7 - 44.7) / 87.3
+
 _AUTOPLAN_STATES = {
     "params": StateTerm(4, 1, "fp32 parameters: the master weights (FSDP2-sharded at ZeRO 1-3 and at one "
                               "replica; DDP or plain at ZeRO 0 with several)"),
@@ -55,6 +65,8 @@ FRAMEWORKS = {f.name: f for f in (
         moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
         learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
         cp_with_masked_attention=False, mla=False,
+        gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
+        weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=92.0,
         sources={
             "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
             "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
@@ -74,6 +86,19 @@ FRAMEWORKS = {f.name: f for f in (
                                  "saved tensor counted by tests/test_memory_counting.py",
             "runtime_bytes": "1.29 GiB 'non-PyTorch memory' in each of the 4 out-of-memory records of "
                              "cost_model/data/h100_runs (H100, torch 2.11, CUDA 13.0, NCCL 2.28.9)",
+            "gemm_efficiency": "torch.matmul -> cuBLAS: the kernels `autoplan profile` times (1 by construction)",
+            "attention_efficiency": "F.scaled_dot_product_attention: the kernel `autoplan profile` times",
+            "elementwise_bytes_factor": "measured: kernel trace of one step of plan l1-s2k-m4 on an H100 "
+                                        "(cost_model/data/h100_runs/step_kernels_llama1b_mbs4.txt), see "
+                                        "AUTOPLAN_ELEMENTWISE_FACTOR",
+            "weight_cast_bytes_per_param": "executor: fp32 weights under bf16 autocast; per micro-batch the "
+                                           "forward cast (read 4, write 2), the cast's backward (read 2, write 4) "
+                                           "and AccumulateGrad's in-place fp32 add (read 4+4, write 4)",
+            "optimizer_bytes_per_param": "executor/torch_backend/train.py: torch.optim.AdamW(foreach=True), "
+                                         "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
+                                         "div 8, add 8, addcdiv 16 = 80 B) + foreach clip (norm 4, scale 8); the "
+                                         "H100 kernel trace shows AdamW.step 37.0 ms for 1.236e9 parameters = "
+                                         "92 B/param at the profile's 3.06 TB/s",
             "dtypes": "fp16 (no loss scaling) and fp8 (no float8 kernels) are not wired",
             "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
             "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",

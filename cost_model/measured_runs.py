@@ -1,0 +1,93 @@
+"""Re-predict measured runs (`autoplan run` records) with any profile and framework.
+
+The records carry the plan they ran; predicting them again with today's cost model, a built-in or
+a measured profile and the framework that ran them (`autoplan` for the project's executor) says
+how far the model is from the executor on real hardware. The shipped H100 runs
+(cost_model/data/h100_runs) are the one such set: one H100 SXM, 14 records of 12 plans, 10 that
+trained and 4 out of memory (2026-11-22, see their README).
+
+Errors are fractions: (predicted - measured) / measured on the median step time.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from autoplan.specs import (
+    DEFAULT_FRAMEWORK, HardwareProfile, PlanDocument, read_json, read_measurements,
+)
+from cost_model.constants import Constants, load_constants
+from cost_model.estimator import Estimator
+from cost_model.profiles import builtin_profile
+
+H100_RUNS_DIR = Path(__file__).parent / "data" / "h100_runs"
+
+
+@dataclass(frozen=True)
+class RunPrediction:
+    label: str
+    """The plan id and the record's line, to tell records of one plan apart."""
+    status: str
+    measured_step_time_s: float
+    predicted_step_time_s: float
+    measured_peak_bytes: int
+    predicted_peak_bytes: float
+    predicted_fits: bool
+
+    @property
+    def step_error(self) -> float:
+        return (self.predicted_step_time_s - self.measured_step_time_s) / self.measured_step_time_s
+
+
+def load_profile(ref: str) -> HardwareProfile:
+    """`builtin:NAME` or the path of a measured profile JSON."""
+    if ref.startswith("builtin:"):
+        return builtin_profile(ref.split(":", 1)[1])
+    return HardwareProfile.from_dict(read_json(ref, "hardware profile"), f"hardware profile {ref!r}")
+
+
+def predict_measurements(path, profile: HardwareProfile, framework: str = DEFAULT_FRAMEWORK,
+                         constants: Constants | None = None) -> list:
+    """One RunPrediction per record of a measurement JSONL (trained and out-of-memory alike)."""
+    constants = constants or load_constants()
+    records, problems = read_measurements(path)
+    if problems:
+        raise ValueError(f"{path}: {problems[0]}")
+    out = []
+    for lineno, rec in enumerate(records, 1):
+        doc = PlanDocument.from_dict(rec.plan, f"plan of record {rec.plan_id}")
+        cluster = doc.cluster
+        est = Estimator(doc.model, doc.training, cluster, profile, framework=constants.framework(framework),
+                        constants=constants)
+        e = est.estimate(doc.parallel)
+        ok = rec.status == "ok"
+        out.append(RunPrediction(
+            label=f"{rec.plan_id} line {lineno}",
+            status=rec.status,
+            measured_step_time_s=rec.median_step_time_s if ok else float("nan"),
+            predicted_step_time_s=e.step_time_s, measured_peak_bytes=rec.peak_memory_bytes,
+            predicted_peak_bytes=e.peak_memory_bytes, predicted_fits=e.fits))
+    return out
+
+
+def step_time_mape(predictions: list) -> float:
+    """Mean |error| of the step time over the records that trained."""
+    return statistics.fmean(abs(p.step_error) for p in predictions if p.status == "ok")
+
+
+H100_PROFILES = ("builtin:h100-80gb", "profile-full.json", "profile-quick.json")
+
+
+def h100_summary(constants: Constants | None = None) -> dict:
+    """The shipped H100 runs predicted with each profile (framework autoplan): profile ->
+    {num_runs, mape, mean_error, max, oom_predicted_to_fit}."""
+    out = {}
+    for ref in H100_PROFILES:
+        profile = load_profile(ref if ref.startswith("builtin:") else str(H100_RUNS_DIR / ref))
+        preds = predict_measurements(H100_RUNS_DIR / "runs.jsonl", profile, constants=constants)
+        errors = [p.step_error for p in preds if p.status == "ok"]
+        out[ref] = {"num_runs": len(errors), "mape": statistics.fmean(abs(e) for e in errors),
+                    "mean_error": statistics.fmean(errors), "max": max(abs(e) for e in errors),
+                    "oom_predicted_to_fit": sum(1 for p in preds if p.status == "oom" and p.predicted_fits)}
+    return out
