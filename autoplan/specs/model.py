@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from autoplan.specs.errors import SchemaError
-from autoplan.specs.jsonio import require
+from autoplan.specs.schemas import MODEL_INTS, validate_model, validate_model_shape
+from autoplan.specs.validation import Issues, require_object, take_int, take_str
 
 MLP_KINDS = ("swiglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
@@ -126,38 +126,23 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "model") -> "ModelSpec":
-        if not isinstance(data, dict):
-            raise SchemaError(f"{what} must be a JSON object, got {type(data).__name__}")
-        kwargs = {}
-        for f in fields(cls):
-            if f.name in data:
-                kind = {"int": int, "str": str, "bool": bool}[f.type] if isinstance(f.type, str) else f.type
-                kwargs[f.name] = require(data, f.name, kind, what)
-        for key in ("name", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size"):
-            if key not in kwargs:
-                raise SchemaError(f"{what} is missing the field {key!r}")
+        issues = Issues(what)
+        validate_model(require_object(data, what), issues, prefix="")
+        issues.raise_if_any()
+        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         spec = cls(**kwargs)
         spec.check()
         return spec
 
     def check(self) -> None:
-        """Raise SchemaError when the architecture is not self-consistent."""
-        for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-                    "vocab_size", "max_seq_len", "head_dim", "num_experts", "num_experts_per_token"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise SchemaError(f"model {self.name!r}: {key} must be a positive integer, got {value!r}")
-        if self.mlp not in MLP_KINDS:
-            raise SchemaError(f"model {self.name!r}: mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
-        if self.norm not in NORM_KINDS:
-            raise SchemaError(f"model {self.name!r}: norm must be one of {NORM_KINDS}, got {self.norm!r}")
-        if self.position not in POSITION_KINDS:
-            raise SchemaError(f"model {self.name!r}: position must be one of {POSITION_KINDS}, got {self.position!r}")
-        if self.num_heads % self.num_kv_heads:
-            raise SchemaError(
-                f"model {self.name!r}: num_kv_heads must divide num_heads, "
-                f"got num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}")
-        if self.num_experts_per_token > self.num_experts:
-            raise SchemaError(
-                f"model {self.name!r}: num_experts_per_token={self.num_experts_per_token} "
-                f"exceeds num_experts={self.num_experts}")
+        """Raise SchemaError naming every field out of range and every rule across fields broken
+        (autoplan.specs.schemas): for a catalog entry, a config.json and a plan file alike."""
+        issues = Issues(f"model {self.name!r}")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key, (high, _) in MODEL_INTS.items():
+            take_int(values, key, issues, "", 1, high)
+        for key, kinds in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
+            take_str(values, key, issues, "", kinds)
+        issues.raise_if_any()
+        validate_model_shape(issues, values)
+        issues.raise_if_any()

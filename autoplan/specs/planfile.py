@@ -13,7 +13,9 @@ from autoplan.specs.errors import SchemaError
 from autoplan.specs.jsonio import check_schema, read_json, require, write_json_atomic
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import ParallelPlan
+from autoplan.specs.schemas import validate_plan
 from autoplan.specs.training import ClusterSpec, TrainingSpec
+from autoplan.specs.validation import Issues
 
 PLAN_SCHEMA = "autoplan.plan/v1"
 AUTOPLAN_VERSION = "0.1.0"
@@ -57,6 +59,9 @@ class PlanDocument:
     @classmethod
     def from_dict(cls, data: dict, what: str = "plan file") -> "PlanDocument":
         check_schema(data, PLAN_SCHEMA, what)
+        issues = Issues(what)
+        validate_plan(data, issues)  # every field and cross-section rule, all problems at once
+        issues.raise_if_any()
         known = {"schema", "plan_id", "model", "training", "cluster", "parallel", "prediction",
                  "alternatives", "search", "provenance"}
         doc = cls(
