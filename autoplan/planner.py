@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from autoplan.catalog import resolve_model
 from autoplan.clusters import check_count, check_dtype, cluster_for_plan_file, resolve_cluster
@@ -46,6 +47,8 @@ class PlanRequest:
     study_name: str | None = None
     calibration_path: str | None = None
     """A calibration file from `autoplan calibrate`: learned profile and/or step-time correction."""
+    log: Callable[[str], None] | None = None
+    """Where to say what a resumed --storage study held (the CLI passes stderr); None: quiet."""
 
 
 @dataclass
@@ -227,7 +230,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration),
                         keep_full_recompute=request.pins.recompute == "full")
     result = search(space, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive,
-                    request.storage, request.study_name)
+                    request.storage, request.study_name, log=request.log)
     if result.best is None and not request.exhaustive:
         # The sampler found nothing that runs; only the full enumeration can say that nothing does.
         result = search(space, scorer, exhaustive=True)

@@ -133,7 +133,8 @@ def run(args) -> int:
         dtype=args.dtype or DEFAULT_DTYPE,
         pins=pins_from_args(args), allow_tp_across_nodes=args.allow_tp_across_nodes, sampler=args.sampler,
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
-        study_name=args.study_name, calibration_path=args.calibration)
+        study_name=args.study_name, calibration_path=args.calibration,
+        log=lambda line: sys.stderr.write(f"autoplan search: {line}\n"))
     try:
         outcome = plan_search(request)
     except Exception as exc:
