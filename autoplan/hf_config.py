@@ -38,10 +38,6 @@ class _Fields:
         self.missing: list[str] = []
         self.problems: list[str] = []
 
-    def fail(self, key: str, problem: str) -> AutoplanError:
-        model_type = self.data.get("model_type")
-        return AutoplanError(f"config.json {str(self.path)!r} (model_type {model_type!r}): field {key!r} {problem}")
-
     def raise_if_any(self) -> None:
         parts = ([f"missing field{'s' if len(self.missing) > 1 else ''} {', '.join(self.missing)}"]
                  if self.missing else []) + self.problems
@@ -212,9 +208,9 @@ def load_hf_config(path: str | Path) -> ModelSpec:
 def spec_from_hf_dict(data: dict, path: Path) -> ModelSpec:
     f = _Fields(data, path)
     model_type = data.get("model_type")
-    if model_type not in _FAMILIES:
-        raise AutoplanError(
-            f"config.json {str(path)!r}: field 'model_type' is {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}")
+    if not isinstance(model_type, str) or model_type not in _FAMILIES:
+        raise AutoplanError(f"config.json {str(path)!r}: field 'model_type' is {show(model_type)}; "
+                            f"supported: {', '.join(SUPPORTED_TYPES)}")
     fields = _FAMILIES[model_type](f, model_type)
     f.raise_if_any()
     try:

@@ -113,15 +113,21 @@ def profile_local(request: ProfileRequest, nproc: int) -> None:
         return
     import torch.multiprocessing as mp
 
-    # The children start with SIGINT ignored (inherited through exec): a Ctrl-C in the terminal
-    # reaches every process of the group, and only this one should answer it, by stopping them.
+    # The children start with SIGINT ignored and blocked (both inherited through exec): a Ctrl-C in
+    # the terminal reaches every process of the group, and only this one should answer it, by
+    # stopping them. Here it is blocked, not lost: it is delivered as soon as the spawn is done.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         context = mp.start_processes(_spawned, args=(request, nproc, _free_port()), nprocs=nproc,
                                      start_method="spawn", join=False)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C of the spawn arrives here
         while not context.join(timeout=0.2):
             pass
     except BaseException as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -22,11 +23,17 @@ COMMANDS = [
 ]
 
 
+def one_line(text: str) -> str:
+    """The message with every unprintable character (newlines, NEL, NUL, ...) escaped: an error stays
+    one line whatever the user typed into a value it quotes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit code 2 (argparse prints two)."""
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.stderr.write(one_line(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
         sys.exit(2)
 
 
@@ -37,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"autoplan.cli.{name}_cmd").register(sub)
+    parser.set_defaults(subparsers=sub.choices)
     return parser
 
 
@@ -78,8 +86,10 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
         signal.signal(signal.SIGINT, _Interrupt.handler)
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
         command = getattr(args, "command", None) or ""
+        if extra:  # said by the command's own parser: `autoplan <command>: error: ...`
+            args.subparsers.get(command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
@@ -89,7 +99,7 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
     except AutoplanError as exc:
         if _Interrupt.seen:
             return _interrupted(command)
-        sys.stderr.write(f"autoplan {command}: error: {exc}\n")
+        sys.stderr.write(one_line(f"autoplan {command}: error: {exc}") + "\n")
         return 2
     except BrokenPipeError:
         return 0
@@ -104,7 +114,18 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
 
 def entry() -> None:
     """The `autoplan` executable (and `python -m autoplan`)."""
-    sys.exit(main(_exiting=True))
+    code = main(_exiting=True)
+    if code == 130:
+        # Interrupted: everything written was written atomically and cleaned up while unwinding.
+        # Leave now, without interpreter finalization, which would turn a KeyboardInterrupt that a
+        # C extension saw while importing into death by SIGINT (exit -2) after the line was printed.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

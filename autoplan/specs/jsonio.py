@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from autoplan.specs.errors import AutoplanError, SchemaError
-from autoplan.specs.validation import MAX_JSON_BYTES, parse_json_text
+from autoplan.specs.validation import MAX_JSON_BYTES, parse_json_text, show
 
 
 # The files autoplan writes, by schema: what each is and which command writes it, so that a file
@@ -27,6 +27,9 @@ def check_schema(data: Any, expected: str, what: str) -> dict:
     if not isinstance(data, dict):
         raise SchemaError(f"{what} must be a JSON object, got {type(data).__name__}")
     found = data.get("schema")
+    if not isinstance(found, str):
+        raise SchemaError(f"{what} has no schema string (got {show(found)}), expected {expected!r}; "
+                          f"regenerate it with this version of autoplan")
     if found != expected and found in _FILE_KINDS and expected in _FILE_KINDS:
         raise SchemaError(f"{what} has schema {found!r}: it is {_FILE_KINDS[found]}, not "
                           f"{_FILE_KINDS[expected]}; pass the right file (expected {expected!r})")
