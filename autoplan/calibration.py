@@ -69,7 +69,7 @@ def scoring_profile(profile: HardwareProfile, calibration: CalibrationFile | Non
 
 
 class CalibratedEstimator:
-    """The analytical Estimator with a calibration applied (same `estimate(plan)` interface)."""
+    """The analytical Estimator with a calibration applied (cost_model.contract.PlanEstimator)."""
 
     def __init__(self, model, training, cluster, profile: HardwareProfile,
                  calibration: CalibrationFile | None = None, **estimator_options):
@@ -81,16 +81,21 @@ class CalibratedEstimator:
         self.profile = scoring_profile(profile, calibration)
         self.analytical = Estimator(model, training, cluster, self.profile, **estimator_options)
 
-    def __getattr__(self, name):
-        # Everything else (memory(), min_full_recompute_layers(), ...) is the analytical model's.
-        if name == "analytical":
-            raise AttributeError(name)
-        return getattr(self.analytical, name)
+    @property
+    def framework(self):
+        return self.analytical.framework
+
+    def memory(self, plan, recompute: str | None = None, num_recompute: int | None = None) -> dict:
+        """Memory is the analytical model's (the calibration file corrects step time only)."""
+        return self.analytical.memory(plan, recompute, num_recompute)
+
+    def min_full_recompute_layers(self, plan) -> int | None:
+        return self.analytical.min_full_recompute_layers(plan)
 
     def estimate(self, plan) -> CostEstimate:
         estimate = self.analytical.estimate(plan)
         if self.calibration is None or self.calibration.correction is None:
             return estimate
         record = plan_record(self.model, self.training, self.cluster, plan, self.profile, estimate,
-                             self.analytical.software)
+                             self.analytical.framework)
         return apply(self.calibration, estimate, record)

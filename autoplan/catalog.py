@@ -1,4 +1,4 @@
-"""The model catalog: named architectures (facts from /work/shared/data/models.md, shipped as
+"""The model catalog: named architectures (facts from the project's shared models.md table, shipped as
 `catalog.json` next to this module), and `resolve_model`, which turns a `--model` argument (a
 catalog name, a Hugging Face config.json, or a folder holding one) into a ModelSpec.
 """

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoplan.specs import AutoplanError, ClusterSpec, HardwareProfile, read_json
+from autoplan.specs.compat import check_profile_hosts
 
 DEFAULT_GPU = "h100-80gb"
 DEFAULT_GPUS_PER_NODE = 8
@@ -75,8 +76,6 @@ def resolve_cluster(num_gpus: int, gpu: str | None = None, gpus_per_node: int | 
     if num_gpus > per_node and num_gpus % per_node:
         raise AutoplanError(f"--gpus {num_gpus} is not a whole number of {per_node}-GPU nodes; "
                             f"use a multiple of {per_node} (or set --gpus-per-node)")
-    from profiler.compat import check_profile_hosts  # stdlib + specs only, no torch
-
     check_profile_hosts(profile, num_gpus, per_node)
     cluster = ClusterSpec(name=profile.name, num_gpus=num_gpus, gpus_per_node=per_node, profile=source)
     cluster.check()

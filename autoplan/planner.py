@@ -15,7 +15,8 @@ from autoplan.clusters import check_count, check_dtype, cluster_for_plan_file, r
 from autoplan.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
 from autoplan.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
 from autoplan.specs import (
-    AUTOPLAN_VERSION, AutoplanError, ClusterSpec, InfeasiblePlan, ModelSpec, PlanDocument, TrainingSpec,
+    AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, InfeasiblePlan, ModelSpec, PlanDocument,
+    TrainingSpec, get_framework,
 )
 
 DEFAULT_SEQ_LEN = 4096
@@ -47,6 +48,8 @@ class PlanRequest:
     study_name: str | None = None
     calibration_path: str | None = None
     """A calibration file from `autoplan calibrate`: learned profile and/or step-time correction."""
+    framework: str = DEFAULT_FRAMEWORK
+    """The framework the plan is made for: its facts are costed, its rules bound the search."""
     log: Callable[[str], None] | None = None
     """Where to say what a resumed --storage study held (the CLI passes stderr); None: quiet."""
 
@@ -93,15 +96,18 @@ def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, 
     return training, defaults
 
 
-def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False, calibration=None):
-    from cost_model import Estimator
+def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False, calibration=None,
+                   framework: str = DEFAULT_FRAMEWORK):
+    """The estimator for `framework` (its facts with its fitted efficiency values), calibrated or not."""
+    from cost_model import Estimator, load_constants
 
+    facts = load_constants().framework(get_framework(framework).name)
     if calibration is not None:
         from autoplan.calibration import CalibratedEstimator
 
         return CalibratedEstimator(model, training, cluster, profile, calibration,
-                                   allow_tp_across_nodes=allow_tp_across_nodes)
-    return Estimator(model, training, cluster, profile, allow_tp_across_nodes=allow_tp_across_nodes)
+                                   allow_tp_across_nodes=allow_tp_across_nodes, framework=facts)
+    return Estimator(model, training, cluster, profile, allow_tp_across_nodes=allow_tp_across_nodes, framework=facts)
 
 
 def why_lost(alt: Scored, best: Scored, num_terms: int = 2) -> str:
@@ -142,11 +148,11 @@ def alternative_entry(alt: Scored, best: Scored) -> dict:
     return entry
 
 
-def _fits_somewhere(model, training, cluster, profile) -> bool:
+def _fits_somewhere(model, training, cluster, profile, framework: str) -> bool:
     """Does any plan fit in memory on this cluster? Asks only the leanest memory plan of each layout
     (ZeRO-3, sequence parallel, micro-batch 1, full recompute of the fewest layers that fit)."""
     space = SearchSpace(model, training, cluster)
-    est = make_estimator(model, training, cluster, profile)
+    est = make_estimator(model, training, cluster, profile, framework=framework)
     for tp in space.domains["tp"]:
         for pp in space.domains["pp"]:
             for cp in space.domains["cp"]:
@@ -161,7 +167,7 @@ def _fits_somewhere(model, training, cluster, profile) -> bool:
     return False
 
 
-def smallest_fitting_gpus(model, training, cluster, profile) -> int | None:
+def smallest_fitting_gpus(model, training, cluster, profile, framework: str = DEFAULT_FRAMEWORK) -> int | None:
     """The fewest GPUs (whole nodes, upwards from the current count) on which some plan fits."""
     per_node = cluster.gpus_per_node
     start = max(1, cluster.num_gpus // per_node + 1)
@@ -170,19 +176,30 @@ def smallest_fitting_gpus(model, training, cluster, profile) -> int | None:
     last = min(start + MAX_NODES_TRIED, training.global_batch_size * widest // per_node + 1)
     for nodes in range(start, last + 1):
         bigger = ClusterSpec(cluster.name, nodes * per_node, per_node, cluster.profile)
-        if _fits_somewhere(model, training, bigger, profile):
+        if _fits_somewhere(model, training, bigger, profile, framework):
             return bigger.num_gpus
     return None
 
 
-# Which rules (InfeasiblePlan reason tags) a pinned knob can break, to blame the pin for them.
+# Which rules (InfeasiblePlan reason tags) a pinned knob can break, to blame the pin for them:
+# the structural rules of ParallelPlan.check, then the framework's (Framework.check, "framework_*").
 _PIN_RULES = {
-    "dp": ("degree_product", "batch_product"), "tp": ("tp_divides_heads", "tp_across_nodes", "tp_divides_node",
-                                                     "degree_product"),
-    "pp": ("pp_divides_layers", "degree_product"), "cp": ("cp_divides_seq", "degree_product"),
-    "vpp": ("pp_divides_layers", "vpp_needs_pp", "vpp_microbatches"), "ep": ("ep_needs_moe", "ep_divides"),
-    "micro_batch_size": ("batch_product", "vpp_microbatches"), "zero_stage": ("zero_stage",),
-    "sequence_parallel": ("sp_needs_tp",), "recompute": ("recompute_policy", "recompute_layers"),
+    "dp": ("degree_product", "batch_product", "framework_microbatches_per_stage"),
+    "tp": ("tp_divides_heads", "tp_across_nodes", "tp_divides_node", "degree_product", "framework_tp_limit",
+           "framework_zero0_mixed", "framework_sp_always", "framework_moe_tp_pp", "framework_tied_embeddings"),
+    "pp": ("pp_divides_layers", "degree_product", "framework_pp_limit", "framework_zero_with_pp",
+           "framework_microbatches_per_stage", "framework_uneven_stages", "framework_moe_tp_pp",
+           "framework_tied_embeddings", "framework_zero0_mixed"),
+    "cp": ("cp_divides_seq", "degree_product", "framework_cp_limit", "framework_learned_positions",
+           "framework_zero0_mixed"),
+    "vpp": ("pp_divides_layers", "vpp_needs_pp", "vpp_microbatches", "framework_vpp_limit"),
+    "ep": ("ep_needs_moe", "ep_divides", "framework_zero_with_ep"),
+    "micro_batch_size": ("batch_product", "vpp_microbatches", "framework_microbatches_per_stage"),
+    "zero_stage": ("zero_stage", "framework_zero_stage", "framework_zero_with_pp", "framework_zero_with_ep",
+                   "framework_zero0_mixed"),
+    "sequence_parallel": ("sp_needs_tp", "sp_divides_seq", "framework_sp_always", "framework_sp_never",
+                          "framework_learned_positions"),
+    "recompute": ("recompute_policy", "recompute_layers"),
 }
 
 
@@ -196,7 +213,8 @@ def _rule_that_broke(result: SearchResult, pins: Pins) -> tuple:
     return tag, first
 
 
-def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cluster, profile) -> AutoplanError:
+def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cluster, profile,
+                   framework: str) -> AutoplanError:
     pins = space.pins.describe()
     if pins and result.unfit:
         leanest = min(result.unfit, key=lambda s: s.peak_memory_bytes)
@@ -207,7 +225,7 @@ def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cl
         tag, first = _rule_that_broke(result, space.pins)
         where = f"{pins} cannot work" if pins else f"no valid plan on {cluster.num_gpus} GPUs"
         return InfeasiblePlan(f"{where}: {first}", tag)
-    needed = smallest_fitting_gpus(model, training, cluster, profile)
+    needed = smallest_fitting_gpus(model, training, cluster, profile, framework)
     gib = profile.memory_capacity_bytes / GIB
     head = f"{model.name} does not fit on {cluster.num_gpus} x {cluster.name} ({gib:.1f} GiB each) with any plan"
     if needed is None:
@@ -227,7 +245,9 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         from autoplan.calibration import load_calibration
 
         calibration = load_calibration(request.calibration_path)
-    scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration),
+    framework = get_framework(request.framework).name
+    scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,
+                                       framework),
                         keep_full_recompute=request.pins.recompute == "full")
     result = search(space, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive,
                     request.storage, request.study_name, log=request.log)
@@ -235,7 +255,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         # The sampler found nothing that runs; only the full enumeration can say that nothing does.
         result = search(space, scorer, exhaustive=True)
     if result.best is None:
-        raise _no_plan_error(space, result, model, training, cluster, profile)
+        raise _no_plan_error(space, result, model, training, cluster, profile, framework)
     best = result.best
     doc = PlanDocument(
         model=model, training=training, cluster=cluster, parallel=best.plan,
@@ -244,6 +264,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         search={**result.summary(), "defaults": defaults},
         provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": best.estimate.cost_model,
                     **({"calibration": request.calibration_path} if calibration is not None else {})},
+        framework=framework,
     )
     if result.pareto:
         doc.extra["pareto_front"] = [{"parallel": s.plan.to_dict(), "step_time_s": s.step_time_s,
@@ -251,18 +272,39 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     return PlanOutcome(doc, result, defaults, best)
 
 
-def score_one(model, training, cluster, profile, plan, allow_tp_across_nodes: bool = False) -> Scored:
-    """Score one given plan; a broken rule or a plan that does not fit raises InfeasiblePlan."""
+def score_one(model, training, cluster, profile, plan, allow_tp_across_nodes: bool = False,
+              framework: str = DEFAULT_FRAMEWORK, calibration=None) -> Scored:
+    """Score one given plan for `framework`; a broken rule raises InfeasiblePlan, a plan that does
+    not fit comes back with its reason."""
     plan.check(model, training, cluster, allow_tp_across_nodes=allow_tp_across_nodes)
-    estimate = make_estimator(model, training, cluster, profile, allow_tp_across_nodes).estimate(plan)
+    estimate = make_estimator(model, training, cluster, profile, allow_tp_across_nodes, calibration,
+                              framework).estimate(plan)
     return Scored(plan, estimate, "" if estimate.fits else out_of_memory_message(estimate),
                   "" if estimate.fits else "out_of_memory")
 
 
-def estimate_document(doc: PlanDocument, base_dir=None) -> tuple[PlanDocument, Scored]:
-    """Re-score a plan file's plan with today's cost model (and the profile the file names)."""
-    profile = cluster_for_plan_file(doc.cluster, base_dir)
-    scored = score_one(doc.model, doc.training, doc.cluster, profile, doc.parallel, allow_tp_across_nodes=True)
+def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = None, gpu: str | None = None,
+                      profile_path: str | None = None, calibration_path: str | None = None
+                      ) -> tuple[PlanDocument, Scored]:
+    """Re-score a plan file's plan with today's cost model: on the profile the file names, or on
+    another GPU type (`gpu`) or measured profile (`profile_path`); for the file's framework or
+    another one; with a calibration or not. The document's framework, cluster and prediction are
+    replaced by what was scored (the caller keeps the old prediction to compare)."""
+    if gpu is not None or profile_path is not None:
+        cluster, profile = resolve_cluster(doc.cluster.num_gpus, gpu, doc.cluster.gpus_per_node, profile_path)
+        check_dtype(profile, doc.training.dtype)
+    else:
+        cluster, profile = doc.cluster, cluster_for_plan_file(doc.cluster, base_dir)
+    calibration = None
+    if calibration_path:
+        from autoplan.calibration import load_calibration
+
+        calibration = load_calibration(calibration_path)
+    name = get_framework(framework or doc.framework).name
+    scored = score_one(doc.model, doc.training, cluster, profile, doc.parallel, allow_tp_across_nodes=True,
+                       framework=name, calibration=calibration)
+    doc.cluster, doc.framework = cluster, name
     doc.prediction = scored.estimate.to_prediction()
-    doc.provenance = {**doc.provenance, "cost_model": scored.estimate.cost_model}
+    doc.provenance = {**doc.provenance, "cost_model": scored.estimate.cost_model,
+                      **({"calibration": calibration_path} if calibration is not None else {})}
     return doc, scored

@@ -5,6 +5,9 @@ parts sum to the total printed under them.
 """
 from __future__ import annotations
 
+from autoplan.specs import get_framework
+from cost_model.terms import meaning as term_meaning
+
 GIB = 2**30
 
 
@@ -35,41 +38,15 @@ def plan_line(parallel: dict) -> str:
     return " ".join(parts)
 
 
-# One line per breakdown term, so the table reads without the docs (docs/cost_model.md has the formulas).
-TERM_LEGEND = {
-    "compute": "GEMMs and attention, forward + backward, at the profile's shape efficiency",
-    "memory_bound": "norms, activations, residual adds, RoPE, loss: HBM-bandwidth bound",
-    "recompute": "forward passes re-run by activation checkpointing",
-    "tp_comm": "tensor-parallel all-reduce / SP all-gather + reduce-scatter, exposed part",
-    "cp_comm": "context-parallel K/V exchange not hidden behind attention",
-    "ep_comm": "MoE all-to-all dispatch and combine",
-    "pp_comm": "pipeline point-to-point sends",
-    "pp_bubble": "pipeline fill and drain: (pp-1)/(vpp*micro-batches) of the step",
-    "dp_comm": "data-parallel / ZeRO gradient and weight collectives, exposed part",
-    "optimizer": "AdamW update of the local shard",
-    "overhead": "host time of sharding hooks or a blocking pipeline engine",
-    "params": "bf16 weights held by this GPU",
-    "grads": "fp32 gradients held by this GPU",
-    "optimizer_states": "fp32 master weights + Adam moments",
-    "activations": "saved for backward, all micro-batches in flight",
-    "activation_working": "one layer's backward working set",
-    "logits": "last stage: logits and loss in fp32",
-    "comm_buffers": "ZeRO-3 gathered weights and unsharded gradients",
-    "allocator_overhead": "caching-allocator fragmentation",
-    "cuda_context": "CUDA context and kernels",
-}
-MEMORY_LEGEND = {**TERM_LEGEND, "optimizer": TERM_LEGEND["optimizer_states"]}
-
-
 def breakdown_lines(prediction: dict) -> list:
     time_s = prediction["time_breakdown_s"]
     total_s = sum(time_s.values())
-    rows = [[k, f"{v:.3f}", f"{100 * v / total_s:.1f}", TERM_LEGEND.get(k, "")] for k, v in time_s.items() if v > 0]
+    rows = [[k, f"{v:.3f}", f"{100 * v / total_s:.1f}", term_meaning(k)] for k, v in time_s.items() if v > 0]
     rows.append(["total (step time)", f"{total_s:.3f}", "100.0", "the sum of the terms above"])
     lines = ["time per step", *_table(["term", "s", "%", "what it is"], rows, "lrrl")]
     mem = prediction["memory_breakdown_bytes"]
     total_b = sum(mem.values())
-    rows = [[k, f"{v / GIB:.2f}", f"{100 * v / total_b:.1f}", MEMORY_LEGEND.get(k, "")] for k, v in mem.items() if v > 0]
+    rows = [[k, f"{v / GIB:.2f}", f"{100 * v / total_b:.1f}", term_meaning(k, memory=True)] for k, v in mem.items() if v > 0]
     rows.append(["total (peak per GPU)", f"{total_b / GIB:.2f}", "100.0", "the sum of the terms above"])
     cap = prediction.get("memory_capacity_bytes")
     lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB" if cap else ""),
@@ -99,7 +76,8 @@ def setup_lines(doc) -> list:
             f"{m.num_heads} heads ({m.num_kv_heads} kv){moe}",
             f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} node{'s' if c.num_nodes > 1 else ''} of {c.gpus_per_node}), profile {c.profile}",
             f"training global batch {t.global_batch_size} x seq {t.seq_len} = {human_count(t.tokens_per_step)} tokens/step, "
-            f"{t.dtype}, {t.optimizer}"]
+            f"{t.dtype}, {t.optimizer}",
+            f"framework {doc.framework}: {get_framework(doc.framework).description}"]
 
 
 def alternatives_lines(doc) -> list:
@@ -167,3 +145,93 @@ def render_models(rows: list) -> str:
                       f"{m.num_heads}/{m.num_kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size), m.mlp, moe, source])
     return "\n".join(_table(["model", "params", "L", "hidden", "heads/kv", "ffn", "vocab", "mlp", "experts", "source"],
                             table, "lrrrrrrlll")) + "\n"
+
+
+def comparison_lines(before: dict, after: dict) -> list:
+    """The plan file's own prediction beside the new one (`estimate PLAN.json --framework/--gpu/...`)."""
+    def cells(p: dict) -> list:
+        if not p.get("step_time_s"):
+            return [p.get("framework", "-"), p.get("profile", "-") or "-", "-", "-", "-", "-", "-"]
+        fits = p.get("fits")
+        return [p["framework"], p.get("profile") or "-", f"{p['step_time_s']:.3f}",
+                f"{p['tokens_per_s_per_gpu']:,.0f}", f"{100 * p['mfu']:.1f}",
+                f"{p['peak_memory_bytes'] / GIB:.1f}", "-" if fits is None else ("yes" if fits else "no")]
+
+    rows = [["plan file", *cells(before)], ["now", *cells(after)]]
+    if before.get("step_time_s") and after.get("step_time_s"):
+        rows.append(["change", "", "", f"{100 * (after['step_time_s'] / before['step_time_s'] - 1):+.1f}%", "", "",
+                     f"{100 * (after['peak_memory_bytes'] / before['peak_memory_bytes'] - 1):+.1f}%", ""])
+    return ["prediction: the plan file's and now", *_table(
+        ["", "framework", "profile", "step s", "tok/s/GPU", "MFU %", "GiB", "fits"], rows, "lllrrrrl")]
+
+
+def _can_run(f) -> str:
+    """The framework's limits beyond the rules every plan obeys, as a short phrase."""
+    limits = []
+    for degree in ("tp", "pp", "cp", "vpp"):
+        if getattr(f, f"max_{degree}") == 1:
+            limits.append(f"no {degree}")
+    if f.zero_stages != (0, 1, 2, 3):
+        limits.append("zero " + "/".join(map(str, f.zero_stages)))
+    if f.max_zero_with_pp < 3:
+        limits.append(f"zero<={f.max_zero_with_pp} with pp")
+    if f.max_zero_with_ep < 3:
+        limits.append(f"zero<={f.max_zero_with_ep} with ep")
+    if f.zero0_only_pure_dp:
+        limits.append("zero 0 only as pure dp")
+    if f.sequence_parallel != "optional":
+        limits.append(f"sp {f.sequence_parallel}")
+    if not f.moe:
+        limits.append("dense only")
+    elif not f.moe_with_tp_pp:
+        limits.append("MoE without tp/pp")
+    if f.min_microbatches_per_stage:
+        limits.append("micro-batches >= pp")
+    if f.tied_embeddings_one_stage:
+        limits.append("tied embeddings without tp/pp")
+    if not f.learned_positions_split_sequence:
+        limits.append("learned positions without cp/sp")
+    if f.seq_len_within_model:
+        limits.append("seq_len <= model max")
+    if f.dtypes != ("bf16", "fp16", "fp8", "fp32"):
+        limits.append("/".join(f.dtypes))
+    return ", ".join(limits) or "every plan"
+
+
+def render_frameworks(frameworks: list) -> str:
+    """`autoplan frameworks`: one row each -- bytes per parameter by ZeRO stage, loss, recompute, limits."""
+    rows = []
+    for f in frameworks:
+        per_stage = []
+        for stage in (0, 3):
+            total = sum(t.bytes_per_param for t in f.states.values() if t.sharded_from_zero > stage)
+            per_stage.append(f"{total + (f.compute_weight_copy_bytes if stage < 3 else 0):g}")
+        rows.append([f.name, f"{sum(t.bytes_per_param for t in f.states.values()):g}+{f.compute_weight_copy_bytes:g}",
+                     "/".join(per_stage), "fused" if f.fused_cross_entropy else "unfused",
+                     f.selective_recompute, "yes" if f.flash_attention else "no", _can_run(f)])
+    return "\n".join(_table(["framework", "B/param", "unsharded z0/z3", "loss", "selective", "flash", "can run"],
+                            rows, "lrrllll")) + (
+        "\n\nB/param: model states + compute-weight copy per parameter; unsharded z0/z3: bytes per parameter "
+        "not divided by dp at ZeRO 0 and 3\n")
+
+
+def render_framework(f, fitted: dict | None = None) -> str:
+    """`autoplan frameworks NAME`: every fact of one framework with its source; `fitted` names the
+    efficiency values the cost model fitted on published runs (already merged into `f`)."""
+    lines = [f"{f.name}: {f.description}", f"  facts of: {f.version}", "", "stores (bytes per parameter)"]
+    lines += _table(["state", "bytes", "sharded from ZeRO", "what"],
+                    [[k, f"{t.bytes_per_param:g}", str(t.sharded_from_zero) if t.sharded_from_zero <= 3 else "never",
+                      t.what] for k, t in f.states.items()], "lrrl")
+    lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {f.activation_bytes} B "
+              f"per element, loss {'fused' if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}, "
+              f"selective recompute = {f.selective_recompute}",
+              f"fuses: flash attention {'yes' if f.flash_attention else 'no'}, memory-bound bytes x{f.fused_elementwise:g}",
+              f"overlaps: TP comm {f.tp_comm_overlap:.0%}, DP window {f.dp_comm_overlap:.0%}, "
+              f"pipeline scatter/gather {'yes' if f.pp_scatter_gather else 'no'}",
+              f"can run: {_can_run(f)}"]
+    if fitted:
+        lines.append("fitted on published runs (cost_model/data/constants.json): "
+                     + ", ".join(f"{k}={v:.3g}" for k, v in fitted.items()))
+    lines += ["", "sources"]
+    lines += [f"  {k}: {v}" for k, v in f.sources.items()] or ["  (none beyond the field docs)"]
+    return "\n".join(lines) + "\n"

@@ -2,7 +2,8 @@
 
 Imports only `autoplan.specs` and the standard library, so planning runs without torch.
 """
-from cost_model.constants import Constants, SoftwareStack, load_constants
+from cost_model.constants import Constants, load_constants
+from cost_model.contract import PlanEstimator
 from cost_model.estimator import Estimator, estimate
 from cost_model.flops import model_flops_per_token, narayanan_flops_per_step
 from cost_model.memory import activation_bytes_per_layer
@@ -11,7 +12,7 @@ from cost_model.stages import StageSplit, stage_split
 from cost_model.tables import ProfileTables
 
 __all__ = [
-    "BUILTIN_PROFILE_NAMES", "Constants", "DEFAULT_PROFILE_NAME", "Estimator", "ProfileTables",
-    "SoftwareStack", "StageSplit", "activation_bytes_per_layer", "builtin_profile", "estimate", "load_constants",
+    "BUILTIN_PROFILE_NAMES", "Constants", "PlanEstimator", "DEFAULT_PROFILE_NAME", "Estimator", "ProfileTables",
+    "StageSplit", "activation_bytes_per_layer", "builtin_profile", "estimate", "load_constants",
     "model_flops_per_token", "narayanan_flops_per_step", "stage_split",
 ]

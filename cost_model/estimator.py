@@ -15,12 +15,14 @@ names the ranks that can be the worst). The breakdown dictionaries' sums are the
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autoplan.specs import (
-    ClusterSpec, CostEstimate, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
+    DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
 )
-from cost_model.constants import Constants, SoftwareStack, load_constants
+from cost_model.constants import Constants, load_constants
 from cost_model.flops import model_flops_per_token
-from cost_model.layer_time import Rates, embedding_time_s, head_times, layer_times
+from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, layer_times
 from cost_model.memory import (
     BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
     in_flight_microbatches, model_state_bytes, selective_kept_bytes,
@@ -35,6 +37,40 @@ ALLOCATOR_OVERHEAD = 0.08          # assumption: caching-allocator rounding/frag
 _TABLES: dict = {}
 
 
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters of the whole model by where they live (stages, TP and EP divide them)."""
+    dense_per_layer: float
+    """Attention, norms, router and any non-expert MLP of one layer."""
+    expert_per_layer: float
+    """All experts of one MoE layer (0 for a dense model)."""
+    embedding: float
+    head: float
+    """Final norm + LM head (the norm only when tied to the embedding)."""
+    tied: bool
+
+    def local(self, plan: ParallelPlan, layers: int, first: bool, last: bool) -> tuple:
+        """(dense, expert) parameters one GPU of a rank with `layers` layers holds before ZeRO sharding."""
+        dense = layers * self.dense_per_layer / plan.tp
+        expert = layers * self.expert_per_layer / (plan.tp * plan.ep)
+        if first:
+            dense += self.embedding / plan.tp
+        if last and not (first and self.tied):
+            dense += self.head / plan.tp
+        return dense, expert
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Per-micro-batch costs of one plan's shapes that the step-time terms are built from: one
+    layer's times and the extras of the first (embedding) and last (head + loss) ranks."""
+    layer: LayerTimes
+    head_compute_s: float
+    head_memory_s: float
+    embed_s: float
+    params: ParamCounts
+
+
 def tables_for(profile: HardwareProfile) -> ProfileTables:
     """One ProfileTables per profile object, so every Estimator on it shares the caches."""
     entry = _TABLES.get(id(profile))
@@ -44,12 +80,15 @@ def tables_for(profile: HardwareProfile) -> ProfileTables:
 
 
 class Estimator:
+    """The analytical cost model (cost_model.contract.PlanEstimator): problem fixed once, plans many times."""
     def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-                 profile: HardwareProfile, software: SoftwareStack | None = None,
+                 profile: HardwareProfile, framework: Framework | None = None,
                  constants: Constants | None = None, allow_tp_across_nodes: bool = False):
         self.model, self.training, self.cluster, self.profile = model, training, cluster, profile
         self.constants = constants or load_constants()
-        self.software = software or self.constants.software()
+        # The framework's documented facts with its fitted efficiency values merged in; a Framework
+        # given here is used as it is (the caller merged what it wanted).
+        self.framework = framework or self.constants.framework(DEFAULT_FRAMEWORK)
         self.allow_tp_across_nodes = allow_tp_across_nodes
         self.tables = tables_for(profile)
         self.gpus_per_node = cluster.gpus_per_node
@@ -61,18 +100,17 @@ class Estimator:
             gemm_dtype=dtype,
             matmul_scale=self.constants.matmul_scale.get(profile.name, 1.0) if builtin else 1.0,
             fp8_scale=(self.constants.fp8_matmul_scale if builtin else 1.0)
-            * (self.constants.fp8_rowwise_scale if self.software.fp8_rowwise else 1.0),
+            * (self.constants.fp8_rowwise_scale if self.framework.fp8_rowwise else 1.0),
             attention_scale=self.constants.attention_scale if builtin else 1.0,
-            memory_scale=self.constants.elementwise_scale * self.software.fused_elementwise,
-            flash_attention=self.software.flash_attention)
+            memory_scale=self.constants.elementwise_scale * self.framework.fused_elementwise,
+            flash_attention=self.framework.flash_attention)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
         # Parameter counts (whole model; stages and TP divide them below).
         expert = model.num_experts * model.mlp_params_per_expert() if model.is_moe else 0
-        self._dense_layer_params = model.params_per_layer() - expert
-        self._expert_layer_params = expert
-        self._embedding_params = model.embedding_params()
-        self._head_params = model.output_params()
+        self.params = ParamCounts(dense_per_layer=model.params_per_layer() - expert, expert_per_layer=expert,
+                                  embedding=model.embedding_params(), head=model.output_params(),
+                                  tied=model.tied_embeddings)
         self._layer_cache: dict = {}
 
     # -- shared pieces -------------------------------------------------------------------------
@@ -95,15 +133,10 @@ class Estimator:
                                            embedding_time_s(self.model, self.tables, self.rates, tokens))
         return ex
 
-    def _local_params(self, plan: ParallelPlan, per_stage: int, first: bool, last: bool) -> tuple:
-        """(dense, expert) parameters one GPU of a rank with `per_stage` layers holds before ZeRO sharding."""
-        dense = per_stage * self._dense_layer_params / plan.tp
-        expert = per_stage * self._expert_layer_params / (plan.tp * plan.ep)
-        if first:
-            dense += self._embedding_params / plan.tp
-        if last and not (first and self.model.tied_embeddings):
-            dense += self._head_params / plan.tp
-        return dense, expert
+    def stage_costs(self, plan: ParallelPlan) -> StageCosts:
+        """The per-micro-batch costs of this plan's shapes (cached per shape), for the step time."""
+        head_compute_s, head_memory_s, embed_s = self._extras(plan)
+        return StageCosts(self._layer(plan), head_compute_s, head_memory_s, embed_s, self.params)
 
     # -- memory --------------------------------------------------------------------------------
     def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int,
@@ -111,12 +144,16 @@ class Estimator:
         """Memory of pipeline rank `stage`, which holds `per_stage` layers."""
         p, m = plan.pp, plan.num_microbatches
         first, last = stage == 0, stage == p - 1
-        dense, expert = self._local_params(plan, per_stage, first, last)
+        dense, expert = self.params.local(plan, per_stage, first, last)
         shard = plan.dp * plan.cp
-        states = model_state_bytes(dense, plan.zero_stage, shard)
+        fw = self.framework
+        states = model_state_bytes(dense, plan.zero_stage, shard, fw.states)
         if expert:
-            for k, v in model_state_bytes(expert, plan.zero_stage, max(1, shard // plan.ep)).items():
+            for k, v in model_state_bytes(expert, plan.zero_stage, max(1, shard // plan.ep), fw.states).items():
                 states[k] += v
+        # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
+        # FSDP2's gathered weights at ZeRO 1/2); at ZeRO 3 only the layers in flight, in comm_buffers.
+        weight_copies = fw.compute_weight_copy_bytes * (dense + expert) if plan.zero_stage < 3 else 0.0
         s_local = self.training.seq_len // plan.cp
         b = plan.micro_batch_size
         full_layer, selective_layer, input_only, working_layer = self._layer_activation_bytes(
@@ -130,7 +167,7 @@ class Estimator:
         # Backward of one layer: its activation gradients (about one layer's activations, with the
         # SP-gathered inputs at full length), plus its recomputed activations under full recompute.
         working = working_layer * (2 if recompute == "full" else 1)
-        per_logit = BYTES_LOGITS if self.software.fused_cross_entropy else BYTES_LOGITS_UNFUSED
+        per_logit = BYTES_LOGITS if fw.fused_cross_entropy else BYTES_LOGITS_UNFUSED
         logits = per_logit * b * s_local * self.model.vocab_size / plan.tp if last else 0.0
         comm = 0.0
         if plan.zero_stage >= 3 and shard > 1 and p > 1:
@@ -142,10 +179,10 @@ class Estimator:
         elif plan.zero_stage >= 3 and shard > 1:
             # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's
             # unsharded gradients awaiting reduce-scatter.
-            layer = (self._dense_layer_params + self._expert_layer_params / plan.ep) / plan.tp
+            layer = (self.params.dense_per_layer + self.params.expert_per_layer / plan.ep) / plan.tp
             comm = 2 * BYTES_WEIGHT * layer + BYTES_GRAD * layer
         transient = activations + working + logits + comm
-        return {**states, "activations": activations, "activation_working": working, "logits": logits,
+        return {**states, "weight_copies": weight_copies, "activations": activations, "activation_working": working, "logits": logits,
                 "comm_buffers": comm,
                 "allocator_overhead": ALLOCATOR_OVERHEAD * transient, "cuda_context": CUDA_CONTEXT_BYTES}
 
@@ -155,9 +192,9 @@ class Estimator:
         key = ("act", b, s_local, tp, sp)
         hit = self._layer_cache.get(key)
         if hit is None:
-            flash = self.software.flash_attention
+            flash = self.framework.flash_attention
             parts = activation_bytes_per_layer(self.model, b, s_local, tp, sp, flash)
-            selective = selective_kept_bytes(parts, self.software.selective_recompute, self.model, b,
+            selective = selective_kept_bytes(parts, self.framework.selective_recompute, self.model, b,
                                              s_local, tp, sp)
             working = sum(activation_bytes_per_layer(self.model, b, s_local, tp, False, flash).values())
             hit = self._layer_cache[key] = (sum(parts.values()), selective,
@@ -208,10 +245,11 @@ class Estimator:
     # -- time ----------------------------------------------------------------------------------
     def estimate(self, plan: ParallelPlan) -> CostEstimate:
         plan.check(self.model, self.training, self.cluster, allow_tp_across_nodes=self.allow_tp_across_nodes)
+        self.framework.check(self.model, self.training, plan)
         return self._estimate(plan)
 
     def _estimate(self, plan: ParallelPlan) -> CostEstimate:
-        time, details, hw_flops = step_time_terms(self, plan)
+        time, details, hw_flops = step_time_terms(self, plan, self.stage_costs(plan))
         memory, details["memory_first_stage_bytes"] = self._stages_memory(plan, plan.recompute, plan.recompute_num_layers)
         return CostEstimate(
             time_breakdown_s=time, memory_breakdown_bytes=memory,

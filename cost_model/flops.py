@@ -4,17 +4,15 @@ A GEMM is (m, n, k): C[m,n] = A[m,k] @ B[k,n], 2*m*n*k FLOPs. Its backward is tw
 same FLOPs with transposed shapes (data gradient (m, k, n), weight gradient (k, n, m)), hence the
 "backward = 2x forward" of Narayanan et al. 2021 (arXiv 2104.04473, section 3.5).
 
-MFU convention (DESIGN.md "MFU"; the PaLM / Narayanan one): model FLOPs per token =
-6 * N_matmul + 12 * L * s * q_size, where N_matmul is every active parameter that takes part in a
-matmul (all but the token-embedding lookup; the LM head counts once, tied or not) and the second
-term is the attention score (QK^T) and value (AV) matmuls, forward + backward, counted for the full
-(non-causal) square as those papers do. Hardware FLOPs add what recompute executes again.
+The MFU convention (model FLOPs per token) is the project's one, `autoplan.specs.flops`; hardware
+FLOPs add what recompute executes again.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from autoplan.specs import ModelSpec
+from autoplan.specs.flops import matmul_params, model_flops_per_token  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -81,17 +79,6 @@ def attention_core_fwd_flops(model: ModelSpec, micro_batch: int, seq_len: int, t
     """
     full = 4.0 * micro_batch * seq_len * seq_len * model.q_size / (tp * cp)
     return full / 2 if causal else full
-
-
-def matmul_params(model: ModelSpec) -> int:
-    """Active parameters that take part in a matmul (everything but the embedding lookup)."""
-    head = model.vocab_size * model.hidden_size if model.tied_embeddings else 0
-    return model.num_active_params - model.embedding_params() + head
-
-
-def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """6*N_matmul + 12*L*s*q_size (forward + backward, attention counted non-causal)."""
-    return 6.0 * matmul_params(model) + 12.0 * model.num_layers * seq_len * model.q_size
 
 
 def narayanan_flops_per_step(model: ModelSpec, global_batch: int, seq_len: int, recompute: bool) -> float:

@@ -1,9 +1,9 @@
 """Per-GPU memory terms of one pipeline stage, in bytes. Each term names its source.
 
-- Model states (ZeRO, Rajbhandari et al. 2019, arXiv 1910.02054, section 3): bf16 weights 2 B,
-  gradients kept in fp32 4 B (Megatron's main-grad buffer, FSDP's fp32 reduce), Adam's fp32 master
-  weights + momentum + variance 12 B. Stage 1 shards the 12 B, 2 also the gradients, 3 also the
-  weights, over the data-parallel group (dp x cp ranks that hold replicas) -- never over all GPUs.
+- Model states: what the framework keeps per parameter (`Framework.states`; e.g. Megatron: bf16
+  weights 2 B, fp32 main grads 4 B, fp32 master + Adam moments 12 B, ZeRO, Rajbhandari et al. 2019,
+  arXiv 1910.02054, section 3), each sharded from its ZeRO stage on over the data-parallel group
+  (dp x cp ranks that hold replicas) -- never over all GPUs.
 - Activations (Korthikanti et al. 2022, arXiv 2205.05198, section 4, Table 2): per layer and
   micro-batch s*b*h*(34 + 5*a*s/h) bytes for GPT (MHA, GeLU, ffn = 4h, dropout), written here as
   named tensors so GQA, SwiGLU and other widths follow. With flash attention (the default) the
@@ -16,7 +16,6 @@ from autoplan.specs import ModelSpec
 
 BYTES_WEIGHT = 2        # bf16 / fp16 weights
 BYTES_GRAD = 4          # fp32 gradient accumulation
-BYTES_OPTIMIZER = 12    # fp32 master + Adam m + v
 BYTES_ACT = 2           # bf16 activations
 BYTES_LOGITS = 6        # bf16 logits + their fp32 copy for the cross-entropy (Korthikanti sec. 4.3: 4sbv/t)
 BYTES_LOGITS_UNFUSED = 10  # + the fp32 gradient of the logits an unfused cross-entropy materializes
@@ -94,10 +93,8 @@ def in_flight_microbatches(pp: int, vpp: int, num_microbatches: int, stage: int)
     return min(float(held), float(num_microbatches) * (1.0 if vpp == 1 else 1.0 + (pp - 1) / (pp * vpp)))
 
 
-def model_state_bytes(num_local_params: float, zero_stage: int, shard: int) -> dict:
-    """Weights, gradients and optimizer state of `num_local_params` (after TP/PP/EP splits)."""
-    return {
-        "params": BYTES_WEIGHT * num_local_params / (shard if zero_stage >= 3 else 1),
-        "grads": BYTES_GRAD * num_local_params / (shard if zero_stage >= 2 else 1),
-        "optimizer": BYTES_OPTIMIZER * num_local_params / (shard if zero_stage >= 1 else 1),
-    }
+def model_state_bytes(num_local_params: float, zero_stage: int, shard: int, states: dict) -> dict:
+    """The framework's model states (`Framework.states`: name -> bytes per parameter and the ZeRO
+    stage from which it is sharded) of `num_local_params` (after TP/PP/EP splits)."""
+    return {name: term.bytes_per_param * num_local_params / (shard if zero_stage >= term.sharded_from_zero else 1)
+            for name, term in states.items()}

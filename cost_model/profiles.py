@@ -16,71 +16,74 @@ from functools import lru_cache
 from autoplan.specs import (
     AttentionSample, AutoplanError, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
 )
+from autoplan.specs.gpus import gpu_sheet
 
 GIB = 1024 ** 3
 _H100_SOURCES = {
-    "peak_flops_per_s": "NVIDIA H100 SXM datasheet: 989 TFLOP/s dense bf16/fp16, 1979 fp8",
+    "peak_flops_per_s": "datasheet (autoplan.specs.gpus)",
     "matmul": "best measured bf16 GEMM ~795 TFLOP/s on H100 SXM (DESIGN.md facts) = 0.804 of peak; "
               "fp8 assumed the same fraction of its peak (the fit's fp8 scale corrects it)",
     "attention": "FlashAttention-2 through PyTorch SDPA on H100: FA3 paper (arXiv 2407.08608) reports "
                  "FA3 at up to 740 TFLOP/s (75%) and 1.5-2.0x FA2, so FA2 ~0.45 of peak forward",
-    "intra_node_bandwidth_bytes_per_s": "NVLink 4: 450 GB/s per direction per GPU",
-    "inter_node_bandwidth_bytes_per_s": "DGX H100: 8x400 Gb/s InfiniBand per node = 50 GB/s per GPU",
+    "intra_node_bandwidth_bytes_per_s": "datasheet: NVLink 4, 450 GB/s per direction per GPU",
+    "inter_node_bandwidth_bytes_per_s": "datasheet: DGX H100 8x400 Gb/s per node = 50 GB/s per GPU",
+    "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
     "collectives": "NCCL all-reduce bus bandwidth ~370 GB/s in an 8xH100 node (DESIGN.md facts); "
                    "across nodes assumed 90% of the node's NIC line rate",
 }
 _A100_SOURCES = {
-    "peak_flops_per_s": "NVIDIA A100 SXM datasheet: 312 TFLOP/s dense bf16/fp16, 19.5 fp32",
+    "peak_flops_per_s": "datasheet (autoplan.specs.gpus)",
     "matmul": "best measured bf16 GEMM ~271 TFLOP/s on A100 (DESIGN.md facts) = 0.869 of peak",
     "attention": "FlashAttention-2 paper (arXiv 2307.08691): 50-73% of peak on A100; forward 0.70, "
                  "backward 0.55 taken at long sequences",
-    "intra_node_bandwidth_bytes_per_s": "NVLink 3: 300 GB/s per direction per GPU",
-    "inter_node_bandwidth_bytes_per_s": "DGX A100: 8x200 Gb/s InfiniBand per node = 25 GB/s per GPU",
+    "intra_node_bandwidth_bytes_per_s": "datasheet: NVLink 3, 300 GB/s per direction per GPU",
+    "inter_node_bandwidth_bytes_per_s": "datasheet: DGX A100 8x200 Gb/s per node = 25 GB/s per GPU",
+    "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
     "collectives": "NCCL all-reduce bus bandwidth ~230 GB/s in an 8xA100 node (DESIGN.md facts); "
                    "across nodes assumed 90% of the node's NIC line rate",
 }
 
+
+def _entry(sheet_key: str, **profile_facts) -> dict:
+    """A built-in profile's inputs: the datasheet facts of `autoplan.specs.gpus` (peaks, HBM, links,
+    SMs), then what is not a datasheet fact (allocatable capacity, achieved efficiencies from the
+    benchmarks cited in `sources`); a key given here overrides the sheet's (e.g. a lower-bandwidth
+    variant)."""
+    sheet = gpu_sheet(sheet_key)
+    facts = dict(peak=dict(sheet.peak_flops_per_s), hbm_bytes_per_s=sheet.memory_bandwidth_bytes_per_s,
+                 nvlink_bytes_per_s=sheet.nvlink_bytes_per_s, nic_bytes_per_s=sheet.nic_bytes_per_s,
+                 num_sms=sheet.num_sms)
+    facts.update(profile_facts)
+    facts["sources"] = {"datasheet": f"{sheet.key}: {sheet.source}", **profile_facts["sources"]}
+    return facts
+
+
 # One entry per built-in GPU. `*_eff` are achieved fractions of the datasheet figure.
 SPECS = {
-    "a100-40gb": dict(
-        device_name="NVIDIA A100-SXM4-40GB", peak={"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
-        capacity_bytes=int(39.59 * GIB), hbm_bytes_per_s=1555e9, nvlink_bytes_per_s=300e9,
-        nic_bytes_per_s=25e9, num_sms=108, matmul_eff=0.869, attn_fwd_eff=0.70, attn_bwd_eff=0.55,
-        allreduce_busbw=230e9, sources={
+    "a100-40gb": _entry(
+        "a100-sxm-40gb", device_name="NVIDIA A100-SXM4-40GB", capacity_bytes=int(39.59 * GIB),
+        matmul_eff=0.869, attn_fwd_eff=0.70, attn_bwd_eff=0.55, allreduce_busbw=230e9, sources={
             **_A100_SOURCES,
-            "memory_capacity_bytes": "40 GB part; torch reports 39.59 GiB total capacity",
-            "memory_bandwidth_bytes_per_s": "A100 40GB datasheet: 1555 GB/s HBM2"}),
-    "a100-80gb": dict(
-        device_name="NVIDIA A100-SXM4-80GB", peak={"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12},
-        capacity_bytes=int(79.15 * GIB), hbm_bytes_per_s=2039e9, nvlink_bytes_per_s=300e9,
-        nic_bytes_per_s=25e9, num_sms=108, matmul_eff=0.869, attn_fwd_eff=0.70, attn_bwd_eff=0.55,
-        allreduce_busbw=230e9, sources={
+            "memory_capacity_bytes": "40 GB part; torch reports 39.59 GiB total capacity"}),
+    "a100-80gb": _entry(
+        "a100-sxm-80gb", device_name="NVIDIA A100-SXM4-80GB", capacity_bytes=int(79.15 * GIB),
+        matmul_eff=0.869, attn_fwd_eff=0.70, attn_bwd_eff=0.55, allreduce_busbw=230e9, sources={
             **_A100_SOURCES,
-            "memory_capacity_bytes": "80 GB part; torch reports 79.15 GiB total capacity",
-            "memory_bandwidth_bytes_per_s": "A100 80GB SXM datasheet: 2039 GB/s HBM2e"}),
-    "h100-80gb": dict(
-        device_name="NVIDIA H100 80GB HBM3", peak={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "fp32": 67e12},
-        capacity_bytes=int(79.11 * GIB), hbm_bytes_per_s=3350e9, nvlink_bytes_per_s=450e9,
-        nic_bytes_per_s=50e9, num_sms=132, matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
-        allreduce_busbw=370e9, sources={
+            "memory_capacity_bytes": "80 GB part; torch reports 79.15 GiB total capacity"}),
+    "h100-80gb": _entry(
+        "h100-sxm", device_name="NVIDIA H100 80GB HBM3", capacity_bytes=int(79.11 * GIB),
+        matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
-            "memory_capacity_bytes": "80 GB part; torch reports 79.11 GiB total capacity",
-            "memory_bandwidth_bytes_per_s": "H100 SXM datasheet: 3.35 TB/s HBM3"}),
-    "h200": dict(
-        device_name="NVIDIA H200", peak={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "fp32": 67e12},
-        capacity_bytes=int(139.8 * GIB), hbm_bytes_per_s=4800e9, nvlink_bytes_per_s=450e9,
-        nic_bytes_per_s=50e9, num_sms=132, matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
-        allreduce_busbw=370e9, sources={
+            "memory_capacity_bytes": "80 GB part; torch reports 79.11 GiB total capacity"}),
+    "h200": _entry(
+        "h200-sxm", device_name="NVIDIA H200", capacity_bytes=int(139.8 * GIB),
+        matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
-            "peak_flops_per_s": "NVIDIA H200 datasheet: same tensor-core peaks as H100 SXM",
-            "memory_capacity_bytes": "141 GB HBM3e part (143771 MiB); torch reports ~139.8 GiB",
-            "memory_bandwidth_bytes_per_s": "H200 datasheet: 4.8 TB/s HBM3e"}),
-    "h100-96gb-500w": dict(
-        device_name="NVIDIA H100 96GB HBM2e (500 W cap)",
-        peak={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12, "fp32": 67e12},
-        capacity_bytes=int(94.5 * GIB), hbm_bytes_per_s=2400e9, nvlink_bytes_per_s=450e9,
-        nic_bytes_per_s=50e9, num_sms=132, matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
-        allreduce_busbw=370e9, sources={
+            "memory_capacity_bytes": "141 GB HBM3e part (143771 MiB); torch reports ~139.8 GiB"}),
+    "h100-96gb-500w": _entry(
+        "h100-sxm", device_name="NVIDIA H100 96GB HBM2e (500 W cap)", capacity_bytes=int(94.5 * GIB),
+        hbm_bytes_per_s=2400e9, matmul_eff=0.804, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9,
+        sources={
             **_H100_SOURCES,
             "peak_flops_per_s": "H100 SXM datasheet peaks (torchtitan reports MFU against them); the 500 W "
                                 "cap lowers achieved clocks, which the fitted per-profile matmul scale carries",

@@ -1,6 +1,6 @@
 """Published training runs (cost_model/data/published_runs.csv) as cost-model inputs.
 
-Each row becomes (ModelSpec, TrainingSpec, ClusterSpec, ParallelPlan, SoftwareStack, measured
+Each row becomes (ModelSpec, TrainingSpec, ClusterSpec, ParallelPlan, Framework, measured
 tokens/s/GPU). Where the source leaves a cell empty, the filling rule is written next to it here
 and recorded on the run (`assumptions`), so a reader can see what was inferred.
 """
@@ -11,8 +11,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoplan.specs import AutoplanError, ClusterSpec, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec
-from cost_model.constants import Constants, SoftwareStack, load_constants
+from autoplan.specs import (
+    AutoplanError, ClusterSpec, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
+)
+from cost_model.constants import Constants, load_constants
 from cost_model.profiles import builtin_profile
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
@@ -47,7 +49,7 @@ class PublishedRun:
     cluster: ClusterSpec
     plan: ParallelPlan
     framework: str
-    """Training framework (a key of cost_model.constants.FRAMEWORK_FACTS)."""
+    """Training framework (a name in autoplan.specs.frameworks)."""
     compiled: bool
     """torch.compile fused the elementwise ops (from the run's notes)."""
     async_tp: bool
@@ -64,8 +66,8 @@ class PublishedRun:
     sweep: str = field(default="")
     """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
 
-    def software(self, constants: Constants | None = None) -> SoftwareStack:
-        """The run's SoftwareStack under the given (fitted) constants."""
+    def framework_facts(self, constants: Constants | None = None) -> Framework:
+        """The run's framework under the given (fitted) constants, with the run's own switches."""
         constants = constants or load_constants()
         overrides = {}
         if self.compiled:
@@ -74,7 +76,7 @@ class PublishedRun:
             overrides["tp_comm_overlap"] = constants.async_tp_overlap
         if self.fp8_rowwise:
             overrides["fp8_rowwise"] = True
-        return constants.software(self.framework, **overrides)
+        return constants.framework(self.framework, **overrides)
 
     def profile(self) -> HardwareProfile:
         """The built-in profile of the run's GPU, on the run's network."""

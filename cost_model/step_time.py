@@ -27,13 +27,16 @@ def _dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
     return max(1, min(plan.dp * plan.cp, gpus_per_node // plan.tp))
 
 
-def step_time_terms(est, plan: ParallelPlan) -> tuple:
-    """(time_breakdown_s, details, hardware_flops_per_step) for a checked plan."""
-    lt = est._layer(plan)
-    head_compute_s, head_memory_s, embed_s = est._extras(plan)
+def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
+    """(time_breakdown_s, details, hardware_flops_per_step) for a checked plan.
+
+    `costs` (estimator.StageCosts) holds the per-micro-batch costs of the plan's shapes; `est` gives
+    the problem (model, training, framework, constants, tables, gpus_per_node, model FLOPs)."""
+    lt = costs.layer
+    head_compute_s, head_memory_s, embed_s = costs.head_compute_s, costs.head_memory_s, costs.embed_s
     p, v, m = plan.pp, plan.vpp, plan.num_microbatches
     split = stage_split(plan, est.model.num_layers)
-    tables, sw = est.tables, est.software
+    tables, sw = est.tables, est.framework
     gpn = est.gpus_per_node
 
     layer_compute = lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
@@ -91,10 +94,10 @@ def step_time_terms(est, plan: ParallelPlan) -> tuple:
     # (head) or, when uneven, the largest middle rank; the first never holds more layers than the
     # last, and its embedding is the head's size. The last wins ties.
     state_layers = per_stage if even else split.num_layers[p - 1]
-    dense, expert = est._local_params(plan, state_layers, first=(p == 1), last=True)
+    dense, expert = costs.params.local(plan, state_layers, first=(p == 1), last=True)
     if not even and len(split.time_ranks) > 2:
         middle_layers = split.num_layers[split.time_ranks[2]]
-        middle = est._local_params(plan, middle_layers, first=False, last=False)
+        middle = costs.params.local(plan, middle_layers, first=False, last=False)
         if sum(middle) > dense + expert:
             (dense, expert), state_layers = middle, middle_layers
     dp_s, dp_total_s, dp_bytes = _dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
@@ -182,7 +185,7 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     group = plan.dp * plan.cp
     if group == 1:
         return 0.0, 0.0, 0.0
-    tables, sw = est.tables, est.software
+    tables, sw = est.tables, est.framework
     rpn = _dp_ranks_per_node(plan, est.gpus_per_node)
     params = dense + expert / max(1, plan.ep)  # expert replicas are fewer; count their share
     grad_bytes = GRAD_REDUCE_BYTES[plan.zero_stage] * params

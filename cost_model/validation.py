@@ -41,7 +41,7 @@ def predict_runs(runs: list, constants: Constants | None = None) -> list:
     results = []
     for run in runs:
         est = Estimator(run.model, run.training, run.cluster, run.profile(),
-                        software=run.software(constants), constants=constants)
+                        framework=run.framework_facts(constants), constants=constants)
         try:
             e = est.estimate(run.plan)
         except InfeasiblePlan as exc:

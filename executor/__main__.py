@@ -5,7 +5,8 @@ torchrun, e.g.
         -m executor plan.json --device cuda --steps 50 --out runs.jsonl
 
 Rank 0 appends the Measurement to --out. Without torchrun (no WORLD_SIZE in the environment) it
-behaves like `autoplan run`, which starts the local processes itself.
+says to use `autoplan run`, which starts the local processes itself (the executor does not import
+the CLI: DESIGN.md's layering).
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from executor.options import add_run_arguments, options_from_args
 
 def main(argv: list[str] | None = None) -> int:
     if "WORLD_SIZE" not in os.environ:
-        from autoplan.cli.main import main as autoplan_main
-
-        return autoplan_main(["run", *(sys.argv[1:] if argv is None else argv)])
+        args = " ".join(sys.argv[1:] if argv is None else argv)
+        sys.stderr.write("python -m executor: error: no WORLD_SIZE in the environment: this is the torchrun "
+                         f"entry point; run locally with `autoplan run {args}`, or start it under torchrun\n")
+        return 2
     parser = argparse.ArgumentParser(prog="python -m executor", description=__doc__.split("\n\n")[0])
     parser.add_argument("plans", nargs="+", metavar="PLAN")
     add_run_arguments(parser)

@@ -1,11 +1,8 @@
 """What a run records: the environment stamp, model FLOPs and MFU, peak memory, the Measurement.
 
-MFU convention (DESIGN "MFU"): model FLOPs per token = 6·N (N = the model's parameters a token
-passes through, embeddings included; Kaplan et al. 2020, arXiv 2001.08361, eq. 2.1: 2·N forward,
-4·N backward) + 12·L·H·Q·T for the attention score and value matmuls (PaLM, Chowdhery et al. 2022,
-arXiv 2204.02311, appendix B; L layers, H heads, Q head_dim, T sequence length; not halved for the
-causal mask, as in PaLM). Recompute is not counted (that would be hardware FLOPs). The denominator
-is the GPU's dense datasheet peak for the training dtype times the number of GPUs.
+MFU uses the project's one convention (`autoplan.specs.flops`: 6 x the matmul parameters + the
+attention matmuls, no recompute) against the dense datasheet peak of `autoplan.specs.gpus`, so a
+measured MFU and a predicted one are the same quantity.
 """
 from __future__ import annotations
 
@@ -17,47 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autoplan.specs import Measurement, ModelSpec, PlanDocument
-
-# Dense (no 2:4 sparsity) peak FLOP/s per GPU, from the NVIDIA datasheets:
-# A100: "NVIDIA A100 Tensor Core GPU" datasheet (2021): BF16/FP16 312 TFLOPS, TF32 156, FP32 19.5.
-# H100 SXM / H100 PCIe: "NVIDIA H100 Tensor Core GPU" datasheet (2023): BF16 1,979 / 1,513 TFLOPS
-#   with sparsity -> 989.5 / 756.5 dense; FP8 3,958 / 3,026 sparse -> 1,979 / 1,513 dense;
-#   FP32 67 / 51 TFLOPS.
-# H200: "NVIDIA H200 Tensor Core GPU" datasheet (2024): BF16 1,979 TFLOPS sparse -> 989.5 dense,
-#   FP8 1,979 dense, FP32 67 (the H100 SXM compute die).
-# L40S: "NVIDIA L40S" datasheet (2023): BF16 733 TFLOPS sparse -> 366.5 dense, FP32 91.6.
-# Matched in order against torch.cuda.get_device_name(); the first substring found wins.
-PEAK_FLOPS_PER_S = (
-    ("H100 PCIe", {"bf16": 756.5e12, "fp16": 756.5e12, "fp8": 1513e12, "fp32": 51e12}),
-    ("H100", {"bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12, "fp32": 67e12}),
-    ("H200", {"bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12, "fp32": 67e12}),
-    ("GH200", {"bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12, "fp32": 67e12}),
-    ("A100", {"bf16": 312e12, "fp16": 312e12, "fp32": 19.5e12}),
-    ("L40S", {"bf16": 366.5e12, "fp16": 366.5e12, "fp8": 733e12, "fp32": 91.6e12}),
-)
-
-
-def peak_flops_per_s(device_name: str, dtype: str) -> float:
-    """Datasheet dense peak for this device and dtype; 0.0 when unknown (CPU: no MFU is reported)."""
-    for key, peaks in PEAK_FLOPS_PER_S:
-        if key in device_name:
-            return peaks.get(dtype, 0.0)
-    return 0.0
-
-
-def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """6·N + 12·L·H·Q·T (see the module docstring for the sources)."""
-    dense = 6.0 * model.num_active_params
-    attention = 12.0 * model.num_layers * model.num_heads * model.head_dim * seq_len
-    return dense + attention
-
-
-def mfu(model: ModelSpec, seq_len: int, tokens_per_s: float, num_gpus: int, peak: float) -> float:
-    """Model FLOPs utilization; 0.0 when the peak is unknown."""
-    if peak <= 0 or num_gpus <= 0:
-        return 0.0
-    return model_flops_per_token(model, seq_len) * tokens_per_s / (num_gpus * peak)
+from autoplan.specs import Measurement, PlanDocument
+from autoplan.specs.flops import mfu, model_flops_per_token  # noqa: F401  (re-exported)
+from autoplan.specs.gpus import datasheet_peak_flops_per_s as peak_flops_per_s  # noqa: F401  (re-exported)
 
 
 def cpu_peak_rss_bytes() -> int:

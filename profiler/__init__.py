@@ -3,8 +3,7 @@
 `autoplan profile --out cluster.json` on one machine, `torchrun ... -m profiler --out ...` across
 nodes. Imports only autoplan.specs (plus torch, pandas, tqdm): never the cost model.
 
-Names are re-exported lazily so that `profiler.compat` (standard library + specs) and the
-comparison stay importable without torch; the measuring modules load torch when first used.
+Names are re-exported lazily so that the comparison stays importable without torch; the measuring modules load torch when first used.
 """
 from __future__ import annotations
 
@@ -14,9 +13,7 @@ _EXPORTS = {
     "build_profile": "profiler.build", "samples_path": "profiler.build",
     "algorithm_bandwidth_bytes_per_s": "profiler.collectives", "bus_bandwidth_factor": "profiler.collectives",
     "group_layouts": "profiler.collectives",
-    "check_profile_hosts": "profiler.compat",
     "comparison_rows": "profiler.compare", "format_comparison": "profiler.compare",
-    "DATASHEETS": "profiler.datasheet", "lookup_datasheet": "profiler.datasheet",
     "check_output_path": "profiler.launch", "profile_local": "profiler.launch",
     "profile_under_torchrun": "profiler.launch", "resolve_device": "profiler.launch",
     "resolve_nproc": "profiler.launch",

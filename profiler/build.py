@@ -16,7 +16,7 @@ from autoplan.specs import (
     AutoplanError, AttentionSample, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
     write_json_atomic, write_text_atomic,
 )
-from profiler.datasheet import Datasheet
+from autoplan.specs.gpus import GpuSheet
 
 MATMUL_KEYS = ["m", "n", "k", "dtype"]
 ATTENTION_KEYS = ["batch", "seq_len", "num_heads", "head_dim", "dtype", "pass"]
@@ -35,7 +35,7 @@ class RunFacts:
     gpus_per_node: int
     num_nodes: int
     capacity_source: str
-    datasheet: Datasheet | None
+    datasheet: GpuSheet | None
     environment: dict
 
 

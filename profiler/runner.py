@@ -21,7 +21,7 @@ from profiler.collectives import group_layouts, measure_collectives, num_collect
 from profiler.compute import (
     Bench, measure_attention, measure_capacity_bytes, measure_matmuls, measure_memory_ops, runnable_dtypes,
 )
-from profiler.datasheet import lookup_datasheet
+from autoplan.specs.gpus import lookup_gpu
 from profiler.environment import environment_stamp, process_stamp
 from profiler.report import format_report
 from profiler.sweeps import MEMORY_OPS, sweep_for
@@ -115,7 +115,7 @@ def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
         name=request.name or f"{stamps[0]['hostname']}-{device.type}x{info.world_size}",
         device_name=name_of_device, device_kind="gpu" if device.type == "cuda" else "cpu",
         gpus_per_node=info.local_world_size, num_nodes=num_nodes, capacity_source=capacity_source,
-        datasheet=lookup_datasheet(name_of_device) if device.type == "cuda" else None,
+        datasheet=lookup_gpu(name_of_device) if device.type == "cuda" else None,
         environment=environment,
     )
     profile = build_profile(frame, facts, samples_path(request.out).name)

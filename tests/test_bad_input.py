@@ -116,16 +116,16 @@ def test_bad_input_is_one_line_and_exit_2(capsys, files, argv, words):
 
 
 def test_cpu_run_of_a_model_larger_than_host_memory_is_refused(capsys, files, monkeypatch):
-    import autoplan.cli.run_cmd as run_cmd
+    import autoplan.specs.compat as compat
 
     plan = files / "zero0.json"
     assert main(["estimate", *SMALL, "--zero", "0", "-o", str(plan), "--json"]) == 0  # dp=8 tp=1 pp=1
     capsys.readouterr()
-    monkeypatch.setattr(run_cmd, "available_host_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(compat, "available_host_bytes", lambda: 16 * 2**30)
     code, _, err = run(capsys, "run", plan, "--out", files / "measured.jsonl")
     # llama-2-7b has 6,738,415,616 parameters; unsharded fp32 weights + grads + AdamW moments are
     # 16 bytes each, in each of 8 processes: 803.3 GiB.
-    assert_one_line_error(code, err, ["needs at least 803.3 GiB of host memory", "8 CPU processes",
+    assert_one_line_error(code, err, ["needs at least 803.3 GiB of host memory", "8 CPU devices",
                                       "16.0 GiB is available", "--device cuda"])
     assert not (files / "measured.jsonl").exists()
 

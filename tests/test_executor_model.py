@@ -165,7 +165,10 @@ def test_options_and_registry_reject_bad_input():
 
 def test_flops_and_peaks():
     # PaLM appendix B: 6N + 12*L*H*Q*T per token.
-    assert model_flops_per_token(LLAMA, 32) == 6 * LLAMA.num_params + 12 * 2 * 4 * 16 * 32
+    # The one convention (autoplan.specs.flops): 6 x the matmul parameters (not the embedding
+    # lookup) + the attention matmuls (PaLM appendix B: 12*L*H*Q*T).
+    embedding = LLAMA.vocab_size * LLAMA.hidden_size
+    assert model_flops_per_token(LLAMA, 32) == 6 * (LLAMA.num_params - embedding) + 12 * 2 * 4 * 16 * 32
     assert peak_flops_per_s("NVIDIA H100 80GB HBM3", "bf16") == 989.5e12
     assert peak_flops_per_s("NVIDIA H100 PCIe", "bf16") == 756.5e12
     assert peak_flops_per_s("cpu", "fp32") == 0.0

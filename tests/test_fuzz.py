@@ -355,7 +355,7 @@ SIGINT_CASES = [
     (["search", "--model", "llama-3-70b", "--gpus", 256, "--trials", 400, "--storage", "sqlite:///study.db",
       "-o", "out.json"], "out.json"),
     (["estimate", "--model", "llama-2-70b", "--gpus", 64, "--tp", 8, "--pp", 2, "-o", "out.json"], "out.json"),
-    (["export", "plan.json", "--to", "torchtitan", "-o", "out.toml"], "out.toml"),
+    (["export", "plan.json", "--to", "megatron", "-o", "out.sh"], "out.sh"),
     (["calibrate", "--published", "--kind", "ridge", "-o", "out.json"], "out.json"),
     (["validate"], None),
     (["models"], None),

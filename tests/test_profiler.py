@@ -12,9 +12,10 @@ import pytest
 from autoplan.cli.main import main
 from autoplan.specs import AutoplanError, HardwareProfile
 from profiler import (
-    algorithm_bandwidth_bytes_per_s, build_profile, bus_bandwidth_factor, check_profile_hosts, group_layouts,
-    lookup_datasheet,
+    algorithm_bandwidth_bytes_per_s, build_profile, bus_bandwidth_factor, group_layouts,
 )
+from autoplan.specs.compat import check_profile_hosts
+from autoplan.specs.gpus import lookup_gpu as lookup_datasheet
 from profiler.build import RunFacts
 from profiler.timing import Clock, TimingPolicy, sample_times_s
 
@@ -86,15 +87,16 @@ def test_sample_times_measure_real_elapsed_time():
 # -- datasheets ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, key", [
-    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H200", "h200-sxm"), ("NVIDIA A100-SXM4-80GB", "a100-sxm"),
-    ("NVIDIA H100 PCIe", None), ("NVIDIA H200 NVL", None), ("NVIDIA A100 80GB PCIe", None),
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H200", "h200-sxm"), ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA GH200 480GB", "gh200"),
+    ("NVIDIA H200 NVL", None), ("NVIDIA A100 80GB PCIe", None),
     ("Intel(R) Xeon(R) Processor", None),
 ])
 def test_datasheet_lookup_knows_only_the_parts_it_has_figures_for(name, key):
     sheet = lookup_datasheet(name)
     assert (sheet.key if sheet else None) == key
     if sheet:
-        assert sheet.peak_flops_per_s["bf16"] in (312e12, 989e12) and sheet.source
+        assert sheet.peak_flops_per_s["bf16"] in (312e12, 756.5e12, 989.5e12) and sheet.source
 
 
 # -- aggregation -----------------------------------------------------------------------------------
@@ -137,7 +139,7 @@ def test_build_profile_takes_medians_and_names_its_sources():
 def test_build_profile_uses_datasheet_peaks_for_a_known_gpu():
     sheet = lookup_datasheet("NVIDIA H100 80GB HBM3")
     profile = build_profile(_rows(), _facts(sheet), "t.json.samples.csv")
-    assert profile.peak_flops_per_s["bf16"] == 989e12
+    assert profile.peak_flops_per_s["bf16"] == 989.5e12
     assert profile.inter_node_bandwidth_bytes_per_s == 50e9  # one node: the DGX NIC share, said so
     assert "datasheet" in profile.sources["inter_node_bandwidth_bytes_per_s"]
 

@@ -112,7 +112,29 @@ def test_plan_document_round_trips_and_keeps_unknown_keys(tmp_path):
     again = PlanDocument.load(path)
     assert again.to_dict() == doc.to_dict()
     assert again.plan_id == doc.plan_id and len(doc.plan_id) == 12
-    assert json.loads(path.read_text())["schema"] == "autoplan.plan/v1"
+    assert json.loads(path.read_text())["schema"] == "autoplan.plan/v2"
+    assert json.loads(path.read_text())["framework"] == "autoplan" and not again.assumed
+
+
+def test_plan_file_v1_reads_as_made_for_autoplan_and_says_so(tmp_path):
+    doc = PlanDocument(model=LLAMA2_70B, training=TrainingSpec(global_batch_size=64, seq_len=4096),
+                       cluster=ClusterSpec(name="h100-80gb", num_gpus=64),
+                       parallel=ParallelPlan(dp=2, tp=8, pp=4, micro_batch_size=1, num_microbatches=32),
+                       framework="megatron-core")
+    data = doc.to_dict()
+    data["schema"] = "autoplan.plan/v1"
+    del data["framework"]
+    again = PlanDocument.from_dict(data)
+    assert again.framework == "autoplan" and again.plan_id == doc.plan_id
+    assert len(again.assumed) == 1 and "autoplan.plan/v1" in again.assumed[0] and "megatron-core" in again.assumed[0]
+    data = doc.to_dict()
+    assert PlanDocument.from_dict(data).framework == "megatron-core"
+    data["framework"] = "jax"
+    with pytest.raises(AutoplanError, match="unknown framework 'jax'; known: autoplan, autoplan-xla, megatron-core"):
+        PlanDocument.from_dict(data)
+    del data["framework"]
+    with pytest.raises(AutoplanError, match="missing the field 'framework'"):
+        PlanDocument.from_dict(data)
 
 
 @pytest.mark.parametrize("text,match", [

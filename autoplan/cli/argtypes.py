@@ -83,3 +83,14 @@ def check_storage_url(url: str) -> None:
         if not folder.is_dir():
             raise AutoplanError(f"--storage {url!r}: the folder {str(folder)!r} does not exist; create it "
                                 f"or point the URL at an existing folder")
+
+
+def framework_name(text: str) -> str:
+    """--framework: a built-in framework's name (one line listing them otherwise)."""
+    from autoplan.specs import AutoplanError, get_framework
+
+    try:
+        return get_framework(text).name
+    except AutoplanError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+

@@ -1,6 +1,8 @@
 """`autoplan estimate`: predict the step time and memory of one plan, with breakdowns.
 
-Either re-score a plan file (`autoplan estimate plan.json`, with the profile the file names), or
+Either re-score a plan file (`autoplan estimate plan.json`, with the profile and framework the file
+names, or with `--framework`, `--gpu`, `--profile` or `--calibration` instead, printed beside the
+file's own prediction), or
 score one plan given on the command line (`--model ... --gpus ... --tp 8 --pp 4 ...`); knobs left
 out take their plain value (cp 1, vpp 1, micro-batch 1, ZeRO 0, no recompute, no SP) and dp is
 whatever the GPU count leaves. `--recompute full` recomputes the fewest layers per stage that fit
@@ -13,6 +15,7 @@ from pathlib import Path
 from autoplan.cli.search_cmd import (
     DEFAULT_DTYPE, add_output_arguments, add_pin_arguments, add_problem_arguments, emit, positive_int,
 )
+from autoplan.specs.frameworks import DEFAULT_FRAMEWORK
 
 
 def register(subparsers) -> None:
@@ -24,17 +27,21 @@ def register(subparsers) -> None:
                          "dp what --gpus leaves)")
     p.add_argument("--recompute-layers", type=positive_int, default=None, metavar="N",
                    help="with --recompute full: layers per stage to recompute (default: the fewest that fit, at least 1)")
+    p.add_argument("--calibration", default=None, metavar="PATH",
+                   help="a calibration file from `autoplan calibrate` to apply")
     add_output_arguments(p)
     p.set_defaults(func=run)
 
 
 # Flags that describe a plan; with a plan file they would be silently ignored, so they are refused.
-_PLAN_FLAGS = ("--model", "--gpus", "--gpu", "--gpus-per-node", "--profile", "--global-batch", "--seq-len",
+# (--framework, --gpu, --profile and --calibration re-score the file's plan another way: allowed.)
+_PLAN_FLAGS = ("--model", "--gpus", "--gpus-per-node", "--global-batch", "--seq-len",
                "--dp", "--tp", "--pp", "--cp", "--vpp", "--ep", "--micro-batch", "--zero", "--recompute",
                "--sequence-parallel", "--recompute-layers", "--dtype")
 
 
 def _plan_from_file(args):
+    from autoplan.cli.planfiles import load_plan
     from autoplan.planner import estimate_document
     from autoplan.specs import AutoplanError, PlanDocument
 
@@ -43,8 +50,14 @@ def _plan_from_file(args):
     if given:
         raise AutoplanError(f"give either a plan file or {', '.join(given)}, not both "
                             f"(edit the plan file, or describe the whole plan with flags)")
-    doc = PlanDocument.load(args.plan)
-    return estimate_document(doc, base_dir=Path(args.plan).parent)
+    if args.gpu is not None and args.profile is not None:
+        raise AutoplanError(f"pass either --gpu {args.gpu} or --profile {args.profile}, not both "
+                            f"(a measured profile already names its GPU)")
+    doc = load_plan(args.plan)
+    before = {"framework": doc.framework, "profile": doc.cluster.profile, **doc.prediction}
+    doc, scored = estimate_document(doc, base_dir=Path(args.plan).parent, framework=args.framework, gpu=args.gpu,
+                                    profile_path=args.profile, calibration_path=args.calibration)
+    return doc, scored, before
 
 
 def _plan_from_flags(args):
@@ -84,22 +97,34 @@ def _plan_from_flags(args):
             plan = plan.replace(recompute_num_layers=args.recompute_layers)
         else:  # the fewest layers that fit (at least one: full recompute was asked for); all if none fit
             plan.check(model, training, cluster, allow_tp_across_nodes=args.allow_tp_across_nodes)
-            fewest = make_estimator(model, training, cluster, profile).min_full_recompute_layers(plan)
+            fewest = make_estimator(model, training, cluster, profile,
+                                    framework=args.framework or DEFAULT_FRAMEWORK).min_full_recompute_layers(plan)
             plan = plan.replace(recompute_num_layers=plan.recompute_num_layers if fewest is None else max(1, fewest))
-    scored = score_one(model, training, cluster, profile, plan, args.allow_tp_across_nodes)
+    framework = args.framework or DEFAULT_FRAMEWORK
+    calibration = None
+    if args.calibration:
+        from autoplan.calibration import load_calibration
+
+        calibration = load_calibration(args.calibration)
+    scored = score_one(model, training, cluster, profile, plan, args.allow_tp_across_nodes, framework, calibration)
     doc = PlanDocument(model=model, training=training, cluster=cluster, parallel=plan,
-                       prediction=scored.estimate.to_prediction(),
+                       prediction=scored.estimate.to_prediction(), framework=framework,
                        provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": scored.estimate.cost_model})
     return doc, scored, defaults
 
 
 def run(args) -> int:
-    from autoplan.render import render_document
+    from autoplan.render import comparison_lines, render_document
 
+    before = None
     if args.plan is not None:
-        (doc, scored), defaults = _plan_from_file(args), []
+        (doc, scored, before), defaults = _plan_from_file(args), []
     else:
         doc, scored, defaults = _plan_from_flags(args)
+    text = render_document(doc, defaults, title="plan", with_search=False)
+    if before is not None:
+        text += "\n" + "\n".join(comparison_lines(before, {"framework": doc.framework, "profile": doc.cluster.profile,
+                                                           **doc.prediction})) + "\n"
     note = f"\nwarning: this plan {scored.reason}\n" if scored.reason else ""
-    emit(doc, render_document(doc, defaults, title="plan", with_search=False) + note, args)
+    emit(doc, text + note, args)
     return 0

@@ -12,7 +12,7 @@ def register(subparsers) -> None:
         "export", help="print a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed JSON",
         description="Translate a plan file into the configuration of a training framework. What does "
                     "not map is listed on stderr (and in the comment block of shell/TOML output).")
-    p.add_argument("plan", metavar="PLAN.json", help="plan file (schema autoplan.plan/v1), as written by `autoplan search -o`")
+    p.add_argument("plan", metavar="PLAN.json", help="plan file (schema autoplan.plan/v2), as written by `autoplan search -o`")
     p.add_argument("--to", dest="target", required=True, choices=target_names(), help="framework to export to")
     p.add_argument("--alternative", type=int, default=0, metavar="K",
                    help="export the K-th ranked alternative the search wrote into the plan file (default 0: the chosen plan)")
@@ -22,11 +22,15 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autoplan.exporters import export_plan, with_alternative
-    from autoplan.specs import PlanDocument, write_text_atomic
+    from autoplan.cli.planfiles import load_plan
+    from autoplan.exporters import export_plan, target_framework, with_alternative
+    from autoplan.specs import write_text_atomic
 
-    doc = with_alternative(PlanDocument.load(args.plan), args.alternative)
-    export = export_plan(doc, args.target)
+    doc = with_alternative(load_plan(args.plan), args.alternative)
+    export = export_plan(doc, args.target)  # re-checks the plan against the target framework's rules
+    framework = target_framework(args.target)
+    if doc.framework != framework:
+        sys.stderr.write(f"autoplan export: {args.target}: {rescored_note(doc, framework, args.plan)}\n")
     if args.output is not None:
         write_text_atomic(args.output, export.text)
     else:
@@ -36,3 +40,23 @@ def run(args) -> int:
     if args.output:
         sys.stderr.write(f"autoplan export: wrote {args.output}\n")
     return 0
+
+
+def rescored_note(doc, framework: str, plan_path) -> str:
+    """A plan made for one framework, exported to another: it passed the target's rules; say how its
+    prediction changes under the target's facts (what it stores, fuses and overlaps)."""
+    import copy
+    from pathlib import Path
+
+    from autoplan.planner import estimate_document
+
+    old = doc.prediction
+    new_doc, scored = estimate_document(copy.deepcopy(doc), base_dir=Path(plan_path).parent, framework=framework)
+    new = new_doc.prediction
+    fits = "fits" if scored.estimate.fits else "does NOT fit"
+    if not old.get("step_time_s"):
+        return (f"plan made for {doc.framework}, re-checked against {framework}'s rules: accepted; predicted for "
+                f"{framework}: step {new['step_time_s']:.3f} s, {new['peak_memory_bytes'] / 2**30:.1f} GiB ({fits})")
+    return (f"plan made for {doc.framework}, re-checked against {framework}'s rules: accepted; its prediction "
+            f"for {framework}: step {old['step_time_s']:.3f} -> {new['step_time_s']:.3f} s, memory "
+            f"{old['peak_memory_bytes'] / 2**30:.1f} -> {new['peak_memory_bytes'] / 2**30:.1f} GiB ({fits})")

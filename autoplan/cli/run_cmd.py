@@ -25,11 +25,13 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from autoplan.specs import AutoplanError, PlanDocument, append_measurement
+    from autoplan.cli.planfiles import load_plan
+    from autoplan.specs.compat import check_host_memory
     from executor.backends import get_backend
     from executor.options import options_from_args
 
     options = options_from_args(args)
-    docs = [PlanDocument.load(path) for path in args.plans]
+    docs = [load_plan(path) for path in args.plans]
     backend = get_backend(options.backend)
     if options.out and not Path(options.out).resolve().parent.is_dir():
         raise AutoplanError(f"--out {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
@@ -37,7 +39,7 @@ def run(args) -> int:
     for doc in docs:
         backend.check(doc, options)
         if options.device == "cpu":
-            check_host_memory(doc, options.nproc or doc.parallel.num_gpus)
+            check_host_memory(doc.model, doc.parallel, options.nproc or doc.parallel.num_gpus, doc.plan_id)
     if hasattr(backend, "run_many"):
         records = backend.run_many(docs, options)
     else:
@@ -85,45 +87,3 @@ def summary(record, out: str) -> str:
     ]
     tail = f"; appended to {out}" if out else ""
     return f"{head}, " + ", ".join(p for p in parts if p) + tail
-
-
-# fp32 bytes per parameter held by a CPU run: weights 4, gradients 4, AdamW's two moments 8.
-_WEIGHT_BYTES, _GRAD_BYTES, _ADAM_BYTES = 4, 4, 8
-
-
-def host_state_bytes(doc, num_processes: int) -> int:
-    """A lower bound on the host memory of a CPU run: fp32 weights, gradients and AdamW states of
-    every process (sharded over tp*pp, and over dp as the ZeRO stage says; activations not counted)."""
-    plan = doc.parallel
-    per_shard = doc.model.num_params / (plan.tp * plan.pp)
-    zero = plan.zero_stage
-    per_process = per_shard * (_WEIGHT_BYTES / (plan.dp if zero >= 3 else 1)
-                               + _GRAD_BYTES / (plan.dp if zero >= 2 else 1)
-                               + _ADAM_BYTES / (plan.dp if zero >= 1 else 1))
-    return int(per_process * num_processes)
-
-
-def available_host_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def check_host_memory(doc, num_processes: int) -> None:
-    """Refuse a CPU run whose model states alone exceed this machine's free memory: started anyway,
-    its processes would swap or be killed by the OOM killer after minutes of work."""
-    from autoplan.specs import AutoplanError
-
-    need, have = host_state_bytes(doc, num_processes), available_host_bytes()
-    if have is not None and need > have:
-        raise AutoplanError(
-            f"plan {doc.plan_id} ({doc.model.name}, {doc.model.num_params / 1e9:.2f}B params) needs at least "
-            f"{need / 2**30:.1f} GiB of host memory for fp32 weights, gradients and AdamW states over "
-            f"{num_processes} CPU processes, but {have / 2**30:.1f} GiB is available; run it with --device cuda, "
-            f"or plan a smaller model")

@@ -10,8 +10,10 @@ import argparse
 import sys
 
 from autoplan.cli.argtypes import (
-    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, check_storage_url, int_at_most, output_path, positive_int, seed_int,
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, check_storage_url, framework_name, int_at_most, output_path, positive_int,
+    seed_int,
 )
+from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 DEFAULT_DTYPE = "bf16"
@@ -30,6 +32,10 @@ def add_problem_arguments(p: argparse.ArgumentParser, model_required: bool = Tru
                    help="GPUs per node (default: 8, or the measured profile's figure)")
     g.add_argument("--profile", default=None, metavar="PATH",
                    help="a measured hardware profile JSON (from `autoplan profile`) instead of --gpu")
+    g.add_argument("--framework", default=None, metavar="NAME", type=framework_name,
+                   help=f"the framework that will run the plan: its rules bound the search and its facts "
+                        f"are costed; one of {', '.join(FRAMEWORK_NAMES)} (default: {DEFAULT_FRAMEWORK}, "
+                        f"the plan `autoplan run` executes)")
     t = p.add_argument_group("training shape (defaults are printed)")
     t.add_argument("--global-batch", type=int_at_most(MAX_GLOBAL_BATCH, "sequences"), default=None, metavar="N",
                    help="global batch in sequences per optimizer step, like Megatron's --global-batch-size "
@@ -78,7 +84,7 @@ def pins_from_args(args):
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", type=output_path, default=None, metavar="PLAN.json",
                    help="write the plan file (atomically: a failed run leaves an existing file untouched)")
-    p.add_argument("--json", action="store_true", help="print the plan file (schema autoplan.plan/v1) to stdout")
+    p.add_argument("--json", action="store_true", help="print the plan file (schema autoplan.plan/v2) to stdout")
 
 
 def emit(doc, text: str, args) -> None:
@@ -134,6 +140,7 @@ def run(args) -> int:
         pins=pins_from_args(args), allow_tp_across_nodes=args.allow_tp_across_nodes, sampler=args.sampler,
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
         study_name=args.study_name, calibration_path=args.calibration,
+        framework=args.framework or DEFAULT_FRAMEWORK,
         log=lambda line: sys.stderr.write(f"autoplan search: {line}\n"))
     try:
         outcome = plan_search(request)

@@ -4,6 +4,6 @@
 to the framework and the notes on what of the plan does not map onto it. Every option name is the
 framework's own (Megatron-LM `arguments.py`, torchtitan `JobConfig`, DeepSpeed's JSON config).
 """
-from autoplan.exporters.common import Export, export_plan, target_names, with_alternative
+from autoplan.exporters.common import Export, export_plan, target_framework, target_names, with_alternative
 
-__all__ = ["Export", "export_plan", "target_names", "with_alternative"]
+__all__ = ["Export", "export_plan", "target_framework", "target_names", "with_alternative"]

@@ -4,13 +4,13 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument
+from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, get_framework
 
-# target name -> (module under autoplan.exporters, file suffix of what it writes)
+# target name -> (module under autoplan.exporters, file suffix of what it writes, framework whose rules apply)
 _TARGETS = {
-    "megatron": ("megatron", ".sh"),
-    "torchtitan": ("torchtitan", ".toml"),
-    "deepspeed": ("deepspeed", ".json"),
+    "megatron": ("megatron", ".sh", "megatron-core"),
+    "torchtitan": ("torchtitan", ".toml", "torchtitan"),
+    "deepspeed": ("deepspeed", ".json", "deepspeed"),
 }
 
 
@@ -29,6 +29,11 @@ def target_names() -> tuple:
     return tuple(_TARGETS)
 
 
+def target_framework(target: str) -> str:
+    """The framework (autoplan.specs.frameworks) an export target runs on."""
+    return _TARGETS[target][2]
+
+
 def export_plan(doc: PlanDocument, target: str) -> Export:
     """Translate a checked plan into `target`'s configuration, with the notes on what does not map."""
     if target not in _TARGETS:
@@ -37,7 +42,9 @@ def export_plan(doc: PlanDocument, target: str) -> Export:
     # A hand-edited plan file may break the rules; the frameworks would fail later and less clearly.
     # TP across nodes is the user's choice (search has a flag for it), so it is not refused here.
     doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
-    module_name, suffix = _TARGETS[target]
+    module_name, suffix, framework = _TARGETS[target]
+    # What the target cannot run is refused with its rule, never written out to fail on the cluster.
+    get_framework(framework).check(doc.model, doc.training, doc.parallel)
     module = importlib.import_module(f"autoplan.exporters.{module_name}")
     text, notes = module.export(doc)
     return Export(target=target, text=text, notes=notes, suffix=suffix)
@@ -57,7 +64,7 @@ def with_alternative(doc: PlanDocument, index: int) -> PlanDocument:
                                       f"alternative {index} parallel")
     return PlanDocument(model=doc.model, training=doc.training, cluster=doc.cluster, parallel=parallel,
                         prediction=dict(alternative.get("prediction") or {}), search=doc.search,
-                        provenance=doc.provenance)
+                        provenance=doc.provenance, framework=doc.framework)
 
 
 def header_lines(doc: PlanDocument, target: str) -> list:

@@ -1,6 +1,8 @@
 """The shared vocabulary of autoplan. Standard library only: planning runs without torch."""
 from autoplan.specs.errors import AutoplanError, InfeasiblePlan, SchemaError
 from autoplan.specs.estimate import CostEstimate
+from autoplan.specs.framework import Framework, StateTerm
+from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, FRAMEWORKS, get_framework
 from autoplan.specs.hardware import (
     COLLECTIVE_OPS, PROFILE_SCHEMA, SCOPES, AttentionSample, CollectiveSample, HardwareProfile,
     MatmulSample, MemoryOpSample,
@@ -11,14 +13,15 @@ from autoplan.specs.measurement import (
 )
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import RECOMPUTE_POLICIES, ParallelPlan
-from autoplan.specs.planfile import AUTOPLAN_VERSION, PLAN_SCHEMA, PlanDocument, plan_id
+from autoplan.specs.planfile import AUTOPLAN_VERSION, PLAN_SCHEMA, PLAN_SCHEMA_V1, PlanDocument, plan_id
 from autoplan.specs.training import BYTES_PER_ELEMENT, DTYPES, ClusterSpec, TrainingSpec
 
 __all__ = [
     "AUTOPLAN_VERSION", "AttentionSample", "AutoplanError", "BYTES_PER_ELEMENT", "COLLECTIVE_OPS",
-    "ClusterSpec", "CollectiveSample", "CostEstimate", "DTYPES", "HardwareProfile", "InfeasiblePlan",
+    "ClusterSpec", "CollectiveSample", "CostEstimate", "DEFAULT_FRAMEWORK", "DTYPES", "FRAMEWORKS",
+    "FRAMEWORK_NAMES", "Framework", "StateTerm", "get_framework", "HardwareProfile", "InfeasiblePlan",
     "MEASUREMENT_SCHEMA", "MatmulSample", "Measurement", "MemoryOpSample", "ModelSpec",
-    "PLAN_SCHEMA", "PROFILE_SCHEMA", "ParallelPlan", "PlanDocument", "RECOMPUTE_POLICIES", "SCOPES",
+    "PLAN_SCHEMA", "PLAN_SCHEMA_V1", "PROFILE_SCHEMA", "ParallelPlan", "PlanDocument", "RECOMPUTE_POLICIES", "SCOPES",
     "SchemaError", "TrainingSpec", "append_measurement", "plan_id", "read_json", "read_measurements",
     "write_json_atomic", "write_text_atomic",
 ]

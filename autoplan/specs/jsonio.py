@@ -16,6 +16,7 @@ from autoplan.specs.validation import MAX_JSON_BYTES, parse_json_text, show
 # handed to the wrong command is named for what it is instead of being called outdated.
 _FILE_KINDS = {
     "autoplan.plan/v1": "a plan file (written by `autoplan search -o`)",
+    "autoplan.plan/v2": "a plan file (written by `autoplan search -o`)",
     "autoplan.profile/v1": "a hardware profile (written by `autoplan profile --out`)",
     "autoplan.measurement/v1": "a measurement (a line of the JSONL `autoplan run` appends to)",
     "autoplan.calibration/v1": "a calibration file (written by `autoplan calibrate -o`)",

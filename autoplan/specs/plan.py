@@ -133,6 +133,12 @@ class ParallelPlan:
                 f"num_microbatches={self.num_microbatches}, pp={self.pp}", "vpp_microbatches")
         if self.sequence_parallel and self.tp == 1:
             raise InfeasiblePlan("sequence_parallel needs tp > 1 (it shards along the TP group)", "sp_needs_tp")
+        if self.sequence_parallel and (training.seq_len // self.cp) % self.tp:
+            # The sequence (each cp rank's part of it) is split evenly over the TP group (Megatron
+            # refuses an uneven split too).
+            raise InfeasiblePlan(
+                f"sequence_parallel needs seq_len/cp divisible by tp, got seq_len={training.seq_len}, "
+                f"cp={self.cp}, tp={self.tp}", "sp_divides_seq")
         if self.cp > 1 and training.seq_len % (2 * self.cp):
             raise InfeasiblePlan(
                 f"cp needs seq_len divisible by 2*cp (load-balanced causal chunks), got seq_len="

@@ -1,7 +1,12 @@
-"""PlanDocument: the plan file, schema `autoplan.plan/v1` (see DESIGN.md).
+"""PlanDocument: the plan file, schema `autoplan.plan/v2` (see DESIGN.md).
 
 What `search --json` prints and `-o` writes, and what `run`, `estimate` and the exporters read.
 Extra keys may be added; the documented ones are never renamed.
+
+v2 adds `framework`: the name of the framework the plan was made for (autoplan.specs.frameworks).
+v1 files still read: they name no framework, so they are read as made for "autoplan" (the executor
+that runs plan files) and `assumed` says so; their prediction was made with Megatron-Core's facts,
+which `autoplan estimate` re-scores.
 """
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 
 from autoplan.specs.errors import SchemaError
+from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, get_framework
 from autoplan.specs.jsonio import check_schema, read_json, require, write_json_atomic
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import ParallelPlan
@@ -17,7 +23,8 @@ from autoplan.specs.schemas import validate_plan
 from autoplan.specs.training import ClusterSpec, TrainingSpec
 from autoplan.specs.validation import Issues
 
-PLAN_SCHEMA = "autoplan.plan/v1"
+PLAN_SCHEMA = "autoplan.plan/v2"
+PLAN_SCHEMA_V1 = "autoplan.plan/v1"
 AUTOPLAN_VERSION = "0.1.0"
 
 
@@ -36,6 +43,10 @@ class PlanDocument:
                                                        "cost_model": "analytical/1"})
     extra: dict = field(default_factory=dict)
     """Keys of the JSON this version does not know; written back unchanged."""
+    framework: str = DEFAULT_FRAMEWORK
+    """The framework the plan was made for (its rules and facts were applied)."""
+    assumed: list = field(default_factory=list)
+    """What reading an older file assumed (one line each), for the CLI to say; not written."""
 
     @property
     def plan_id(self) -> str:
@@ -45,6 +56,7 @@ class PlanDocument:
         return {
             "schema": PLAN_SCHEMA,
             "plan_id": self.plan_id,
+            "framework": self.framework,
             "model": self.model.to_dict(),
             "training": self.training.to_dict(),
             "cluster": self.cluster.to_dict(),
@@ -58,11 +70,20 @@ class PlanDocument:
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "plan file") -> "PlanDocument":
-        check_schema(data, PLAN_SCHEMA, what)
+        assumed = []
+        if isinstance(data, dict) and data.get("schema") == PLAN_SCHEMA_V1:
+            check_schema(data, PLAN_SCHEMA_V1, what)
+            framework = DEFAULT_FRAMEWORK
+            assumed.append(f"{what} is {PLAN_SCHEMA_V1} and names no framework: read as made for "
+                           f"{DEFAULT_FRAMEWORK!r} (its prediction assumed megatron-core; re-score it with "
+                           f"`autoplan estimate`)")
+        else:
+            check_schema(data, PLAN_SCHEMA, what)
+            framework = get_framework(require(data, "framework", str, what)).name
         issues = Issues(what)
         validate_plan(data, issues)  # every field and cross-section rule, all problems at once
         issues.raise_if_any()
-        known = {"schema", "plan_id", "model", "training", "cluster", "parallel", "prediction",
+        known = {"schema", "plan_id", "framework", "model", "training", "cluster", "parallel", "prediction",
                  "alternatives", "search", "provenance"}
         doc = cls(
             model=ModelSpec.from_dict(require(data, "model", dict, what), f"{what} model"),
@@ -74,6 +95,7 @@ class PlanDocument:
             search=dict(data.get("search") or {}),
             provenance=dict(data.get("provenance") or {}),
             extra={k: v for k, v in data.items() if k not in known},
+            framework=framework, assumed=assumed,
         )
         if not isinstance(doc.prediction, dict):
             raise SchemaError(f"{what} field 'prediction' must be a JSON object")

@@ -89,9 +89,11 @@ def validate_plan(data: dict, issues: Issues) -> None:
         if section is not None:
             check(section, issues, key)
             sections[key] = section
-    for key in ("prediction", "search", "provenance"):
+    for key in ("search", "provenance"):
         if data.get(key) is not None:
             take_object(data, key, issues, required=False)
+    if data.get("prediction") is not None:
+        validate_prediction(take_object(data, "prediction", issues, required=False), issues, "prediction")
     alternatives = take_list(data, "alternatives", issues, required=False) if data.get("alternatives") is not None \
         else []
     for i, alternative in enumerate(alternatives or []):
@@ -103,11 +105,26 @@ def validate_plan(data: dict, issues: Issues) -> None:
         if parallel is not None:
             validate_parallel(parallel, issues, f"{path}.parallel")
         if alternative.get("prediction") is not None:
-            take_object(alternative, "prediction", issues, path, required=False)
+            validate_prediction(take_object(alternative, "prediction", issues, path, required=False), issues,
+                                f"{path}.prediction")
     model, training = sections.get("model", {}), sections.get("training", {})
     max_seq, seq = model.get("max_seq_len"), training.get("seq_len")
     if _ints(max_seq, seq) and 0 < max_seq < seq <= MAX_SEQ_LEN:
         issues.add("training.seq_len", f"must be at most the model's context model.max_seq_len={max_seq}", seq)
+
+
+def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
+    """A prediction block (CostEstimate.to_prediction): empty, or the figures `estimate` compares."""
+    if not data:
+        return
+    for key in ("step_time_s", "peak_memory_bytes"):
+        take_float(data, key, issues, prefix, 0.0)
+    for key, required in (("tokens_per_s_per_gpu", True), ("mfu", True), ("tokens_per_s", False), ("hfu", False),
+                          ("memory_capacity_bytes", False)):
+        take_float(data, key, issues, prefix, 0.0, positive=False, required=required)
+    take_bool(data, "fits", issues, prefix, required=False)
+    for key in ("time_breakdown_s", "memory_breakdown_bytes"):
+        take_object(data, key, issues, prefix, required=False)
 
 
 def validate_model_shape(issues: Issues, name_values: dict) -> None:

@@ -46,12 +46,12 @@ class CalibrationData:
         return len(self.records)
 
 
-def _estimate_record(model, training, cluster, plan, profile, software=None):
+def _estimate_record(model, training, cluster, plan, profile, framework=None):
     from cost_model import Estimator
 
-    estimator = Estimator(model, training, cluster, profile, software=software)
+    estimator = Estimator(model, training, cluster, profile, framework=framework)
     estimate = estimator.estimate(plan)
-    return plan_record(model, training, cluster, plan, profile, estimate, estimator.software)
+    return plan_record(model, training, cluster, plan, profile, estimate, estimator.framework)
 
 
 def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> HardwareProfile:
@@ -106,7 +106,7 @@ def published_data(dtypes=("bf16", "fp16")) -> CalibrationData:
             continue
         try:
             record = _estimate_record(run.model, run.training, run.cluster, run.plan,
-                                      run.profile(), run.software())
+                                      run.profile(), run.framework_facts())
         except (AutoplanError, InfeasiblePlan) as exc:
             data.skipped.append(f"published {run.id}: {exc}")
             continue

@@ -16,15 +16,16 @@ import math
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from autoplan.specs import DEFAULT_FRAMEWORK
+
 FEATURE_SCHEMA = "autoplan.plan-features/1"
 
 SOFTWARE_FAMILIES = {
     "megatron": ("megatron-core", "megatron-2021", "megatron-deepspeed"),
     "zero3": ("deepspeed",),
-    "fsdp": ("llm-foundry", "torchtitan"),
+    "fsdp": ("llm-foundry", "torchtitan", "autoplan"),
 }
-"""Families of the software stacks the analytical estimate can assume (cost_model.constants
-frameworks), one 0/1 feature each, plus the stack's flash-attention switch. Families rather than
+"""Families of the frameworks the analytical estimate can assume (autoplan.specs.frameworks), one 0/1 feature each, plus the stack's flash-attention switch. Families rather than
 stacks, so that a search for the default megatron-core stack is corrected by what was learned on the
 other Megatron versions; a stack of no known family is out of distribution (`software_other`).
 Leave-one-group-out on the published rows scored families+flash at least as well as one switch per
@@ -81,9 +82,10 @@ COMM_TERMS = ("tp_comm", "cp_comm", "pp_comm", "dp_comm", "ep_comm")
 """Time-breakdown terms counted as communication in `comm_share` (others: compute, bubble, ...)."""
 
 
-def plan_record(model, training, cluster, plan, profile, estimate, software=None) -> dict:
+def plan_record(model, training, cluster, plan, profile, estimate, framework=None) -> dict:
     """One flat record of a plan and its analytical estimate (the unit of calibration data);
-    `software` is the SoftwareStack the analytical estimate assumed (None: the default megatron-core)."""
+    `framework` is the Framework the analytical estimate assumed (None: the default, autoplan).
+    The record keeps the historical key "software" for the framework's name."""
     comm_s = sum(v for k, v in estimate.time_breakdown_s.items() if k in COMM_TERMS or k.endswith("_comm"))
     return {
         "model_name": model.name, "gpu": cluster.name,
@@ -101,8 +103,8 @@ def plan_record(model, training, cluster, plan, profile, estimate, software=None
         "analytical_comm_time_s": float(comm_s),
         "analytical_mfu": float(estimate.mfu),
         "analytical_peak_memory_bytes": int(estimate.peak_memory_bytes),
-        "software": software.name if software is not None else "megatron-core",
-        "flash_attention": bool(software.flash_attention) if software is not None else True,
+        "software": framework.name if framework is not None else DEFAULT_FRAMEWORK,
+        "flash_attention": bool(framework.flash_attention) if framework is not None else True,
     }
 
 

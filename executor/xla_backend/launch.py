@@ -11,24 +11,29 @@ import sys
 import tempfile
 from pathlib import Path
 
-from autoplan.specs import AutoplanError, Measurement, PlanDocument, write_json_atomic
+from autoplan.specs import AutoplanError, Measurement, PlanDocument, get_framework, write_json_atomic
+from executor.backends import check_framework
 from executor.data import open_tokens
 from executor.model import check_buildable
 from executor.options import RunOptions
 from executor.xla_backend.compiled import DUMP_DIR_ENV, dump_flags
 
 _STDERR_TAIL_LINES = 20
+FRAMEWORK = "autoplan-xla"
 
 
 def check(doc: PlanDocument, options: RunOptions) -> None:
     """Raise AutoplanError naming the plan feature (or option) this backend cannot run."""
     par = doc.parallel
+    # Plans made for the torch executor are run here too when the XLA rules allow them.
+    check_framework(doc, (FRAMEWORK, "autoplan"))
     par.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
     check_buildable(doc.model)
     if par.pp > 1:
         raise AutoplanError(
             f"pp={par.pp}: the xla backend runs a plan as one SPMD program and has no pipeline "
             f"schedule; run this plan with --backend torch, or pick a plan with pp=1")
+    get_framework(FRAMEWORK).check(doc.model, doc.training, par)
     if options.device != "cpu":
         raise AutoplanError(
             f"--device {options.device}: the xla backend runs on XLA's CPU devices (torch_xla 2.9 from "
@@ -36,7 +41,6 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
     if doc.training.seq_len > doc.model.max_seq_len:
         raise AutoplanError(f"seq_len={doc.training.seq_len} exceeds model {doc.model.name!r} "
                             f"max_seq_len={doc.model.max_seq_len}; plan a shorter sequence")
-    _check_host_memory(doc)
     open_tokens(options.data, options.data_dtype, options.seed, doc.model.vocab_size)  # missing file -> error
     if options.nproc not in (0, par.num_gpus):
         raise AutoplanError(
@@ -45,26 +49,6 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
     if options.checkpoint_dir or options.resume:
         raise AutoplanError("--checkpoint-dir/--resume: the xla backend does not save checkpoints; "
                             "use --backend torch for checkpointed runs")
-
-
-# fp32 weights, gradients and the two AdamW moments: 4 bytes each per parameter, the least the run
-# holds in host memory even with every tensor fully sharded (all virtual devices live in this host).
-_MIN_HOST_BYTES_PER_PARAM = 16
-
-
-def _host_memory_bytes() -> int:
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def _check_host_memory(doc: PlanDocument) -> None:
-    needed_bytes = _MIN_HOST_BYTES_PER_PARAM * doc.model.num_params
-    host_bytes = _host_memory_bytes()
-    if needed_bytes > host_bytes:
-        raise AutoplanError(
-            f"model {doc.model.name!r} has {doc.model.num_params / 1e9:.2f}B parameters: at least "
-            f"{needed_bytes / 2**30:.0f} GiB of host memory on XLA's CPU devices (16 bytes per parameter), "
-            f"this machine has {host_bytes / 2**30:.0f} GiB; run a smaller model on CPU, or the plan on GPUs "
-            f"with --backend torch")
 
 
 def run(doc: PlanDocument, options: RunOptions) -> Measurement:

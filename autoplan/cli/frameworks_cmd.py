@@ -1,0 +1,27 @@
+"""`autoplan frameworks`: the frameworks a plan can be made for -- what each stores and what it can run."""
+from __future__ import annotations
+
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("frameworks", help="list the training frameworks: what each stores and can run",
+                              description=__doc__)
+    p.add_argument("name", nargs="?", default=None, help="one framework: its facts with their sources")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from autoplan.render import render_framework, render_frameworks
+    from autoplan.specs import FRAMEWORKS, get_framework
+
+    if args.name is not None:
+        from cost_model import load_constants
+
+        constants, name = load_constants(), get_framework(args.name).name
+        sys.stdout.write(render_framework(constants.framework(name), constants.frameworks.get(name, {})))
+        return 0
+    sys.stdout.write(render_frameworks(list(FRAMEWORKS.values())))
+    sys.stdout.write("\n`autoplan frameworks NAME` prints one with its sources; plan for one with "
+                     "`autoplan search --framework NAME`\n")
+    return 0

@@ -1,0 +1,183 @@
+"""Framework: the training framework a plan is made for -- what it stores, fuses, overlaps, and
+what it can run.
+
+A plan is made for the framework that will run it (DESIGN.md "The framework is an input"). The
+cost model reads the storage and fusion facts; the search explores only plans `check()` allows;
+the plan file records the framework's name; the executor and the exporters re-check against it.
+The built-in frameworks are in `autoplan.specs.frameworks` (one entry each, with sources).
+
+The efficiency fields (overlap fractions, overheads) hold neutral or documented values here; the
+cost model may replace them with values fitted on published runs of that framework
+(`cost_model/data/constants.json`, "frameworks"): a fitted constant belongs to a framework,
+never to a GPU type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from autoplan.specs.errors import InfeasiblePlan
+from autoplan.specs.model import ModelSpec
+from autoplan.specs.plan import ParallelPlan
+from autoplan.specs.training import TrainingSpec
+
+NEVER = 4
+"""`StateTerm.sharded_from_zero` of a state no ZeRO stage shards."""
+
+
+@dataclass(frozen=True)
+class StateTerm:
+    """One per-parameter model state a framework keeps on the GPU."""
+    bytes_per_param: float
+    sharded_from_zero: int
+    """The lowest ZeRO stage that shards this state over the data-parallel group (NEVER: none)."""
+    what: str = ""
+
+
+def megatron_states() -> dict:
+    """Megatron-LM's mixed-precision states (Rajbhandari et al. 2019, arXiv 1910.02054, sec. 3;
+    Megatron's distributed optimizer docs): bf16 weights, fp32 main gradients, fp32 master weights
+    and Adam moments."""
+    return {
+        "params": StateTerm(2, 3, "bf16 weights the kernels read"),
+        "grads": StateTerm(4, 2, "fp32 main-grad buffer (gradients accumulated over micro-batches)"),
+        "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
+    }
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    description: str
+    version: str
+    """The release or era whose facts these are."""
+    # -- what it stores -------------------------------------------------------------------------
+    states: dict = field(default_factory=megatron_states)
+    """Model states per parameter: name -> StateTerm (bytes and the ZeRO stage that shards it)."""
+    compute_weight_copy_bytes: float = 0.0
+    """Bytes per parameter of a compute-dtype copy of the weights held from a micro-batch's forward to
+    its backward (autocast over fp32 weights caches its bf16 casts for backward; FSDP2 at ZeRO 1/2
+    keeps the gathered bf16 weights unsharded between forward and backward). 0 when the kernels read
+    the stored weights directly."""
+    activation_bytes: int = 2
+    """Bytes per saved activation element (bf16)."""
+    selective_recompute: str = "attention"
+    """What `recompute="selective"` means: "attention" (Megatron: the attention core, Korthikanti 2022)
+    or "ops" (torchtitan: save every other matmul output, recompute the rest)."""
+    fused_cross_entropy: bool = True
+    """Loss over the logits in place (Megatron's vocab-parallel cross-entropy: 6 B per logit) or
+    unfused (F.cross_entropy also materializes the fp32 gradient of the logits: 10 B per logit)."""
+    # -- what it fuses --------------------------------------------------------------------------
+    flash_attention: bool = True
+    """Fused attention that never stores the s x s scores (Dao et al. 2022, arXiv 2205.14135)."""
+    fused_elementwise: float = 1.0
+    """Multiplier on the memory-bound ops' bytes (1 = eager kernels; torch.compile lowers it)."""
+    fp8_rowwise: bool = False
+    """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
+    # -- what it overlaps -----------------------------------------------------------------------
+    tp_comm_overlap: float = 0.0
+    """Fraction of TP/SP collective time hidden behind GEMMs (async TP / userbuffers)."""
+    dp_comm_overlap: float = 0.8
+    """Fraction of the overlappable compute window the DP/FSDP collectives can hide behind."""
+    pp_scatter_gather: bool = True
+    """Pipeline sends split over the TP ranks (b*s*h/t each, Narayanan 2021 sec. 4.1), or each TP
+    rank sends the whole activation (DeepSpeed's pipeline engine)."""
+    dp_bandwidth_scale: float = 1.0
+    """Fraction of the profile's bus bandwidth its DP/ZeRO collectives reach."""
+    layer_overhead_s: float = 0.0
+    """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
+    microbatch_overhead_s: float = 0.0
+    """Host time per micro-batch of a pipeline engine (schedule dispatch, blocking sends)."""
+    # -- what it can run ------------------------------------------------------------------------
+    dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
+    zero_stages: tuple = (0, 1, 2, 3)
+    max_zero_with_pp: int = 3
+    """Highest ZeRO stage it combines with pipeline parallelism."""
+    max_zero_with_ep: int = 3
+    """Highest ZeRO stage it combines with expert parallelism."""
+    zero0_only_pure_dp: bool = False
+    """Plain (ZeRO-0) data parallelism only when dp is the only parallelism (torchtitan's DDP)."""
+    max_tp: int = 1 << 20
+    max_pp: int = 1 << 20
+    max_cp: int = 1 << 20
+    max_vpp: int = 1 << 20
+    """1: no interleaved schedule."""
+    uneven_stages: bool = True
+    """Pipeline ranks may hold different layer counts."""
+    sequence_parallel: str = "optional"
+    """"optional", "always" (every tp > 1 plan shards norms/dropout on the sequence) or "never"."""
+    moe: bool = True
+    moe_with_tp_pp: bool = True
+    """Mixture-of-experts layers under tensor or pipeline parallelism."""
+    min_microbatches_per_stage: bool = False
+    """The 1F1B schedule needs at least as many micro-batches as pipeline stages."""
+    tied_embeddings_one_stage: bool = False
+    """Tied embedding/head weights only without tp and pp."""
+    learned_positions_split_sequence: bool = True
+    """Learned position embeddings under cp or sequence parallelism."""
+    seq_len_within_model: bool = False
+    """seq_len may not exceed the model's max_seq_len (position tables are built that long)."""
+    sources: dict = field(default_factory=dict)
+    """Where each fact comes from: field name -> document."""
+
+    def with_overrides(self, **changes) -> "Framework":
+        """The same framework with some efficiency facts replaced (fitted values, torch.compile on)."""
+        return replace(self, **changes)
+
+    # -- the rules --------------------------------------------------------------------------------
+    def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
+        """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
+        the plan breaks. Structural rules every framework shares are ParallelPlan.check's."""
+        def refuse(rule: str, tag: str, fix: str) -> None:
+            raise InfeasiblePlan(f"framework {self.name} {rule}; {fix}", f"framework_{tag}")
+
+        if training.dtype not in self.dtypes:
+            refuse(f"trains in {', '.join(self.dtypes)}, not dtype={training.dtype}", "dtype",
+                   f"plan with --dtype {self.dtypes[0]}")
+        if plan.zero_stage not in self.zero_stages:
+            refuse(f"has ZeRO stages {', '.join(map(str, self.zero_stages))}, got zero_stage={plan.zero_stage}",
+                   "zero_stage", "pick one of those (--zero)")
+        for degree, limit in (("tp", self.max_tp), ("pp", self.max_pp), ("cp", self.max_cp), ("vpp", self.max_vpp)):
+            value = getattr(plan, degree)
+            if value > limit:
+                refuse(f"runs {degree} <= {limit}, got {degree}={value}", f"{degree}_limit",
+                       f"plan with --{degree} {limit}" if limit == 1 else f"pick {degree} <= {limit}")
+        if plan.pp > 1 and plan.zero_stage > self.max_zero_with_pp:
+            refuse(f"does not combine ZeRO stage {plan.zero_stage} with pipeline parallelism (at most "
+                   f"{self.max_zero_with_pp} with pp > 1), got pp={plan.pp}, zero_stage={plan.zero_stage}",
+                   "zero_with_pp", f"plan with --zero {self.max_zero_with_pp} or --pp 1")
+        if plan.ep > 1 and plan.zero_stage > self.max_zero_with_ep:
+            refuse(f"does not combine ZeRO stage {plan.zero_stage} with expert parallelism (at most "
+                   f"{self.max_zero_with_ep} with ep > 1), got ep={plan.ep}", "zero_with_ep",
+                   f"plan with --zero {self.max_zero_with_ep} or ep=1")
+        if self.zero0_only_pure_dp and plan.zero_stage == 0 and (plan.tp, plan.pp, plan.cp) != (1, 1, 1):
+            refuse(f"runs plain data parallelism (zero_stage=0) only without tp/pp/cp, got tp={plan.tp}, "
+                   f"pp={plan.pp}, cp={plan.cp}", "zero0_mixed", "plan with --zero 1 or more")
+        if not self.uneven_stages and plan.pp > 1 and len(set(plan.stage_num_layers(model.num_layers))) > 1:
+            refuse(f"needs pp to divide num_layers, got pp={plan.pp}, num_layers={model.num_layers}",
+                   "uneven_stages", "pick a pp that divides the layers")
+        if self.sequence_parallel == "always" and plan.tp > 1 and not plan.sequence_parallel:
+            refuse(f"always shards norms on the sequence under tensor parallelism, got tp={plan.tp} with "
+                   "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")
+        if self.sequence_parallel == "never" and plan.sequence_parallel:
+            refuse("has no sequence parallelism", "sp_never", "plan with --no-sequence-parallel")
+        if model.is_moe and not self.moe:
+            refuse(f"runs dense models only, got {model.name!r} with {model.num_experts} experts", "moe",
+                   "pick a framework that runs mixtures of experts (--framework megatron-core)")
+        if model.is_moe and not self.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
+            refuse(f"runs mixtures of experts with data, context and expert parallelism only, got "
+                   f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")
+        if self.min_microbatches_per_stage and plan.pp > 1 and plan.num_microbatches < plan.pp:
+            refuse(f"runs 1F1B, which needs at least as many micro-batches as pipeline stages, got "
+                   f"num_microbatches={plan.num_microbatches}, pp={plan.pp}", "microbatches_per_stage",
+                   "raise --global-batch or lower --micro-batch")
+        if self.tied_embeddings_one_stage and model.tied_embeddings and (plan.tp > 1 or plan.pp > 1):
+            refuse(f"runs tied embedding/head weights only with tp=1 and pp=1, got tp={plan.tp}, pp={plan.pp} "
+                   f"for {model.name!r}", "tied_embeddings", "plan with --tp 1 --pp 1")
+        if not self.learned_positions_split_sequence and model.position == "learned" and (
+                plan.cp > 1 or plan.sequence_parallel):
+            refuse(f"does not split learned position embeddings over the sequence, got cp={plan.cp}, "
+                   f"sequence_parallel={plan.sequence_parallel} for {model.name!r}", "learned_positions",
+                   "plan with --cp 1 --no-sequence-parallel")
+        if self.seq_len_within_model and training.seq_len > model.max_seq_len:
+            refuse(f"builds position tables of the model's length, got seq_len={training.seq_len} > "
+                   f"max_seq_len={model.max_seq_len} of {model.name!r}", "seq_len", "plan a shorter --seq-len")
