@@ -220,8 +220,9 @@ def take_object(data: dict, key: str, issues: Issues, prefix: str = "", required
 
 def take_list(data: dict, key: str, issues: Issues, prefix: str = "", required: bool = True) -> list | None:
     absent = None if required else []
-    value = _take(data, key, issues, prefix, required, list, "must be a JSON list", absent)
-    return value if isinstance(value, list) or value is absent else None
+    # a tuple too: HardwareProfile.to_dict() keeps its tables as tuples until they are dumped
+    value = _take(data, key, issues, prefix, required, (list, tuple), "must be a JSON list", absent)
+    return value if isinstance(value, (list, tuple)) or value is absent else None
 
 
 def require_object(data: Any, what: str) -> dict:
