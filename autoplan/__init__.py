@@ -6,8 +6,6 @@ The public names are loaded lazily so `import autoplan` stays light (no optuna u
 """
 from importlib import import_module
 
-from autoplan.specs import AUTOPLAN_VERSION as __version__  # noqa: F401
-
 _LAZY = {
     "PlanRequest": "autoplan.planner", "PlanOutcome": "autoplan.planner", "plan_search": "autoplan.planner",
     "estimate_document": "autoplan.planner", "resolve_model": "autoplan.catalog",
@@ -19,6 +17,10 @@ __all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str):
+    # Even the version is lazy: `python -m autoplan` imports this package before its Ctrl-C handler
+    # is installed, so the less it does, the shorter that window.
+    if name == "__version__":
+        return import_module("autoplan.specs").AUTOPLAN_VERSION
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'autoplan' has no attribute {name!r}")

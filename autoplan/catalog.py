@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from autoplan.specs import AutoplanError, ModelSpec
+from autoplan.specs.validation import show
 
 CATALOG_PATH = Path(__file__).with_name("catalog.json")
 
@@ -41,7 +42,7 @@ def _canonical(name: str) -> str:
     suggestions = difflib.get_close_matches(key, model_names(), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(suggestions)}?" if suggestions else "run `autoplan models` to list them"
     raise AutoplanError(
-        f"unknown model {name!r}: not in the catalog and not a config.json path; {hint} "
+        f"unknown model {show(name)}: not in the catalog and not a config.json path; {hint} "
         f"(or pass a Hugging Face config.json or a folder holding one)")
 
 
@@ -60,8 +61,14 @@ def resolve_model(arg: str) -> ModelSpec:
 
     if not isinstance(arg, str) or not arg.strip():
         raise AutoplanError("--model is empty; give a catalog name (see `autoplan models`) or a config.json path")
+    if "\x00" in arg:
+        raise AutoplanError("--model holds a NUL character; give a catalog name or a config.json path")
     path = Path(arg).expanduser()
-    looks_like_path = path.exists() or arg.endswith(".json") or "/" in arg or arg.startswith(".")
+    try:
+        exists = path.exists()
+    except OSError:  # e.g. a name longer than the file system allows: not a file we can read
+        exists = False
+    looks_like_path = exists or arg.endswith(".json") or "/" in arg or arg.startswith(".")
     if looks_like_path:
         return load_hf_config(path)
     return catalog_model(arg)

@@ -11,23 +11,50 @@ from pathlib import Path
 
 from autoplan.hf_recent import RECENT_FAMILIES, SUPPORTED_RECENT
 from autoplan.specs import AutoplanError, ModelSpec, SchemaError, read_json
+from autoplan.specs.validation import (
+    MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, show,
+)
 
 SUPPORTED_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen", "gpt2", "gpt_neox", "bloom", "falcon",
                    *SUPPORTED_RECENT)
 
 
+# Upper bound of each integer field of a config.json, by the size it names (autoplan.specs.validation).
+_BOUNDS = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer"), MAX_LAYERS),
+    **dict.fromkeys(("hidden_size", "n_embd", "n_embed"), MAX_HIDDEN),
+    **dict.fromkeys(("num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "n_head_kv"), MAX_HEADS),
+    **dict.fromkeys(("intermediate_size", "n_inner", "ffn_hidden_size"), MAX_FFN),
+    "vocab_size": MAX_VOCAB, "head_dim": MAX_HEAD_DIM,
+    **dict.fromkeys(("max_position_embeddings", "seq_length", "n_positions", "n_ctx"), MAX_SEQ_LEN),
+    **dict.fromkeys(("num_local_experts", "num_experts_per_tok"), MAX_EXPERTS),
+}
+
+
 class _Fields:
-    """Typed access to one config.json, with errors that name the file and the field."""
+    """Typed access to one config.json. Problems are collected, not raised one by one, so that an
+    incomplete config names every missing field at once (`raise_if_any` after reading them all)."""
 
     def __init__(self, data: dict, path: Path):
         self.data, self.path = data, path
+        self.missing: list[str] = []
+        self.problems: list[str] = []
 
     def fail(self, key: str, problem: str) -> AutoplanError:
+        """An error about one field at once (a family's reading rule, not a value to collect)."""
         model_type = self.data.get("model_type")
         return AutoplanError(f"config.json {str(self.path)!r} (model_type {model_type!r}): field {key!r} {problem}")
 
+    def raise_if_any(self) -> None:
+        parts = ([f"missing field{'s' if len(self.missing) > 1 else ''} {', '.join(self.missing)}"]
+                 if self.missing else []) + self.problems
+        if parts:
+            model_type = self.data.get("model_type")
+            raise AutoplanError(f"config.json {str(self.path)!r} (model_type {model_type!r}): {'; '.join(parts)}")
+
     def get_int(self, *keys: str, default: int | None = None, allow_null_as_zero: bool = False) -> int:
         """The first of `keys` present (families rename fields, e.g. n_layer/num_hidden_layers).
+        A missing or bad value is recorded and stands in as 1 until `raise_if_any`.
         `allow_null_as_zero`: null and 0 mean "none" (DeepSeek-V2-Lite's q_lora_rank null)."""
         for key in keys:
             if allow_null_as_zero and key in self.data and self.data[key] in (None, 0) \
@@ -35,11 +62,17 @@ class _Fields:
                 return 0
             if key in self.data and self.data[key] is not None:
                 value = self.data[key]
+                high = _BOUNDS.get(key)
                 if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                    raise self.fail(key, f"must be a positive integer, got {value!r}")
+                    self.problems.append(f"field {key!r} must be a positive integer, got {show(value)}")
+                    return 1
+                if high is not None and value > high:
+                    self.problems.append(f"field {key!r} must be at most {high:,}, got {show(value)}")
+                    return 1
                 return value
         if default is None:
-            raise self.fail(keys[0], "is missing" + (f" (also looked for {', '.join(keys[1:])})" if keys[1:] else ""))
+            self.missing.append(repr(keys[0]) + (f" (or {', '.join(map(repr, keys[1:]))})" if keys[1:] else ""))
+            return 1
         return default
 
     def get_bool(self, key: str, default: bool) -> bool:
@@ -47,7 +80,8 @@ class _Fields:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise self.fail(key, f"must be true or false, got {value!r}")
+            self.problems.append(f"field {key!r} must be true or false, got {show(value)}")
+            return default
         return value
 
     def get_float(self, key: str, default: float) -> float:
@@ -75,7 +109,8 @@ class _Fields:
     def get_str(self, key: str, default: str) -> str:
         value = self.data.get(key, default)
         if not isinstance(value, str):
-            raise self.fail(key, f"must be a string, got {value!r}")
+            self.problems.append(f"field {key!r} must be a string, got {show(value)}")
+            return default
         return value
 
 
@@ -94,7 +129,8 @@ def _llama_like(f: _Fields, model_type: str) -> dict:
         head_dim=f.get_int("head_dim", default=hidden // heads),
     )
     if f.get_str("hidden_act", "silu") not in ("silu", "swish"):
-        raise f.fail("hidden_act", f"is {f.data['hidden_act']!r}; {model_type} configs are read as SwiGLU (silu)")
+        f.problems.append(f"field 'hidden_act' is {show(f.data['hidden_act'])}; {model_type} configs are read as "
+                          f"SwiGLU (silu)")
     if model_type == "mixtral":
         spec.update(num_experts=f.get_int("num_local_experts", default=8),
                     num_experts_per_token=f.get_int("num_experts_per_tok", default=2))
@@ -185,6 +221,15 @@ _FAMILIES = {
 
 def config_path(path: str | Path) -> Path:
     """The config.json itself, given it or the folder that holds it."""
+    try:
+        return _config_path(path)
+    except OSError as exc:  # a name too long for the file system, a folder we may not list
+        shown = show(str(path))
+        raise AutoplanError(f"cannot use {shown} as a model: {exc.strerror or exc}; pass a catalog name "
+                            f"(see `autoplan models`), a config.json path or a folder holding one") from None
+
+
+def _config_path(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if p.is_dir():
         inner = p / "config.json"
@@ -209,10 +254,11 @@ def load_hf_config(path: str | Path) -> ModelSpec:
 def spec_from_hf_dict(data: dict, path: Path) -> ModelSpec:
     f = _Fields(data, path)
     model_type = data.get("model_type")
-    if model_type not in _FAMILIES:
-        raise AutoplanError(
-            f"config.json {str(path)!r}: field 'model_type' is {model_type!r}; supported: {', '.join(SUPPORTED_TYPES)}")
+    if not isinstance(model_type, str) or model_type not in _FAMILIES:
+        raise AutoplanError(f"config.json {str(path)!r}: field 'model_type' is {show(model_type)}; "
+                            f"supported: {', '.join(SUPPORTED_TYPES)}")
     fields = _FAMILIES[model_type](f, model_type)
+    f.raise_if_any()
     try:
         spec = ModelSpec(name=str(path), family=model_type, **fields)
         spec.check()

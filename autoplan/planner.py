@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from autoplan.catalog import resolve_model
 from autoplan.clusters import check_count, check_dtype, cluster_for_plan_file, resolve_cluster
@@ -49,6 +50,8 @@ class PlanRequest:
     """A calibration file from `autoplan calibrate`: learned profile and/or step-time correction."""
     framework: str = DEFAULT_FRAMEWORK
     """The framework the plan is made for: its facts are costed, its rules bound the search."""
+    log: Callable[[str], None] | None = None
+    """Where to say what a resumed --storage study held (the CLI passes stderr); None: quiet."""
 
 
 @dataclass
@@ -249,7 +252,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
                                        framework),
                         keep_full_recompute=request.pins.recompute == "full")
     result = search(space, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive,
-                    request.storage, request.study_name)
+                    request.storage, request.study_name, log=request.log)
     if result.best is None and not request.exhaustive:
         # The sampler found nothing that runs; only the full enumeration can say that nothing does.
         result = search(space, scorer, exhaustive=True)

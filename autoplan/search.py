@@ -260,24 +260,53 @@ def _polish_starts(study, space: SearchSpace, scorer: PlanScorer, count: int) ->
     return [params for _, params in sorted(best_by_layout.values(), key=lambda v: v[0])[:count]]
 
 
+STORE_EVERY_TRIALS = 20
+STORE_EVERY_S = 2.0
+"""A stored study receives the new trials in batches of at most this many trials or seconds (one
+transaction each): a killed search keeps what it had scored, at the cost of one commit per batch."""
+
+
+class _TrialStore:
+    """Copies the in-memory study's new trials into the stored study, in small batches and once more
+    on the way out (also when the search is interrupted): the sampler works in memory, since a
+    database commit per suggested value (~20 per trial) would cost more than the search."""
+
+    def __init__(self, study, stored, start: int):
+        self.study, self.stored, self.done = study, stored, start
+        self.last_s = time.monotonic()
+
+    def __call__(self, study=None, trial=None) -> None:  # an Optuna callback, after every trial
+        if len(self.study.trials) - self.done >= STORE_EVERY_TRIALS or time.monotonic() - self.last_s >= STORE_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.stored is None:
+            return
+        finished = [t for t in self.study.trials[self.done:] if t.state.is_finished()]
+        if finished:
+            self.stored.add_trials(finished)
+        self.done += len(finished)
+        self.last_s = time.monotonic()
+
+
 def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,
                   seed: int = 0, storage: str | None = None, study_name: str | None = None,
-                  polish: bool = True) -> SearchResult:
-    """Let an Optuna sampler pick the knobs; stored studies resume (their trials count too)."""
+                  polish: bool = True, log=None) -> SearchResult:
+    """Let an Optuna sampler pick the knobs; stored studies resume (their trials count too).
+    `log(line)` hears how many trials a resumed study held."""
     optuna = _import_optuna()
     started = time.perf_counter()
     num_trials = num_trials if num_trials is not None else DEFAULT_TRIALS[sampler]
     directions = ["minimize", "minimize"] if sampler == "nsga2" else ["minimize"]
     study = _make_study(optuna, sampler, seed, directions)
-    # The sampler works on an in-memory study: a database commit per suggested value (~20 per
-    # trial) would cost more than the search. A stored study is copied in first and the new
-    # trials are written back at the end, one transaction each.
     key = space_key(space)
     # Without a name, the same problem resumes the same study.
     study_name = study_name or f"autoplan-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
     stored = _open_stored_study(optuna, storage, study_name, directions, key) if storage else None
     if stored is not None:
         study.add_trials([t for t in stored.trials if t.state.name == "COMPLETE"])
+        if log is not None and study.trials:
+            log(f"resuming study {study_name!r} in {storage}: {len(study.trials)} scored trials found")
     num_resumed = len(study.trials)
     domains = {k: list(v) for k, v in space.domains.items()}
     multi = sampler == "nsga2"
@@ -290,13 +319,16 @@ def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", 
             trial.set_constraint(key, value)
         return values
 
-    study.optimize(objective, n_trials=num_trials, gc_after_trial=False)
+    store = _TrialStore(study, stored, num_resumed)
     num_moves = 0
-    if polish and not multi:
-        for start in _polish_starts(study, space, scorer, POLISH_STARTS):
-            num_moves += _polish(optuna, study, space, scorer, start, POLISH_ROUNDS)
-    if stored is not None:
-        stored.add_trials(study.trials[num_resumed:])
+    try:
+        study.optimize(objective, n_trials=num_trials, gc_after_trial=False, callbacks=[store])
+        if polish and not multi:
+            for start in _polish_starts(study, space, scorer, POLISH_STARTS):
+                num_moves += _polish(optuna, study, space, scorer, start, POLISH_ROUNDS)
+                store()
+    finally:
+        store.flush()
     rules = {}
     for t in study.trials:  # a resumed study's earlier trials count too
         if t.state.name != "COMPLETE" or set(t.params) != set(KNOBS):
@@ -334,7 +366,7 @@ def space_key(space: SearchSpace) -> str:
 
 def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,
            seed: int = 0, exhaustive: bool = False, storage: str | None = None,
-           study_name: str | None = None) -> SearchResult:
+           study_name: str | None = None, log=None) -> SearchResult:
     """The search the user asked for. A space with no more knob combinations than the trial budget
     (heavily pinned) is enumerated instead: exact, and cheaper than sampling it with repeats."""
     budget = num_trials if num_trials is not None else DEFAULT_TRIALS.get(sampler, 0)
@@ -343,4 +375,4 @@ def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_tri
         if sampler == "nsga2":
             result.pareto = pareto_front(result.ranked)
         return result
-    return optuna_search(space, scorer, sampler, num_trials, seed, storage, study_name)
+    return optuna_search(space, scorer, sampler, num_trials, seed, storage, study_name, log=log)

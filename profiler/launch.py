@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -112,16 +113,52 @@ def profile_local(request: ProfileRequest, nproc: int) -> None:
         return
     import torch.multiprocessing as mp
 
+    # The children start with SIGINT ignored and blocked (both inherited through exec): a Ctrl-C in
+    # the terminal reaches every process of the group, and only this one should answer it, by
+    # stopping them. Here it is blocked, not lost: it is delivered as soon as the spawn is done.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        mp.start_processes(_spawned, args=(request, nproc, _free_port()), nprocs=nproc, start_method="spawn")
-    except mp.ProcessRaisedException as exc:
-        line = _child_error_line(exc)
-        if "AutoplanError" in line or "SchemaError" in line:
-            raise AutoplanError(f"{line.split(': ', 1)[-1]}; nothing was written to {str(request.out)!r}") from None
+        context = mp.start_processes(_spawned, args=(request, nproc, _free_port()), nprocs=nproc,
+                                     start_method="spawn", join=False)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         raise
-    except mp.ProcessExitedException as exc:
-        raise AutoplanError(f"a profiling process stopped ({_child_error_line(exc)}); "
-                            f"nothing was written to {str(request.out)!r}") from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C of the spawn arrives here
+        while not context.join(timeout=0.2):
+            pass
+    except BaseException as exc:
+        _stop(context.processes)
+        if not isinstance(exc, (mp.ProcessRaisedException, mp.ProcessExitedException)):
+            raise
+        _raise_child_error(exc, request)
+
+
+def _stop(processes, grace_s: float = 5.0) -> None:
+    """Terminate the profiling processes still alive; kill those that outlive `grace_s`."""
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(grace_s)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _raise_child_error(exc: Exception, request: ProfileRequest) -> None:
+    """A child's failure as one AutoplanError line when it is bad input or a stopped process."""
+    import torch.multiprocessing as mp
+
+    line = _child_error_line(exc)
+    if isinstance(exc, mp.ProcessExitedException):
+        raise AutoplanError(f"a profiling process stopped ({line}); nothing was written to {str(request.out)!r}") from None
+    if "AutoplanError" in line or "SchemaError" in line:
+        raise AutoplanError(f"{line.split(': ', 1)[-1]}; nothing was written to {str(request.out)!r}") from None
+    raise exc
 
 
 def profile_under_torchrun(out: str, device: str, quick: bool, name: str = "") -> None:

@@ -109,6 +109,137 @@ CASES = [
 ]
 
 
+
+
+def _edited(files, name: str, source: str, edit) -> str:
+    """A copy of a scratch JSON file with `edit(doc)` applied; returns its path."""
+    doc = json.loads((files / source).read_text())
+    edit(doc)
+    (files / name).write_text(json.dumps(doc))
+    return str(files / name)
+
+
+LLAMA_CONFIG = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
+                "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1024}
+
+
+def _config(files, name: str, **changes) -> str:
+    (files / name).write_text(json.dumps({**LLAMA_CONFIG, **changes}))
+    return str(files / name)
+
+
+def test_issue_15_inputs_are_refused_with_file_field_value_and_rule(capsys, files):
+    """Each input of issue 15 that used to be a traceback, a silent exit 0 or a hang."""
+    deep = files / "deep.json"
+    deep.write_text("[" * 100000)
+    plan = lambda name, edit: _edited(files, name, "plan.json", edit)  # noqa: E731
+    cases = [
+        (["estimate", deep], ["plan file", "deep.json", "nested deeper than 64 levels"]),
+        (["profile", "--compare", deep, "builtin:h100-80gb"], ["hardware profile", "nested deeper"]),
+        (["estimate", "--model", deep, "--gpus", "8"], ["config.json", "nested deeper"]),
+        (["export", plan("alt.json", lambda d: d.update(alternatives=[1, "x"])), "--to", "torchtitan"],
+         ["alternatives[0] must be a JSON object", "got 1", "alternatives[1]"]),
+        (["estimate", plan("prof5.json", lambda d: d["cluster"].update(profile=5))],
+         ["prof5.json", "cluster.profile must be a string, got 5"]),
+        (["estimate", plan("seq.json", lambda d: d["training"].update(seq_len=10**9))],
+         ["training.seq_len must be from 1 to 16,777,216", "got 1000000000"]),
+        (["estimate", plan("ctx.json", lambda d: d["training"].update(seq_len=8192))],
+         ["training.seq_len must be at most the model's context model.max_seq_len=4096", "got 8192"]),
+        (["estimate", plan("gpn.json", lambda d: d["cluster"].update(gpus_per_node=3, num_gpus=128))],
+         ["cluster.num_gpus must be a whole number of nodes", "gpus_per_node=3", "got 128"]),
+        (["estimate", plan("hd0.json", lambda d: d["model"].update(head_dim=0))],
+         ["model.head_dim must be from 1 to 8,192", "got 0"]),
+        (["export", plan("altx.json", lambda d: d.update(alternatives="x")), "--to", "megatron"],
+         ["alternatives must be a JSON list", "got 'x'"]),
+        # head_dim 128 = 8200 // 64 is the derived value, rounded down: not a head_dim given on purpose
+        (["estimate", plan("h8200.json", lambda d: d["model"].update(hidden_size=8200, num_heads=64))],
+         ["num_heads must divide hidden_size unless head_dim is given", "hidden_size=8200", "num_heads=64"]),
+        (["estimate", plan("many.json", lambda d: (d["model"].pop("num_heads"), d["model"].pop("vocab_size"),
+                                                   d["model"].update(num_layers=10**30)))],
+         ["missing fields model.num_heads, model.vocab_size", "model.num_layers must be from 1 to 1,000", "1e+30"]),
+        (["estimate", "--model", _config(files, "div.json", hidden_size=100, num_attention_heads=6,
+                                         num_key_value_heads=6), "--gpus", "8"],
+         ["div.json", "num_heads must divide hidden_size", "hidden_size=100, num_heads=6"]),
+        (["estimate", "--model", _config(files, "hd7.json", head_dim=7), "--gpus", "8"],
+         ["head_dim must be even with rotary position embeddings", "got 7"]),
+        (["search", "--model", _config(files, "huge.json", num_hidden_layers=10**30), "--gpus", "8"],
+         ["huge.json", "'num_hidden_layers' must be at most 1,000", "1e+30"]),
+        (["estimate", "--model", _config(files, "huge_h.json", hidden_size=2**40), "--gpus", "8"],
+         ["'hidden_size' must be at most 131,072"]),
+        (["estimate", "--model", "m" * 5000, "--gpus", "8"], ["unknown model 'mmmm", "..."]),
+    ]
+    incomplete = files / "incomplete.json"
+    incomplete.write_text(json.dumps({"model_type": "llama", "hidden_size": 96}))
+    cases.append((["estimate", "--model", incomplete, "--gpus", "8"],
+                  ["missing fields 'num_attention_heads', 'num_hidden_layers', 'intermediate_size', 'vocab_size'"]))
+    for argv, words in cases:
+        code, _, err = run(capsys, *argv)
+        assert_one_line_error(code, err or f"exit {code} for {argv}", words)
+
+
+def test_profiles_with_impossible_figures_or_foreign_sample_paths_are_refused(capsys, files):
+    from cost_model import builtin_profile
+
+    base = builtin_profile("h100-80gb").to_dict()
+    for name, edit, words in [
+        ("zero_bw.json", {"inter_node_bandwidth_bytes_per_s": 0}, ["inter_node_bandwidth_bytes_per_s must be above 0"]),
+        ("neg_lat.json", {"intra_node_latency_s": -1e-6}, ["intra_node_latency_s must be above 0"]),
+        ("nodes0.json", {"num_nodes": 0}, ["num_nodes must be from 1"]),
+        ("peak0.json", {"peak_flops_per_s": {"bf16": 0}}, ["peak_flops_per_s.bf16 must be above 0"]),
+        ("no_mm.json", {"matmul": []}, ["matmul must hold the measured matmul samples"]),
+        ("no_coll.json", {"collectives": []}, ["collectives must hold collective samples for 8 GPUs per node"]),
+        ("up.json", {"raw_samples": "../../etc/passwd"}, ["raw_samples must be a file name beside the profile"]),
+        ("abs.json", {"raw_samples": "/etc/passwd"}, ["raw_samples must be a file name beside the profile"]),
+        ("dtype5.json", {"matmul": [{**base["matmul"][0], "dtype": 5}]}, ["matmul[0].dtype must be a string"]),
+    ]:
+        (files / name).write_text(json.dumps({**base, **edit}))
+        for argv in (["profile", "--compare", files / name, "builtin:h100-80gb"],
+                     ["calibrate", "--profile", files / name, "-o", files / "never.json"]):
+            code, _, err = run(capsys, *argv)
+            assert_one_line_error(code, err, [name, *words])
+    assert not (files / "never.json").exists()
+
+
+def test_measurement_lines_of_the_wrong_type_are_skipped_and_counted(capsys, files):
+    good = json.loads((files / "plan.json").read_text())
+    line = {"schema": "autoplan.measurement/v1", "plan_id": "x", "plan": good, "prediction": {}, "backend": "torch",
+            "status": "ok", "step_times_s": ["1.0"], "losses": [], "peak_memory_bytes": "big", "environment": {}}
+    (files / "typed.jsonl").write_text(json.dumps(line) + "\n")
+    code, _, err = run(capsys, "calibrate", files / "typed.jsonl", "-o", files / "never.json")
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    from autoplan.specs import read_measurements
+    records, problems = read_measurements(files / "typed.jsonl")
+    assert not records and "step_times_s[0] must be a finite number of seconds" in problems[0]
+    assert "peak_memory_bytes must be an integer, got 'big'" in problems[0]
+
+
+def test_a_killed_search_keeps_its_trials_in_the_storage_and_says_so_on_resume(capsys, files, tmp_path):
+    """Trials reach the stored study in small batches while the search runs, so an interrupted
+    search (here: interrupted after 45 scored trials) resumes with them."""
+    import autoplan.search as search
+
+    db = tmp_path / "study.db"
+    argv = ["search", *SMALL, "--trials", "200", "--storage", f"sqlite:///{db}"]
+    original, seen = search._TrialStore.__call__, []
+
+    def interrupt_after_45(self, study=None, trial=None):
+        original(self, study, trial)
+        seen.append(1)
+        if len(seen) == 45:
+            raise KeyboardInterrupt
+    search._TrialStore.__call__ = interrupt_after_45
+    try:
+        code, _, err = run(capsys, *argv)
+    finally:
+        search._TrialStore.__call__ = original
+    assert code == 130 and err.strip() == "autoplan search: interrupted"
+    import optuna
+    (summary,) = optuna.get_all_study_summaries(f"sqlite:///{db}")
+    assert summary.n_trials == 45  # every finished trial, the last ones written on the way out
+    code, out, err = run(capsys, *argv[:-4], "--trials", "5", *argv[-2:])
+    assert code == 0 and "45 scored trials found" in err and "45 resumed trials" in out, (out, err)
+
+
 @pytest.mark.parametrize("argv, words", CASES, ids=[" ".join(a[:3]) + "|" + w[0] for a, w in CASES])
 def test_bad_input_is_one_line_and_exit_2(capsys, files, argv, words):
     code, _, err = run(capsys, *(a.format(d=files) for a in argv))

@@ -150,6 +150,23 @@ def test_killed_and_resumed_run_continues_with_the_same_losses(tmp_path, capsys)
     assert record["status"] == "ok" and len(record["step_times_s"]) == 3 and record["peak_memory_bytes"] > 0
     assert record["environment"]["world_size"] == 4 and record["environment"]["torch"]
 
+    # Trust boundary: --resume loads only a checkpoint whose manifest autoplan wrote, for this plan,
+    # with its .metadata unchanged (DCP unpickles .metadata); each refusal happens before any process.
+    step2 = ckpt / "step-000002"
+    manifest = json.loads((step2 / "autoplan_manifest.json").read_text())
+    assert manifest["plan_id"] == full.plan_id and manifest["step"] == 2 and len(manifest["metadata_sha256"]) == 64
+    resume = [plan, *common, "--resume", "--out", tmp_path / "runs.jsonl"]
+    metadata = (step2 / ".metadata").read_bytes()
+    (step2 / ".metadata").write_bytes(metadata + b"\x00")
+    assert "does not match the SHA-256" in _bad(tmp_path, capsys, *resume)
+    (step2 / ".metadata").write_bytes(metadata)
+    other = tmp_path / "other.json"
+    plan_doc(LLAMA, dp=4, num_microbatches=2).save(other)
+    assert "was written for plan" in _bad(tmp_path, capsys, other, *resume[1:])
+    (step2 / "autoplan_manifest.json").unlink()
+    err = _bad(tmp_path, capsys, *resume)
+    assert "has no autoplan_manifest.json" in err and "a checkpoint is code" in err
+
 
 @pytest.mark.slow
 def test_failure_inside_the_run_is_recorded_as_data(tmp_path, capsys):

@@ -2,7 +2,7 @@
 
 A bad value is rejected while parsing (one line, exit code 2) rather than deep inside the search,
 where it would be a traceback or, for an absurd count, an endless enumeration of divisors.
-Standard library only: every command imports this at start-up.
+Standard library and autoplan.specs only: every command imports this at start-up.
 """
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import argparse
 from pathlib import Path
 
 # Upper bounds on counts, far above any real run, so that a typo (an extra zero run, a pasted
-# token count) is one clear line instead of minutes of enumerating its divisors. The largest
-# published training runs use ~16K-100K GPUs, ~16M tokens per step (Llama 3 405B, arXiv:2407.21783
-# section 3.4) and contexts up to ~1M tokens.
-MAX_NUM_GPUS = 2**20
-MAX_GLOBAL_BATCH = 2**24
-MAX_SEQ_LEN = 2**24
+# token count) is one clear line instead of minutes of enumerating its divisors. The same bounds
+# hold in the files autoplan reads (autoplan.specs.validation, where their sources are given).
+from autoplan.specs.validation import MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN  # noqa: F401
+
+MAX_TRIALS = 10**6
+"""Optuna trials of one search: ~10^3 s at ~1 ms a trial; the default is 200."""
 MAX_SEED = 2**32 - 1  # numpy's RandomState, which Optuna's samplers seed, takes 0 .. 2**32-1
 
 

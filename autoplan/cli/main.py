@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import threading
 
 from autoplan.specs import AutoplanError
 
@@ -20,11 +23,17 @@ COMMANDS = [
 ]
 
 
+def one_line(text: str) -> str:
+    """The message with every unprintable character (newlines, NEL, NUL, ...) escaped: an error stays
+    one line whatever the user typed into a value it quotes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit code 2 (argparse prints two)."""
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.stderr.write(one_line(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
         sys.exit(2)
 
 
@@ -35,26 +44,89 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"autoplan.cli.{name}_cmd").register(sub)
+    parser.set_defaults(subparsers=sub.choices)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+class _Interrupt:
+    """Ctrl-C: the first SIGINT raises KeyboardInterrupt (so atomic writes and launchers clean up on
+    the way out) and is remembered, so that whatever that interruption turned into (an ImportError of
+    a half-imported module, a library's wrapper exception) still ends as `interrupted`, exit 130."""
+
+    seen = False
+
+    @classmethod
+    def handler(cls, signum, frame):
+        if cls.seen:  # already on the way out: a second Ctrl-C must not cut the cleanup short
+            return
+        cls.seen = True
+        raise KeyboardInterrupt
+
+
+def _interrupted(command: str) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the exit itself
     try:
+        sys.stderr.write(f"autoplan{' ' + command if command else ''}: interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return 130
+
+
+def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
+    """Run one command; returns its exit code (0, 1 for a failed run, 2 for bad input, 130 for Ctrl-C).
+
+    `_exiting` (the `autoplan` entry point): the process ends right after, so SIGINT stays ignored
+    from the moment the command is done; in-process callers get their previous handler back."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    command = ""
+    if in_main_thread:
+        _Interrupt.seen = False
+        signal.signal(signal.SIGINT, _Interrupt.handler)
+    try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        command = getattr(args, "command", None) or ""
+        if extra:  # said by the command's own parser: `autoplan <command>: error: ...`
+            args.subparsers.get(command, parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         return int(args.func(args) or 0)
-    except AutoplanError as exc:
-        sys.stderr.write(f"autoplan {args.command}: error: {exc}\n")
-        return 2
     except KeyboardInterrupt:
-        sys.stderr.write(f"autoplan {args.command}: interrupted\n")
-        return 130
+        return _interrupted(command)
+    except AutoplanError as exc:
+        if _Interrupt.seen:
+            return _interrupted(command)
+        sys.stderr.write(one_line(f"autoplan {command}: error: {exc}") + "\n")
+        return 2
     except BrokenPipeError:
         return 0
+    except BaseException:
+        if _Interrupt.seen:
+            return _interrupted(command)
+        raise
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, signal.SIG_IGN if _exiting else previous)
+
+
+def entry() -> None:
+    """The `autoplan` executable (and `python -m autoplan`)."""
+    code = main(_exiting=True)
+    if code == 130:
+        # Interrupted: everything written was written atomically and cleaned up while unwinding.
+        # Leave now, without interpreter finalization, which would turn a KeyboardInterrupt that a
+        # C extension saw while importing into death by SIGINT (exit -2) after the line was printed.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from autoplan.cli.argtypes import (
-    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, check_storage_url, framework_name, int_at_most, output_path, positive_int,
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, check_storage_url, framework_name, int_at_most, output_path, positive_int,
     seed_int,
 )
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
@@ -110,7 +110,7 @@ def register(subparsers) -> None:
     s = p.add_argument_group("search")
     s.add_argument("--sampler", choices=("tpe", "nsga2"), default="tpe",
                    help="tpe: fastest plan; nsga2: step-time/memory Pareto front")
-    s.add_argument("--trials", type=positive_int, default=None, metavar="N",
+    s.add_argument("--trials", type=int_at_most(MAX_TRIALS, "trials"), default=None, metavar="N",
                    help="Optuna trials (default: 200 for tpe, then a local polish; 600 for nsga2)")
     s.add_argument("--seed", type=seed_int, default=0, help="sampler seed, 0 to 2**32-1 (default: 0)")
     s.add_argument("--exhaustive", action="store_true", help="score every valid plan (slow on big spaces; exact)")
@@ -140,7 +140,8 @@ def run(args) -> int:
         pins=pins_from_args(args), allow_tp_across_nodes=args.allow_tp_across_nodes, sampler=args.sampler,
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
         study_name=args.study_name, calibration_path=args.calibration,
-        framework=args.framework or DEFAULT_FRAMEWORK)
+        framework=args.framework or DEFAULT_FRAMEWORK,
+        log=lambda line: sys.stderr.write(f"autoplan search: {line}\n"))
     try:
         outcome = plan_search(request)
     except Exception as exc:

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.jsonio import check_schema, require
+from autoplan.specs.schemas import validate_profile
+from autoplan.specs.validation import Issues
 
 PROFILE_SCHEMA = "autoplan.profile/v1"
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -112,6 +114,9 @@ class HardwareProfile:
     @classmethod
     def from_dict(cls, data: dict, what: str = "hardware profile") -> "HardwareProfile":
         check_schema(data, PROFILE_SCHEMA, what)
+        issues = Issues(what)
+        validate_profile(data, issues)  # every figure positive and finite, tables well formed
+        issues.raise_if_any()
         peaks = require(data, "peak_flops_per_s", dict, what)
         try:
             matmul = tuple(MatmulSample(**s) for s in data.get("matmul", []))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from autoplan.specs.errors import AutoplanError, SchemaError
+from autoplan.specs.validation import MAX_JSON_BYTES, parse_json_text, show
 
 
 # The files autoplan writes, by schema: what each is and which command writes it, so that a file
@@ -27,6 +28,9 @@ def check_schema(data: Any, expected: str, what: str) -> dict:
     if not isinstance(data, dict):
         raise SchemaError(f"{what} must be a JSON object, got {type(data).__name__}")
     found = data.get("schema")
+    if not isinstance(found, str):
+        raise SchemaError(f"{what} has no schema string (got {show(found)}), expected {expected!r}; "
+                          f"regenerate it with this version of autoplan")
     if found != expected and found in _FILE_KINDS and expected in _FILE_KINDS:
         raise SchemaError(f"{what} has schema {found!r}: it is {_FILE_KINDS[found]}, not "
                           f"{_FILE_KINDS[expected]}; pass the right file (expected {expected!r})")
@@ -60,25 +64,39 @@ def _names(kinds: tuple) -> str:
 
 
 def read_json(path: str | os.PathLike, what: str) -> Any:
-    """Load a JSON file, turning every I/O or parse failure into one clear AutoplanError."""
+    """Load a JSON file, turning every I/O or parse failure into one clear AutoplanError.
+
+    The file's size and nesting are bounded (autoplan.specs.validation) before and while parsing.
+    """
     p = Path(path)
-    if not p.exists():
-        raise AutoplanError(f"{what} file {str(p)!r} does not exist")
-    if p.is_dir():
-        raise AutoplanError(f"{what} path {str(p)!r} is a folder, expected a JSON file")
     try:
+        if not p.exists():
+            raise AutoplanError(f"{what} file {_short(p)} does not exist")
+        if p.is_dir():
+            raise AutoplanError(f"{what} path {_short(p)} is a folder, expected a JSON file")
+        size = p.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise AutoplanError(f"{what} file {_short(p)} is {size / 2**20:.0f} MiB, above the {MAX_JSON_BYTES // 2**20} "
+                                f"MiB autoplan reads; it is not a {what} file")
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise AutoplanError(f"cannot read {what} file {str(p)!r}: {exc}") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise AutoplanError(f"cannot read {what} file {_short(p)}: {reason}") from None
     try:
-        return json.loads(text)
+        return parse_json_text(text, f"{what} file {_short(p)}")
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data" and exc.lineno > 1:
-            raise AutoplanError(f"{what} file {str(p)!r} holds one JSON value per line (JSON Lines, like the "
+            raise AutoplanError(f"{what} file {_short(p)} holds one JSON value per line (JSON Lines, like the "
                                 f"runs.jsonl of `autoplan run`), not a single {what} JSON object") from None
         raise AutoplanError(
-            f"{what} file {str(p)!r} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            f"{what} file {_short(p)} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+
+
+def _short(path) -> str:
+    """A path as messages quote it: repr, cut in the middle past 120 characters (one line stays short)."""
+    text = repr(str(path))
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-57:]}"
 
 
 def dumps(data: Any) -> str:

@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autoplan.specs.errors import AutoplanError, SchemaError
-from autoplan.specs.jsonio import check_schema, require
+from autoplan.specs.jsonio import check_schema
+from autoplan.specs.schemas import validate_measurement
+from autoplan.specs.validation import MAX_JSONL_BYTES, Issues, parse_json_text
 
 MEASUREMENT_SCHEMA = "autoplan.measurement/v1"
 STATUSES = ("ok", "oom", "error")
@@ -61,15 +63,11 @@ class Measurement:
     @classmethod
     def from_dict(cls, data: dict, what: str = "measurement") -> "Measurement":
         check_schema(data, MEASUREMENT_SCHEMA, what)
-        status = require(data, "status", str, what)
-        if status not in STATUSES:
-            raise SchemaError(f"{what} status must be one of {STATUSES}, got {status!r}")
+        issues = Issues(what)
+        validate_measurement(data, issues)
+        issues.raise_if_any()
         known = {f for f in cls.__dataclass_fields__ if f != "extra"}
         kwargs = {k: data[k] for k in known if k in data}
-        for key in ("plan_id", "plan", "prediction", "backend", "step_times_s", "losses",
-                    "peak_memory_bytes", "environment"):
-            if key not in data:
-                raise SchemaError(f"{what} is missing the field {key!r}")
         kwargs["extra"] = {k: v for k, v in data.items() if k not in known}
         return cls(**kwargs)
 
@@ -88,6 +86,10 @@ def read_measurements(path) -> tuple[list[Measurement], list[str]]:
     if not p.is_file():
         raise AutoplanError(f"measurements file {str(p)!r} does not exist")
     try:
+        size = p.stat().st_size
+        if size > MAX_JSONL_BYTES:
+            raise AutoplanError(f"measurements file {str(p)!r} is {size / 2**20:.0f} MiB, above the "
+                                f"{MAX_JSONL_BYTES // 2**20} MiB autoplan reads; split it into several files")
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise AutoplanError(f"cannot read measurements file {str(p)!r} as JSONL text ({exc}); "
@@ -97,7 +99,7 @@ def read_measurements(path) -> tuple[list[Measurement], list[str]]:
         if not line.strip():
             continue
         try:
-            records.append(Measurement.from_dict(json.loads(line), f"line {lineno}"))
-        except (json.JSONDecodeError, SchemaError, TypeError) as exc:
+            records.append(Measurement.from_dict(parse_json_text(line, f"line {lineno}"), f"line {lineno}"))
+        except (json.JSONDecodeError, SchemaError) as exc:
             problems.append(f"{p.name}:{lineno}: {exc}")
     return records, problems

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from autoplan.specs.errors import SchemaError
-from autoplan.specs.jsonio import require
+from autoplan.specs.schemas import MODEL_INTS, validate_model, validate_model_shape
+from autoplan.specs.validation import Issues, require_object, take_int, take_str
 
 MLP_KINDS = ("swiglu", "geglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
@@ -283,22 +283,27 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "model") -> "ModelSpec":
-        if not isinstance(data, dict):
-            raise SchemaError(f"{what} must be a JSON object, got {type(data).__name__}")
-        kwargs = {}
-        for f in fields(cls):
-            if f.name in data:
-                kind = {"int": int, "str": str, "bool": bool, "float": float}[f.type] if isinstance(f.type, str) else f.type
-                kwargs[f.name] = require(data, f.name, kind, what)
-        for key in _REQUIRED:
-            if key not in kwargs:
-                raise SchemaError(f"{what} is missing the field {key!r}")
+        issues = Issues(what)
+        validate_model(require_object(data, what), issues, prefix="")
+        issues.raise_if_any()
+        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         spec = cls(**kwargs)
         spec.check()
         return spec
 
     def check(self) -> None:
-        """Raise SchemaError when the architecture is not self-consistent."""
+        """Raise SchemaError naming every field out of range and every rule across fields broken
+        (autoplan.specs.schemas): for a catalog entry, a config.json and a plan file alike."""
+        issues = Issues(f"model {self.name!r}")
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key, (high, _) in MODEL_INTS.items():
+            take_int(values, key, issues, "", 1, high)
+        for key, kinds in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
+            take_str(values, key, issues, "", kinds)
+        issues.raise_if_any()
+        validate_model_shape(issues, values)
+        issues.raise_if_any()
+        # The architecture fields of the recent families (types, ranges, MLA and MoE consistency).
         for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                     "vocab_size", "max_seq_len", "head_dim", "num_experts", "num_experts_per_token", "moe_layer_freq"):
             value = getattr(self, key)

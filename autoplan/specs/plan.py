@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from autoplan.specs.errors import InfeasiblePlan, SchemaError
-from autoplan.specs.jsonio import require
+from autoplan.specs.schemas import validate_parallel
+from autoplan.specs.validation import Issues
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import ClusterSpec, TrainingSpec
 
@@ -110,17 +111,10 @@ class ParallelPlan:
             # A typo such as "tensor_parallel" must not be dropped silently: the plan would run as tp=1.
             raise SchemaError(f"{what} has unknown field(s) {', '.join(map(repr, unknown))}; "
                               f"the fields are {', '.join(cls.__dataclass_fields__)}")
-        ints = ("dp", "tp", "pp", "cp", "vpp", "zero_stage", "micro_batch_size", "num_microbatches",
-                "recompute_num_layers", "ep")
-        kwargs = {k: require(data, k, int, what) for k in ints if k in data}
-        for k in ("dp", "tp", "pp", "micro_batch_size", "num_microbatches"):
-            if k not in kwargs:
-                raise SchemaError(f"{what} is missing the field {k!r}")
-        if "sequence_parallel" in data:
-            kwargs["sequence_parallel"] = require(data, "sequence_parallel", bool, what)
-        if "recompute" in data:
-            kwargs["recompute"] = require(data, "recompute", str, what)
-        return cls(**kwargs)
+        issues = Issues(what)
+        validate_parallel(data, issues, prefix="")
+        issues.raise_if_any()
+        return cls(**data)
 
     def check(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
               allow_tp_across_nodes: bool = False) -> None:

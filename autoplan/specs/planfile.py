@@ -19,7 +19,9 @@ from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, get_framework
 from autoplan.specs.jsonio import check_schema, read_json, require, write_json_atomic
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import ParallelPlan
+from autoplan.specs.schemas import validate_plan
 from autoplan.specs.training import ClusterSpec, TrainingSpec
+from autoplan.specs.validation import Issues
 
 PLAN_SCHEMA = "autoplan.plan/v2"
 PLAN_SCHEMA_V1 = "autoplan.plan/v1"
@@ -78,6 +80,9 @@ class PlanDocument:
         else:
             check_schema(data, PLAN_SCHEMA, what)
             framework = get_framework(require(data, "framework", str, what)).name
+        issues = Issues(what)
+        validate_plan(data, issues)  # every field and cross-section rule, all problems at once
+        issues.raise_if_any()
         known = {"schema", "plan_id", "framework", "model", "training", "cluster", "parallel", "prediction",
                  "alternatives", "search", "provenance"}
         doc = cls(

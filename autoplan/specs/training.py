@@ -5,6 +5,9 @@ from dataclasses import asdict, dataclass
 
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.jsonio import require
+from autoplan.specs.schemas import validate_cluster, validate_training
+from autoplan.specs.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NUM_GPUS, MAX_SEQ_LEN, Issues, \
+    require_object
 
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
@@ -29,8 +32,9 @@ class TrainingSpec:
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "training") -> "TrainingSpec":
-        if not isinstance(data, dict):
-            raise SchemaError(f"{what} must be a JSON object")
+        issues = Issues(what)
+        validate_training(require_object(data, what), issues, prefix="")
+        issues.raise_if_any()
         spec = cls(
             global_batch_size=require(data, "global_batch_size", int, what),
             seq_len=require(data, "seq_len", int, what),
@@ -41,10 +45,12 @@ class TrainingSpec:
         return spec
 
     def check(self) -> None:
-        for key in ("global_batch_size", "seq_len"):
+        for key, high in (("global_batch_size", MAX_GLOBAL_BATCH), ("seq_len", MAX_SEQ_LEN)):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise SchemaError(f"training {key} must be a positive integer, got {v!r}")
+            if v > high:
+                raise SchemaError(f"training {key} must be at most {high:,}, got {v:,}")
         if self.dtype not in DTYPES:
             raise SchemaError(f"training dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.optimizer != "adamw":
@@ -69,8 +75,9 @@ class ClusterSpec:
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "cluster") -> "ClusterSpec":
-        if not isinstance(data, dict):
-            raise SchemaError(f"{what} must be a JSON object")
+        issues = Issues(what)
+        validate_cluster(require_object(data, what), issues, prefix="")
+        issues.raise_if_any()
         spec = cls(
             name=require(data, "name", str, what),
             num_gpus=require(data, "num_gpus", int, what),
@@ -81,7 +88,9 @@ class ClusterSpec:
         return spec
 
     def check(self) -> None:
-        for key in ("num_gpus", "gpus_per_node"):
+        for key, high in (("num_gpus", MAX_NUM_GPUS), ("gpus_per_node", MAX_GPUS_PER_NODE)):
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise SchemaError(f"cluster {key} must be a positive integer, got {v!r}")
+            if v > high:
+                raise SchemaError(f"cluster {key} must be at most {high:,}, got {v:,}")

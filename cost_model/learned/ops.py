@@ -25,7 +25,8 @@ from sklearn.ensemble import GradientBoostingRegressor
 from sklearn.model_selection import GroupKFold, cross_val_predict
 from sklearn.neighbors import KNeighborsRegressor
 
-from autoplan.specs import AttentionSample, CollectiveSample, HardwareProfile, MatmulSample
+from autoplan.specs import AttentionSample, AutoplanError, CollectiveSample, HardwareProfile, MatmulSample
+from autoplan.specs.validation import bare_file_name
 
 MIN_SHAPES = 4
 """Fewer distinct measured shapes than this in one group: keep them as measured (a curve through
@@ -185,6 +186,9 @@ def profile_with_raw_samples(profile: HardwareProfile, profile_path) -> Hardware
     `kind` column of matmul / attention / collective rows); else the profile unchanged."""
     if not profile.raw_samples:
         return profile
+    if not bare_file_name(profile.raw_samples):  # from_dict refuses these; a profile built in code too
+        raise AutoplanError(f"profile {profile.name!r}: raw_samples {profile.raw_samples!r} must be a file name "
+                            f"beside the profile (no folder, no '..', not absolute)")
     path = Path(profile_path).parent / profile.raw_samples
     if not path.is_file():
         return profile

@@ -17,6 +17,8 @@ import sklearn
 
 from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, HardwareProfile, read_json, write_json_atomic
 from autoplan.specs.jsonio import check_schema
+from autoplan.specs.schemas import validate_calibration
+from autoplan.specs.validation import Issues
 from cost_model.learned.correction import correction_from_json, correction_to_json
 from cost_model.learned.features import FEATURE_NAMES, FEATURE_SCHEMA
 from cost_model.learned.memory_correction import MemoryCorrection
@@ -71,6 +73,9 @@ class CalibrationFile:
             found = data.get("schema") if isinstance(data, dict) else type(data).__name__
             raise AutoplanError(f"{what} has schema {found!r}, expected {CALIBRATION_SCHEMA!r}; "
                                 f"regenerate it with `autoplan calibrate`")
+        issues = Issues(what)
+        validate_calibration(data, issues)  # the sections' types, before any is read
+        issues.raise_if_any()
         _check_versions(data.get("versions") or {}, what)
         features = data.get("feature_schema") or {}
         if features.get("name") != FEATURE_SCHEMA or list(features.get("features", [])) != list(FEATURE_NAMES):

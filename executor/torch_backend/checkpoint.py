@@ -4,9 +4,17 @@ Each save writes `<dir>/.tmp-step-<n>` on every rank, then (after a barrier) ran
 `<dir>/step-<n>`: a run killed mid-save leaves a `.tmp-` folder that resume ignores, and the last
 complete `step-<n>` stays. The two newest complete checkpoints are kept. Keys are prefixed with the
 pipeline rank and chunk index, so stages never collide and a resume must use the same plan.
+
+A checkpoint is code: torch.distributed.checkpoint unpickles its `.metadata`, so loading a folder
+someone else wrote can run their code. Each save therefore writes a manifest beside the shards
+(`autoplan_manifest.json`: the plan id and the SHA-256 of `.metadata`), and `--resume` loads only a
+checkpoint whose manifest is there, names this plan and matches its `.metadata` byte for byte.
+The manifest says autoplan wrote the folder for this plan; it is no signature, so checkpoints must
+still come from a trusted place (see docs/bad_input.md).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -15,7 +23,10 @@ from pathlib import Path
 import torch.distributed as dist
 from torch import nn
 
-from autoplan.specs import AutoplanError
+from autoplan.specs import AutoplanError, read_json, write_json_atomic
+
+MANIFEST = "autoplan_manifest.json"
+MANIFEST_SCHEMA = "autoplan.checkpoint/v1"
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 NUM_KEPT = 2
@@ -40,7 +51,48 @@ def latest_step(checkpoint_dir: str) -> int:
     return max(steps, default=0)
 
 
-def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int) -> None:
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(folder: Path, plan_id: str, step: int) -> None:
+    write_json_atomic(folder / MANIFEST, {"schema": MANIFEST_SCHEMA, "plan_id": plan_id, "step": step,
+                                          "metadata_sha256": _sha256(folder / ".metadata")})
+
+
+def verify(checkpoint_dir: str, plan_id: str) -> int:
+    """The newest complete checkpoint's step, once its manifest shows autoplan wrote it for this plan
+    and its `.metadata` is unchanged; else one AutoplanError line (nothing is unpickled before)."""
+    step = latest_step(checkpoint_dir)
+    if step == 0:
+        raise AutoplanError(f"--resume: no complete checkpoint (step-NNNNNN folder) in {checkpoint_dir!r}; "
+                            "run without --resume to start fresh")
+    folder = Path(checkpoint_dir) / f"step-{step:06d}"
+    trust = ("a checkpoint is code (its .metadata is unpickled): resume only from checkpoints autoplan wrote, "
+             "kept where only you can write")
+    if not (folder / MANIFEST).is_file():
+        raise AutoplanError(f"--resume: {str(folder)!r} has no {MANIFEST} (autoplan writes one with every "
+                            f"checkpoint); {trust}")
+    manifest = read_json(folder / MANIFEST, "checkpoint manifest")
+    if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+        raise AutoplanError(f"--resume: {str(folder / MANIFEST)!r} is not a manifest of schema "
+                            f"{MANIFEST_SCHEMA!r}; {trust}")
+    if manifest.get("plan_id") != plan_id:
+        raise AutoplanError(f"--resume: the checkpoint in {str(folder)!r} was written for plan "
+                            f"{manifest.get('plan_id')!r}, this is plan {plan_id!r}; resume with the plan that "
+                            f"wrote it, or use another --checkpoint-dir")
+    metadata = folder / ".metadata"
+    if not metadata.is_file() or _sha256(metadata) != manifest.get("metadata_sha256"):
+        raise AutoplanError(f"--resume: {str(metadata)!r} does not match the SHA-256 its manifest recorded; "
+                            f"it was changed after autoplan wrote it; {trust}")
+    return step
+
+
+def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int, plan_id: str) -> None:
     import torch.distributed.checkpoint as dcp
 
     root = Path(checkpoint_dir)
@@ -52,6 +104,7 @@ def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int) -> No
     dcp.save(_state(models, optimizers, pp_rank), checkpoint_id=str(tmp))
     dist.barrier()
     if dist.get_rank() == 0:
+        write_manifest(tmp, plan_id, step)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for old in sorted(p for p in root.iterdir() if STEP_DIR.match(p.name))[:-NUM_KEPT]:
@@ -59,15 +112,13 @@ def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int) -> No
     dist.barrier()
 
 
-def load(checkpoint_dir: str, models, optimizers, pp_rank: int) -> int:
-    """Load the newest complete checkpoint into models and optimizers; return its step."""
+def load(checkpoint_dir: str, models, optimizers, pp_rank: int, plan_id: str) -> int:
+    """Load the newest complete checkpoint into models and optimizers, once `verify` accepts it;
+    return its step."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
-    step = latest_step(checkpoint_dir)
-    if step == 0:
-        raise AutoplanError(f"--resume: no complete checkpoint (step-NNNNNN folder) in {checkpoint_dir!r}; "
-                            "run without --resume to start fresh")
+    step = verify(checkpoint_dir, plan_id)
     state = _state(models, optimizers, pp_rank)
     try:
         dcp.load(state, checkpoint_id=str(Path(checkpoint_dir) / f"step-{step:06d}"))

@@ -10,7 +10,7 @@ from executor.backends import check_framework
 from executor.data import open_tokens
 from executor.model import check_buildable
 from executor.options import RunOptions
-from executor.torch_backend.checkpoint import latest_step
+from executor.torch_backend.checkpoint import latest_step, verify
 
 FRAMEWORK = "autoplan"
 """The framework whose facts and rules describe this backend (autoplan.specs.frameworks)."""
@@ -43,9 +43,8 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
             "experts under the same parameter names); run without checkpoints or with ep=1")
     _check_device(options, processes)
     open_tokens(options.data, options.data_dtype, options.seed, spec.vocab_size)  # missing file -> error
-    if options.resume and latest_step(options.checkpoint_dir) == 0:
-        raise AutoplanError(f"--resume: no complete checkpoint (step-NNNNNN folder) in "
-                            f"{options.checkpoint_dir!r}; run without --resume to start fresh")
+    if options.resume:
+        verify(options.checkpoint_dir, doc.plan_id)  # before any process starts, and before unpickling
     if options.resume and latest_step(options.checkpoint_dir) >= options.steps:
         raise AutoplanError(f"--resume: the checkpoint in {options.checkpoint_dir!r} is at step "
                             f"{latest_step(options.checkpoint_dir)}, nothing left of --steps {options.steps}")

@@ -61,6 +61,20 @@ def _forward(stream, sink) -> None:
             sink.flush()
 
 
+def stop_processes(procs: list, grace_s: float = GRACE_S) -> None:
+    """Terminate every process still running, wait up to `grace_s`, then kill what is left."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def _wait(procs: list[subprocess.Popen]) -> list[int]:
     """Wait for every rank; once one fails, give the rest GRACE_S and then terminate them."""
     failed_at = None
@@ -120,19 +134,22 @@ def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> l
         port = free_port()
         cmd = [sys.executable, "-m", "executor.torch_backend.worker", "--options-json",
                json.dumps(options.to_dict()), "--result", str(result), *paths]
-        procs = [subprocess.Popen(cmd, env=_worker_env(rank, nproc, port, options), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for rank in range(nproc)]
-        forwarders = [threading.Thread(target=_forward, args=(stream, sink), daemon=True)
-                      for p in procs for stream, sink in ((p.stdout, sys.stdout), (p.stderr, sys.stderr))]
-        for thread in forwarders:
-            thread.start()
+        procs = []
         try:
+            # Own session: a Ctrl-C in the terminal reaches this process only, which stops the
+            # workers itself (no traceback from each rank, none left behind).
+            for rank in range(nproc):
+                procs.append(subprocess.Popen(cmd, env=_worker_env(rank, nproc, port, options), stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True, start_new_session=True))
+            forwarders = [threading.Thread(target=_forward, args=(stream, sink), daemon=True)
+                          for p in procs for stream, sink in ((p.stdout, sys.stdout), (p.stderr, sys.stderr))]
+            for thread in forwarders:
+                thread.start()
             codes = _wait(procs)
             for thread in forwarders:
                 thread.join(timeout=5)
-        except KeyboardInterrupt:
-            for p in procs:
-                p.terminate()
+        except BaseException:
+            stop_processes(procs)
             raise
         records = [Measurement.from_dict(d) for d in json.loads(result.read_text())] if result.is_file() else []
         failures = sorted(Path(tmp).glob("result.json.rank*"), key=_failure_order)

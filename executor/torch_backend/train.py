@@ -314,8 +314,8 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
     global _last_runner
     _last_runner = weakref.ref(runner)
     source = open_tokens(options.data, options.data_dtype, options.seed, doc.model.vocab_size)
-    start = checkpoint.load(options.checkpoint_dir, runner.models, runner.optimizers, runner.rank["pp"]) \
-        if options.resume else 0
+    start = checkpoint.load(options.checkpoint_dir, runner.models, runner.optimizers, runner.rank["pp"],
+                            doc.plan_id) if options.resume else 0
     peak = peak_flops_per_s(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                             doc.training.dtype)
     losses, step_times, grad_norms = [], [], []
@@ -340,7 +340,8 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
                   f"grad_norm {grad_norms[-1]:.3f} step_time {elapsed:.3f}s tokens/s {tps:,.0f} mfu {util_text}",
                   flush=True)
         if options.checkpoint_every and (step + 1) % options.checkpoint_every == 0:
-            checkpoint.save(options.checkpoint_dir, step + 1, runner.models, runner.optimizers, runner.rank["pp"])
+            checkpoint.save(options.checkpoint_dir, step + 1, runner.models, runner.optimizers, runner.rank["pp"],
+                            doc.plan_id)
     peak_memory = runner.peak_memory_bytes()
     env = environment(device.type, dist.get_world_size(), "torch")
     extra = {"first_step": start, "grad_norms": grad_norms, "options": options.to_dict(), "pid": os.getpid(),

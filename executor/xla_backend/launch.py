@@ -87,11 +87,21 @@ def run_many(docs: list, options: RunOptions) -> list:
 def _run_worker(args: list, env: dict) -> tuple:
     """Run the worker, passing its stderr (progress lines) through and keeping the last lines."""
     tail = collections.deque(maxlen=_STDERR_TAIL_LINES)
-    with subprocess.Popen([sys.executable, "-m", "executor.xla_backend.worker", *args], env=env,
-                          stderr=subprocess.PIPE, text=True) as proc:
+    from executor.torch_backend.launch import stop_processes
+
+    # Own session, as in the torch launcher: Ctrl-C reaches this process, which stops the worker.
+    proc = subprocess.Popen([sys.executable, "-m", "executor.xla_backend.worker", *args], env=env,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
         for line in proc.stderr:
             tail.append(line.rstrip())
             sys.stderr.write(line)
+        proc.wait()
+    except BaseException:
+        stop_processes([proc])
+        raise
+    finally:
+        proc.stderr.close()
     return proc.returncode, list(tail)
 
 

@@ -1,0 +1,266 @@
+"""What each file format autoplan reads must hold: fields, types, ranges and cross-field rules.
+
+One function per format (or per section of one), run by the readers before any dataclass is built:
+`ModelSpec/TrainingSpec/ClusterSpec/ParallelPlan/PlanDocument/HardwareProfile/Measurement.from_dict`
+and the calibration loader. Each collects every problem of the document into an `Issues`, so a
+file with three mistakes is told all three at once, each with its field path, value and rule.
+Bounds and the field readers are in `autoplan.specs.validation`.
+"""
+from __future__ import annotations
+
+from autoplan.specs.validation import (
+    MAX_BYTES_PER_S, MAX_EXPERTS, MAX_FFN, MAX_FLOPS_PER_S, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_HEAD_DIM,
+    MAX_HEADS, MAX_HIDDEN, MAX_LATENCY_S, MAX_LAYERS, MAX_MEMORY_BYTES, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_VOCAB,
+    Issues, bare_file_name, take_bool, take_float, take_int, take_list, take_object, take_str,
+)
+
+MODEL_INTS = {  # field -> (upper bound, required)
+    "num_layers": (MAX_LAYERS, True), "hidden_size": (MAX_HIDDEN, True), "num_heads": (MAX_HEADS, True),
+    "num_kv_heads": (MAX_HEADS, True), "ffn_hidden_size": (MAX_FFN, True), "vocab_size": (MAX_VOCAB, True),
+    "max_seq_len": (MAX_SEQ_LEN, False), "head_dim": (MAX_HEAD_DIM, False),
+    "num_experts": (MAX_EXPERTS, False), "num_experts_per_token": (MAX_EXPERTS, False),
+}
+PARALLEL_INTS = {  # field -> (low, high, required)
+    "dp": (1, MAX_NUM_GPUS, True), "tp": (1, MAX_NUM_GPUS, True), "pp": (1, MAX_NUM_GPUS, True),
+    "cp": (1, MAX_NUM_GPUS, False), "vpp": (1, MAX_LAYERS, False), "ep": (1, MAX_NUM_GPUS, False),
+    "zero_stage": (0, 3, False), "micro_batch_size": (1, MAX_GLOBAL_BATCH, True),
+    "num_microbatches": (1, MAX_GLOBAL_BATCH, True), "recompute_num_layers": (0, MAX_LAYERS, False),
+}
+SAMPLE_FIELDS = {  # table -> {field: kind}; "int"/"float" are positive, bounded
+    "matmul": {"m": "int", "n": "int", "k": "int", "dtype": "str", "flops_per_s": "flops"},
+    "attention": {"batch": "int", "seq_len": "int", "num_heads": "int", "head_dim": "int", "dtype": "str",
+                  "pass": ("fwd", "bwd"), "flops_per_s": "flops"},
+    "memory_ops": {"op": "str", "num_bytes": "int", "bytes_per_s": "bandwidth"},
+    "collectives": {"op": "op", "scope": "scope", "group_size": "int", "message_bytes": "int",
+                    "bus_bandwidth_bytes_per_s": "bandwidth", "time_s": "time"},
+}
+SAMPLE_INT_MAX = 2**50
+OPTIONAL_SAMPLE_FIELDS = {"time_s"}
+
+
+def validate_model(data: dict, issues: Issues, prefix: str = "model") -> None:
+    from autoplan.specs.model import MLP_KINDS, NORM_KINDS, POSITION_KINDS
+
+    take_str(data, "name", issues, prefix)
+    for key, (high, required) in MODEL_INTS.items():
+        take_int(data, key, issues, prefix, 1, high, required)
+    for key, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
+        take_str(data, key, issues, prefix, choices, required=False)
+    take_str(data, "family", issues, prefix, required=False)
+    for key in ("tied_embeddings", "qkv_bias", "linear_bias"):
+        take_bool(data, key, issues, prefix, required=False)
+
+
+def validate_training(data: dict, issues: Issues, prefix: str = "training") -> None:
+    from autoplan.specs.training import DTYPES
+
+    take_int(data, "global_batch_size", issues, prefix, 1, MAX_GLOBAL_BATCH)
+    take_int(data, "seq_len", issues, prefix, 1, MAX_SEQ_LEN)
+    take_str(data, "dtype", issues, prefix, DTYPES, required=False)
+    take_str(data, "optimizer", issues, prefix, ("adamw",), required=False)
+
+
+def validate_cluster(data: dict, issues: Issues, prefix: str = "cluster") -> None:
+    take_str(data, "name", issues, prefix)
+    gpus = take_int(data, "num_gpus", issues, prefix, 1, MAX_NUM_GPUS)
+    per_node = take_int(data, "gpus_per_node", issues, prefix, 1, MAX_GPUS_PER_NODE, required=False, default=8)
+    if data.get("profile") is not None:
+        take_str(data, "profile", issues, prefix, required=False)
+    if gpus and per_node and gpus > per_node and gpus % per_node:
+        issues.add(f"{prefix}.num_gpus", f"must be a whole number of nodes of {prefix}.gpus_per_node="
+                   f"{per_node} GPUs (or at most one node)", gpus)
+
+
+def validate_parallel(data: dict, issues: Issues, prefix: str = "parallel") -> None:
+    from autoplan.specs.plan import RECOMPUTE_POLICIES
+
+    for key, (low, high, required) in PARALLEL_INTS.items():
+        take_int(data, key, issues, prefix, low, high, required)
+    take_bool(data, "sequence_parallel", issues, prefix, required=False)
+    take_str(data, "recompute", issues, prefix, RECOMPUTE_POLICIES, required=False)
+
+
+def validate_plan(data: dict, issues: Issues) -> None:
+    """A whole plan file: its four sections, the alternatives, and the rules across sections."""
+    sections = {}
+    for key, check in (("model", validate_model), ("training", validate_training),
+                       ("cluster", validate_cluster), ("parallel", validate_parallel)):
+        section = take_object(data, key, issues)
+        if section is not None:
+            check(section, issues, key)
+            sections[key] = section
+    for key in ("search", "provenance"):
+        if data.get(key) is not None:
+            take_object(data, key, issues, required=False)
+    if data.get("prediction") is not None:
+        validate_prediction(take_object(data, "prediction", issues, required=False), issues, "prediction")
+    alternatives = take_list(data, "alternatives", issues, required=False) if data.get("alternatives") is not None \
+        else []
+    for i, alternative in enumerate(alternatives or []):
+        path = f"alternatives[{i}]"
+        if not isinstance(alternative, dict):
+            issues.add(path, "must be a JSON object with a 'parallel' plan", alternative)
+            continue
+        parallel = take_object(alternative, "parallel", issues, path)
+        if parallel is not None:
+            validate_parallel(parallel, issues, f"{path}.parallel")
+        if alternative.get("prediction") is not None:
+            validate_prediction(take_object(alternative, "prediction", issues, path, required=False), issues,
+                                f"{path}.prediction")
+    model, training = sections.get("model", {}), sections.get("training", {})
+    max_seq, seq = model.get("max_seq_len"), training.get("seq_len")
+    if _ints(max_seq, seq) and 0 < max_seq < seq <= MAX_SEQ_LEN:
+        issues.add("training.seq_len", f"must be at most the model's context model.max_seq_len={max_seq}", seq)
+
+
+def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
+    """A prediction block (CostEstimate.to_prediction): empty, or the figures `estimate` compares."""
+    if not data:
+        return
+    for key in ("step_time_s", "peak_memory_bytes"):
+        take_float(data, key, issues, prefix, 0.0)
+    for key, required in (("tokens_per_s_per_gpu", True), ("mfu", True), ("tokens_per_s", False), ("hfu", False),
+                          ("memory_capacity_bytes", False)):
+        take_float(data, key, issues, prefix, 0.0, positive=False, required=required)
+    take_bool(data, "fits", issues, prefix, required=False)
+    for key in ("time_breakdown_s", "memory_breakdown_bytes"):
+        take_object(data, key, issues, prefix, required=False)
+
+
+def validate_model_shape(issues: Issues, name_values: dict) -> None:
+    """Rules across a model's fields (used by ModelSpec.check for every source: catalog, config.json,
+    plan file). `name_values` holds the spec's fields; each broken rule is one issue."""
+    v = name_values
+    heads, kv, hidden, head_dim = v["num_heads"], v["num_kv_heads"], v["hidden_size"], v["head_dim"]
+    if heads % kv:
+        issues.add("num_kv_heads", f"must divide num_heads, got num_heads={heads}, num_kv_heads={kv}",
+                   show_value=False)
+    if hidden % heads and head_dim == hidden // heads:
+        # head_dim was derived (hidden // heads, rounded down): the heads cannot split the hidden size.
+        issues.add("num_heads", f"must divide hidden_size unless head_dim is given, got hidden_size={hidden}, "
+                   f"num_heads={heads} ({hidden / heads:g} per head)", show_value=False)
+    if v["position"] == "rope" and head_dim % 2:
+        issues.add("head_dim", "must be even with rotary position embeddings (RoPE rotates pairs of channels)",
+                   head_dim)
+    if v["num_experts_per_token"] > v["num_experts"]:
+        issues.add("num_experts_per_token", f"exceeds num_experts={v['num_experts']}", v["num_experts_per_token"])
+
+
+def validate_profile(data: dict, issues: Issues) -> None:
+    """A hardware profile: every figure positive and finite, the sample tables well formed."""
+    from autoplan.specs.hardware import COLLECTIVE_OPS, SCOPES
+
+    take_str(data, "name", issues)
+    take_str(data, "device_name", issues)
+    per_node = take_int(data, "gpus_per_node", issues, "", 1, MAX_GPUS_PER_NODE)
+    take_int(data, "memory_capacity_bytes", issues, "", 1, MAX_MEMORY_BYTES)
+    for key in ("memory_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
+        take_float(data, key, issues, "", 0.0, MAX_BYTES_PER_S)
+    for key in ("intra_node_latency_s", "inter_node_latency_s"):
+        take_float(data, key, issues, "", 0.0, MAX_LATENCY_S, required=False)
+    nodes = take_int(data, "num_nodes", issues, "", 1, MAX_NUM_GPUS, required=False, default=1)
+    take_str(data, "device_kind", issues, required=False)
+    take_bool(data, "measured", issues, required=False)
+    for key in ("environment", "sources"):
+        take_object(data, key, issues, required=False)
+    peaks = take_object(data, "peak_flops_per_s", issues)
+    if peaks is not None and not peaks:
+        issues.add("peak_flops_per_s", "must name at least one dtype's peak", peaks)
+    for dtype in peaks or {}:
+        take_float(peaks, dtype, issues, "peak_flops_per_s", 0.0, MAX_FLOPS_PER_S)
+    raw = take_str(data, "raw_samples", issues, required=False)
+    if raw and not bare_file_name(raw):
+        issues.add("raw_samples", "must be a file name beside the profile (no folder, no '..', not absolute)", raw)
+    tables = {table: take_list(data, table, issues, required=False) for table in SAMPLE_FIELDS}
+    if tables["matmul"] is not None and not tables["matmul"]:
+        issues.add("matmul", "must hold the measured matmul samples (every profile has them)", [])
+    if tables["collectives"] is not None and not tables["collectives"] and per_node and (per_node or 1) * (nodes or 1) > 1:
+        issues.add("collectives", f"must hold collective samples for {per_node} GPUs per node x {nodes} node(s) "
+                   f"(only a one-process profile has none)", [])
+    for table, rows in tables.items():
+        for i, row in enumerate(rows or []):
+            _validate_sample(table, row, issues, f"{table}[{i}]", COLLECTIVE_OPS, SCOPES)
+            if len(issues.problems) + len(issues.missing) > Issues.MAX_LISTED:
+                return  # a table of 2,000 broken rows is told by its first few
+
+
+def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, scopes: tuple) -> None:
+    if not isinstance(row, dict):
+        issues.add(path, "must be a JSON object", row)
+        return
+    fields = SAMPLE_FIELDS[table]
+    unknown = sorted(set(row) - set(fields))
+    if unknown:
+        issues.add(path, f"has unknown field(s) {', '.join(unknown)}; the fields are {', '.join(fields)}",
+                   show_value=False)
+    for key, kind in fields.items():
+        required = key not in OPTIONAL_SAMPLE_FIELDS
+        if kind == "int":
+            take_int(row, key, issues, path, 1, SAMPLE_INT_MAX, required)
+        elif kind == "flops":
+            take_float(row, key, issues, path, 0.0, MAX_FLOPS_PER_S, required=required)
+        elif kind == "bandwidth":
+            take_float(row, key, issues, path, 0.0, MAX_BYTES_PER_S, required=required)
+        elif kind == "time":
+            take_float(row, key, issues, path, 0.0, None, positive=False, required=required)
+        elif kind == "op":
+            take_str(row, key, issues, path, ops, required)
+        elif kind == "scope":
+            take_str(row, key, issues, path, scopes, required)
+        elif isinstance(kind, tuple):
+            take_str(row, key, issues, path, kind, required)
+        else:
+            take_str(row, key, issues, path, required=required)
+
+
+def validate_measurement(data: dict, issues: Issues) -> None:
+    """One line of runs.jsonl. Losses may be NaN (a diverged run is data); times may not."""
+    from autoplan.specs.measurement import STATUSES
+
+    take_str(data, "status", issues, choices=STATUSES)
+    take_str(data, "plan_id", issues)
+    take_str(data, "backend", issues)
+    for key in ("plan", "prediction", "environment"):
+        take_object(data, key, issues)
+    steps = take_list(data, "step_times_s", issues)
+    for i, t in enumerate(steps or []):
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
+            issues.add(f"step_times_s[{i}]", "must be a finite number of seconds, at least 0", t)
+            break
+    losses = take_list(data, "losses", issues)
+    for i, loss in enumerate(losses or []):
+        if isinstance(loss, bool) or not isinstance(loss, (int, float)):
+            issues.add(f"losses[{i}]", "must be a number", loss)
+            break
+    take_int(data, "peak_memory_bytes", issues, "", 0, MAX_MEMORY_BYTES)
+    for key, high in (("num_warmup_steps", 2**31), ("tokens_per_step", MAX_GLOBAL_BATCH * MAX_SEQ_LEN),
+                      ("num_gpus", MAX_NUM_GPUS)):
+        take_int(data, key, issues, "", 0, high, required=False)
+    take_float(data, "peak_flops_per_s", issues, "", 0.0, None, positive=False, required=False)
+    take_str(data, "error", issues, required=False)
+
+
+def validate_calibration(data: dict, issues: Issues) -> None:
+    """The sections of a calibration file; the correction's arrays are checked by its own loader."""
+    versions = take_object(data, "versions", issues)
+    for lib, version in (versions or {}).items():
+        if not isinstance(version, str):
+            issues.add(f"versions.{lib}", "must be a version string", version)
+    features = take_object(data, "feature_schema", issues)
+    if features is not None:
+        take_str(features, "name", issues, "feature_schema")
+        names = take_list(features, "features", issues, "feature_schema")
+        if names is not None and not all(isinstance(n, str) for n in names):
+            issues.add("feature_schema.features", "must be a list of feature names", names)
+    take_object(data, "correction", issues, required=False, nullable=True)
+    take_object(data, "profile", issues, required=False, nullable=True)
+    models = take_list(data, "op_models", issues, required=False) if data.get("op_models") is not None else []
+    for i, m in enumerate(models or []):
+        if not isinstance(m, dict):
+            issues.add(f"op_models[{i}]", "must be a JSON object", m)
+    if data.get("training") is not None:
+        take_object(data, "training", issues, required=False)
+
+
+def _ints(*values) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
