@@ -77,7 +77,15 @@ def setup_lines(doc) -> list:
             f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} node{'s' if c.num_nodes > 1 else ''} of {c.gpus_per_node}), profile {c.profile}",
             f"training global batch {t.global_batch_size} x seq {t.seq_len} = {human_count(t.tokens_per_step)} tokens/step, "
             f"{t.dtype}, {t.optimizer}",
-            f"framework {doc.framework}: {get_framework(doc.framework).description}"]
+            f"framework {doc.framework}: {get_framework(doc.framework).description}"] + _calibration_lines(doc)
+
+
+def _calibration_lines(doc) -> list:
+    """Say when the numbers come from a calibrated cost model, not the analytical one alone."""
+    path = (doc.provenance or {}).get("calibration")
+    if not path:
+        return []
+    return [f"costed   {doc.provenance.get('cost_model', '?')}, calibrated with {path} (`autoplan calibrate`)"]
 
 
 def alternatives_lines(doc) -> list:
@@ -108,13 +116,24 @@ def pareto_lines(front: list) -> list:
             *_table(["plan", "step s", "GiB"], rows, "lrr")]
 
 
-def search_lines(search: dict) -> list:
-    rejected = ", ".join(f"{n} {tag}" for tag, n in search.get("rejected", {}).items())
+def search_lines(search: dict, width: int = 120) -> list:
+    """How the search went, in lines of at most `width` columns; the counts add up: distinct plans
+    tried = plans that run + plans rejected (the rejected ones by reason)."""
+    counts = search.get("rejected", {})
     seed = f", seed {search['seed']}" if search.get("seed") is not None else ""
     extra = "".join(f" + {search[k]} {what}" for k, what in (("num_polish_moves", "polish moves"),
                                                              ("num_resumed_trials", "resumed trials")) if search.get(k))
-    return [f"search   {search['sampler']}, {search['num_trials']} trials{extra}{seed}, {search['num_plans_scored']} plans scored, "
-            f"{search['num_feasible']} run, {search['wall_time_s']:.2f} s" + (f"; rejected: {rejected}" if rejected else "")]
+    lines = [f"search   {search['sampler']}, {search['num_trials']} trials{extra}{seed}, {search['wall_time_s']:.2f} s",
+             f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} run + "
+             f"{sum(counts.values()):,} rejected" + (":" if counts else "")]
+    items = [f"{n:,} {tag}" for tag, n in counts.items()]
+    for i, item in enumerate(items):  # wrap between reasons, never inside one
+        piece = item + ("," if i < len(items) - 1 else "")
+        if len(lines[-1]) + 1 + len(piece) > width:
+            lines.append(" " * 11 + piece)
+        else:
+            lines[-1] += " " + piece
+    return lines
 
 
 def render_document(doc, defaults: list = (), title: str = "best plan", with_search: bool = True) -> str:

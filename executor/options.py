@@ -1,6 +1,7 @@
 """RunOptions: how to run a plan (not what the plan is). Filled from `autoplan run` flags."""
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass
 
 from autoplan.specs import AutoplanError
@@ -99,8 +100,10 @@ def add_run_arguments(parser) -> None:
     parser.add_argument("--data", default=d.data, help="flat token-id file (numpy memmap); default synthetic")
     parser.add_argument("--data-dtype", default=d.data_dtype, choices=DATA_DTYPES,
                         help="integer type of the token ids in --data (default %(default)s)")
-    parser.add_argument("--out", default=d.out, help="JSONL file the measurement is appended to "
-                        "(default %(default)s; '' = none)")
+    parser.add_argument("-o", "--output", dest="out", default=d.out, metavar="PATH",
+                        help="JSONL file the measurement is appended to (default %(default)s; '' = none)")
+    # The old spelling, kept working but out of --help: every command writes with -o/--output.
+    parser.add_argument("--out", dest="out", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, metavar="DIR",
                         help="folder of torch.distributed.checkpoint saves (default: no checkpoints)")
     parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="N",

@@ -141,8 +141,13 @@ def run(args) -> int:
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
         study_name=args.study_name, calibration_path=args.calibration,
         framework=args.framework or DEFAULT_FRAMEWORK)
+    from autoplan.cli.progress import Progress
+
+    calibrated = f", scored with the calibration {args.calibration}" if args.calibration else ""
     try:
-        outcome = plan_search(request)
+        with Progress("search") as progress:
+            progress.stage(f"searching the plans of {args.model} on {args.gpus} GPUs ({args.sampler}{calibrated})")
+            outcome = plan_search(request)
     except Exception as exc:
         # A storage that parsed but cannot be opened (locked, read-only, server down) fails inside
         # SQLAlchemy; anything else is a bug and keeps its traceback.

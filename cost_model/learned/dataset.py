@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplan.specs import AutoplanError, HardwareProfile, InfeasiblePlan, PlanDocument, read_json
+from autoplan.specs.compat import measurement_mismatch
 from cost_model.learned.features import plan_record
 
 
@@ -27,8 +28,15 @@ class CalibrationData:
     """"published" or "measured", per row."""
     skipped: list = field(default_factory=list)
     """One line per input row that could not be used, saying why."""
+    mismatched: list = field(default_factory=list)
+    """One line per measured row whose run and prediction describe different hardware or frameworks
+    (`autoplan.specs.compat.measurement_mismatch`), whether it was kept or left out."""
 
-    def add(self, record: dict, measured_s: float, group: str, origin: str) -> None:
+    mismatch_flags: list = field(default_factory=list)
+    """Per row: True when it was kept although its run and prediction describe different hardware."""
+
+    def add(self, record: dict, measured_s: float, group: str, origin: str, mismatch: bool = False) -> None:
+        self.mismatch_flags.append(bool(mismatch))
         self.records.append({**record, "group": group, "origin": origin, "measured_step_time_s": measured_s})
         self.measured_s.append(float(measured_s))
         self.groups.append(group)
@@ -39,7 +47,9 @@ class CalibrationData:
         self.measured_s += other.measured_s
         self.groups += other.groups
         self.origins += other.origins
+        self.mismatch_flags += other.mismatch_flags
         self.skipped += other.skipped
+        self.mismatched += other.mismatched
         return self
 
     def __len__(self) -> int:
@@ -73,8 +83,11 @@ def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> Ha
     return profile
 
 
-def measurement_data(measurements, source: str, base_dir=".", learned: HardwareProfile | None = None) -> CalibrationData:
-    """Rows from Measurement records (one file's worth, named `source` in the groups)."""
+def measurement_data(measurements, source: str, base_dir=".", learned: HardwareProfile | None = None,
+                     keep_mismatched: bool = True) -> CalibrationData:
+    """Rows from Measurement records (one file's worth, named `source` in the groups). A run whose
+    hardware or framework is not the one its plan was predicted for is listed in `mismatched` and,
+    unless `keep_mismatched`, left out (it would teach a correction the gap between two machines)."""
     data = CalibrationData()
     for m in measurements:
         where = f"{source}: plan {m.plan_id}"
@@ -88,8 +101,14 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
         except (AutoplanError, InfeasiblePlan) as exc:
             data.skipped.append(f"{where}: {exc}")
             continue
+        mismatch = measurement_mismatch(m, profile, doc.framework)
+        if mismatch:
+            data.mismatched.append(f"{source}: {mismatch}")
+            if not keep_mismatched:
+                continue
         device = m.environment.get("device_name") or m.environment.get("device") or doc.cluster.name
-        data.add(record, m.median_step_time_s, f"measured {m.backend} on {device} | {doc.model.name}", "measured")
+        data.add(record, m.median_step_time_s, f"measured {m.backend} on {device} | {doc.model.name}", "measured",
+                 mismatch=bool(mismatch))
     return data
 
 
