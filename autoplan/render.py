@@ -63,7 +63,7 @@ def headline_lines(prediction: dict) -> list:
 
 def human_count(n: float) -> str:
     """1.23B / 45.6M / 7.8K / 12: large counts in the unit that keeps them readable (base 10)."""
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if n >= scale:
             return f"{n / scale:.{1 if n >= 10 * scale else 2}f}{suffix}"
     return f"{n:.0f}"
@@ -88,6 +88,29 @@ def _calibration_lines(doc) -> list:
     return [f"costed   {doc.provenance.get('cost_model', '?')}, calibrated with {path} (`autoplan calibrate`)"]
 
 
+def budget_lines(doc) -> list:
+    """Days, GPU-hours and cost to train --train-tokens with the plan (nothing when not asked)."""
+    from autoplan.budget import describe, training_run
+
+    b = doc.extra.get("train_budget")
+    if not b or not doc.prediction:
+        return []
+    run = training_run(doc.prediction["tokens_per_s"], doc.cluster.num_gpus, b["train_tokens"], b.get("gpu_hour_price"))
+    return [describe(run, b["train_tokens"], doc.cluster.num_gpus, b.get("gpu_hour_price"))]
+
+
+def _budget_cells(doc, pred: dict) -> list:
+    from autoplan.budget import training_run
+
+    b = doc.extra.get("train_budget")
+    if not b:
+        return []
+    if not pred:
+        return ["-"] * (2 if b.get("gpu_hour_price") else 1)
+    run = training_run(pred["tokens_per_s"], doc.cluster.num_gpus, b["train_tokens"], b.get("gpu_hour_price"))
+    return [f"{run['days']:,.1f}"] + ([f"${run['cost']:,.0f}"] if run["cost"] is not None else [])
+
+
 def alternatives_lines(doc) -> list:
     rows = []
     for i, alt in enumerate(doc.alternatives, 1):
@@ -95,10 +118,13 @@ def alternatives_lines(doc) -> list:
         step = f"{pred['step_time_s']:.3f}" if pred else "-"
         tpg = f"{pred['tokens_per_s_per_gpu']:,.0f}" if pred else "-"
         mem = f"{pred['peak_memory_bytes'] / GIB:.1f}" if pred else "-"
-        rows.append([str(i), plan_line(alt["parallel"]), step, tpg, mem, alt.get("why_not", "")])
+        rows.append([str(i), plan_line(alt["parallel"]), step, tpg, mem, *_budget_cells(doc, pred), alt.get("why_not", "")])
     if not rows:
         return ["runners-up: none (no other plan runs)"]
-    return ["runners-up (why each lost)", *_table(["#", "plan", "step s", "tok/s/GPU", "GiB", "why not"], rows, "rlrrrl")]
+    b = doc.extra.get("train_budget") or {}
+    extra = (["days"] if b else []) + (["cost"] if b.get("gpu_hour_price") else [])
+    return ["runners-up (why each lost)",
+            *_table(["#", "plan", "step s", "tok/s/GPU", "GiB", *extra, "why not"], rows, "rlrrr" + "r" * len(extra) + "l")]
 
 
 MAX_FRONT_ROWS = 15
@@ -145,7 +171,7 @@ def render_document(doc, defaults: list = (), title: str = "best plan", with_sea
               f"  (mbs={par.micro_batch_size}x{par.num_microbatches}: micro-batches of {par.micro_batch_size} "
               f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per data-parallel "
               f"replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp)",
-              *headline_lines(doc.prediction), ""]
+              *headline_lines(doc.prediction), *budget_lines(doc), ""]
     lines += breakdown_lines(doc.prediction)
     if doc.search and with_search:
         lines += ["", *alternatives_lines(doc)]
