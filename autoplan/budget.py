@@ -9,35 +9,6 @@ reports ~90% effective training time over 54 days, arXiv:2407.21783 section 3.3.
 """
 from __future__ import annotations
 
-import argparse
-
-SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
-
-
-def token_count(text: str) -> float:
-    """--train-tokens: 2e12, 2T, 300B, 15M (base 10)."""
-    raw = text.strip().upper()
-    scale = SUFFIXES.get(raw[-1:], 1.0)
-    try:
-        value = float(raw[:-1] if raw[-1:] in SUFFIXES else raw) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a token count such as 2e12, 2T or 300B, got {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive token count, got {text!r}")
-    return value
-
-
-def price(text: str) -> float:
-    """--gpu-hour-price: a positive amount per GPU-hour."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a price per GPU-hour such as 2.50, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive price per GPU-hour, got {text!r}")
-    return value
-
-
 def training_run(tokens_per_s: float, num_gpus: int, train_tokens: float, gpu_hour_price: float | None = None) -> dict:
     """{"days", "gpu_hours", "cost"} of training `train_tokens` at `tokens_per_s` (cost None without a price)."""
     seconds = train_tokens / tokens_per_s

@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from autoplan.budget import token_count, training_run
+from autoplan.budget import training_run
+from autoplan.cli.argtypes import token_count
 from autoplan.cli.main import main
 
 SMALL = ["--model", "llama-2-7b", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]

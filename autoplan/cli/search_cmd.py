@@ -82,7 +82,7 @@ def pins_from_args(args):
 
 
 def add_budget_arguments(p: argparse.ArgumentParser) -> None:
-    from autoplan.budget import price, token_count
+    from autoplan.cli.argtypes import price, token_count
 
     g = p.add_argument_group("time and cost of a training run")
     g.add_argument("--train-tokens", type=token_count, default=None, metavar="N",
