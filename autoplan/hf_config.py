@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autoplan.hf_recent import RECENT_FAMILIES, SUPPORTED_RECENT
 from autoplan.specs import AutoplanError, ModelSpec, SchemaError, read_json
 
-SUPPORTED_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen", "gpt2", "gpt_neox", "bloom", "falcon")
+SUPPORTED_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen", "gpt2", "gpt_neox", "bloom", "falcon",
+                   *SUPPORTED_RECENT)
 
 
 class _Fields:
@@ -24,9 +26,13 @@ class _Fields:
         model_type = self.data.get("model_type")
         return AutoplanError(f"config.json {str(self.path)!r} (model_type {model_type!r}): field {key!r} {problem}")
 
-    def get_int(self, *keys: str, default: int | None = None) -> int:
-        """The first of `keys` present (families rename fields, e.g. n_layer/num_hidden_layers)."""
+    def get_int(self, *keys: str, default: int | None = None, allow_null_as_zero: bool = False) -> int:
+        """The first of `keys` present (families rename fields, e.g. n_layer/num_hidden_layers).
+        `allow_null_as_zero`: null and 0 mean "none" (DeepSeek-V2-Lite's q_lora_rank null)."""
         for key in keys:
+            if allow_null_as_zero and key in self.data and self.data[key] in (None, 0) \
+                    and not isinstance(self.data[key], bool):
+                return 0
             if key in self.data and self.data[key] is not None:
                 value = self.data[key]
                 if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -43,6 +49,28 @@ class _Fields:
         if not isinstance(value, bool):
             raise self.fail(key, f"must be true or false, got {value!r}")
         return value
+
+    def get_float(self, key: str, default: float) -> float:
+        """A non-negative number; null reads as the default (Gemma 3's null soft-capping: off)."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise self.fail(key, f"must be a non-negative number, got {value!r}")
+        return float(value)
+
+    def get_list(self, key: str) -> list:
+        value = self.data.get(key) or []
+        if not isinstance(value, list):
+            raise self.fail(key, f"must be a list, got {value!r}")
+        return value
+
+    def nested(self, key: str) -> "_Fields":
+        """The object under `key` (gemma3's text_config), with errors naming the same file."""
+        value = self.data.get(key)
+        if not isinstance(value, dict):
+            raise self.fail(key, f"must be a JSON object holding the text model's fields, got {value!r}")
+        return _Fields({"model_type": f"{self.data.get('model_type')}.{key}", **value}, self.path)
 
     def get_str(self, key: str, default: str) -> str:
         value = self.data.get(key, default)
@@ -97,13 +125,21 @@ def _gpt2(f: _Fields, model_type: str) -> dict:
 
 
 def _gpt_neox(f: _Fields, model_type: str) -> dict:
-    """GPT-NeoX/Pythia: RoPE (partial), LayerNorm, GeLU, biases, untied head by default."""
+    """GPT-NeoX/Pythia: partial RoPE (rotary_pct, default 0.25), LayerNorm, GeLU, biases, untied head,
+    attention and MLP in parallel on two norms (use_parallel_residual, default true)."""
     heads = f.get_int("num_attention_heads")
+    hidden = f.get_int("hidden_size")
+    pct = f.get_float("rotary_pct", default=0.25)
+    if not 0.0 < pct <= 1.0:
+        raise f.fail("rotary_pct", f"must be in (0, 1], got {pct!r}")
+    rotary = int(hidden // heads * pct)
     return dict(
-        num_layers=f.get_int("num_hidden_layers"), hidden_size=f.get_int("hidden_size"), num_heads=heads,
+        num_layers=f.get_int("num_hidden_layers"), hidden_size=hidden, num_heads=heads,
         num_kv_heads=heads, ffn_hidden_size=f.get_int("intermediate_size"), vocab_size=f.get_int("vocab_size"),
         max_seq_len=f.get_int("max_position_embeddings", default=2048), mlp="gelu", norm="layernorm",
         tied_embeddings=f.get_bool("tie_word_embeddings", False), linear_bias=f.get_bool("attention_bias", True),
+        parallel_block=f.get_bool("use_parallel_residual", True),
+        rotary_dim=0 if rotary == hidden // heads else rotary,
     )
 
 
@@ -123,22 +159,27 @@ def _falcon(f: _Fields, model_type: str) -> dict:
     """Falcon: multi-query (7B) or grouped KV (new_decoder_architecture, 40B/180B), GeLU 4h MLP."""
     hidden = f.get_int("hidden_size")
     heads = f.get_int("num_attention_heads", "n_head")
-    if f.get_bool("new_decoder_architecture", False):
+    new_arch = f.get_bool("new_decoder_architecture", False)
+    if new_arch:
         kv = f.get_int("num_kv_heads", "n_head_kv", default=heads)
     else:
         kv = 1 if f.get_bool("multi_query", True) else heads
+    parallel = new_arch or f.get_bool("parallel_attn", True)
     return dict(
         num_layers=f.get_int("num_hidden_layers", "n_layer"), hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
         ffn_hidden_size=f.get_int("ffn_hidden_size", default=4 * hidden), vocab_size=f.get_int("vocab_size"),
         max_seq_len=f.get_int("max_position_embeddings", default=2048), mlp="gelu", norm="layernorm",
         position="alibi" if f.get_bool("alibi", False) else "rope",
         tied_embeddings=f.get_bool("tie_word_embeddings", True), linear_bias=f.get_bool("bias", False),
+        # Falcon-7B's parallel block reads one input_layernorm; the new architecture has ln_attn + ln_mlp.
+        parallel_block=parallel, shared_block_norm=parallel and not new_arch,
     )
 
 
 _FAMILIES = {
     "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _llama_like,
     "qwen": _qwen_v1, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "falcon": _falcon,
+    **RECENT_FAMILIES,
 }
 
 

@@ -238,6 +238,12 @@ def _can_run(f) -> str:
         limits.append("learned positions without cp/sp")
     if f.seq_len_within_model:
         limits.append("seq_len <= model max")
+    if not f.tp_with_block_extras:
+        limits.append("q/k-norm, post-norm, parallel blocks without tp")
+    if not f.cp_with_masked_attention:
+        limits.append("windowed/soft-capped attention without cp")
+    if not f.mla:
+        limits.append("no MLA")
     if f.dtypes != ("bf16", "fp16", "fp8", "fp32"):
         limits.append("/".join(f.dtypes))
     return ", ".join(limits) or "every plan"

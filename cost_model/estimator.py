@@ -22,7 +22,7 @@ from autoplan.specs import (
 )
 from cost_model.constants import Constants, load_constants
 from cost_model.flops import model_flops_per_token
-from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, layer_times
+from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import (
     BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, activation_bytes_per_layer, full_recompute_layer_bytes,
     in_flight_microbatches, model_state_bytes, selective_kept_bytes,
@@ -106,11 +106,14 @@ class Estimator:
             flash_attention=self.framework.flash_attention)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
-        # Parameter counts (whole model; stages and TP divide them below).
-        expert = model.num_experts * model.mlp_params_per_expert() if model.is_moe else 0
-        self.params = ParamCounts(dense_per_layer=model.params_per_layer() - expert, expert_per_layer=expert,
+        # Parameter counts (whole model; stages and TP divide them below), per layer on average over
+        # the model's layers (DeepSeek's leading dense layers and MoE layers share one mean).
+        expert = model.expert_params_all_layers()
+        self.params = ParamCounts(dense_per_layer=(model.all_layers_params() - expert) / model.num_layers,
+                                  expert_per_layer=expert / model.num_layers,
                                   embedding=model.embedding_params(), head=model.output_params(),
                                   tied=model.tied_embeddings)
+        self._moe_layer_share = model.num_moe_layers / model.num_layers
         self._layer_cache: dict = {}
 
     # -- shared pieces -------------------------------------------------------------------------
@@ -118,7 +121,7 @@ class Estimator:
         key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel)
         lt = self._layer_cache.get(key)
         if lt is None:
-            lt = self._layer_cache[key] = layer_times(
+            lt = self._layer_cache[key] = mean_layer_times(
                 self.model, self.tables, self.rates, plan.micro_batch_size, self.training.seq_len,
                 plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node)
         return lt
@@ -192,13 +195,19 @@ class Estimator:
         key = ("act", b, s_local, tp, sp)
         hit = self._layer_cache.get(key)
         if hit is None:
-            flash = self.framework.flash_attention
-            parts = activation_bytes_per_layer(self.model, b, s_local, tp, sp, flash)
-            selective = selective_kept_bytes(parts, self.framework.selective_recompute, self.model, b,
-                                             s_local, tp, sp)
-            working = sum(activation_bytes_per_layer(self.model, b, s_local, tp, False, flash).values())
-            hit = self._layer_cache[key] = (sum(parts.values()), selective,
-                                            full_recompute_layer_bytes(self.model, b, s_local, tp, sp), working)
+            flash, model = self.framework.flash_attention, self.model
+            stored = selective = working = 0.0
+            # Mean over the layers: MoE and dense layers (DeepSeek's first k) store different MLP tensors.
+            for moe, share in ((True, self._moe_layer_share), (False, 1.0 - self._moe_layer_share)):
+                if share:
+                    parts = activation_bytes_per_layer(model, b, s_local, tp, sp, flash, moe=moe)
+                    stored += share * sum(parts.values())
+                    selective += share * selective_kept_bytes(parts, self.framework.selective_recompute, model,
+                                                              b, s_local, tp, sp, moe=moe)
+                    working += share * sum(activation_bytes_per_layer(model, b, s_local, tp, False, flash,
+                                                                      moe=moe).values())
+            hit = self._layer_cache[key] = (stored, selective,
+                                            full_recompute_layer_bytes(model, b, s_local, tp, sp), working)
         return hit
 
     def _stages_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int) -> tuple:

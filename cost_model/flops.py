@@ -29,34 +29,55 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
 
-def layer_gemms(model: ModelSpec, tokens: int, tp: int, ep: int = 1) -> tuple:
+def layer_gemms(model: ModelSpec, tokens: int, tp: int, ep: int = 1, moe: bool | None = None) -> tuple:
     """Forward GEMMs of one transformer layer on one GPU for `tokens` rows (micro-batch x local seq).
 
     Megatron column/row split (Shoeybi et al. 2019, arXiv 1909.08053): q/k/v and the MLP's first
     matrix split their output columns over tp, the attention output and the MLP's last matrix split
     their input rows. MoE: each token visits top-k experts; a GPU holds num_experts/ep experts and
-    receives, on average, tokens*k*ep/num_experts rows per local expert (balanced routing).
+    receives, on average, tokens*k*ep/num_experts rows per local expert (balanced routing); shared
+    experts run on every token, split over tp like a dense MLP (Megatron's shared_experts).
+    `moe` picks the layer kind (default: the model's MoE layer if it has any).
     """
     h = model.hidden_size
-    qkv_cols = (model.q_size + 2 * model.kv_size) // tp
-    mlp_in_cols = (2 if model.mlp == "swiglu" else 1) * model.ffn_hidden_size // tp
-    gemms = [
-        Gemm("qkv", tokens, qkv_cols, h),
-        Gemm("attn_out", tokens, h, model.q_size // tp),
-    ]
-    if model.is_moe:
+    moe = model.is_moe if moe is None else moe
+    gemms = list(attention_gemms(model, tokens, tp))
+    gated = 1 if model.mlp == "gelu" else 2
+    if moe:
+        width = model.expert_ffn_size
         local_experts = model.num_experts // ep
         rows = max(1, tokens * model.num_experts_per_token * ep // model.num_experts)
         gemms += [
             Gemm("router", tokens, model.num_experts, h),
-            Gemm("mlp_in", rows, mlp_in_cols, h, local_experts),
-            Gemm("mlp_out", rows, h, model.ffn_hidden_size // tp, local_experts),
+            Gemm("mlp_in", rows, gated * width // tp, h, local_experts),
+            Gemm("mlp_out", rows, h, width // tp, local_experts),
         ]
+        if model.shared_expert_ffn_size:
+            shared = model.shared_expert_ffn_size
+            gemms += [Gemm("shared_in", tokens, gated * shared // tp, h), Gemm("shared_out", tokens, h, shared // tp)]
     else:
         gemms += [
-            Gemm("mlp_in", tokens, mlp_in_cols, h),
+            Gemm("mlp_in", tokens, gated * model.ffn_hidden_size // tp, h),
             Gemm("mlp_out", tokens, h, model.ffn_hidden_size // tp),
         ]
+    return tuple(gemms)
+
+
+def attention_gemms(model: ModelSpec, tokens: int, tp: int) -> tuple:
+    """The attention projections. Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434 sec.
+    2.1) replaces q/k/v by down-projections to the compressed ranks, which every TP rank computes
+    whole (Megatron-Core's MLA keeps linear_q_down_proj / linear_kv_down_proj unsplit), and
+    up-projections split over the heads like q/k/v."""
+    h = model.hidden_size
+    out = Gemm("attn_out", tokens, h, model.attn_out_size // tp)
+    if not model.is_mla:
+        return (Gemm("qkv", tokens, (model.q_size + model.kv_size + model.v_size) // tp, h), out)
+    nope = model.head_dim - model.qk_rope_head_dim
+    gemms = [Gemm("q_down", tokens, model.q_lora_rank, h),
+             Gemm("q_up", tokens, model.q_size // tp, model.q_lora_rank)] if model.q_lora_rank else \
+        [Gemm("q", tokens, model.q_size // tp, h)]
+    gemms += [Gemm("kv_down", tokens, model.kv_lora_rank + model.qk_rope_head_dim, h),
+              Gemm("kv_up", tokens, model.num_heads * (nope + model.value_dim) // tp, model.kv_lora_rank), out]
     return tuple(gemms)
 
 
@@ -71,14 +92,23 @@ def backward_shapes(g: Gemm) -> tuple:
 
 
 def attention_core_fwd_flops(model: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int,
-                             causal: bool = True) -> float:
-    """QK^T and AV of one layer's forward on one GPU: 4*b*s^2*q_size, halved under a causal mask.
+                             causal: bool = True, window: int = 0) -> float:
+    """QK^T and AV of one layer's forward on one GPU: 2*b*(query, key pairs)*heads*(d_qk + d_v),
+    which is 4*b*s^2*q_size for the full square when d_v = d_qk.
 
-    Context parallelism splits the queries over cp ranks with load-balanced causal chunks, so
-    each rank does 1/cp of the work.
+    Causal: s(s+1)/2 pairs, written s^2/2. A causal sliding window of w keys (Beltagy et al. 2020,
+    arXiv 2004.05150; Gemma 2/3, Mistral) leaves s*w - w(w-1)/2 pairs when w < s. Unmasked
+    (`causal=False`, the unfused kernels that compute the whole square and mask it) every pair is
+    computed, windowed or not. Context parallelism splits the queries over cp ranks with
+    load-balanced causal chunks, so each rank does 1/cp of the work.
     """
-    full = 4.0 * micro_batch * seq_len * seq_len * model.q_size / (tp * cp)
-    return full / 2 if causal else full
+    if not causal:
+        pairs = float(seq_len) * seq_len
+    elif window and window < seq_len:
+        pairs = float(seq_len) * window - window * (window - 1) / 2.0
+    else:
+        pairs = seq_len * seq_len / 2.0
+    return 2.0 * micro_batch * pairs * model.num_heads * (model.head_dim + model.value_dim) / (tp * cp)
 
 
 def narayanan_flops_per_step(model: ModelSpec, global_batch: int, seq_len: int, recompute: bool) -> float:

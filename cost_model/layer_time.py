@@ -8,10 +8,11 @@ estimator, so a search pays for each shape once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from autoplan.specs import ModelSpec
 from cost_model.flops import Gemm, attention_core_fwd_flops, backward_shapes, layer_gemms, logits_gemm
+from cost_model.memory import mlp_activation_elems
 from cost_model.tables import ProfileTables
 
 BYTES_ACT = 2
@@ -67,17 +68,36 @@ def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> f
     return num_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))
 
 
+def mean_layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
+                     tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int) -> LayerTimes:
+    """The mean over the model's layers of `layer_times`, each kind of layer (dense/MoE, window/global)
+    weighted by how many layers it has: stage totals are layers x mean, exact for the whole model and
+    for a stage holding a representative mix (an approximation for the stage that holds
+    DeepSeek's leading dense layers)."""
+    kinds = model.layer_kinds()
+    per_kind = [(count, layer_times(model, tables, rates, micro_batch, seq_len, tp, cp, ep, sequence_parallel,
+                                    gpus_per_node, moe, window)) for (moe, window), count in kinds]
+    if len(per_kind) == 1:
+        return per_kind[0][1]
+    return LayerTimes(**{f.name: sum(n * getattr(lt, f.name) for n, lt in per_kind) / model.num_layers
+                         for f in fields(LayerTimes)})
+
+
 def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
-                tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int) -> LayerTimes:
+                tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int,
+                moe: bool | None = None, window: int = 0) -> LayerTimes:
+    """One layer of the given kind (`moe`: MoE MLP or dense; `window`: sliding-window keys or 0)."""
     s_local = seq_len // cp
     tokens = micro_batch * s_local
     h = model.hidden_size
-    gemms = layer_gemms(model, tokens, tp, ep)
+    moe = model.is_moe if moe is None else moe
+    gemms = layer_gemms(model, tokens, tp, ep, moe)
     gemm_fwd_s, gemm_bwd_s = _gemms_time_s(tables, gemms, rates)
 
     # Attention core (QK^T, softmax, AV).
     heads_local = model.num_heads // tp
-    attn_flops = attention_core_fwd_flops(model, micro_batch, seq_len, tp, cp, causal=rates.flash_attention)
+    attn_flops = attention_core_fwd_flops(model, micro_batch, seq_len, tp, cp, causal=rates.flash_attention,
+                                          window=window)
     if rates.flash_attention:
         fwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
                                                 rates.gemm_dtype, "fwd")
@@ -92,17 +112,22 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         per_head = gemm_time_s(tables, Gemm("scores", s_local, seq_len, model.head_dim), dtype, rates.matmul_scale)
         scores = micro_batch * heads_local * s_local * seq_len
         gemm_s = 2 * per_head * micro_batch * heads_local
-        attn_fwd_s = gemm_s + memory_time_s(tables, 4.0 * scores * rates.memory_scale, 2.0 * s_local * seq_len)
-        attn_bwd_s = 2 * gemm_s + memory_time_s(tables, 6.0 * scores * rates.memory_scale, 2.0 * s_local * seq_len)
+        # Soft-capping (Gemma 2) is one more elementwise pass over the scores each way (+4 B fwd, +6 B bwd).
+        cap = 2.0 if model.attn_logit_softcap else 1.0
+        attn_fwd_s = gemm_s + memory_time_s(tables, cap * 4.0 * scores * rates.memory_scale, 2.0 * s_local * seq_len)
+        attn_bwd_s = 2 * gemm_s + memory_time_s(tables, cap * 6.0 * scores * rates.memory_scale,
+                                                2.0 * s_local * seq_len)
 
-    # Memory-bound ops (per token): 2 norms (read+write h), 2 residual adds (2 reads + 1 write),
-    # the MLP activation (SwiGLU reads 2f writes f; GeLU reads f writes f), RoPE on q and k.
-    # Tensors outside the TP region are split by tp only under sequence parallelism.
+    # Memory-bound ops (per token): the layer's norms (read+write h each: 2 pre-norm, 4 sandwich, 1
+    # shared by a parallel block), 2 residual adds (2 reads + 1 write), the MLP activation (gated
+    # reads 2f writes f; GeLU reads f writes f), q/k norms (read+write q and k), RoPE on the rotated
+    # part of q and k. Tensors outside the TP region are split by tp only under sequence parallelism.
     outside = tp if sequence_parallel else 1
-    act = (3 if model.mlp == "swiglu" else 2) * model.ffn_hidden_size * (model.num_experts_per_token if model.is_moe else 1)
-    elems = (2 * 2 * h + 2 * 3 * h) / outside + act / tp
-    if model.position == "rope":
+    elems = (model.num_layer_norms * 2 * h + 2 * 3 * h) / outside + mlp_activation_elems(model, moe) / tp
+    if model.qk_norm:
         elems += 2 * (model.q_size + model.kv_size) / tp
+    if model.rope_dim:
+        elems += 2 * (model.q_size + model.kv_size) / tp * model.rope_dim / model.head_dim
     fwd_bytes = BYTES_ACT * elems * tokens * rates.memory_scale
     if rates.gemm_dtype == "fp8":
         # Float8 scaling: each GEMM's input and weight read in bf16, written in fp8 (3 B/element).
@@ -111,29 +136,35 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     memory_bwd_s = 2.0 * memory_fwd_s
 
     # TP: two all-reduces per pass, or with SP an all-gather + reduce-scatter pair in their place
-    # (Korthikanti 2022 section 4.2.2: same bytes on the wire). Narayanan 2021 section 3.2.
+    # (Korthikanti 2022 section 4.2.2: same bytes on the wire). Narayanan 2021 section 3.2. A
+    # parallel block sums attention and MLP outputs before one reduction (GPT-NeoX gpt_j_residual,
+    # PaLM sec. 2): one collective per pass.
     tp_rpn = min(tp, gpus_per_node)
     buffer = BYTES_ACT * tokens * h
+    reductions = 1 if model.parallel_block else 2
     if tp == 1:
         tp_pass_s = 0.0
     elif sequence_parallel:
-        tp_pass_s = 2 * (tables.collective_time_s("all_gather", buffer, tp, tp_rpn)
-                         + tables.collective_time_s("reduce_scatter", buffer, tp, tp_rpn))
+        tp_pass_s = reductions * (tables.collective_time_s("all_gather", buffer, tp, tp_rpn)
+                                  + tables.collective_time_s("reduce_scatter", buffer, tp, tp_rpn))
     else:
-        tp_pass_s = 2 * tables.collective_time_s("all_reduce", buffer, tp, tp_rpn)
-    tp_bytes = 0.0 if tp == 1 else 2 * 2 * 2.0 * (tp - 1) / tp * buffer
+        tp_pass_s = reductions * tables.collective_time_s("all_reduce", buffer, tp, tp_rpn)
+    tp_bytes = 0.0 if tp == 1 else reductions * 2 * 2.0 * (tp - 1) / tp * buffer
 
     # CP: ring exchange of K/V chunks (fwd), and of K/V plus their gradients (bwd), overlapped
     # with the attention compute of the same step where it fits (Liu et al. 2023, Ring Attention).
+    # A sliding-window layer needs only the keys within the window before its own chunk. MLA
+    # exchanges K and V after the up-projection (per head, d_qk and d_v wide).
     cp_rpn = max(1, min(cp, gpus_per_node // tp)) if tp <= gpus_per_node else 1
-    kv_buffer = BYTES_ACT * micro_batch * seq_len * 2 * model.kv_size / tp
+    kv_tokens = min(seq_len, s_local + window) if window else seq_len
+    kv_buffer = BYTES_ACT * micro_batch * kv_tokens * (model.kv_size + model.v_size) / tp
     cp_fwd = tables.collective_time_s("all_gather", kv_buffer, cp, cp_rpn)
     cp_fwd_s = max(0.0, cp_fwd - attn_fwd_s)
     cp_bwd_s = max(0.0, 2 * cp_fwd - attn_bwd_s)
 
     # MoE: dispatch + combine all-to-all of the routed tokens, forward and backward.
     ep_fwd_s = 0.0
-    if model.is_moe and ep > 1:
+    if moe and ep > 1:
         ep_rpn = max(1, min(ep, gpus_per_node // tp))
         routed = BYTES_ACT * tokens * model.num_experts_per_token * h
         ep_fwd_s = 2 * tables.collective_time_s("all_to_all", routed, ep, ep_rpn)
@@ -155,7 +186,9 @@ def head_times(model: ModelSpec, tables: ProfileTables, rates: Rates, tokens: in
     fwd = gemm_time_s(tables, g, dtype, rates.matmul_scale)
     bwd = sum(gemm_time_s(tables, b, dtype, rates.matmul_scale) for b in backward_shapes(g))
     logits = tokens * model.vocab_size / tp
-    mem = memory_time_s(tables, 16.0 * logits * rates.memory_scale, 4.0 * logits)
+    # Final soft-capping (Gemma 2) reads and writes each fp32 logit once more each way (+16 B).
+    per_logit = 32.0 if model.final_logit_softcap else 16.0
+    mem = memory_time_s(tables, per_logit * logits * rates.memory_scale, 4.0 * logits)
     return fwd + bwd, mem
 
 

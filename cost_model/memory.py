@@ -21,29 +21,43 @@ BYTES_LOGITS = 6        # bf16 logits + their fp32 copy for the cross-entropy (K
 BYTES_LOGITS_UNFUSED = 10  # + the fp32 gradient of the logits an unfused cross-entropy materializes
 
 
+def mlp_activation_elems(model: ModelSpec, moe: bool) -> float:
+    """Elements per token around the MLP activation: 3f gated (gate, up, product), 2f GeLU (in,
+    out); a MoE layer's token passes its k routed experts and the shared experts."""
+    per_width = 2 if model.mlp == "gelu" else 3
+    if not moe:
+        return per_width * model.ffn_hidden_size
+    return per_width * (model.expert_ffn_size * model.num_experts_per_token + model.shared_expert_ffn_size)
+
+
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
                                sequence_parallel: bool, flash_attention: bool = True,
-                               dropout: bool = False) -> dict:
+                               dropout: bool = False, moe: bool | None = None) -> dict:
     """Stored activations of one layer for one micro-batch (seq_len already divided by cp).
 
     Returns the named parts (bytes). `dropout=True` with a GPT shape reproduces Korthikanti's
     34*s*b*h + 5*a*s^2*b exactly: norms 4, QKV input 2, Q/K/V 6, projection input 2, attention
-    dropout mask 1, MLP input 2, GeLU in/out 16, MLP dropout mask 1.
+    dropout mask 1, MLP input 2, GeLU in/out 16, MLP dropout mask 1. `moe` picks the layer kind
+    (default: the model's MoE layer if it has any). A sliding window stores the same per-token
+    tensors as global attention (flash attention keeps K/V per token, not per query-key pair), so
+    the window changes FLOPs and the CP exchange, not these bytes.
     """
     sb = micro_batch * seq_len
     h = model.hidden_size
+    moe = model.is_moe if moe is None else moe
     outside = tp if sequence_parallel else 1            # tensors outside the TP region
-    act_elems = (3 if model.mlp == "swiglu" else 2) * model.ffn_hidden_size
-    if model.is_moe:
-        act_elems *= model.num_experts_per_token         # each token's rows in its top-k experts
     parts = {
-        "norm_inputs": 2 * BYTES_ACT * sb * h / outside,
+        "norm_inputs": model.num_layer_norms * BYTES_ACT * sb * h / outside,
         "qkv_input": BYTES_ACT * sb * h / outside,
-        "qkv": BYTES_ACT * sb * (model.q_size + 2 * model.kv_size) / tp,
-        "attn_out_input": BYTES_ACT * sb * model.q_size / tp,
+        "qkv": BYTES_ACT * sb * (model.q_size + model.kv_size + model.v_size) / tp,
+        "attn_out_input": BYTES_ACT * sb * model.attn_out_size / tp,
         "mlp_input": BYTES_ACT * sb * h / outside,
-        "mlp_activation": BYTES_ACT * sb * act_elems / tp,
+        "mlp_activation": BYTES_ACT * sb * mlp_activation_elems(model, moe) / tp,
     }
+    if model.qk_norm:  # the un-normed q and k, inputs of their norms
+        parts["qk_norm_inputs"] = BYTES_ACT * sb * (model.q_size + model.kv_size) / tp
+    if model.is_mla:  # the compressed latents, inputs of the up-projections (unsplit over tp)
+        parts["mla_latents"] = BYTES_ACT * sb * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
     if dropout:
         parts["dropout_masks"] = 2 * sb * h / outside    # 1 byte per element, two masks
     a_local = model.num_heads / tp
@@ -51,12 +65,14 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
         parts["softmax_stats"] = 4.0 * sb * a_local      # fp32 log-sum-exp per query and head
     else:
         # softmax output 2 B + dropout mask 1 B + dropout output 2 B per score: 5*a*s^2*b
-        parts["attention_scores"] = (5 if dropout else 2) * a_local * sb * seq_len
+        # (soft-capping keeps the capped scores' input too: 2 B more per score)
+        per_score = (5 if dropout else 2) + (2 if model.attn_logit_softcap else 0)
+        parts["attention_scores"] = per_score * a_local * sb * seq_len
     return parts
 
 
 def selective_kept_bytes(parts: dict, policy: str, model: ModelSpec, micro_batch: int, seq_len: int,
-                         tp: int, sequence_parallel: bool) -> float:
+                         tp: int, sequence_parallel: bool, moe: bool | None = None) -> float:
     """Stored bytes of a layer under selective recompute.
 
     "attention" (Megatron, Korthikanti 2022 sec. 5): the attention core is recomputed, so its
@@ -67,9 +83,11 @@ def selective_kept_bytes(parts: dict, policy: str, model: ModelSpec, micro_batch
     if policy == "ops":
         sb = micro_batch * seq_len
         outside = tp if sequence_parallel else 1
-        mlp_in = (2 if model.mlp == "swiglu" else 1) * model.ffn_hidden_size
-        matmul_outputs = (model.q_size + 2 * model.kv_size + mlp_in) / tp + 2 * model.hidden_size / outside
-        saved = model.hidden_size / outside + 0.5 * matmul_outputs + model.q_size / tp
+        moe = model.is_moe if moe is None else moe
+        gated = model.mlp != "gelu"
+        mlp_in = mlp_activation_elems(model, moe) * (2 / 3 if gated else 1 / 2)   # the first matmul's output
+        matmul_outputs = (model.q_size + model.kv_size + model.v_size + mlp_in) / tp + 2 * model.hidden_size / outside
+        saved = model.hidden_size / outside + 0.5 * matmul_outputs + model.attn_out_size / tp
         return BYTES_ACT * sb * saved + parts.get("softmax_stats", 0.0)
     return sum(v for k, v in parts.items() if k != "attention_scores")
 

@@ -1,10 +1,14 @@
 """A decoder-only transformer built from a `ModelSpec`, at any size, torchtitan style.
 
-Two families from one set of modules:
+Every family from one set of modules (`executor.blocks`, whose switches list the 2024-2025 facts):
 - Llama/Qwen: RMSNorm, rotary positions (RoPE, Su et al. 2021, arXiv 2104.09864), grouped-query
   attention (Ainslie et al. 2023, arXiv 2305.13245), SwiGLU MLP (Shazeer 2020, arXiv 2002.05202),
-  optional q/k/v bias (Qwen).
+  optional q/k/v bias (Qwen); Qwen3's q/k norms; Mistral/StarCoder2 sliding windows.
 - GPT-2/3: LayerNorm, GeLU MLP, biases on every linear layer, learned positions, tied embeddings.
+- Gemma 2/3 (sandwich norms, GeGLU, local/global layers, soft-capping), OLMo 2 (post-norm, full
+  q/k norms), GPT-J/NeoX/Falcon (parallel blocks, partial rotary), DeepSeek-style MoE layers
+  (shared experts, leading dense layers) on Qwen3-MoE-style attention.
+Multi-head latent attention (DeepSeek-V2/V3) is refused by `check_buildable`: planned only.
 
 ALiBi models (BLOOM, MPT) are built with RoPE in place of ALiBi: neither has parameters, so the
 parameter count, the matmul shapes and the FLOPs are unchanged, but the numerics are not BLOOM's
@@ -13,9 +17,11 @@ MLP by `executor.moe.MoEFeedForward`; the XLA backend refuses them.
 
 The module names are a contract shared by both backends (and by checkpoints):
 `tok_embeddings`, `pos_embeddings` (learned positions only), `layers.<i>.attention_norm`,
-`layers.<i>.attention.{wq,wk,wv,wo}`, `layers.<i>.ffn_norm`, `layers.<i>.feed_forward.{w1,w2,w3}`
-(SwiGLU: w1 gate, w3 up, w2 down; GeLU: w1 up, w2 down), MoE: `layers.<i>.feed_forward.router` and
-`layers.<i>.feed_forward.experts.{w1,w2,w3}` (stacked [num_experts, ...]), `norm`, `output`.
+`layers.<i>.attention.{wq,wk,wv,wo}` (+ `q_norm`, `k_norm`), `layers.<i>.ffn_norm`,
+`layers.<i>.post_attention_norm`, `layers.<i>.post_ffn_norm` (post and sandwich norms),
+`layers.<i>.feed_forward.{w1,w2,w3}` (gated: w1 gate, w3 up, w2 down; GeLU: w1 up, w2 down), MoE:
+`layers.<i>.feed_forward.router`, `layers.<i>.feed_forward.experts.{w1,w2,w3}` (stacked
+[num_experts, ...]) and `layers.<i>.feed_forward.shared_mlp.{w1,w2,w3}`, `norm`, `output`.
 `layers` is a ModuleDict keyed by the global layer index, so a pipeline stage that keeps layers 4-7
 still names them `layers.4` .. `layers.7`; a stage without the embedding or the head sets those
 attributes to None and `forward` passes hidden states through.
@@ -29,16 +35,13 @@ import hashlib
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from autoplan.specs import AutoplanError, ModelSpec
 
-from executor.moe import GroupedExperts, MoEFeedForward
+from executor.blocks import TransformerBlock, make_norm, rope_cache
+from executor.moe import GroupedExperts
 
-ROPE_THETA = 10000.0
-"""RoPE base of Llama 1/2 (Touvron et al. 2023); ModelSpec carries no theta, and the base changes
-no shape, FLOP or byte the planner reasons about."""
 INIT_STD = 0.02
 """Normal init of GPT-2 (Radford et al. 2019) and Megatron-LM for every weight matrix."""
 WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
@@ -46,120 +49,41 @@ WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_
 
 
 def model_notes(spec: ModelSpec) -> list[str]:
-    """What this executor builds differently from the named architecture (empty when faithful)."""
+    """What this executor builds differently from the named architecture (empty when faithful).
+    Each difference changes numerics only, never a parameter shape, FLOP or byte the planner uses."""
     notes = []
     if spec.position == "alibi":
         notes.append(f"model {spec.name!r} uses ALiBi; the executor substitutes RoPE "
                      "(same parameters, shapes and FLOPs, different numerics)")
+    if spec.family.startswith("gemma"):
+        notes.append(f"model {spec.name!r} is a Gemma: the executor does not scale the embedding by sqrt(hidden), "
+                     "uses plain RMSNorm weights (Gemma's is 1 + w), 1/sqrt(head_dim) attention scaling (not "
+                     "query_pre_attn_scalar) and one RoPE base for local and global layers")
+    if spec.is_moe and spec.family in ("deepseek_v2", "deepseek_v3", "qwen3_moe"):
+        notes.append(f"model {spec.name!r}: routing is softmax over the top-k router logits (Mixtral); "
+                     f"{spec.family}'s own scoring (group-limited or sigmoid with bias, scaling) is not reproduced")
     return notes
 
 
 def check_buildable(spec: ModelSpec, moe: bool = False) -> None:
-    """Raise AutoplanError for architectures this module cannot build; mixture-of-experts models
-    too unless the caller (a backend) runs them (`moe=True`)."""
+    """Raise AutoplanError, naming the architecture feature, for what this module cannot build;
+    mixture-of-experts models too unless the caller (a backend) runs them (`moe=True`)."""
+    if spec.is_mla:
+        raise AutoplanError(
+            f"model {spec.name!r} uses multi-head latent attention (kv_lora_rank={spec.kv_lora_rank}, "
+            f"q_lora_rank={spec.q_lora_rank}, qk_rope_head_dim={spec.qk_rope_head_dim}); the executor does "
+            "not build MLA: it is planned only (autoplan search/estimate and the Megatron-LM export carry it)")
     if spec.is_moe and not moe:
         raise AutoplanError(
             f"model {spec.name!r} is a mixture of experts ({spec.num_experts} experts); this backend runs "
             "dense models only; run it with --backend torch, or run a dense model")
-    if spec.is_moe and (spec.mlp != "swiglu" or spec.linear_bias):
+    if spec.is_moe and (spec.mlp != "swiglu" or spec.linear_bias or spec.mlp_bias):
         raise AutoplanError(
             f"model {spec.name!r}: the executor's experts are Mixtral's SwiGLU MLPs without biases, got "
-            f"mlp={spec.mlp!r}, linear_bias={spec.linear_bias}; plan and estimate it, or run a dense model")
-    if spec.head_dim % 2 and spec.position != "learned":
-        raise AutoplanError(f"model {spec.name!r}: RoPE needs an even head_dim, got {spec.head_dim}")
-
-
-def _norm(spec: ModelSpec) -> nn.Module:
-    if spec.norm == "layernorm":
-        return nn.LayerNorm(spec.hidden_size, eps=1e-5)
-    return nn.RMSNorm(spec.hidden_size, eps=1e-6)
-
-
-def rope_cache(head_dim: int, max_seq_len: int, device=None) -> torch.Tensor:
-    """cos and sin of position * theta^(-2i/d), shape (2, max_seq_len, head_dim/2), fp32."""
-    inv_freq = 1.0 / (ROPE_THETA ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
-    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32, device=device), inv_freq)
-    return torch.stack([angles.cos(), angles.sin()])
-
-
-def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[2i], x[2i+1]) of x (b, s, heads, head_dim) by the cached angles."""
-    seq_len = x.shape[1]
-    cos = cache[0, :seq_len].view(1, seq_len, 1, -1)
-    sin = cache[1, :seq_len].view(1, seq_len, 1, -1)
-    x_even, x_odd = x.float().unflatten(-1, (-1, 2)).unbind(-1)
-    rotated = torch.stack([x_even * cos - x_odd * sin, x_even * sin + x_odd * cos], dim=-1)
-    return rotated.flatten(-2).type_as(x)
-
-
-def repeat_kv(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-    """Grouped-query attention: each K/V head serves q_heads/kv_heads query heads (b, heads, s, d)."""
-    num_queries_per_kv = q.shape[1] // kv.shape[1]
-    return kv.repeat_interleave(num_queries_per_kv, dim=1) if num_queries_per_kv > 1 else kv
-
-
-class CausalAttention(nn.Module):
-    """The attention core: causal softmax(QK^T/sqrt(d))V over (batch, heads, seq, head_dim), with
-    fewer K/V heads than query heads under GQA. A module of its own, without parameters, so
-    selective recompute can wrap exactly this part (Korthikanti et al. 2022, section 4) and
-    context parallelism can replace it."""
-
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return F.scaled_dot_product_attention(q, repeat_kv(q, k), repeat_kv(q, v), is_causal=True)
-
-
-class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec):
-        super().__init__()
-        h, q_bias = spec.hidden_size, spec.qkv_bias or spec.linear_bias
-        self.head_dim = spec.head_dim
-        self.use_rope = spec.position != "learned"
-        self.wq = nn.Linear(h, spec.q_size, bias=q_bias)
-        self.wk = nn.Linear(h, spec.kv_size, bias=q_bias)
-        self.wv = nn.Linear(h, spec.kv_size, bias=q_bias)
-        self.wo = nn.Linear(spec.q_size, h, bias=spec.linear_bias)
-        self.core = CausalAttention()
-
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
-        batch, seq_len = x.shape[0], x.shape[1]
-        # -1: the local head count, whatever share of the heads this rank's projections produce.
-        q = self.wq(x).view(batch, seq_len, -1, self.head_dim)
-        k = self.wk(x).view(batch, seq_len, -1, self.head_dim)
-        v = self.wv(x).view(batch, seq_len, -1, self.head_dim)
-        if self.use_rope:
-            q, k = apply_rope(q, rope), apply_rope(k, rope)
-        out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        return self.wo(out.transpose(1, 2).reshape(batch, seq_len, -1))
-
-
-class FeedForward(nn.Module):
-    def __init__(self, spec: ModelSpec):
-        super().__init__()
-        h, f, bias = spec.hidden_size, spec.ffn_hidden_size, spec.linear_bias
-        self.swiglu = spec.mlp == "swiglu"
-        self.w1 = nn.Linear(h, f, bias=bias)
-        self.w2 = nn.Linear(f, h, bias=bias)
-        self.w3 = nn.Linear(h, f, bias=bias) if self.swiglu else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.swiglu:
-            return self.w2(F.silu(self.w1(x)) * self.w3(x))
-        return self.w2(F.gelu(self.w1(x), approximate="tanh"))  # GPT-2's tanh approximation
-
-
-class TransformerBlock(nn.Module):
-    """Pre-norm block: x + attention(norm(x)), then + feed_forward(norm(x))."""
-
-    def __init__(self, spec: ModelSpec):
-        super().__init__()
-        self.attention_norm = _norm(spec)
-        self.attention = Attention(spec)
-        self.ffn_norm = _norm(spec)
-        self.feed_forward = MoEFeedForward(spec) if spec.is_moe else FeedForward(spec)
-
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.attention(self.attention_norm(x), rope)
-        return x + self.feed_forward(self.ffn_norm(x))
+            f"mlp={spec.mlp!r}, linear_bias={spec.linear_bias}, mlp_bias={spec.mlp_bias}; plan and estimate it, "
+            "or run a dense model")
+    if spec.rope_dim % 2:
+        raise AutoplanError(f"model {spec.name!r}: RoPE needs an even number of rotated dims, got {spec.rope_dim}")
 
 
 class Transformer(nn.Module):
@@ -173,13 +97,13 @@ class Transformer(nn.Module):
         h = spec.hidden_size
         self.tok_embeddings = nn.Embedding(spec.vocab_size, h)
         self.pos_embeddings = nn.Embedding(spec.max_seq_len, h) if spec.position == "learned" else None
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(spec) for i in range(spec.num_layers)})
-        self.norm = _norm(spec)
-        self.output = nn.Linear(h, spec.vocab_size, bias=False)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(spec, i) for i in range(spec.num_layers)})
+        self.norm = make_norm(spec)
+        self.output = nn.Linear(h, spec.vocab_size, bias=spec.output_bias)
         if spec.tied_embeddings:
             self.output.weight = self.tok_embeddings.weight
         # Not persistent: recomputed by init_weights, never saved in checkpoints.
-        self.register_buffer("rope", rope_cache(spec.head_dim, spec.max_seq_len)
+        self.register_buffer("rope", rope_cache(spec.rope_dim, spec.max_seq_len)
                              if spec.position != "learned" else None, persistent=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -196,6 +120,9 @@ class Transformer(nn.Module):
             x = self.norm(x)
         if self.output is not None:
             x = self.output(x).float()
+            cap = self.spec.final_logit_softcap
+            if cap:  # Gemma 2: logits c*tanh(z/c)
+                x = cap * torch.tanh(x / cap)
         return x
 
     @torch.no_grad()
@@ -210,7 +137,7 @@ class Transformer(nn.Module):
         if self.spec.tied_embeddings and self.tok_embeddings is not None and self.output is not None:
             self.output.weight = self.tok_embeddings.weight  # to_empty() gives each its own storage
         if self.spec.position != "learned":
-            self.rope = rope_cache(self.spec.head_dim, self.spec.max_seq_len).to(self._device())
+            self.rope = rope_cache(self.spec.rope_dim, self.spec.max_seq_len).to(self._device())
         residual_std = INIT_STD / math.sqrt(2 * self.spec.num_layers)  # GPT-2: scale residual outputs
         for raw_name, param in self.named_parameters():
             name = canonical_name(raw_name)

@@ -12,7 +12,7 @@ section 2.1): a router and `num_experts` SwiGLU experts, each token sent to its 
 - Experts are stacked parameters `experts.w1`, `experts.w3` [num_experts, ffn, h] (gate, up) and
   `experts.w2` [num_experts, h, ffn] (down), so an expert-parallel rank keeps a contiguous slice
   [first_expert, first_expert + num_local_experts) of the same tensors (`keep_experts`).
-  Parameters: router h*E + E*3*h*ffn, which is `ModelSpec.mlp_params_per_layer()`.
+  Parameters: router h*E + E*3*h*ffn (+ the shared experts), which is `ModelSpec.moe_mlp_params()`.
 
 Tokens are sorted by expert and each local expert runs one matmul chain over its tokens (a loop
 over the local experts, torchtitan's fallback when grouped GEMMs are not used). An expert with no
@@ -82,8 +82,11 @@ class MoEFeedForward(nn.Module):
         super().__init__()
         self.num_experts_per_token = spec.num_experts_per_token
         self.router = nn.Linear(spec.hidden_size, spec.num_experts, bias=False)
-        self.experts = GroupedExperts(spec.num_experts, spec.hidden_size, spec.ffn_hidden_size)
+        self.experts = GroupedExperts(spec.num_experts, spec.hidden_size, spec.expert_ffn_size)
         self.dispatcher = None
+        self.shared_mlp = None
+        """Shared experts (DeepSeekMoE, arXiv 2401.06066 sec. 3.2): one MLP of the shared width every
+        token passes, added to the routed output; `executor.blocks.TransformerBlock` sets it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.reshape(-1, x.shape[-1])
@@ -100,4 +103,5 @@ class MoEFeedForward(nn.Module):
             out = self.dispatcher(routed, counts, self.experts)
         out = out * weights.flatten()[order].unsqueeze(-1).to(out.dtype)
         combined = torch.zeros(tokens.shape, dtype=out.dtype, device=out.device).index_add_(0, token_ids, out)
-        return combined.view(x.shape)
+        combined = combined.view(x.shape)
+        return combined if self.shared_mlp is None else combined + self.shared_mlp(x)

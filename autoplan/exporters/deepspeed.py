@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import embedding_counts_as_a_layer, stages_text, uneven_stages
 from autoplan.specs import PlanDocument
 
@@ -39,6 +40,7 @@ def export(doc: PlanDocument) -> tuple:
         notes.append(f"mixture of experts: DeepSpeed-MoE takes the expert-parallel degree in the model "
                      f"code, deepspeed.moe.layer.MoE(num_experts={doc.model.num_experts}, ep_size={par.ep}, "
                      f"k={doc.model.num_experts_per_token})")
+    notes += unmapped_note(architecture_facts(doc.model), set(), "DeepSpeed's JSON config")
     notes.append("optimizer: AdamW and its learning-rate schedule are left to the training script")
     return json.dumps(config, indent=2) + "\n", notes
 

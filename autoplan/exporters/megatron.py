@@ -2,6 +2,7 @@
 `megatron/training/arguments.py`)."""
 from __future__ import annotations
 
+from autoplan.exporters.architecture import architecture_facts, moe_layer_pattern, unmapped_note
 from autoplan.exporters.common import comment_block, header_lines, stages_text, uneven_stages
 from autoplan.specs import PlanDocument
 
@@ -50,6 +51,12 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
     if model.is_moe:
         args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.num_experts_per_token),
                  ("--expert-model-parallel-size", par.ep)]
+        if model.moe_ffn_hidden_size:
+            args.append(("--moe-ffn-hidden-size", model.expert_ffn_size))
+        if model.shared_expert_ffn_size:
+            args.append(("--moe-shared-expert-intermediate-size", model.shared_expert_ffn_size))
+        if model.num_moe_layers != model.num_layers:
+            args.append(("--moe-layer-freq", f"'{moe_layer_pattern(model)}'"))
     return args
 
 
@@ -116,8 +123,18 @@ def _model_args(doc: PlanDocument, notes: list) -> list:
             ("--num-attention-heads", model.num_heads)]
     if model.num_kv_heads != model.num_heads:
         args += [("--group-query-attention",), ("--num-query-groups", model.num_kv_heads)]
-    if model.head_dim * model.num_heads != model.hidden_size:
+    if model.is_mla:  # Megatron-Core MLA (MLATransformerConfig); --kv-channels does not apply
+        args += [("--multi-latent-attention",), ("--kv-lora-rank", model.kv_lora_rank),
+                 ("--qk-head-dim", model.head_dim - model.qk_rope_head_dim),
+                 ("--qk-pos-emb-head-dim", model.qk_rope_head_dim), ("--v-head-dim", model.value_dim)]
+        if model.q_lora_rank:
+            args.append(("--q-lora-rank", model.q_lora_rank))
+    elif model.head_dim * model.num_heads != model.hidden_size:
         args.append(("--kv-channels", model.head_dim))
+    if model.qk_norm == "head":  # Megatron's qk_layernorm normalizes each head, as Qwen3/Gemma 3 do
+        args.append(("--qk-layernorm",))
+    if model.rope_dim and model.rope_dim != model.head_dim and not model.is_mla:
+        args.append(("--rotary-percent", model.rope_dim / model.head_dim))
     args += [("--ffn-hidden-size", model.ffn_hidden_size), ("--seq-length", seq_len),
              ("--max-position-embeddings", max(model.max_seq_len, seq_len))]
     if model.mlp == "swiglu":
@@ -134,4 +151,8 @@ def _model_args(doc: PlanDocument, notes: list) -> list:
         args.append(("--disable-bias-linear",))
         if model.qkv_bias:
             args.append(("--add-qkv-bias",))
+    mapped = {"mla", "partial_rotary", "moe_ffn", "shared_experts", "moe_layers"}
+    if model.qk_norm == "head":
+        mapped.add("qk_norm")
+    notes += unmapped_note(architecture_facts(model), mapped, "Megatron-LM's pretrain_gpt.py flags")
     return args

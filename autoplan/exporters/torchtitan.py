@@ -1,6 +1,7 @@
 """torchtitan: the TOML job config of a plan (section and option names of torchtitan's `JobConfig`)."""
 from __future__ import annotations
 
+from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import (
     comment_block, embedding_counts_as_a_layer, full_recompute_every_k, header_lines, stages_text, uneven_stages,
 )
@@ -38,9 +39,23 @@ def _model(doc: PlanDocument, notes: list) -> dict:
     if (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
         notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
                      f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
-    if model.is_moe:
-        notes.append("mixture of experts: pick torchtitan's MoE model (deepseek_v3 here) matching yours")
-    return {"name": "deepseek_v3" if model.is_moe else "llama3", "flavor": model.name}
+    facts, mapped = architecture_facts(model), set()
+    if model.is_moe or model.is_mla:
+        # torchtitan's deepseek_v3 ModelArgs carry MLA, shared experts and the leading dense layers.
+        args = [f"moe_inter_dim={model.expert_ffn_size}", f"n_routed_experts={model.num_experts}",
+                f"n_activated_experts={model.num_experts_per_token}",
+                f"n_shared_experts={model.shared_expert_ffn_size // model.expert_ffn_size}",
+                f"n_dense_layers={model.num_dense_layers}"]
+        if model.is_mla:
+            args += [f"q_lora_rank={model.q_lora_rank}", f"kv_lora_rank={model.kv_lora_rank}",
+                     f"qk_nope_head_dim={model.head_dim - model.qk_rope_head_dim}",
+                     f"qk_rope_head_dim={model.qk_rope_head_dim}", f"v_head_dim={model.value_dim}"]
+        notes.append("mixture of experts / MLA: register the flavor in torchtitan's deepseek_v3 model with "
+                     + " ".join(args))
+        mapped = {"mla", "moe_ffn", "shared_experts"} | ({"moe_layers"} if model.moe_layer_freq == 1 else set())
+    notes += unmapped_note(facts, mapped, "torchtitan's " + ("deepseek_v3" if model.is_moe or model.is_mla
+                                                             else "llama3") + " model")
+    return {"name": "deepseek_v3" if model.is_moe or model.is_mla else "llama3", "flavor": model.name}
 
 
 def _training(doc: PlanDocument, notes: list) -> dict:

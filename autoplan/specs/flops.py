@@ -7,7 +7,9 @@ Model FLOPs per token = 6 * N_matmul + 12 * L * s * q_size:
   parameter and token (Kaplan et al. 2020, arXiv 2001.08361, eq. 2.1).
 - 12 * L * s * q_size: the attention score (QK^T) and value (AV) matmuls, forward and backward,
   counted over the full s x s square as PaLM does (Chowdhery et al. 2022, arXiv 2204.02311,
-  appendix B) and as Narayanan et al. 2021 (arXiv 2104.04473) eq. 3 does.
+  appendix B) and as Narayanan et al. 2021 (arXiv 2104.04473) eq. 3 does; with a value width
+  other than the query/key width (MLA) 6 * s * heads * (d_qk + d_v) per layer, and a sliding-window
+  layer counts min(s, window) keys per query.
 Recompute is not counted (that is hardware FLOPs). The denominator is the dense datasheet peak of
 the training dtype (`autoplan.specs.gpus`) times the number of GPUs.
 
@@ -26,8 +28,13 @@ def matmul_params(model: ModelSpec) -> int:
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """6*N_matmul + 12*L*s*q_size (forward + backward, attention counted non-causal)."""
-    return 6.0 * matmul_params(model) + 12.0 * model.num_layers * seq_len * model.q_size
+    """6*N_matmul + 6*s_keys*heads*(d_qk + d_v) per layer (forward + backward; attention counted
+    over the full square as PaLM does, 12*L*s*q_size when d_v = d_qk). A sliding-window layer
+    counts min(s, w) keys per query: the band its queries can see."""
+    attention = sum(count * 6.0 * (min(seq_len, window) if window else seq_len)
+                    * model.num_heads * (model.head_dim + model.value_dim)
+                    for (_, window), count in model.layer_kinds())
+    return 6.0 * matmul_params(model) + attention
 
 
 def mfu(model: ModelSpec, seq_len: int, tokens_per_s: float, num_gpus: int, peak_flops_per_s: float) -> float:

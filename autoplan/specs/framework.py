@@ -44,6 +44,18 @@ def megatron_states() -> dict:
     }
 
 
+def block_extras(model: ModelSpec) -> list:
+    """A block's parts beyond the Llama/GPT block (pre-norms, one attention, one MLP, in sequence)."""
+    extras = []
+    if model.qk_norm:
+        extras.append(f"q/k norms (qk_norm={model.qk_norm!r})")
+    if model.norm_placement != "pre":
+        extras.append(f"{model.norm_placement} norms")
+    if model.parallel_block:
+        extras.append("parallel attention/MLP block")
+    return extras
+
+
 @dataclass(frozen=True)
 class Framework:
     name: str
@@ -116,6 +128,12 @@ class Framework:
     """Learned position embeddings under cp or sequence parallelism."""
     seq_len_within_model: bool = False
     """seq_len may not exceed the model's max_seq_len (position tables are built that long)."""
+    tp_with_block_extras: bool = True
+    """Tensor parallelism of blocks with q/k norms, post/sandwich norms or parallel attention/MLP."""
+    cp_with_masked_attention: bool = True
+    """Context parallelism of sliding-window or soft-capped attention."""
+    mla: bool = True
+    """Multi-head latent attention (DeepSeek-V2/V3's compressed K/V and queries)."""
     sources: dict = field(default_factory=dict)
     """Where each fact comes from: field name -> document."""
 
@@ -130,6 +148,13 @@ class Framework:
         def refuse(rule: str, tag: str, fix: str) -> None:
             raise InfeasiblePlan(f"framework {self.name} {rule}; {fix}", f"framework_{tag}")
 
+        # What the model needs comes first: no plan of this framework can run it otherwise.
+        if model.is_mla and not self.mla:
+            refuse(f"has no multi-head latent attention, which {model.name!r} uses (kv_lora_rank="
+                   f"{model.kv_lora_rank})", "mla", "plan it for a framework that has it (--framework megatron-core)")
+        if model.is_moe and not self.moe:
+            refuse(f"runs dense models only, got {model.name!r} with {model.num_experts} experts", "moe",
+                   "pick a framework that runs mixtures of experts (--framework megatron-core)")
         if training.dtype not in self.dtypes:
             refuse(f"trains in {', '.join(self.dtypes)}, not dtype={training.dtype}", "dtype",
                    f"plan with --dtype {self.dtypes[0]}")
@@ -160,9 +185,6 @@ class Framework:
                    "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")
         if self.sequence_parallel == "never" and plan.sequence_parallel:
             refuse("has no sequence parallelism", "sp_never", "plan with --no-sequence-parallel")
-        if model.is_moe and not self.moe:
-            refuse(f"runs dense models only, got {model.name!r} with {model.num_experts} experts", "moe",
-                   "pick a framework that runs mixtures of experts (--framework megatron-core)")
         if model.is_moe and not self.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
             refuse(f"runs mixtures of experts with data, context and expert parallelism only, got "
                    f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")
@@ -178,6 +200,14 @@ class Framework:
             refuse(f"does not split learned position embeddings over the sequence, got cp={plan.cp}, "
                    f"sequence_parallel={plan.sequence_parallel} for {model.name!r}", "learned_positions",
                    "plan with --cp 1 --no-sequence-parallel")
+        extras = block_extras(model)
+        if not self.tp_with_block_extras and plan.tp > 1 and extras:
+            refuse(f"shards no {', '.join(extras)} of {model.name!r} over tensor parallelism, got tp={plan.tp}",
+                   "tp_block_extras", "plan with --tp 1 (or for a framework that has these layers)")
+        if not self.cp_with_masked_attention and plan.cp > 1 and (model.sliding_window or model.attn_logit_softcap):
+            refuse(f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
+                   f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
+                   "cp_masked_attention", "plan with --cp 1")
         if self.seq_len_within_model and training.seq_len > model.max_seq_len:
             refuse(f"builds position tables of the model's length, got seq_len={training.seq_len} > "
                    f"max_seq_len={model.max_seq_len} of {model.name!r}", "seq_len", "plan a shorter --seq-len")

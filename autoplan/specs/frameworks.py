@@ -38,8 +38,13 @@ FRAMEWORKS = {f.name: f for f in (
         states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
         fused_cross_entropy=False, flash_attention=True, dtypes=("bf16", "fp32"),
         moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
-        learned_positions_split_sequence=False, seq_len_within_model=True,
+        learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
+        cp_with_masked_attention=False, mla=False,
         sources={
+            "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
+            "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
+                                    "block's linears only (q/k norms etc. would be replicated without summed grads)",
+            "cp_with_masked_attention": "executor/torch_backend/context_parallel.py: plain causal attention",
             "states": "docs/executor.md: fp32 parameters under bf16 autocast (GPU), FSDP2 per ZeRO stage",
             "compute_weight_copy_bytes": "autocast caches the bf16 cast of each fp32 weight for backward; "
                                          "FSDP2 (ZeRO 1/2) keeps gathered bf16 weights from forward to backward",
@@ -56,7 +61,7 @@ FRAMEWORKS = {f.name: f for f in (
                     "program over a (dp, cp, tp) mesh, ZeRO by sharding annotations",
         states=_AUTOPLAN_STATES, selective_recompute="attention", fused_cross_entropy=False,
         flash_attention=False, dtypes=("bf16", "fp32"), max_pp=1, max_vpp=1, moe=False,
-        seq_len_within_model=True,
+        seq_len_within_model=True, tp_with_block_extras=False, cp_with_masked_attention=False, mla=False,
         sources={"max_pp": "executor/xla_backend: one SPMD program, no pipeline schedule",
                  "moe": "executor/xla_backend: dense models only",
                  "flash_attention": "XLA's CPU devices run attention as plain matmuls"}),
@@ -87,8 +92,8 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
-        pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1, max_vpp=1,
-        sources={"max_zero_with_pp": "deepspeed/runtime/pipe/engine.py: ZeRO-2/3 are incompatible with "
+        pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1, max_vpp=1, mla=False,
+        sources={"mla": "Megatron-DeepSpeed has no multi-latent attention","max_zero_with_pp": "deepspeed/runtime/pipe/engine.py: ZeRO-2/3 are incompatible with "
                                      "pipeline parallelism",
                  "max_cp": "DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads), not the "
                            "context parallelism planned here",
@@ -98,13 +103,13 @@ FRAMEWORKS = {f.name: f for f in (
         name="llm-foundry", version="MosaicML llm-foundry 0.x with Composer FSDP (2023-2024)",
         description="MosaicML llm-foundry: PyTorch FSDP (Composer) data parallelism, flash attention",
         states=_fsdp2_states("FSDP flat-parameter master"), zero_stages=(0, 2, 3), max_tp=1, max_pp=1,
-        max_cp=1, max_vpp=1, sequence_parallel="never",
+        max_cp=1, max_vpp=1, sequence_parallel="never", mla=False,
         sources={"zero_stages": "Composer FSDP sharding_strategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD",
                  "max_tp": "llm-foundry trains with FSDP only (its benchmark tables)"}),
     Framework(
         name="megatron-2021", version="Megatron-LM of Narayanan et al. 2021 (arXiv 2104.04473)",
         description="historical: Megatron-LM as in the 2021 scaling paper (no flash attention, no CP/SP)",
-        flash_attention=False, dp_comm_overlap=0.0, max_cp=1, sequence_parallel="never", zero_stages=(0,),
+        flash_attention=False, dp_comm_overlap=0.0, max_cp=1, sequence_parallel="never", zero_stages=(0,), mla=False,
         sources={"flash_attention": "2021: fused softmax, scores stored", "dp_comm_overlap":
                  "2021: gradient all-reduce after the pipeline flush", "sequence_parallel":
                  "introduced by Korthikanti et al. 2022"}),
@@ -112,7 +117,7 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-deepspeed", version="Megatron-DeepSpeed as BigScience ran BLOOM (2022)",
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
         flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1, max_vpp=1,
-        sequence_parallel="never",
+        sequence_parallel="never", mla=False,
         sources={"flash_attention": "BLOOM training (2022) predates flash attention in Megatron-DeepSpeed",
                  "pp_scatter_gather": "DeepSpeed's pipeline engine sends whole activations"}),
 )}

@@ -1,7 +1,16 @@
 """ModelSpec: the architecture of a decoder-only transformer, and its parameter count.
 
 The parameter count is a short sum of named terms (nanoGPT/EleutherAI style). Tests check it against
-published sizes (Llama-2-70B ~ 69.0B, GPT-3 ~ 174.6B) and against the real module's numel().
+published sizes (Llama-2-70B ~ 69.0B, GPT-3 ~ 174.6B, Qwen3-8B 8.19B, DeepSeek-V3 671B / 37B active,
+...) and against the real module's numel().
+
+Layers need not be alike: a model may start with dense layers before its MoE layers (DeepSeek's
+`first_k_dense_replace`), place MoE every n-th layer (`moe_layer_freq`), and mix sliding-window and
+global attention layers (Gemma 2/3). `layer_kinds()` says how many layers of each kind there are;
+the parameter count and the cost model sum over those kinds.
+
+Fields added after plan schema v1 default to "off" and are left out of `to_dict()` while they are,
+so the plan files (and plan ids) of models that do not use them stay as they were.
 """
 from __future__ import annotations
 
@@ -10,9 +19,12 @@ from dataclasses import asdict, dataclass, fields
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.jsonio import require
 
-MLP_KINDS = ("swiglu", "gelu")
+MLP_KINDS = ("swiglu", "geglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "alibi", "learned")
+QK_NORM_KINDS = ("", "head", "full")
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
+_REQUIRED = ("name", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -26,11 +38,13 @@ class ModelSpec:
     num_kv_heads: int
     """Key/value heads (grouped-query attention when smaller than num_heads)."""
     ffn_hidden_size: int
-    """MLP inner size; for SwiGLU the size of each of the gate and up projections; per expert for MoE."""
+    """MLP inner size of a dense layer; for gated MLPs the size of each of the gate and up
+    projections. For MoE models without `moe_ffn_hidden_size` also the size of each expert."""
     vocab_size: int
     """Embedding rows, padded as the framework pads them."""
     mlp: str = "swiglu"
-    """"swiglu" (3 matrices h x ffn) or "gelu" (2 matrices)."""
+    """"swiglu" (3 matrices h x ffn, SiLU gate, Shazeer 2020), "geglu" (3 matrices, tanh-GeLU gate:
+    Gemma), or "gelu" (2 matrices)."""
     norm: str = "rmsnorm"
     position: str = "rope"
     tied_embeddings: bool = False
@@ -40,12 +54,62 @@ class ModelSpec:
     """Bias on every linear layer (GPT-2/3, BLOOM)."""
     max_seq_len: int = 4096
     head_dim: int = 0
-    """0 means hidden_size // num_heads."""
+    """Width of one query/key head. 0 means hidden_size // num_heads; set it when the two differ
+    (Qwen3, Gemma, Mistral-Nemo: num_heads * head_dim != hidden_size). Under multi-head latent
+    attention it is qk_nope_head_dim + qk_rope_head_dim (DeepSeek-V2 paper, arXiv 2405.04434, sec. 2.1)."""
     num_experts: int = 1
-    """1 for a dense model; MoE models replace each MLP by num_experts experts."""
+    """1 for a dense model; MoE layers replace the MLP by num_experts routed experts."""
     num_experts_per_token: int = 1
     family: str = ""
     """Hugging Face model_type the spec came from, if any (llama, qwen2, gpt2, ...)."""
+    # -- fields added for the 2024-2025 families (defaults: the architecture above, unchanged) --
+    v_head_dim: int = 0
+    """Width of one value head, 0 = head_dim (differs under MLA: DeepSeek-V3 v 128, q/k 192)."""
+    qk_norm: str = ""
+    """RMSNorm on queries and keys before RoPE: "" none, "head" one norm of head_dim shared by the
+    heads (Qwen3, Gemma 3; Dehghani et al. 2023 arXiv 2302.05442), "full" over the whole q and k
+    projections (OLMo 2, arXiv 2501.00656 sec. 3.1)."""
+    norm_placement: str = "pre"
+    """"pre": x + f(norm(x)) (Llama). "post": x + norm(f(x)) (OLMo 2's reordered norm).
+    "sandwich": x + norm(f(norm(x))), four norms per layer (Gemma 2/3)."""
+    parallel_block: bool = False
+    """x + attention(n1(x)) + mlp(n2(x)) instead of two residual steps (GPT-J, GPT-NeoX/Pythia's
+    use_parallel_residual, Falcon, PaLM: Chowdhery et al. 2022 arXiv 2204.02311 sec. 2)."""
+    shared_block_norm: bool = False
+    """A parallel block whose attention and MLP read one norm (GPT-J, Falcon-7B): one norm per layer."""
+    rotary_dim: int = 0
+    """Dimensions of each q/k head that RoPE rotates; 0 = all of head_dim. Partial rotary: Pythia
+    and GPT-J rotate 1/4 (rotary_pct 0.25, rotary_dim 64), Phi-4-mini 3/4 (partial_rotary_factor)."""
+    sliding_window: int = 0
+    """Tokens a query of a local layer attends to (itself included); 0 = every layer global."""
+    global_attention_every: int = 0
+    """With sliding_window: layers n-1, 2n-1, ... (0-based) attend globally (Gemma 2: 2, Gemma 3: 6,
+    i.e. 5 local : 1 global); 0 = every layer uses the window (Mistral-7B-v0.1, StarCoder2)."""
+    attn_logit_softcap: float = 0.0
+    """Attention scores pass through c*tanh(s/c) (Gemma 2: 50); 0 = off."""
+    final_logit_softcap: float = 0.0
+    """The LM head's logits pass through c*tanh(z/c) (Gemma 2: 30); 0 = off."""
+    mlp_bias: bool = False
+    """Bias on the MLP's linear layers only (GPT-J)."""
+    output_bias: bool = False
+    """Bias on the LM head (GPT-J)."""
+    moe_ffn_hidden_size: int = 0
+    """Inner size of one routed expert when it differs from the dense ffn_hidden_size (DeepSeek
+    moe_intermediate_size 2048 vs 18432; Qwen3-MoE 1536); 0 = ffn_hidden_size."""
+    shared_expert_ffn_size: int = 0
+    """Total inner size of the shared experts every token passes through (DeepSeekMoE, arXiv
+    2401.06066 sec. 3.2: n_shared_experts * moe_intermediate_size); 0 = none."""
+    num_dense_layers: int = 0
+    """MoE models: the first k layers keep a dense MLP (DeepSeek first_k_dense_replace)."""
+    moe_layer_freq: int = 1
+    """MoE models: after the dense layers, layer i is MoE when i % moe_layer_freq == 0 (DeepSeek's
+    and Megatron's --moe-layer-freq); 1 = every layer."""
+    q_lora_rank: int = 0
+    """MLA: rank of the compressed query (DeepSeek-V3 1536); 0 = full-rank query projection."""
+    kv_lora_rank: int = 0
+    """MLA: rank of the compressed key/value latent (DeepSeek-V2/V3 512); 0 = no MLA."""
+    qk_rope_head_dim: int = 0
+    """MLA: the decoupled RoPE dimensions of each q/k head, shared key over heads (DeepSeek 64)."""
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -53,48 +117,137 @@ class ModelSpec:
 
     # -- derived sizes -------------------------------------------------------------------------
     @property
+    def value_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
     def kv_size(self) -> int:
-        """Width of the K (or V) projection output: num_kv_heads * head_dim."""
+        """Width of the K projection output: num_kv_heads * head_dim (V: `v_size`)."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def v_size(self) -> int:
+        return self.num_kv_heads * self.value_dim
 
     @property
     def q_size(self) -> int:
         return self.num_heads * self.head_dim
 
     @property
+    def attn_out_size(self) -> int:
+        """Input width of the attention output projection: num_heads * value_dim."""
+        return self.num_heads * self.value_dim
+
+    @property
     def is_moe(self) -> bool:
         return self.num_experts > 1
 
     @property
-    def num_mlp_matrices(self) -> int:
-        return 3 if self.mlp == "swiglu" else 2
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
+    @property
+    def expert_ffn_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    @property
+    def rope_dim(self) -> int:
+        """Dimensions of each q/k head RoPE rotates (0 without RoPE)."""
+        if self.position != "rope":
+            return 0
+        return self.qk_rope_head_dim if self.is_mla else (self.rotary_dim or self.head_dim)
+
+    @property
+    def num_mlp_matrices(self) -> int:
+        return 2 if self.mlp == "gelu" else 3
+
+    @property
+    def num_layer_norms(self) -> int:
+        """Norms of one layer (q/k norms aside): 1 shared by a parallel block, 4 sandwich, else 2."""
+        if self.parallel_block and self.shared_block_norm:
+            return 1
+        return 4 if self.norm_placement == "sandwich" else 2
+
+    # -- layer kinds -----------------------------------------------------------------------------
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.is_moe and layer >= self.num_dense_layers and layer % self.moe_layer_freq == 0
+
+    def layer_window(self, layer: int) -> int:
+        """Keys a query of `layer` may attend to: the sliding window, or 0 for global attention."""
+        if not self.sliding_window:
+            return 0
+        every = self.global_attention_every
+        return 0 if every and (layer + 1) % every == 0 else self.sliding_window
+
+    def layer_kinds(self) -> tuple:
+        """((is_moe, window), number of layers) for each kind of layer, in order of first use."""
+        counts: dict = {}
+        for i in range(self.num_layers):
+            key = (self.is_moe_layer(i), self.layer_window(i))
+            counts[key] = counts.get(key, 0) + 1
+        return tuple(counts.items())
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(n for (moe, _), n in self.layer_kinds() if moe)
+
+    # -- parameters ------------------------------------------------------------------------------
     def attention_params_per_layer(self) -> int:
         h = self.hidden_size
-        weights = h * self.q_size + 2 * h * self.kv_size + self.q_size * h  # q, k, v, o
+        if self.is_mla:  # DeepSeek-V2 sec. 2.1: W_DQ, norm, W_UQ(+W_QR); W_DKV + W_KR, norm, W_UK, W_UV; W_O
+            r_q, r_kv = self.q_lora_rank, self.kv_lora_rank
+            q = (h * r_q + r_q + r_q * self.q_size) if r_q else h * self.q_size
+            nope = self.head_dim - self.qk_rope_head_dim
+            kv = h * (r_kv + self.qk_rope_head_dim) + r_kv + r_kv * self.num_heads * (nope + self.value_dim)
+            return q + kv + self.attn_out_size * h
+        weights = h * (self.q_size + self.kv_size + self.v_size) + self.attn_out_size * h
         bias = 0
         if self.qkv_bias or self.linear_bias:
-            bias += self.q_size + 2 * self.kv_size
+            bias += self.q_size + self.kv_size + self.v_size
         if self.linear_bias:
             bias += h
+        qk_norm = {"": 0, "head": 2 * self.head_dim, "full": self.q_size + self.kv_size}[self.qk_norm]
+        return weights + bias + qk_norm
+
+    def _mlp_params(self, width: int) -> int:
+        weights = self.num_mlp_matrices * self.hidden_size * width
+        bias = (width * (self.num_mlp_matrices - 1) + self.hidden_size) if self.linear_bias or self.mlp_bias else 0
         return weights + bias
+
+    def dense_mlp_params(self) -> int:
+        return self._mlp_params(self.ffn_hidden_size)
 
     def mlp_params_per_expert(self) -> int:
-        h, f = self.hidden_size, self.ffn_hidden_size
-        weights = self.num_mlp_matrices * h * f
-        bias = (f * (self.num_mlp_matrices - 1) + h) if self.linear_bias else 0
-        return weights + bias
+        return self._mlp_params(self.expert_ffn_size)
+
+    def moe_mlp_params(self) -> int:
+        """Routed experts + shared experts + router (h x num_experts, no bias)."""
+        shared = self._mlp_params(self.shared_expert_ffn_size) if self.shared_expert_ffn_size else 0
+        return self.num_experts * self.mlp_params_per_expert() + shared + self.hidden_size * self.num_experts
 
     def mlp_params_per_layer(self) -> int:
-        router = self.hidden_size * self.num_experts if self.is_moe else 0
-        return self.num_experts * self.mlp_params_per_expert() + router
+        """The MLP of a MoE layer for MoE models, of a dense layer otherwise."""
+        return self.moe_mlp_params() if self.is_moe else self.dense_mlp_params()
 
     def norm_params(self) -> int:
         """One norm's parameters: weight, plus bias for LayerNorm."""
         return self.hidden_size * (2 if self.norm == "layernorm" else 1)
 
     def params_per_layer(self) -> int:
-        return self.attention_params_per_layer() + self.mlp_params_per_layer() + 2 * self.norm_params()
+        """A MoE layer of a MoE model, a dense layer otherwise (see `layer_params`)."""
+        return self.attention_params_per_layer() + self.mlp_params_per_layer() + self.num_layer_norms * self.norm_params()
+
+    def layer_params(self, moe: bool) -> int:
+        mlp = self.moe_mlp_params() if moe else self.dense_mlp_params()
+        return self.attention_params_per_layer() + mlp + self.num_layer_norms * self.norm_params()
+
+    def all_layers_params(self) -> int:
+        moe = self.num_moe_layers
+        return moe * self.layer_params(True) + (self.num_layers - moe) * self.layer_params(False)
+
+    def expert_params_all_layers(self) -> int:
+        """Routed-expert parameters over all layers: what expert parallelism splits."""
+        return self.num_moe_layers * self.num_experts * self.mlp_params_per_expert()
 
     def embedding_params(self) -> int:
         """Token embedding, learned positions, and BLOOM's embedding LayerNorm is not counted here."""
@@ -102,25 +255,29 @@ class ModelSpec:
         return self.vocab_size * self.hidden_size + pos
 
     def output_params(self) -> int:
-        """Final norm plus the LM head (zero extra when tied to the embedding)."""
+        """Final norm plus the LM head (zero extra when tied to the embedding) and its bias."""
         head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
-        return self.norm_params() + head
+        return self.norm_params() + head + (self.vocab_size if self.output_bias else 0)
 
     @property
     def num_params(self) -> int:
-        return self.embedding_params() + self.num_layers * self.params_per_layer() + self.output_params()
+        return self.embedding_params() + self.all_layers_params() + self.output_params()
 
     @property
     def num_active_params(self) -> int:
-        """Parameters a token passes through (MoE: top-k experts only). Used for 6·N FLOPs."""
+        """Parameters a token passes through (MoE: top-k routed experts only). Used for 6·N FLOPs."""
         if not self.is_moe:
             return self.num_params
         inactive = (self.num_experts - self.num_experts_per_token) * self.mlp_params_per_expert()
-        return self.num_params - self.num_layers * inactive
+        return self.num_params - self.num_moe_layers * inactive
 
     # -- JSON ----------------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """Every v1 field; a later field only when it differs from its default (stable plan ids)."""
         d = asdict(self)
+        for f in fields(self):
+            if f.name in _LATER_FIELDS and d[f.name] == f.default:
+                del d[f.name]
         d["num_params"] = self.num_params
         return d
 
@@ -131,9 +288,9 @@ class ModelSpec:
         kwargs = {}
         for f in fields(cls):
             if f.name in data:
-                kind = {"int": int, "str": str, "bool": bool}[f.type] if isinstance(f.type, str) else f.type
+                kind = {"int": int, "str": str, "bool": bool, "float": float}[f.type] if isinstance(f.type, str) else f.type
                 kwargs[f.name] = require(data, f.name, kind, what)
-        for key in ("name", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size"):
+        for key in _REQUIRED:
             if key not in kwargs:
                 raise SchemaError(f"{what} is missing the field {key!r}")
         spec = cls(**kwargs)
@@ -143,16 +300,23 @@ class ModelSpec:
     def check(self) -> None:
         """Raise SchemaError when the architecture is not self-consistent."""
         for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-                    "vocab_size", "max_seq_len", "head_dim", "num_experts", "num_experts_per_token"):
+                    "vocab_size", "max_seq_len", "head_dim", "num_experts", "num_experts_per_token", "moe_layer_freq"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise SchemaError(f"model {self.name!r}: {key} must be a positive integer, got {value!r}")
-        if self.mlp not in MLP_KINDS:
-            raise SchemaError(f"model {self.name!r}: mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
-        if self.norm not in NORM_KINDS:
-            raise SchemaError(f"model {self.name!r}: norm must be one of {NORM_KINDS}, got {self.norm!r}")
-        if self.position not in POSITION_KINDS:
-            raise SchemaError(f"model {self.name!r}: position must be one of {POSITION_KINDS}, got {self.position!r}")
+        for key in ("v_head_dim", "rotary_dim", "sliding_window", "global_attention_every", "moe_ffn_hidden_size",
+                    "shared_expert_ffn_size", "num_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise SchemaError(f"model {self.name!r}: {key} must be a non-negative integer, got {value!r}")
+        for key, kinds in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS),
+                           ("qk_norm", QK_NORM_KINDS), ("norm_placement", NORM_PLACEMENTS)):
+            if getattr(self, key) not in kinds:
+                raise SchemaError(f"model {self.name!r}: {key} must be one of {kinds}, got {getattr(self, key)!r}")
+        for key in ("attn_logit_softcap", "final_logit_softcap"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise SchemaError(f"model {self.name!r}: {key} must be a non-negative number (0 = off), got {value!r}")
         if self.num_heads % self.num_kv_heads:
             raise SchemaError(
                 f"model {self.name!r}: num_kv_heads must divide num_heads, "
@@ -161,3 +325,30 @@ class ModelSpec:
             raise SchemaError(
                 f"model {self.name!r}: num_experts_per_token={self.num_experts_per_token} "
                 f"exceeds num_experts={self.num_experts}")
+        if self.rotary_dim > self.head_dim or self.rotary_dim % 2:
+            raise SchemaError(f"model {self.name!r}: rotary_dim must be even and at most head_dim={self.head_dim}, "
+                              f"got {self.rotary_dim}")
+        if self.is_mla and not 0 < self.qk_rope_head_dim < self.head_dim:
+            raise SchemaError(
+                f"model {self.name!r}: multi-head latent attention needs 0 < qk_rope_head_dim < head_dim "
+                f"(head_dim = qk_nope_head_dim + qk_rope_head_dim), got qk_rope_head_dim={self.qk_rope_head_dim}, "
+                f"head_dim={self.head_dim}")
+        if not self.is_mla and (self.q_lora_rank or self.qk_rope_head_dim):
+            raise SchemaError(f"model {self.name!r}: q_lora_rank and qk_rope_head_dim are MLA facts; they need "
+                              f"kv_lora_rank > 0, got kv_lora_rank=0")
+        if self.is_moe and self.num_moe_layers == 0:
+            raise SchemaError(
+                f"model {self.name!r}: num_experts={self.num_experts} but no layer is MoE (num_dense_layers="
+                f"{self.num_dense_layers}, moe_layer_freq={self.moe_layer_freq}, num_layers={self.num_layers})")
+        if self.shared_block_norm and not self.parallel_block:
+            raise SchemaError(f"model {self.name!r}: shared_block_norm needs parallel_block=true")
+        if self.parallel_block and self.norm_placement != "pre":
+            raise SchemaError(f"model {self.name!r}: a parallel block is pre-norm, got norm_placement="
+                              f"{self.norm_placement!r}")
+
+
+_LATER_FIELDS = frozenset(f.name for f in fields(ModelSpec)
+                          if f.name not in {"name", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
+                                            "ffn_hidden_size", "vocab_size", "mlp", "norm", "position",
+                                            "tied_embeddings", "qkv_bias", "linear_bias", "max_seq_len", "head_dim",
+                                            "num_experts", "num_experts_per_token", "family"})

@@ -62,3 +62,5 @@ def _check_device(options: RunOptions, processes: int) -> None:
     if local > torch.cuda.device_count():
         raise AutoplanError(f"{local} processes on this node but only {torch.cuda.device_count()} CUDA "
                             "devices; use torchrun across nodes or a plan for fewer GPUs")
+
+

@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from executor.model import repeat_kv
+from executor.blocks import repeat_kv
 
 
 def cp_positions(seq_len: int, cp: int, cp_rank: int) -> torch.Tensor:
