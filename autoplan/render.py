@@ -118,13 +118,16 @@ def alternatives_lines(doc) -> list:
         step = f"{pred['step_time_s']:.3f}" if pred else "-"
         tpg = f"{pred['tokens_per_s_per_gpu']:,.0f}" if pred else "-"
         mem = f"{pred['peak_memory_bytes'] / GIB:.1f}" if pred else "-"
-        rows.append([str(i), plan_line(alt["parallel"]), step, tpg, mem, *_budget_cells(doc, pred), alt.get("why_not", "")])
+        rows.append([str(i), plan_line(alt["parallel"]), step, tpg, mem, *_budget_cells(doc, pred)])
     if not rows:
         return ["runners-up: none (no other plan runs)"]
     b = doc.extra.get("train_budget") or {}
     extra = (["days"] if b else []) + (["cost"] if b.get("gpu_hour_price") else [])
-    return ["runners-up (why each lost)",
-            *_table(["#", "plan", "step s", "tok/s/GPU", "GiB", *extra, "why not"], rows, "rlrrr" + "r" * len(extra) + "l")]
+    header, *table = _table(["#", "plan", "step s", "tok/s/GPU", "GiB", *extra], rows, "rlrrr" + "r" * len(extra))
+    lines = ["runners-up (why each lost)", header]
+    for line, alt in zip(table, doc.alternatives):  # the reason under its plan: rows stay within 120 columns
+        lines += [line, *(_wrap(f"     why not: {alt['why_not']}", 14) if alt.get("why_not") else [])]
+    return lines
 
 
 MAX_FRONT_ROWS = 15
@@ -162,16 +165,26 @@ def search_lines(search: dict, width: int = 120) -> list:
     return lines
 
 
+WIDTH = 120
+"""Columns the prose lines are wrapped to (tables keep their rows whole)."""
+
+
+def _wrap(line: str, indent: int) -> list:
+    import textwrap
+
+    return textwrap.wrap(line, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False) or [line]
+
+
 def render_document(doc, defaults: list = (), title: str = "best plan", with_search: bool = True) -> str:
-    lines = setup_lines(doc)
+    lines = [w for line in setup_lines(doc) for w in _wrap(line, 9)]
     for d in defaults:
-        lines.append(f"default  {d}")
+        lines += _wrap(f"default  {d}", 9)
     par = doc.parallel
     lines += ["", f"{title}: {plan_line(par.to_dict())}",
-              f"  (mbs={par.micro_batch_size}x{par.num_microbatches}: micro-batches of {par.micro_batch_size} "
-              f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per data-parallel "
-              f"replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp)",
-              *headline_lines(doc.prediction), *budget_lines(doc), ""]
+              *_wrap(f"  (mbs={par.micro_batch_size}x{par.num_microbatches}: micro-batches of {par.micro_batch_size} "
+                     f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per "
+                     f"data-parallel replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp)", 3),
+              *headline_lines(doc.prediction), *[w for line in budget_lines(doc) for w in _wrap(line, 4)], ""]
     lines += breakdown_lines(doc.prediction)
     if doc.search and with_search:
         lines += ["", *alternatives_lines(doc)]

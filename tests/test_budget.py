@@ -25,7 +25,8 @@ def test_days_gpu_hours_and_cost_follow_from_the_predicted_throughput(tmp_path, 
     assert cost == pytest.approx(gpu_hours * 2.5, abs=2)
     header = next(line for line in out.splitlines() if line.strip().startswith("#  plan"))
     assert "days" in header and "cost" in header
-    rows = out.split(header, 1)[1].strip().splitlines()[:len(doc["alternatives"])]
+    rows = [line for line in out.split(header, 1)[1].splitlines() if re.match(r"\s+\d+\s+dp=", line)]
+    assert len(rows) == len(doc["alternatives"])
     for alt, row in zip(doc["alternatives"], rows):  # every runner-up priced from its own throughput
         alt_days = 300e9 / alt["prediction"]["tokens_per_s"] / 86400
         assert f"{alt_days:,.1f}" in row

@@ -60,3 +60,22 @@ def test_progress_is_quiet_for_fast_work_and_speaks_for_slow_work(monkeypatch):
         progress.stage("anything")
         time.sleep(0.05)
     assert silent.getvalue() == ""
+
+
+def test_search_output_fits_120_columns_except_the_term_glossary(capsys):
+    assert main(["search", "--model", "qwen-72b", "--gpus", "128", "--train-tokens", "2T", "--gpu-hour-price", "2"]) == 0
+    out = capsys.readouterr().out
+    # The one exception is a row of the memory-term glossary (cost_model/terms.py's wording).
+    too_wide = [line for line in out.splitlines() if len(line) > 120 and "what it is" not in line
+                and not line.lstrip().startswith(("optimizer ", "grads ", "params "))]
+    assert not too_wide, too_wide
+    assert "why not: " in out
+
+
+def test_run_steps_1_measures_its_one_step_without_a_warmup_flag():
+    from executor.options import options_from_args
+
+    parser = build_parser()
+    assert options_from_args(parser.parse_args(["run", "plan.json", "--steps", "1"])).warmup_steps == 0
+    assert options_from_args(parser.parse_args(["run", "plan.json", "--steps", "2"])).warmup_steps == 1
+    assert options_from_args(parser.parse_args(["run", "plan.json"])).warmup_steps == 2
