@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?= --model qwen-72b --gpus 128
 
-.PHONY: plan test test-fast bench clean
+.PHONY: plan test test-fast bench clean browser
 
 # Core install: planning needs numpy, pandas, scikit-learn and optuna only (no torch).
 $(VENV)/.core: pyproject.toml
@@ -26,7 +26,16 @@ $(VENV)/.export-test: pyproject.toml $(VENV)/.all
 plan: $(VENV)/.core
 	$(BIN)/autoplan search $(ARGS)
 
-test: $(VENV)/.all $(VENV)/.export-test
+# The report test renders the HTML in headless Chromium (Debian's package). As root on Debian it is
+# installed here; elsewhere the test skips and says so loudly.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "make test: chromium missing (not root on Debian): the browser report test will SKIP;" \
+	            "install it with: sudo apt-get install -y chromium"; fi; }
+
+test: $(VENV)/.all $(VENV)/.export-test browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 test-fast: $(VENV)/.all

@@ -45,6 +45,18 @@ def check_dtype(profile: HardwareProfile, dtype: str) -> None:
                             f"{', '.join(sorted(profile.peak_flops_per_s))}); pick one of those or another --gpu")
 
 
+def suggest_gpu(name: str, known) -> list:
+    """Known GPU types a mistyped one probably meant: those it starts ("h100" -> h100-80gb,
+    h100-96gb-500w), else the closest spellings ("h10-80gb" -> h100-80gb)."""
+    import difflib
+
+    key = name.strip().lower().replace(" ", "-")
+    if not key:
+        return []
+    starts = [k for k in known if k.startswith(key)]
+    return starts or difflib.get_close_matches(key, known, n=2, cutoff=0.6)
+
+
 def resolve_cluster(num_gpus: int, gpu: str | None = None, gpus_per_node: int | None = None,
                     profile_path: str | None = None) -> tuple[ClusterSpec, HardwareProfile]:
     """The cluster to plan for and the profile its costs come from.
@@ -68,7 +80,9 @@ def resolve_cluster(num_gpus: int, gpu: str | None = None, gpus_per_node: int | 
         name = (DEFAULT_GPU if gpu is None else gpu).strip().lower()
         known = builtin_gpu_names()
         if name not in known:
-            raise AutoplanError(f"unknown GPU type {gpu!r}; known: {', '.join(known)} "
+            close = suggest_gpu(name, known)
+            hint = f"did you mean {' or '.join(close)}? " if close else ""
+            raise AutoplanError(f"unknown GPU type {gpu!r}; {hint}known: {', '.join(known)} "
                                 f"(or measure yours with `autoplan profile` and pass --profile)")
         profile = builtin_profile(name)
         per_node = gpus_per_node or DEFAULT_GPUS_PER_NODE

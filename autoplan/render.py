@@ -63,7 +63,7 @@ def headline_lines(prediction: dict) -> list:
 
 def human_count(n: float) -> str:
     """1.23B / 45.6M / 7.8K / 12: large counts in the unit that keeps them readable (base 10)."""
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if n >= scale:
             return f"{n / scale:.{1 if n >= 10 * scale else 2}f}{suffix}"
     return f"{n:.0f}"
@@ -77,7 +77,38 @@ def setup_lines(doc) -> list:
             f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} node{'s' if c.num_nodes > 1 else ''} of {c.gpus_per_node}), profile {c.profile}",
             f"training global batch {t.global_batch_size} x seq {t.seq_len} = {human_count(t.tokens_per_step)} tokens/step, "
             f"{t.dtype}, {t.optimizer}",
-            f"framework {doc.framework}: {get_framework(doc.framework).description}"]
+            f"framework {doc.framework}: {get_framework(doc.framework).description}"] + _calibration_lines(doc)
+
+
+def _calibration_lines(doc) -> list:
+    """Say when the numbers come from a calibrated cost model, not the analytical one alone."""
+    path = (doc.provenance or {}).get("calibration")
+    if not path:
+        return []
+    return [f"costed   {doc.provenance.get('cost_model', '?')}, calibrated with {path} (`autoplan calibrate`)"]
+
+
+def budget_lines(doc) -> list:
+    """Days, GPU-hours and cost to train --train-tokens with the plan (nothing when not asked)."""
+    from autoplan.budget import describe, training_run
+
+    b = doc.extra.get("train_budget")
+    if not b or not doc.prediction:
+        return []
+    run = training_run(doc.prediction["tokens_per_s"], doc.cluster.num_gpus, b["train_tokens"], b.get("gpu_hour_price"))
+    return [describe(run, b["train_tokens"], doc.cluster.num_gpus, b.get("gpu_hour_price"))]
+
+
+def _budget_cells(doc, pred: dict) -> list:
+    from autoplan.budget import training_run
+
+    b = doc.extra.get("train_budget")
+    if not b:
+        return []
+    if not pred:
+        return ["-"] * (2 if b.get("gpu_hour_price") else 1)
+    run = training_run(pred["tokens_per_s"], doc.cluster.num_gpus, b["train_tokens"], b.get("gpu_hour_price"))
+    return [f"{run['days']:,.1f}"] + ([f"${run['cost']:,.0f}"] if run["cost"] is not None else [])
 
 
 def alternatives_lines(doc) -> list:
@@ -87,10 +118,16 @@ def alternatives_lines(doc) -> list:
         step = f"{pred['step_time_s']:.3f}" if pred else "-"
         tpg = f"{pred['tokens_per_s_per_gpu']:,.0f}" if pred else "-"
         mem = f"{pred['peak_memory_bytes'] / GIB:.1f}" if pred else "-"
-        rows.append([str(i), plan_line(alt["parallel"]), step, tpg, mem, alt.get("why_not", "")])
+        rows.append([str(i), plan_line(alt["parallel"]), step, tpg, mem, *_budget_cells(doc, pred)])
     if not rows:
         return ["runners-up: none (no other plan runs)"]
-    return ["runners-up (why each lost)", *_table(["#", "plan", "step s", "tok/s/GPU", "GiB", "why not"], rows, "rlrrrl")]
+    b = doc.extra.get("train_budget") or {}
+    extra = (["days"] if b else []) + (["cost"] if b.get("gpu_hour_price") else [])
+    header, *table = _table(["#", "plan", "step s", "tok/s/GPU", "GiB", *extra], rows, "rlrrr" + "r" * len(extra))
+    lines = ["runners-up (why each lost)", header]
+    for line, alt in zip(table, doc.alternatives):  # the reason under its plan: rows stay within 120 columns
+        lines += [line, *(_wrap(f"     why not: {alt['why_not']}", 14) if alt.get("why_not") else [])]
+    return lines
 
 
 MAX_FRONT_ROWS = 15
@@ -108,25 +145,46 @@ def pareto_lines(front: list) -> list:
             *_table(["plan", "step s", "GiB"], rows, "lrr")]
 
 
-def search_lines(search: dict) -> list:
-    rejected = ", ".join(f"{n} {tag}" for tag, n in search.get("rejected", {}).items())
+def search_lines(search: dict, width: int = 120) -> list:
+    """How the search went, in lines of at most `width` columns; the counts add up: distinct plans
+    tried = plans that run + plans rejected (the rejected ones by reason)."""
+    counts = search.get("rejected", {})
     seed = f", seed {search['seed']}" if search.get("seed") is not None else ""
     extra = "".join(f" + {search[k]} {what}" for k, what in (("num_polish_moves", "polish moves"),
                                                              ("num_resumed_trials", "resumed trials")) if search.get(k))
-    return [f"search   {search['sampler']}, {search['num_trials']} trials{extra}{seed}, {search['num_plans_scored']} plans scored, "
-            f"{search['num_feasible']} run, {search['wall_time_s']:.2f} s" + (f"; rejected: {rejected}" if rejected else "")]
+    lines = [f"search   {search['sampler']}, {search['num_trials']} trials{extra}{seed}, {search['wall_time_s']:.2f} s",
+             f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} run + "
+             f"{sum(counts.values()):,} rejected" + (":" if counts else "")]
+    items = [f"{n:,} {tag}" for tag, n in counts.items()]
+    for i, item in enumerate(items):  # wrap between reasons, never inside one
+        piece = item + ("," if i < len(items) - 1 else "")
+        if len(lines[-1]) + 1 + len(piece) > width:
+            lines.append(" " * 11 + piece)
+        else:
+            lines[-1] += " " + piece
+    return lines
+
+
+WIDTH = 120
+"""Columns the prose lines are wrapped to (tables keep their rows whole)."""
+
+
+def _wrap(line: str, indent: int) -> list:
+    import textwrap
+
+    return textwrap.wrap(line, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False) or [line]
 
 
 def render_document(doc, defaults: list = (), title: str = "best plan", with_search: bool = True) -> str:
-    lines = setup_lines(doc)
+    lines = [w for line in setup_lines(doc) for w in _wrap(line, 9)]
     for d in defaults:
-        lines.append(f"default  {d}")
+        lines += _wrap(f"default  {d}", 9)
     par = doc.parallel
     lines += ["", f"{title}: {plan_line(par.to_dict())}",
-              f"  (mbs={par.micro_batch_size}x{par.num_microbatches}: micro-batches of {par.micro_batch_size} "
-              f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per data-parallel "
-              f"replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp)",
-              *headline_lines(doc.prediction), ""]
+              *_wrap(f"  (mbs={par.micro_batch_size}x{par.num_microbatches}: micro-batches of {par.micro_batch_size} "
+                     f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per "
+                     f"data-parallel replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp)", 3),
+              *headline_lines(doc.prediction), *[w for line in budget_lines(doc) for w in _wrap(line, 4)], ""]
     lines += breakdown_lines(doc.prediction)
     if doc.search and with_search:
         lines += ["", *alternatives_lines(doc)]

@@ -2,7 +2,7 @@
 torchrun, e.g.
 
     torchrun --nnodes 16 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
-        -m executor plan.json --device cuda --steps 50 --out runs.jsonl
+        -m executor plan.json --device cuda --steps 50 -o runs.jsonl
 
 Rank 0 appends the Measurement to --out. Without torchrun (no WORLD_SIZE in the environment) it
 says to use `autoplan run`, which starts the local processes itself (the executor does not import

@@ -123,8 +123,9 @@ def add_run_arguments(parser) -> None:
                         help="local processes to start (default: the plan's GPU count; must equal it)")
     parser.add_argument("--device", default=d.device, choices=DEVICES, help="cpu (gloo, fp32) or cuda")
     parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
-    parser.add_argument("--warmup-steps", type=int, default=d.warmup_steps,
-                        help="leading steps left out of the step-time statistics (default %(default)s)")
+    parser.add_argument("--warmup-steps", type=int, default=None,
+                        help=f"leading steps left out of the step-time statistics (default {d.warmup_steps}, "
+                             f"fewer when --steps leaves no step to measure)")
     parser.add_argument("--seed", type=int, default=d.seed,
                         help="seed of the weights and the synthetic data order (default %(default)s)")
     parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default %(default)s)")
@@ -134,8 +135,10 @@ def add_run_arguments(parser) -> None:
     parser.add_argument("--data", default=d.data, help="flat token-id file (numpy memmap); default synthetic")
     parser.add_argument("--data-dtype", default=d.data_dtype, choices=DATA_DTYPES,
                         help="integer type of the token ids in --data (default %(default)s)")
-    parser.add_argument("--out", default=d.out, help="JSONL file the measurement is appended to "
-                        "(default %(default)s; '' = none)")
+    parser.add_argument("-o", "--output", dest="out", default=d.out, metavar="PATH",
+                        help="JSONL file the measurement is appended to (default %(default)s; '' = none)")
+    # The old spelling, kept working but out of --help: every command writes with -o/--output.
+    parser.add_argument("--out", dest="out", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, metavar="DIR",
                         help="folder of torch.distributed.checkpoint saves (default: no checkpoints)")
     parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="N",
@@ -155,7 +158,9 @@ def add_run_arguments(parser) -> None:
 
 def options_from_args(args) -> RunOptions:
     return RunOptions(
-        steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed, lr=args.lr, min_lr=args.min_lr,
+        # Unset, the warm-up shrinks so that --steps 1 or 2 still measures a step.
+        steps=args.steps, warmup_steps=(args.warmup_steps if args.warmup_steps is not None
+                                        else max(0, min(RunOptions.warmup_steps, args.steps - 1))), seed=args.seed, lr=args.lr, min_lr=args.min_lr,
         warmup=args.lr_warmup, grad_clip=args.grad_clip, data=args.data, data_dtype=args.data_dtype,
         out=args.out, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, device=args.device, nproc=args.nproc, log_every=args.log_every,

@@ -3,7 +3,7 @@
 - One process: measured in the calling process (no process group, no collectives).
 - N processes on this machine: `torch.multiprocessing` spawns them, rendezvous on a free localhost
   port, NCCL on GPUs (one process per GPU) and gloo on the CPU.
-- Across nodes: `torchrun ... -m profiler --out cluster.json` sets RANK/WORLD_SIZE/LOCAL_* and
+- Across nodes: `torchrun ... -m profiler -o cluster.json` sets RANK/WORLD_SIZE/LOCAL_* and
   `profile_under_torchrun` joins that group. Rank 0 writes in every case.
 """
 from __future__ import annotations
@@ -170,7 +170,7 @@ def profile_under_torchrun(out: str, device: str, quick: bool, name: str = "") -
     missing = [v for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE") if v not in os.environ]
     if missing:
         raise AutoplanError(f"python -m profiler runs under torchrun (missing {', '.join(missing)}); "
-                            f"on one machine use `autoplan profile --out {out}`")
+                            f"on one machine use `autoplan profile -o {out}`")
     info = RankInfo(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]),
                     int(os.environ["LOCAL_WORLD_SIZE"]), distributed=True)
     device_type = resolve_device(device)

@@ -1,6 +1,7 @@
 """`autoplan report`: the files it writes, bad inputs, and a failure that leaves the folder alone."""
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,18 +20,95 @@ def runs(tmp_path):
     return tmp_path / "runs.jsonl"
 
 
-def test_report_of_measurements_writes_pngs_and_an_index_that_shows_them(runs, tmp_path, capsys):
-    out = tmp_path / "report"
-    assert main(["report", str(runs), "-o", str(out)]) == 0
-    pngs = {"predicted_vs_measured.png", "error_by_group.png", "breakdown.png", "pareto.png", "scaling.png"}
-    assert {p.name for p in out.iterdir()} == pngs | {"index.html"}
-    for name in pngs:
+PNGS = {"predicted_vs_measured.png", "error_by_group.png", "breakdown.png", "pareto.png", "scaling.png"}
+
+
+@pytest.fixture(scope="module")
+def built_report(tmp_path_factory):
+    """One report of the shipped CPU runs, shared by the tests that read it (it takes seconds)."""
+    folder = tmp_path_factory.mktemp("report")
+    for name in ("runs.jsonl", "cpu-profile.json", "cpu-profile.json.samples.csv"):
+        shutil.copy(DATA / name, folder / name)
+    assert main(["report", str(folder / "runs.jsonl"), "-o", str(folder / "report")]) == 0
+    return folder / "report"
+
+
+def test_report_of_measurements_writes_pngs_and_an_index_that_shows_them(built_report):
+    out = built_report
+    assert {p.name for p in out.iterdir()} == PNGS | {"index.html"}
+    for name in PNGS:
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000
     index = (out / "index.html").read_text()
-    assert all(f"src='{name}'" in index for name in pngs)
+    assert all(f"src='{name}'" in index for name in PNGS)
     assert "analytical" in index and "calibrated (grouped CV)" in index and "MAPE" in index
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report.")]  # scratch folder removed
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".report.")]  # scratch folder removed
+
+
+def test_report_puts_each_run_next_to_its_prediction_in_people_numbers(built_report):
+    index = (built_report / "index.html").read_text()
+    table = index.split("Measured vs predicted, per run", 1)[1].split("</table>", 1)[0]
+    runs = [json.loads(line) for line in (DATA / "runs.jsonl").read_text().splitlines()]
+    ok = [r for r in runs if r["status"] == "ok" and r["step_times_s"]]
+    assert table.count("<tr>") == 1 + len(ok)  # header + one row per successful run
+    for r in ok:
+        assert r["plan_id"] in table
+    # full plan labels (vpp, sp) and no exponents, no Python booleans anywhere in the page
+    assert "dp=" in table and ("no-sp" in table or " sp " in table) and " ms" in table and "MiB" in table
+    assert "e+0" not in index and "True" not in index and "False" not in index
+    for title in ("Predicted: chosen plan", "Predicted throughput vs memory", "Measured vs predicted"):
+        assert title in index
+
+
+def test_error_bars_are_clipped_and_labelled_when_one_group_is_wild(tmp_path, monkeypatch):
+    from autoplan.report import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or str(path))
+    plots.error_by_group(tmp_path / "e.png", ["sane", "wild"], {"analytical": [0.08, 218.0]})
+    ax = figures[0].axes[0]
+    assert ax.get_xlim()[1] == pytest.approx(112.0)  # 100% plus a margin, not 21,800%
+    assert [t.get_text().strip() for t in ax.texts] == ["21,800% (clipped)"]
+
+
+def test_the_report_renders_in_a_real_browser_with_every_image_loaded(built_report, tmp_path):
+    """Headless Chromium: screenshot taken and not blank, no console errors, every <img> decoded."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("NO BROWSER: chromium is not installed, so the rendered report was NOT checked; "
+                    "install it with `apt-get install -y chromium` (make test does this as root)")
+    flags = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0",
+             "--virtual-time-budget=10000"]
+    index = built_report / "index.html"
+    shot = tmp_path / "report.png"
+    run = subprocess.run([*flags, "--window-size=1400,4000", f"--screenshot={shot}", index.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert shot.is_file(), run.stderr[-2000:]
+    from PIL import Image
+    with Image.open(shot) as image:
+        assert image.size == (1400, 4000)
+        assert len(image.convert("L").getcolors(maxcolors=2 ** 16) or range(2 ** 16)) > 50  # not blank
+    console = [line for line in run.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console
+    # The same page with a probe that records, once loaded, every image that failed to decode.
+    probe = built_report / "probe.html"
+    probe.write_text(index.read_text().replace("</body>", _IMAGE_PROBE + "</body>"))
+    try:
+        dom = subprocess.run([*flags, "--dump-dom", probe.as_uri()], capture_output=True, text=True,
+                             timeout=120).stdout
+    finally:
+        probe.unlink()
+    assert f'data-images="{len(PNGS)}"' in dom, dom[:500]
+    assert 'data-broken=""' in dom, dom[:500]
+
+
+_IMAGE_PROBE = """<script>window.addEventListener('load', () => {
+  const images = [...document.images];
+  document.body.setAttribute('data-images', images.length);
+  document.body.setAttribute('data-broken',
+    images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute('src')).join(' '));
+});</script>"""
 
 
 def test_a_failing_report_leaves_the_output_folder_as_it_was(runs, tmp_path, capsys):

@@ -19,14 +19,19 @@ MAX_TRIALS = 10**6
 MAX_SEED = 2**32 - 1  # numpy's RandomState, which Optuna's samplers seed, takes 0 .. 2**32-1
 
 
-def positive_int(text: str) -> int:
+def _positive(text: str, convert, what: str):
+    """`text` as a number > 0 (and finite) by `convert`; else "must be <what>, got ..."."""
     try:
-        value = int(text)
+        value = convert(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _positive(text, int, "a positive integer")
 
 
 def int_at_most(upper: int, what: str):
@@ -60,6 +65,27 @@ def output_path(text: str) -> str:
     if not path.parent.is_dir():
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: the folder {str(path.parent)!r} does not exist")
     return text
+
+
+TOKEN_SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def token_count(text: str) -> float:
+    """--train-tokens: 2e12, 2T, 300B, 15M (base 10)."""
+    raw = text.strip().upper()
+    scale = TOKEN_SUFFIXES.get(raw[-1:], 1.0)
+    try:
+        value = float(raw[:-1] if raw[-1:] in TOKEN_SUFFIXES else raw) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a token count such as 2e12, 2T or 300B, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive token count, got {text!r}")
+    return value
+
+
+def price(text: str) -> float:
+    """--gpu-hour-price: a positive amount per GPU-hour."""
+    return _positive(text, float, "a positive price per GPU-hour such as 2.50")
 
 
 def check_storage_url(url: str) -> None:

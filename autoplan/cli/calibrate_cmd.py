@@ -30,6 +30,9 @@ def register(subparsers) -> None:
                    help="correction model: boosted shallow trees (default) or ridge regression")
     p.add_argument("-o", "--output", type=output_path, required=True, metavar="PATH",
                    help="calibration JSON to write (atomically: a failed run leaves an existing file untouched)")
+    p.add_argument("--include-mismatched", action="store_true",
+                   help="also train on runs measured on other hardware or frameworks than their plan was predicted "
+                        "for (left out by default: they would teach the gap between two machines)")
     p.add_argument("--json", action="store_true", help="print the training summary as JSON")
     p.add_argument("--framework", default=None, metavar="NAME", type=framework_name,
                    help="estimate every measured plan as made for this framework (default: the framework each "
@@ -41,8 +44,12 @@ def run(args) -> int:
     from cost_model.learned.calibrate import build_calibration
 
     calibration, lines = build_calibration(args.measurements, args.published, args.profile, args.kind,
-                                           args.framework)
+                                           args.framework, args.include_mismatched)
     calibration.save(args.output)
+    for line in lines:  # warnings reach the user in --json mode too
+        if line.startswith("warning:"):
+            sys.stderr.write(f"autoplan calibrate: {line}\n")
+    lines = [line for line in lines if not line.startswith("warning:")]
     if args.json:
         json.dump({"output": args.output, "training": calibration.training, "op_models": calibration.op_models},
                   sys.stdout, indent=2)

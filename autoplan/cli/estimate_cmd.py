@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoplan.cli.search_cmd import (
-    DEFAULT_DTYPE, add_output_arguments, add_pin_arguments, add_problem_arguments, emit, positive_int,
+    DEFAULT_DTYPE, add_budget_arguments, add_output_arguments, add_pin_arguments, add_problem_arguments, emit,
+    positive_int, set_budget,
 )
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK
 
@@ -29,6 +30,7 @@ def register(subparsers) -> None:
                    help="with --recompute full: layers per stage to recompute (default: the fewest that fit, at least 1)")
     p.add_argument("--calibration", default=None, metavar="PATH",
                    help="a calibration file from `autoplan calibrate` to apply")
+    add_budget_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -121,6 +123,7 @@ def run(args) -> int:
         (doc, scored, before), defaults = _plan_from_file(args), []
     else:
         doc, scored, defaults = _plan_from_flags(args)
+    set_budget(doc, args)
     text = render_document(doc, defaults, title="plan", with_search=False)
     if before is not None:
         text += "\n" + "\n".join(comparison_lines(before, {"framework": doc.framework, "profile": doc.cluster.profile,

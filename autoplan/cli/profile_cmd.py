@@ -1,10 +1,10 @@
 """`autoplan profile`: measure this machine into a HardwareProfile, or compare two profiles.
 
-    autoplan profile --out cluster.json                      # every local GPU, one process each
-    autoplan profile --device cpu --nproc 2 --quick --out cpu.json
+    autoplan profile -o cluster.json                         # every local GPU, one process each
+    autoplan profile --device cpu --nproc 2 --quick -o cpu.json
     autoplan profile --compare cluster.json builtin:h100-80gb
 
-Across nodes, run `torchrun --nnodes N --nproc-per-node G ... -m profiler --out cluster.json`.
+Across nodes, run `torchrun --nnodes N --nproc-per-node G ... -m profiler -o cluster.json`.
 torch is imported only inside the command.
 """
 from __future__ import annotations
@@ -22,11 +22,13 @@ def register(subparsers) -> None:
         description="Measure this machine into a HardwareProfile JSON (plus OUT.samples.csv with every "
                     "sample), or compare two profiles. Sizes base-2 (GiB), bandwidths base-10 (GB/s).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n  autoplan profile --out cluster.json\n"
-               "  autoplan profile --device cpu --nproc 2 --quick --out cpu.json\n"
+        epilog="examples:\n  autoplan profile -o cluster.json\n"
+               "  autoplan profile --device cpu --nproc 2 --quick -o cpu.json\n"
                "  autoplan profile --compare cluster.json builtin:h100-80gb\n"
-               "across nodes: torchrun --nnodes N --nproc-per-node G ... -m profiler --out cluster.json")
-    p.add_argument("--out", metavar="PATH", help="profile JSON to write (written only when every measurement is done)")
+               "across nodes: torchrun --nnodes N --nproc-per-node G ... -m profiler -o cluster.json")
+    p.add_argument("-o", "--output", dest="out", metavar="PATH",
+                   help="profile JSON to write (written only when every measurement is done)")
+    p.add_argument("--out", dest="out", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                    help="what to measure (default: cuda when a GPU is visible, else cpu)")
     p.add_argument("--nproc", type=int, default=None,
@@ -51,14 +53,14 @@ def load_profile_ref(ref: str) -> HardwareProfile:
 def run(args) -> int:
     if args.compare:
         if args.out:
-            raise AutoplanError("pass either --compare A B or --out PATH, not both")
+            raise AutoplanError("pass either --compare A B or -o/--output PATH, not both")
         from profiler.compare import format_comparison
 
         a, b = (load_profile_ref(ref) for ref in args.compare)
         print(format_comparison(a, b, *args.compare))
         return 0
     if not args.out:
-        raise AutoplanError("say where to write the profile with --out PATH (or compare two with --compare A B)")
+        raise AutoplanError("say where to write the profile with -o/--output PATH (or compare two with --compare A B)")
     from profiler.launch import check_output_path, profile_local, resolve_device, resolve_nproc
     from profiler.runner import ProfileRequest
 

@@ -33,10 +33,12 @@ def _split_inputs(inputs: list[str], plan: str | None) -> tuple[list[str], str |
 
 
 def run(args) -> int:
+    from autoplan.cli.progress import Progress
     from autoplan.report.build import build_report
 
     measurements, plan = _split_inputs(args.inputs, args.plan)
-    files = build_report(args.output, measurements, args.published, plan, args.calibration)
+    with Progress("report") as progress:
+        files = build_report(args.output, measurements, args.published, plan, args.calibration, progress.stage)
     for f in files:
         print(f)
     return 0

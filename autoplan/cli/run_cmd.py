@@ -2,7 +2,7 @@
 
 Checks every plan against the backend before anything starts (a plan for 128 GPUs on 4 local
 processes, a missing data file or an unknown backend is one line and exit code 2), then runs the
-plans in one launch and appends one Measurement per plan to --out. Torch and the executor are
+plans in one launch and appends one Measurement per plan to -o/--output. Torch and the executor are
 imported inside `run` only.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "run", help="train with a plan file and record the measurement",
         description="Train with one or more plan files (schema autoplan.plan/v1) and append one "
-                    "measurement per plan to --out. Plans with the same GPU count share one launch.")
+                    "measurement per plan to -o/--output. Plans with the same GPU count share one launch.")
     parser.add_argument("plans", nargs="+", metavar="PLAN", help="plan file(s) from `autoplan search -o`")
     add_run_arguments(parser)
     parser.add_argument("--print-launch", choices=("torchrun", "slurm"), metavar="torchrun|slurm",
@@ -39,20 +39,29 @@ def run(args) -> int:
         return print_launch(docs, args, options)
     backend = get_backend(options.backend)
     if options.out and not Path(options.out).resolve().parent.is_dir():
-        raise AutoplanError(f"--out {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
+        raise AutoplanError(f"-o/--output {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
     check_paths(options)
     for doc in docs:
         backend.check(doc, options)
         if options.device == "cpu":
             check_host_memory(doc.model, doc.parallel, options.nproc or doc.parallel.num_gpus, doc.plan_id)
+    # Starting processes, importing torch and forming the process group take seconds before the
+    # first step line: say what is happening meanwhile.
+    sys.stderr.write(f"autoplan run: starting {len(docs)} plan(s) on the {options.backend} backend "
+                     f"({options.device}, {options.steps} steps each)...\n")
+    sys.stderr.flush()
     if hasattr(backend, "run_many"):
         records = backend.run_many(docs, options)
     else:
         records = [backend.run(doc, options) for doc in docs]
+    by_id = {doc.plan_id: (doc, Path(path).parent) for doc, path in zip(docs, args.plans)}
     for record in records:
         if options.out:
             append_measurement(options.out, record)
         print(summary(record, options.out))
+        warning = mismatch_warning(record, *by_id.get(record.plan_id, (None, None)))
+        if warning:
+            sys.stderr.write(f"autoplan run: warning: {warning}\n")
     if len(records) < len(docs):
         sys.stderr.write(f"autoplan run: {len(docs) - len(records)} plan(s) after {records[-1].plan_id} were not run: "
                          "its processes ended without recording why (see their output above); run them again\n")
@@ -84,7 +93,7 @@ def check_paths(options) -> None:
     from autoplan.specs import AutoplanError
 
     if options.out and Path(options.out).is_dir():
-        raise AutoplanError(f"--out {options.out!r} is a folder; give the JSONL file to append to, "
+        raise AutoplanError(f"-o/--output {options.out!r} is a folder; give the JSONL file to append to, "
                             f"e.g. {str(Path(options.out) / 'runs.jsonl')!r}")
     if options.data and Path(options.data).is_file() and Path(options.data).stat().st_size == 0:
         raise AutoplanError(f"--data {options.data!r} is empty; pass a flat {options.data_dtype} token-id file "
@@ -92,6 +101,22 @@ def check_paths(options) -> None:
     if options.checkpoint_dir and Path(options.checkpoint_dir).exists() and not Path(options.checkpoint_dir).is_dir():
         raise AutoplanError(f"--checkpoint-dir {options.checkpoint_dir!r} is a file; give a folder (it is created "
                             f"if missing)")
+
+
+def mismatch_warning(record, doc, base_dir) -> str | None:
+    """One line when the run and the prediction it carries describe different hardware/frameworks."""
+    from autoplan.clusters import cluster_for_plan_file
+    from autoplan.specs import AutoplanError
+    from autoplan.specs.compat import MISMATCH_ADVICE, measurement_mismatch
+
+    if doc is None or record.status != "ok":
+        return None
+    try:
+        planned = cluster_for_plan_file(doc.cluster, base_dir)
+    except AutoplanError:
+        return None  # the plan's profile file is gone: nothing to compare against
+    mismatch = measurement_mismatch(record, planned, doc.framework)
+    return f"{mismatch}: its predicted and measured numbers are not comparable; {MISMATCH_ADVICE}" if mismatch else None
 
 
 def summary(record, out: str) -> str:

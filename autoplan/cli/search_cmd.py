@@ -81,6 +81,27 @@ def pins_from_args(args):
                 sequence_parallel=args.sequence_parallel)
 
 
+def add_budget_arguments(p: argparse.ArgumentParser) -> None:
+    from autoplan.cli.argtypes import price, token_count
+
+    g = p.add_argument_group("time and cost of a training run")
+    g.add_argument("--train-tokens", type=token_count, default=None, metavar="N",
+                   help="tokens to train on (2e12, 2T, 300B): prints days and GPU-hours on every plan line")
+    g.add_argument("--gpu-hour-price", type=price, default=None, metavar="PRICE",
+                   help="price of one GPU-hour (e.g. 2.50): with --train-tokens, prints the cost of every plan")
+
+
+def set_budget(doc, args) -> None:
+    """Record --train-tokens/--gpu-hour-price in the plan file; the renderer prints days and cost."""
+    from autoplan.specs import AutoplanError
+
+    if args.gpu_hour_price is not None and args.train_tokens is None:
+        raise AutoplanError(f"--gpu-hour-price {args.gpu_hour_price:g} needs --train-tokens N (how many tokens to "
+                            f"train on) to price a run")
+    if args.train_tokens is not None:
+        doc.extra["train_budget"] = {"train_tokens": args.train_tokens, "gpu_hour_price": args.gpu_hour_price}
+
+
 def add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", type=output_path, default=None, metavar="PLAN.json",
                    help="write the plan file (atomically: a failed run leaves an existing file untouched)")
@@ -118,6 +139,7 @@ def register(subparsers) -> None:
     s.add_argument("--study-name", default=None, metavar="NAME", help="study name in --storage (default: one per model/shape/cluster/pins, so reruns resume)")
     s.add_argument("--calibration", default=None, metavar="PATH",
                    help="a calibration file from `autoplan calibrate` (learned profile and step-time correction)")
+    add_budget_arguments(p)
     add_output_arguments(p)
     p.set_defaults(func=run)
 
@@ -142,13 +164,19 @@ def run(args) -> int:
         study_name=args.study_name, calibration_path=args.calibration,
         framework=args.framework or DEFAULT_FRAMEWORK,
         log=lambda line: sys.stderr.write(f"autoplan search: {line}\n"))
+    from autoplan.cli.progress import Progress
+
+    calibrated = f", scored with the calibration {args.calibration}" if args.calibration else ""
     try:
-        outcome = plan_search(request)
+        with Progress("search") as progress:
+            progress.stage(f"searching the plans of {args.model} on {args.gpus} GPUs ({args.sampler}{calibrated})")
+            outcome = plan_search(request)
     except Exception as exc:
         # A storage that parsed but cannot be opened (locked, read-only, server down) fails inside
         # SQLAlchemy; anything else is a bug and keeps its traceback.
         if args.storage is None or not type(exc).__module__.startswith("sqlalchemy"):
             raise
         raise AutoplanError(f"cannot use --storage {args.storage!r}: {str(exc).splitlines()[0]}") from None
+    set_budget(outcome.document, args)
     emit(outcome.document, render_document(outcome.document, outcome.defaults), args)
     return 0

@@ -28,6 +28,8 @@ def register(subparsers) -> None:
     p.add_argument("--framework", default=None, metavar="NAME", type=framework_name,
                    help="predict every row as if run by this framework (default: each row's own framework, "
                         "the honest comparison); rows it cannot run are listed as skipped")
+    p.add_argument("--markdown", action="store_true",
+                   help="print the README's accuracy table and baseline sentence (the README quotes this output)")
     p.add_argument("--calibrated", action="store_true",
                    help="also score the learned correction (leave-one-sweep-out on the bf16/fp16 rows; slower)")
     p.set_defaults(func=run)
@@ -40,6 +42,34 @@ def _fmt(summary: dict) -> str:
     rho_text = "n/a" if rho is None else f"{rho:+.2f}"
     return (f"{summary['num_rows']:4d} rows  MAPE {summary['mape']:6.1%}  median {summary['median']:6.1%}  "
             f"max {summary['max']:7.1%}  Spearman(min over sweeps) {rho_text}")
+
+
+# How the README names each source of the published runs (cost_model/data/published_runs.csv).
+SOURCE_TITLES = {
+    "narayanan2021": "Narayanan et al. 2021 (Megatron-LM, A100)",
+    "bigscience": "BigScience BLOOM (Megatron-DeepSpeed, A100)",
+    "llm-foundry": "MosaicML llm-foundry (FSDP, A100/H100)",
+    "torchtitan": "torchtitan (FSDP2/TP/PP/CP, H100/H200)",
+}
+
+
+def markdown_table(summary: dict) -> str:
+    """The README's accuracy table and constant-MFU sentence, from `validate`'s own summary, so the
+    README quotes the tool (tests/test_readme_figures.py compares the two)."""
+    def row(name: str, s: dict, bold: bool = False) -> str:
+        rho = "n/a" if s.get("spearman_min") is None else f"{s['spearman_min']:+.2f}"
+        mape = f"**{s['mape']:.1%}**" if bold else f"{s['mape']:.1%}"
+        return f"| {name} | {s['num_rows']} | {mape} | {s['median']:.1%} | {s['max']:.0%} | {rho} |\n"
+
+    a, base = summary["analytical"], summary["constant_mfu_baseline"]
+    order = [k for k in SOURCE_TITLES if k in a["per_source"]] + [k for k in a["per_source"] if k not in SOURCE_TITLES]
+    text = ("| source | rows | MAPE | median | max | Spearman (min over sweeps) |\n"
+            "|---|---|---|---|---|---|\n")
+    text += "".join(row(SOURCE_TITLES.get(k, k), a["per_source"][k]) for k in order)
+    text += row("**bf16/fp16 rows**", a["bf16_fp16"], bold=True) + row("all rows (fp8 included)", a)
+    text += (f"\nA single constant MFU ({base['mfu']:.1%}) scores {base['bf16_fp16']['mape']:.1%} MAPE on the same "
+             f"bf16/fp16 rows ({base['mape']:.1%} on all rows).\n")
+    return text
 
 
 def load_runs(path: str) -> list:
@@ -90,6 +120,9 @@ def run(args) -> int:
     if args.calibrated:
         from cost_model.learned import calibrated_validation
         summary["calibrated"] = calibrated_validation()
+    if args.markdown:
+        sys.stdout.write(markdown_table(summary))
+        return 0
     if args.json:
         json.dump(summary, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
@@ -130,6 +163,7 @@ def run(args) -> int:
                   f"median {m['median_ratio']:.2f} (range {m['min_ratio']:.2f}-{m['max_ratio']:.2f})\n")
     base = summary["constant_mfu_baseline"]
     out.write(f"  {'constant MFU':16s} {_fmt(base)}  (MFU {base['mfu']:.1%} for every run)\n")
+    out.write(f"  {'  bf16/fp16 only':16s} {_fmt(base['bf16_fp16'])}\n")
     if "calibrated" in summary:
         c = summary["calibrated"]
         out.write(f"  {'learned (CV)':16s} {_fmt(c)}  ({c['estimator']}, {c['rows']})\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -19,9 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from autoplan.clusters import cluster_for_plan_file
-from autoplan.report import plots
+from autoplan.report import plots, tables
 from autoplan.report.html import Section, write_index
+from autoplan.render import plan_line
 from autoplan.specs import AutoplanError, InfeasiblePlan, ParallelPlan, PlanDocument
+from autoplan.specs.compat import MISMATCH_ADVICE
 
 EXHAUSTIVE_SPACE_SIZE = 200_000
 """Knob combinations up to which the report scores every plan (~10k valid plans take ~3 s)."""
@@ -39,7 +42,7 @@ def _metrics_rows(metrics: dict) -> list:
     return rows
 
 
-def accuracy_sections(data, out_dir: Path, calibration=None) -> list[Section]:
+def accuracy_sections(data, out_dir: Path, calibration=None, measurement_paths=()) -> list[Section]:
     from autoplan.calibration import correction_factor
     from cost_model.learned.calibrate import MIN_CV_GROUPS, MIN_TRAINING_ROWS
     from cost_model.learned.evaluate import error_metrics, evaluate_calibration, throughput_ape
@@ -63,15 +66,33 @@ def accuracy_sections(data, out_dir: Path, calibration=None) -> list[Section]:
     metrics = {name: error_metrics(p, measured, groups) for name, p in predicted.items()}
     scatter = plots.predicted_vs_measured(
         out_dir / "predicted_vs_measured.png", measured,
-        {f"{name} (MAPE {metrics[name]['mape']:.1%})": p for name, p in predicted.items()})
+        {f"{name} (MAPE {metrics[name]['mape']:.1%})": p for name, p in predicted.items()},
+        mismatched=data.mismatch_flags)
     names = sorted(set(data.groups))
     errors = {name: [float(throughput_ape(p[groups == g], measured[groups == g]).mean()) for g in names]
               for name, p in predicted.items()}
     bars = plots.error_by_group(out_dir / "error_by_group.png", names, errors)
     per_group = [["sweep (source | model)", "rows", *[f"{n} MAPE" for n in predicted]]]
     per_group += [[g, int((groups == g).sum()), *[f"{errors[n][i]:.1%}" for n in predicted]] for i, g in enumerate(names)]
-    return [Section("Predicted vs measured step time", notes, [Path(scatter).name], _metrics_rows(metrics)),
-            Section("Error per source and model", [], [Path(bars).name], per_group)]
+    if data.mismatched:
+        notes.append(f"Warning: {len(data.mismatched)} measured run(s) ran on other hardware or another framework "
+                     f"than their prediction describes, so their error measures that gap, not the cost model "
+                     f"(the first: {data.mismatched[0]}). {MISMATCH_ADVICE.capitalize()}.")
+    sections = []
+    if measurement_paths:
+        rows, _ = tables.measured_vs_predicted(measurement_paths)
+        if len(rows) > 1:
+            sections.append(Section(
+                "Measured vs predicted, per run",
+                ["Each successful run next to the prediction its plan carried: step time (median of the timed "
+                 "steps, warm-up excluded) and peak memory per device, with the signed error "
+                 "(predicted - measured) / measured. The last column says whether the run's device and backend "
+                 "are the ones the prediction was made for."], [], rows))
+    return sections + [
+        Section("Measured vs predicted step time, all rows", notes + [
+            "The scatter shows measured (x) against predicted (y) step time; the table scores the predicted "
+            "throughput (tokens/s) against the measured one."], [Path(scatter).name], _metrics_rows(metrics)),
+        Section("Measured vs predicted: throughput error per source and model", [], [Path(bars).name], per_group)]
 
 
 # -- plan -----------------------------------------------------------------------------------------
@@ -111,13 +132,15 @@ def _points(result) -> list[dict]:
     return [_point(s.estimate) for s in result.ranked + result.unfit]
 
 
-def _label(parallel: dict) -> str:
-    return (f"dp{parallel['dp']} tp{parallel['tp']} pp{parallel['pp']} cp{parallel.get('cp', 1)} "
-            f"mb{parallel['micro_batch_size']} z{parallel.get('zero_stage', 0)} {parallel.get('recompute', 'none')[:4]}")
+def _model_name(doc: PlanDocument) -> str:
+    """A catalog name as it is; a Hugging Face config path as its folder's name (titles stay short)."""
+    path = Path(doc.model.name)
+    return path.parent.name if path.name == "config.json" and path.parent.name else doc.model.name
 
 
 def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
-                  scaling_factors=(0.25, 0.5, 1, 2, 4)) -> list[Section]:
+                  scaling_factors=(0.25, 0.5, 1, 2, 4), stage=lambda text: None) -> list[Section]:
+    stage(f"scoring the plan space of {_model_name(doc)} on {doc.cluster.num_gpus} GPUs")
     _, estimator = _estimator(doc, profile, calibration)
     chosen = estimator.estimate(doc.parallel)
     result = search_plans(doc, profile, calibration)
@@ -128,16 +151,18 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
     entries = [("chosen", doc.parallel, chosen)]
     entries += [(f"alt {i + 1}", p, e) for i, (p, e) in enumerate(
         (p, _estimate_or_none(estimator, p)) for p in alternatives[:MAX_ALTERNATIVES]) if e is not None]
-    names = [f"{tag}: {_label(plan.to_dict())}" for tag, plan, _ in entries]
+    names = [f"{tag}: {plan_line(plan.to_dict())}" for tag, plan, _ in entries]
     bars = plots.breakdown_bars(out_dir / "breakdown.png", names, [e.time_breakdown_s for _, _, e in entries],
                                 [e.memory_breakdown_bytes for _, _, e in entries], chosen.memory_capacity_bytes,
-                                title=f"{doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}")
-    table = [["plan", "step time (s)", "tokens/s/GPU", "MFU", "peak memory (GiB)", "fits", "cost model"]]
-    table += [[n, e.step_time_s, e.tokens_per_s_per_gpu, f"{e.mfu:.1%}", e.peak_memory_bytes / 2 ** 30,
-               str(e.fits), e.cost_model] for n, (_, _, e) in zip(names, entries)]
+                                title=f"Predicted: {_model_name(doc)} on {doc.cluster.num_gpus} x {doc.cluster.name}")
+    table = [["plan", "predicted step time", "predicted tokens/s/GPU", "predicted MFU", "predicted peak memory",
+              "fits", "cost model"]]
+    table += [[n, tables.seconds(e.step_time_s), tables.count(e.tokens_per_s_per_gpu), f"{e.mfu:.1%}",
+               tables.memory(e.peak_memory_bytes), tables.yes_no(e.fits), e.cost_model]
+              for n, (_, _, e) in zip(names, entries)]
     points = _points(result)
     pareto = plots.pareto_plot(out_dir / "pareto.png", points, chosen.memory_capacity_bytes, _point(chosen),
-                               title=f"{result.sampler} search: {len(points)} plans of {doc.model.name} on "
+                               title=f"Predicted, {result.sampler} search: {len(points):,} plans of {_model_name(doc)} on "
                                      f"{doc.cluster.num_gpus} x {doc.cluster.name}")
     counts, tps, mfu = [], [], []
     for factor in scaling_factors:
@@ -145,24 +170,25 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
         if n < 1 or n != int(n):
             continue
         n = int(n)
+        stage(f"scaling: the best plan on {n} GPUs")
         best = search_plans(doc, profile, calibration, n).best
         if best is not None:
             counts.append(n), tps.append(best.estimate.tokens_per_s), mfu.append(best.estimate.mfu)
     sections = [
-        Section("Chosen plan and alternatives", ["The plan and its alternatives (the plan file's, else the search's "
+        Section("Predicted: chosen plan and alternatives", ["The plan and its alternatives (the plan file's, else the search's "
                                                  "next best), scored by the cost model used for this report. Time "
                                                  "terms are exposed (non-overlapped) seconds per step; memory is per "
                                                  "GPU on the worst pipeline stage (GiB = 2^30 bytes)."],
                 [Path(bars).name], table),
-        Section("Throughput vs memory", [f"The plans the search scored ({result.sampler}: every structurally valid "
+        Section("Predicted throughput vs memory", [f"The plans the search scored ({result.sampler}: every structurally valid "
                                          f"plan when the space is small, else NSGA-II's trials); the front keeps the "
                                          f"fitting plans no other fitting plan beats in both tokens/s and memory."],
                 [Path(pareto).name]),
     ]
     if len(counts) >= 2:
         curve = plots.scaling_curve(out_dir / "scaling.png", counts, tps, mfu,
-                                    title=f"Best plan of {doc.model.name} (global batch {doc.training.global_batch_size})")
-        sections.append(Section("Scaling", ["The fastest plan that fits at each GPU count, same global batch "
+                                    title=f"Predicted best plan of {_model_name(doc)} (global batch {doc.training.global_batch_size})")
+        sections.append(Section("Predicted scaling", ["The fastest plan that fits at each GPU count, same global batch "
                                             "(strong scaling); dotted: linear scaling from the smallest count."],
                                 [Path(curve).name]))
     return sections
@@ -170,7 +196,7 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
 
 # -- the whole report -----------------------------------------------------------------------------
 def build_report(out_dir, measurement_paths=(), published: bool = False, plan_path=None,
-                 calibration_path=None) -> list[str]:
+                 calibration_path=None, stage=lambda text: None) -> list[str]:
     """Write the PNGs and index.html into out_dir (created if missing); return the files written.
 
     Everything is drawn into a scratch folder beside out_dir and moved in only when the whole
@@ -189,7 +215,11 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     doc, doc_dir = (PlanDocument.load(plan_path), Path(plan_path).parent) if plan_path else (None, None)
     data = None
     if measurement_paths or published:
+        stage("reading the measurements and re-scoring their plans")
         data, _ = gather(measurement_paths, published, calibration.profile if calibration else None)
+        if data.mismatched:
+            sys.stderr.write(f"autoplan report: warning: {len(data.mismatched)} run(s) measured on other hardware or "
+                             f"frameworks than predicted for (shown, marked); the first: {data.mismatched[0]}\n")
         if not len(data):
             raise AutoplanError(f"no usable measured rows in {', '.join(map(str, measurement_paths))}; "
                                 f"{len(data.skipped)} skipped (failed runs or malformed lines)")
@@ -197,12 +227,15 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
             doc, doc_dir = _first_measured_plan(measurement_paths)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        sections = accuracy_sections(data, scratch, calibration) if data is not None else []
+        if data is not None:
+            stage("accuracy figures (grouped cross-validation of the correction)")
+        sections = accuracy_sections(data, scratch, calibration, measurement_paths) if data is not None else []
         if doc is not None:
-            sections += plan_sections(doc, scratch, cluster_for_plan_file(doc.cluster, doc_dir), calibration)
-        title = "autoplan report" + (f": {doc.model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}" if doc else "")
+            sections += plan_sections(doc, scratch, cluster_for_plan_file(doc.cluster, doc_dir), calibration, stage=stage)
+        title = "autoplan report" + (f": {_model_name(doc)} on {doc.cluster.num_gpus} x {doc.cluster.name}" if doc else "")
         write_index(scratch, title, sections,
-                    footer="Step times in seconds; tokens/s base 10; memory in GiB (2^30 bytes).")
+                    footer="Durations in the unit shown (µs, ms, s); tokens/s base 10; memory in MiB / GiB "
+                           "(2^20 / 2^30 bytes).")
         out.mkdir(exist_ok=True)
         mode = _default_file_mode()
         written = []

@@ -9,12 +9,13 @@ from pathlib import Path
 from autoplan.specs import write_text_atomic
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+body { font-family: system-ui, sans-serif; max-width: 1400px; margin: 2em auto; color: #222; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.25em; margin-top: 2em; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.8em 0; }
+table { border-collapse: collapse; font-size: 0.8em; margin: 0.8em 0; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
-img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0; display: block; }
+td { white-space: nowrap; } td:last-child { white-space: normal; } .wide { overflow-x: auto; }
 .note { color: #555; font-size: 0.9em; }
 """
 
@@ -30,8 +31,13 @@ class Section:
 
 
 def _cell(value) -> str:
+    """Numbers for people: yes/no, thousands separators, no exponents (builders format units)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
     return html.escape(str(value))
 
 
@@ -43,9 +49,9 @@ def render(title: str, sections: list[Section], footer: str = "") -> str:
         parts += [f"<p>{html.escape(p)}</p>" for p in s.paragraphs]
         if s.table:
             header, *rows = s.table
-            parts.append("<table><tr>" + "".join(f"<th>{_cell(h)}</th>" for h in header) + "</tr>")
+            parts.append("<div class='wide'><table><tr>" + "".join(f"<th>{_cell(h)}</th>" for h in header) + "</tr>")
             parts += ["<tr>" + "".join(f"<td>{_cell(c)}</td>" for c in row) + "</tr>" for row in rows]
-            parts.append("</table>")
+            parts.append("</table></div>")
         parts += [f"<img src='{html.escape(img)}' alt='{html.escape(s.title)}'>" for img in s.images]
     if footer:
         parts.append(f"<p class='note'>{html.escape(footer)}</p>")

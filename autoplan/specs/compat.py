@@ -10,6 +10,7 @@ any count.
 from __future__ import annotations
 
 from autoplan.specs import AutoplanError, HardwareProfile
+from autoplan.specs.gpus import lookup_gpu
 
 
 def check_profile_hosts(profile: HardwareProfile, num_gpus: int, gpus_per_node: int) -> None:
@@ -69,3 +70,44 @@ def check_host_memory(model, plan, num_devices: int, plan_name: str = "") -> Non
             f"{need / 2**30:.1f} GiB of host memory for fp32 weights, gradients and AdamW states over "
             f"{num_devices} CPU devices, but {have / 2**30:.1f} GiB is available; run it with --device cuda, "
             f"or plan a smaller model")
+
+
+# Which plans each executor backend runs (executor/torch_backend/checks.py and
+# executor/xla_backend/launch.py refuse the others): a measurement of a plan made for another
+# framework times software the prediction did not describe.
+BACKEND_FRAMEWORKS = {"torch": ("autoplan",), "xla": ("autoplan-xla", "autoplan")}
+
+
+def _hardware_of_run(environment: dict) -> tuple[str, str]:
+    """("gpu" | "cpu", device name) of a measured run, from its environment stamp."""
+    device = str(environment.get("device", ""))
+    return ("gpu" if device == "cuda" else "cpu"), str(environment.get("device_name") or device or "unknown device")
+
+
+def measurement_mismatch(record, planned: HardwareProfile, framework: str) -> str | None:
+    """Why a measurement and the prediction it is compared with describe different things, or None.
+
+    `planned` is the profile the plan was predicted with, `framework` the plan's framework. A CPU run
+    of a plan predicted for a GPU (or the reverse), a run on another GPU type, or a backend that does
+    not run that framework: the error between the two numbers then measures the mismatch, not the
+    cost model. Two CPU runs are not told apart (a CPU's name says little about its speed)."""
+    ran_kind, ran_name = _hardware_of_run(record.environment)
+    planned_kind = "cpu" if planned.device_kind == "cpu" else "gpu"
+    where = f"plan {record.plan_id} was predicted for {planned.name} ({planned_kind}) but ran on {ran_name} ({ran_kind})"
+    if not record.environment.get("device"):
+        return None  # a crashed run's stamp names no device: nothing to compare
+    if ran_kind != planned_kind:
+        return where
+    if ran_kind == "gpu":
+        ran_sheet, planned_sheet = lookup_gpu(ran_name), lookup_gpu(planned.device_name)
+        if ran_sheet is not None and planned_sheet is not None and ran_sheet.key != planned_sheet.key:
+            return where
+    accepted = BACKEND_FRAMEWORKS.get(record.backend)
+    if accepted is not None and framework not in accepted:
+        return (f"plan {record.plan_id} was predicted for framework {framework!r} but ran on the {record.backend} "
+                f"backend ({' / '.join(accepted)})")
+    return None
+
+
+MISMATCH_ADVICE = ("re-plan for the hardware it runs on (--profile PATH from `autoplan profile`, or the shipped "
+                   "profiler/data/cpu2-quick.json on a CPU) so prediction and measurement describe the same machine")

@@ -31,7 +31,7 @@ def load_measured_profile(path) -> HardwareProfile:
 
 
 def gather(measurement_paths, published: bool, learned: HardwareProfile | None = None,
-           framework: str | None = None) -> tuple[CalibrationData, int]:
+           framework: str | None = None, keep_mismatched: bool = True) -> tuple[CalibrationData, int]:
     """All calibration rows; returns (data, number of malformed JSONL lines skipped).
 
     `data.skipped` lists the malformed lines first, then the unusable rows, each with its reason."""
@@ -39,7 +39,8 @@ def gather(measurement_paths, published: bool, learned: HardwareProfile | None =
     for path in measurement_paths:
         records, found = read_measurements(path)
         problems += found
-        data.extend(measurement_data(records, Path(path).name, Path(path).parent, learned, framework))
+        data.extend(measurement_data(records, Path(path).name, Path(path).parent, learned, framework,
+                                     keep_mismatched))
     data.skipped[:0] = problems
     malformed = len(problems)
     if published:
@@ -48,8 +49,11 @@ def gather(measurement_paths, published: bool, learned: HardwareProfile | None =
 
 
 def build_calibration(measurement_paths=(), published: bool = False, profile_path=None,
-                      kind: str = "trees", framework: str | None = None) -> tuple[CalibrationFile, list[str]]:
-    """Fit everything the inputs allow; raise AutoplanError when they allow nothing."""
+                      kind: str = "trees", framework: str | None = None,
+                      keep_mismatched: bool = False) -> tuple[CalibrationFile, list[str]]:
+    """Fit everything the inputs allow; raise AutoplanError when they allow nothing. Runs measured
+    on other hardware or software than their plan was predicted for are left out unless
+    `keep_mismatched` (the first line of the result says how many and why)."""
     measurement_paths = [str(p) for p in measurement_paths]
     if not measurement_paths and not published and profile_path is None:
         raise AutoplanError("nothing to calibrate from: give measurement files (runs.jsonl), "
@@ -69,17 +73,23 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     if not measurement_paths and not published:
         return calibration, lines
 
-    data, malformed = gather(measurement_paths, published, calibration.profile, framework)
+    data, malformed = gather(measurement_paths, published, calibration.profile, framework, keep_mismatched)
+    if data.mismatched:
+        action = "kept (--include-mismatched)" if keep_mismatched else "left out (--include-mismatched keeps them)"
+        lines.append(f"warning: {len(data.mismatched)} run(s) {action}: their measurement and prediction describe "
+                     f"different hardware or frameworks; the first: {data.mismatched[0]}")
     if malformed:
         lines.append(f"skipped {malformed} malformed measurement line(s)")
     unusable = len(data.skipped) - malformed
     first_reason = f"; the first: {data.skipped[malformed]}" if unusable else ""
     if unusable:
         lines.append(f"skipped {unusable} unusable row(s) (failed runs, or plans the cost model rejects){first_reason}")
+    left_out = "" if keep_mismatched else f", {len(data.mismatched)} run(s) on mismatched hardware left out"
     if len(data) < MIN_TRAINING_ROWS:
         raise AutoplanError(
             f"only {len(data)} usable training row(s) (at least {MIN_TRAINING_ROWS} needed; {malformed} malformed "
-            f"line(s) and {unusable} unusable row(s) skipped{first_reason}) from {', '.join(measurement_paths) or 'no measurement files'}"
+            f"line(s), {unusable} unusable row(s) skipped{first_reason}{left_out}) from "
+            f"{', '.join(measurement_paths) or 'no measurement files'}"
             f"{' and the published runs' if published else ''}; record more runs with `autoplan run` or add --published")
     records = data.records
     target = np.log(np.asarray(data.measured_s) / np.array([r["analytical_step_time_s"] for r in records]))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplan.specs import AutoplanError, HardwareProfile, InfeasiblePlan, PlanDocument, read_json
+from autoplan.specs.compat import measurement_mismatch
 from cost_model.learned.features import plan_record
 from cost_model.learned.memory_correction import MemoryRow
 
@@ -30,8 +31,15 @@ class CalibrationData:
     """One line per input row that could not be used, saying why."""
     memory_rows: list = field(default_factory=list)
     """MemoryRow per run with a measured GPU peak or that ran out of memory (memory_correction.py)."""
+    mismatched: list = field(default_factory=list)
+    """One line per measured row whose run and prediction describe different hardware or frameworks
+    (`autoplan.specs.compat.measurement_mismatch`), whether it was kept or left out."""
 
-    def add(self, record: dict, measured_s: float, group: str, origin: str) -> None:
+    mismatch_flags: list = field(default_factory=list)
+    """Per row: True when it was kept although its run and prediction describe different hardware."""
+
+    def add(self, record: dict, measured_s: float, group: str, origin: str, mismatch: bool = False) -> None:
+        self.mismatch_flags.append(bool(mismatch))
         self.records.append({**record, "group": group, "origin": origin, "measured_step_time_s": measured_s})
         self.measured_s.append(float(measured_s))
         self.groups.append(group)
@@ -42,8 +50,10 @@ class CalibrationData:
         self.measured_s += other.measured_s
         self.groups += other.groups
         self.origins += other.origins
+        self.mismatch_flags += other.mismatch_flags
         self.skipped += other.skipped
         self.memory_rows += other.memory_rows
+        self.mismatched += other.mismatched
         return self
 
     def __len__(self) -> int:
@@ -78,9 +88,11 @@ def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> Ha
 
 
 def measurement_data(measurements, source: str, base_dir=".", learned: HardwareProfile | None = None,
-                     framework: str | None = None) -> CalibrationData:
+                     framework: str | None = None, keep_mismatched: bool = True) -> CalibrationData:
     """Rows from Measurement records (one file's worth, named `source` in the groups), each estimated
-    for the framework its plan was made for (or `framework` for all)."""
+    for the framework its plan was made for (or `framework` for all). A run whose hardware or
+    framework is not the one its plan was predicted for is listed in `mismatched` and, unless
+    `keep_mismatched`, left out (it would teach a correction the gap between two machines)."""
     from cost_model.constants import load_constants
 
     data = CalibrationData()
@@ -98,13 +110,18 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
         except (AutoplanError, InfeasiblePlan) as exc:
             data.skipped.append(f"{where}: {exc}")
             continue
+        mismatch = measurement_mismatch(m, profile, doc.framework)
+        if mismatch:
+            data.mismatched.append(f"{source}: {mismatch}")
+            if not keep_mismatched:
+                continue
         device = m.environment.get("device_name") or m.environment.get("device") or doc.cluster.name
         group = f"measured {m.backend} on {device} | {doc.model.name}"
         row = _memory_row(m, record, group)
         if row is not None:
             data.memory_rows.append(row)
         if timed:
-            data.add(record, m.median_step_time_s, group, "measured")
+            data.add(record, m.median_step_time_s, group, "measured", mismatch=bool(mismatch))
     return data
 
 

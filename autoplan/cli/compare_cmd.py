@@ -1,0 +1,81 @@
+"""`autoplan compare A.json B.json`: two plan files side by side, term by term, and why one wins.
+
+Reads the predictions the files carry (re-score either first with `autoplan estimate PLAN -o`
+to compare them under today's cost model or another framework/GPU). Tokens/s per GPU decides
+between plans on different GPU counts; step time between plans of the same job.
+"""
+from __future__ import annotations
+
+GIB = 2 ** 30
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="two plan files side by side, term by term, and why one wins",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("plans", nargs=2, metavar="PLAN.json", help="two plan files (from `search -o` or `estimate -o`)")
+    p.set_defaults(func=run)
+
+
+def _rows(a: dict, b: dict, scale: float, fmt: str) -> list:
+    """One row per term of either breakdown: A, B, B - A (terms both leave at zero are dropped)."""
+    rows = []
+    for term in list(a) + [t for t in b if t not in a]:
+        va, vb = a.get(term, 0.0) / scale, b.get(term, 0.0) / scale
+        if va or vb:
+            rows.append([term, format(va, fmt), format(vb, fmt), format(vb - va, "+" + fmt)])
+    total_a, total_b = sum(a.values()) / scale, sum(b.values()) / scale
+    rows.append(["total", format(total_a, fmt), format(total_b, fmt), format(total_b - total_a, "+" + fmt)])
+    return rows
+
+
+def verdict(a, b) -> str:
+    """Which plan wins and the terms that make the difference (largest first)."""
+    pa, pb = a.prediction, b.prediction
+    same_job = a.cluster.num_gpus == b.cluster.num_gpus and a.training.tokens_per_step == b.training.tokens_per_step
+    key, unit = ("step_time_s", "step time") if same_job else ("tokens_per_s_per_gpu", "tokens/s per GPU")
+    better_b = pb[key] < pa[key] if same_job else pb[key] > pa[key]
+    win, lose, wn, ln = (b, a, "B", "A") if better_b else (a, b, "A", "B")
+    ratio = abs(pb[key] / pa[key] - 1)
+    diffs = {t: win.prediction["time_breakdown_s"].get(t, 0.0) - lose.prediction["time_breakdown_s"].get(t, 0.0)
+             for t in set(pa["time_breakdown_s"]) | set(pb["time_breakdown_s"])}
+    biggest = sorted((d for d in diffs.items() if abs(d[1]) > 0), key=lambda d: -abs(d[1]))[:3]
+    why = ", ".join(f"{d * 1e3:+.3f} ms {t}" if abs(d) < 1 else f"{d:+.3f} s {t}" for t, d in biggest)
+    mem = (win.prediction["peak_memory_bytes"] - lose.prediction["peak_memory_bytes"]) / GIB
+    fits = "" if win.prediction.get("peak_memory_bytes", 0) <= win.prediction.get("memory_capacity_bytes", float("inf")) \
+        else f"; but {wn} does not fit in memory"
+    if ratio < 1e-9:
+        return f"verdict: A and B tie on {unit}"
+    return (f"verdict: {wn} wins by {ratio:.1%} {unit} ({why} per step against {ln}); "
+            f"its memory is {mem:+.1f} GiB per GPU against {ln}'s{fits}")
+
+
+def run(args) -> int:
+    from autoplan.cli.planfiles import load_plan
+    from autoplan.render import _table, plan_line
+
+    a, b = (load_plan(path) for path in args.plans)
+    pa, pb = a.prediction, b.prediction
+    lines = [f"A  {args.plans[0]}: {plan_line(a.parallel.to_dict())}",
+             f"   {a.cluster.num_gpus} x {a.cluster.name}, framework {a.framework}, {a.model.name}",
+             f"B  {args.plans[1]}: {plan_line(b.parallel.to_dict())}",
+             f"   {b.cluster.num_gpus} x {b.cluster.name}, framework {b.framework}, {b.model.name}", ""]
+    head = [["step time (s)", f"{pa['step_time_s']:.3f}", f"{pb['step_time_s']:.3f}",
+             f"{pb['step_time_s'] - pa['step_time_s']:+.3f}"],
+            ["tokens/s per GPU", f"{pa['tokens_per_s_per_gpu']:,.0f}", f"{pb['tokens_per_s_per_gpu']:,.0f}",
+             f"{pb['tokens_per_s_per_gpu'] - pa['tokens_per_s_per_gpu']:+,.0f}"],
+            ["MFU", f"{pa['mfu']:.1%}", f"{pb['mfu']:.1%}", f"{(pb['mfu'] - pa['mfu']) * 100:+.1f} pt"],
+            ["peak memory (GiB)", f"{pa['peak_memory_bytes'] / GIB:.1f}", f"{pb['peak_memory_bytes'] / GIB:.1f}",
+             f"{(pb['peak_memory_bytes'] - pa['peak_memory_bytes']) / GIB:+.1f}"]]
+    lines += _table(["", "A", "B", "B - A"], head, "lrrr")
+    # Each breakdown in the unit that reads at its scale (a tiny model's step is milliseconds).
+    t_unit, t_scale = ("s", 1.0) if max(pa["step_time_s"], pb["step_time_s"]) >= 1 else ("ms", 1e-3)
+    m_unit, m_scale = ("GiB", GIB) if max(pa["peak_memory_bytes"], pb["peak_memory_bytes"]) >= GIB else ("MiB", 2 ** 20)
+    lines += ["", f"time per step ({t_unit})",
+              *_table(["term", "A", "B", "B - A"], _rows(pa["time_breakdown_s"], pb["time_breakdown_s"], t_scale, ".3f"),
+                      "lrrr")]
+    lines += ["", f"memory per GPU ({m_unit})",
+              *_table(["term", "A", "B", "B - A"],
+                      _rows(pa["memory_breakdown_bytes"], pb["memory_breakdown_bytes"], m_scale, ".2f"), "lrrr")]
+    lines += ["", verdict(a, b)]
+    print("\n".join(lines))
+    return 0
