@@ -305,7 +305,7 @@ def test_module_entry_outside_torchrun_is_bad_input(tmp_path, monkeypatch, capsy
         monkeypatch.delenv(name, raising=False)
     assert module_main(["--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "torchrun" in err and "autoplan profile -o" in err
+    assert err.count("\n") == 1 and "torchrun" in err and "autoplan profile -o" in err
 
 
 # -- profiler truth: the device's state, round-robin passes, one procedure for quick and full -----------
