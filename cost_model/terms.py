@@ -24,7 +24,7 @@ TIME_TERMS = {
                   "Narayanan et al. 2021 sec. 2.2"),
     "dp_comm": ("data-parallel / ZeRO gradient and weight collectives, exposed part",
                 "ZeRO (Rajbhandari et al. 2019) sec. 7 volumes; overlap per framework"),
-    "weight_casts": ("casting fp32 weights to the compute dtype and accumulating fp32 gradients, per micro-batch",
+    "weight_casts": ("casts of fp32 weights to the compute dtype + fp32 gradient accumulation",
                      "Framework.weight_cast_bytes_per_param over the profile's copy bandwidth (0 for frameworks "
                      "that keep compute-dtype weights)"),
     "optimizer": ("AdamW update of the local shard",
@@ -38,7 +38,7 @@ MEMORY_TERMS = {
     "grads": ("gradients held by this GPU (dtype: the framework's)", "Framework.states"),
     "grad_partition": ("fp32 copy of this rank's gradient partition the optimizer updates from",
                        "Framework.states (DeepSpeed ZeRO, stage_1_and_2.py)"),
-    "optimizer": ("optimizer states: Adam moments (+ fp32 master weights where the framework keeps them apart)",
+    "optimizer": ("Adam moments (+ fp32 master weights where kept apart from the weights)",
                   "Framework.states; ZeRO (Rajbhandari et al. 2019) sec. 3"),
     "weight_copies": ("compute-dtype copy of the weights kept from forward to backward",
                       "Framework.compute_weight_copy_bytes (autocast cache, FSDP2 gathered weights)"),
@@ -54,9 +54,9 @@ MEMORY_TERMS = {
                      "FSDP prefetch of one layer ahead; DeepSpeed's live-parameter and reduce buckets"),
     "optimizer_working": ("for-each AdamW's fp32 sqrt(v) temporary, when the optimizer step is the peak",
                           "torch/optim/adamw.py _multi_tensor_adamw"),
-    "allocator_overhead": ("caching-allocator headroom: one largest transient block (not in max_memory_allocated)",
+    "allocator_overhead": ("allocator headroom: one largest transient block (not allocated)",
                            "H100 out-of-memory records: reserved-but-free 0.2-1.0x the failing request"),
-    "cuda_context": ("memory outside the allocator: CUDA context, kernels, cuBLAS/NCCL (not in max_memory_allocated)",
+    "cuda_context": ("outside the allocator: CUDA context, kernels, cuBLAS/NCCL",
                      "Framework.runtime_bytes (autoplan: 1.29 GiB measured on H100; others 0.5 GiB assumed)"),
 }
 

@@ -56,7 +56,13 @@ _AUTOPLAN_STATES = {
 
 FRAMEWORKS = {f.name: f for f in (
     Framework(
-        name="autoplan", version="autoplan 0.1 executor, torch backend (torch 2.9), with the speed-ups of issue 11",
+        name="autoplan",
+        # Storage and rules describe today's executor (issue 11's speed-ups on); the activation recipe and
+        # the time facts (weight casts, optimizer bytes, elementwise factor) were counted and measured for
+        # the executor the shipped H100 records ran (speed-ups off): an upper bound for today's defaults,
+        # which save no repeated K/V, no whole fp32 logits, and run a fused AdamW, until a GPU re-measures.
+        version="autoplan 0.1 executor, torch backend (torch 2.9); activation and time facts: the executor "
+                "of the shipped H100 records (91ee867)",
         description="this project's torch.distributed executor (`autoplan run`): FSDP2/DDP, TP/SP, "
                     "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
         states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
