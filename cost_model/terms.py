@@ -46,8 +46,7 @@ MEMORY_TERMS = {
                     "Framework.activation_recipe: Korthikanti et al. 2022 Table 2 per named tensor, or the "
                     "executor's saved tensors (cost_model/eager_activations.py); 1F1B in-flight count "
                     "(Narayanan sec. 2.2.1)"),
-    "activation_working": ("the peak phase's backward working set: one layer's activation gradients "
-                           "(+ its recomputed activations), or the loss's fp32 gradients",
+    "activation_working": ("the peak phase's backward working set: a layer's gradients, or the loss's",
                            "cost_model/stage_memory.py phases"),
     "logits": ("last stage: what the head and loss save", "Korthikanti sec. 4.3 (4sbv/t); eager: fp32 log_softmax"),
     "comm_buffers": ("ZeRO-3 gathered weights and unsharded gradients",
