@@ -113,6 +113,10 @@ def profile_local(request: ProfileRequest, nproc: int) -> None:
         return
     import torch.multiprocessing as mp
 
+    # After a Ctrl-C this process stops its children (_stop); multiprocessing's resource tracker then
+    # reclaims the semaphores of their error queues and warns about "leaked semaphore objects" at
+    # shutdown -- noise after the one `interrupted` line. The tracker inherits this environment.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore:resource_tracker:UserWarning")
     # The children start with SIGINT ignored and blocked (both inherited through exec): a Ctrl-C in
     # the terminal reaches every process of the group, and only this one should answer it, by
     # stopping them. Here it is blocked, not lost: it is delivered as soon as the spawn is done.

@@ -187,7 +187,10 @@ def test_cli_exports_a_ranked_alternative(cli, tmp_path, capsys):
 
 def test_an_alternative_that_does_not_fit_is_refused_unless_forced(cli, tmp_path, capsys):
     doc = _with(FSDP)
-    unfit = {"fits": False, "peak_memory_bytes": 96 * 2**30, "memory_capacity_bytes": 80 * 2**30}
+    # A whole prediction block, as search writes it (the plan-file validation checks every field).
+    unfit = {"step_time_s": 1.0, "tokens_per_s": 1.0, "tokens_per_s_per_gpu": 1.0, "mfu": 0.5, "fits": False,
+             "peak_memory_bytes": 96 * 2**30, "memory_capacity_bytes": 80 * 2**30,
+             "time_breakdown_s": {"compute": 1.0}, "memory_breakdown_bytes": {"params": 96 * 2**30}}
     doc.alternatives = [{"parallel": _with(FSDP, micro_batch_size=1, num_microbatches=2).parallel.to_dict(),
                          "prediction": unfit}]
     plan = tmp_path / "plan.json"

@@ -332,7 +332,11 @@ def interrupt(argv: list, delay_s: float, cwd: Path, output: Path | None = None)
         return 0  # finished before the signal arrived
     lines = err.strip().splitlines()
     assert proc.returncode == 130, (argv, delay_s, proc.returncode, err[-3000:])
-    assert lines and lines[-1].endswith("interrupted") and len(lines) == 1, (argv, delay_s, err[-3000:])
+    # One line says it was interrupted, the last; what comes before it is the command's own progress
+    # (e.g. `run`'s "starting 1 plan(s)", a progress bar), never a traceback or a warning.
+    assert lines and lines[-1].endswith("interrupted"), (argv, delay_s, err[-3000:])
+    assert sum("interrupted" in line for line in lines) == 1, (argv, delay_s, err[-3000:])
+    assert not any("Warning" in line or "warn(" in line for line in lines), (argv, delay_s, err[-3000:])
     if output is not None:
         assert hashlib.sha256(output.read_bytes()).hexdigest() == before, f"{argv}: output changed"
     return 130
