@@ -153,7 +153,9 @@ def exhaustive_search(space: SearchSpace, scorer: PlanScorer) -> SearchResult:
 def _import_optuna():
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # A Ctrl-C inside a trial is logged at WARNING as a failed trial with its traceback; the CLI
+    # says "interrupted" in one line instead.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     return optuna
 
 
@@ -277,17 +279,22 @@ class _TrialStore:
     def __init__(self, study, stored, start: int):
         self.study, self.stored, self.done = study, stored, start
         self.last_s = time.monotonic()
+        self.writing = False
+        """True while a batch is being written: a Ctrl-C there leaves the storage mid-transaction, so
+        the final flush is skipped (the batches stored before it are kept) rather than wait on a lock."""
 
     def __call__(self, study=None, trial=None) -> None:  # an Optuna callback, after every trial
         if len(self.study.trials) - self.done >= STORE_EVERY_TRIALS or time.monotonic() - self.last_s >= STORE_EVERY_S:
             self.flush()
 
     def flush(self) -> None:
-        if self.stored is None:
+        if self.stored is None or self.writing:
             return
         finished = [t for t in self.study.trials[self.done:] if t.state.is_finished()]
         if finished:
+            self.writing = True
             self.stored.add_trials(finished)
+            self.writing = False
         self.done += len(finished)
         self.last_s = time.monotonic()
 
