@@ -189,3 +189,12 @@ def test_divisors_are_exact_and_fast_for_huge_counts():
     for n in (1, 12, 16, 126, 97, 3600):
         assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
     assert divisors(10**12)[-2:] == [5 * 10**11, 10**12]
+
+
+def test_a_bad_recent_architecture_field_is_a_schema_error_not_a_name_error():
+    """The recent families' rules (MLA here) raise the project's error: a merge once left SchemaError
+    unimported in model.py, so this path raised NameError (a traceback) instead."""
+    from autoplan.specs import SchemaError
+
+    with pytest.raises(SchemaError, match="multi-head latent attention needs 0 < qk_rope_head_dim"):
+        ModelSpec("x", 2, 64, 4, 2, 128, 256, kv_lora_rank=8, qk_rope_head_dim=0).check()

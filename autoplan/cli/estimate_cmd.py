@@ -45,7 +45,7 @@ _PLAN_FLAGS = ("--model", "--gpus", "--gpus-per-node", "--global-batch", "--seq-
 def _plan_from_file(args):
     from autoplan.cli.planfiles import load_plan
     from autoplan.planner import estimate_document
-    from autoplan.specs import AutoplanError, PlanDocument
+    from autoplan.specs import AutoplanError
 
     given = [flag for flag in _PLAN_FLAGS if getattr(args, flag.lstrip("-").replace("-", "_")) is not None]
     given += ["--allow-tp-across-nodes"] if args.allow_tp_across_nodes else []

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autoplan.specs import AutoplanError, PlanDocument, append_measurement
+    from autoplan.specs import AutoplanError, append_measurement
     from autoplan.cli.planfiles import load_plan
     from autoplan.specs.compat import check_host_memory
     from executor.backends import get_backend

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from autoplan.specs.errors import SchemaError
 from autoplan.specs.schemas import MODEL_INTS, validate_model, validate_model_shape
 from autoplan.specs.validation import Issues, require_object, take_int, take_str
 
