@@ -148,9 +148,10 @@ def alternative_entry(alt: Scored, best: Scored) -> dict:
     return entry
 
 
-def _fits_somewhere(model, training, cluster, profile, framework: str) -> bool:
-    """Does any plan fit in memory on this cluster? Asks only the leanest memory plan of each layout
-    (ZeRO-3, sequence parallel, micro-batch 1, full recompute of the fewest layers that fit)."""
+def leanest_fitting_knobs(model, training, cluster, profile, framework: str) -> dict | None:
+    """The knobs of a plan that fits in memory on this cluster, or None when no plan does. Asks only
+    the leanest memory plan of each layout (ZeRO-3, sequence parallel, micro-batch 1, full recompute
+    of the fewest layers that fit), smallest model-parallel degrees first."""
     space = SearchSpace(model, training, cluster)
     est = make_estimator(model, training, cluster, profile, framework=framework)
     for tp in space.domains["tp"]:
@@ -161,10 +162,15 @@ def _fits_somewhere(model, training, cluster, profile, framework: str) -> bool:
                                  recompute="full", sequence_parallel=tp > 1)
                     try:
                         if est.min_full_recompute_layers(space.plan(knobs)) is not None:
-                            return True
+                            return knobs
                     except InfeasiblePlan:
                         continue
-    return False
+    return None
+
+
+def fits_somewhere(model, training, cluster, profile, framework: str) -> bool:
+    """Does any plan fit in memory on this cluster? (`leanest_fitting_knobs` finds one.)"""
+    return leanest_fitting_knobs(model, training, cluster, profile, framework) is not None
 
 
 def smallest_fitting_gpus(model, training, cluster, profile, framework: str = DEFAULT_FRAMEWORK) -> int | None:
@@ -176,7 +182,7 @@ def smallest_fitting_gpus(model, training, cluster, profile, framework: str = DE
     last = min(start + MAX_NODES_TRIED, training.global_batch_size * widest // per_node + 1)
     for nodes in range(start, last + 1):
         bigger = ClusterSpec(cluster.name, nodes * per_node, per_node, cluster.profile)
-        if _fits_somewhere(model, training, bigger, profile, framework):
+        if fits_somewhere(model, training, bigger, profile, framework):
             return bigger.num_gpus
     return None
 
@@ -258,6 +264,14 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         result = search(space, scorer, exhaustive=True)
     if result.best is None:
         raise _no_plan_error(space, result, model, training, cluster, profile, framework)
+    doc = plan_document(model, training, cluster, framework, result, defaults,
+                        request.calibration_path if calibration is not None else None)
+    return PlanOutcome(doc, result, defaults, result.best)
+
+
+def plan_document(model, training, cluster, framework: str, result: SearchResult, defaults: list,
+                  calibration_path: str | None = None) -> PlanDocument:
+    """The plan file of a search's best plan, with its runners-up and how the search went."""
     best = result.best
     doc = PlanDocument(
         model=model, training=training, cluster=cluster, parallel=best.plan,
@@ -265,13 +279,13 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         alternatives=[alternative_entry(a, best) for a in pick_alternatives(result, best)],
         search={**result.summary(), "defaults": defaults},
         provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": best.estimate.cost_model,
-                    **({"calibration": request.calibration_path} if calibration is not None else {})},
+                    **({"calibration": calibration_path} if calibration_path else {})},
         framework=framework,
     )
     if result.pareto:
         doc.extra["pareto_front"] = [{"parallel": s.plan.to_dict(), "step_time_s": s.step_time_s,
                                       "peak_memory_bytes": s.peak_memory_bytes} for s in result.pareto]
-    return PlanOutcome(doc, result, defaults, best)
+    return doc
 
 
 def score_one(model, training, cluster, profile, plan, allow_tp_across_nodes: bool = False,

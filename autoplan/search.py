@@ -301,9 +301,13 @@ class _TrialStore:
 
 def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,
                   seed: int = 0, storage: str | None = None, study_name: str | None = None,
-                  polish: bool = True, log=None) -> SearchResult:
+                  polish: bool = True, log=None, polish_starts: int = POLISH_STARTS,
+                  first_knobs: tuple = ()) -> SearchResult:
     """Let an Optuna sampler pick the knobs; stored studies resume (their trials count too).
-    `log(line)` hears how many trials a resumed study held."""
+    `log(line)` hears how many trials a resumed study held; `polish_starts` is how many of the best
+    layouts the local search starts from (fewer: faster, for a search of many cluster sizes);
+    `first_knobs` are knob choices scored first, e.g. a plan known to fit where few do, which a
+    short search could otherwise miss."""
     optuna = _import_optuna()
     started = time.perf_counter()
     num_trials = num_trials if num_trials is not None else DEFAULT_TRIALS[sampler]
@@ -329,12 +333,14 @@ def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", 
             trial.set_constraint(key, value)
         return values
 
+    for knobs in first_knobs:
+        study.enqueue_trial(knobs)
     store = _TrialStore(study, stored, num_resumed)
     num_moves = 0
     try:
         study.optimize(objective, n_trials=num_trials, gc_after_trial=False, callbacks=[store])
         if polish and not multi:
-            for start in _polish_starts(study, space, scorer, POLISH_STARTS):
+            for start in _polish_starts(study, space, scorer, polish_starts):
                 num_moves += _polish(optuna, study, space, scorer, start, POLISH_ROUNDS)
                 store()
     finally:
@@ -385,7 +391,8 @@ def space_key(space: SearchSpace) -> str:
 
 def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,
            seed: int = 0, exhaustive: bool = False, storage: str | None = None,
-           study_name: str | None = None, log=None) -> SearchResult:
+           study_name: str | None = None, log=None, polish_starts: int = POLISH_STARTS,
+           first_knobs: tuple = ()) -> SearchResult:
     """The search the user asked for. A space with no more knob combinations than the trial budget
     (heavily pinned) is enumerated instead: exact, and cheaper than sampling it with repeats."""
     budget = num_trials if num_trials is not None else DEFAULT_TRIALS.get(sampler, 0)
@@ -394,4 +401,5 @@ def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_tri
         if sampler == "nsga2":
             result.pareto = pareto_front(result.ranked)
         return result
-    return optuna_search(space, scorer, sampler, num_trials, seed, storage, study_name, log=log)
+    return optuna_search(space, scorer, sampler, num_trials, seed, storage, study_name, log=log,
+                         polish_starts=polish_starts, first_knobs=first_knobs)

@@ -120,3 +120,28 @@ def framework_name(text: str) -> str:
     except AutoplanError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
+
+
+def money(text: str) -> float:
+    """--budget: a positive amount, e.g. 1500000, 1.5M, $250K (suffixes base 10)."""
+    raw = text.strip().replace(",", "").lstrip("$").upper()
+    scale = TOKEN_SUFFIXES.get(raw[-1:], 1.0)
+    return _positive(raw[:-1] if raw[-1:] in TOKEN_SUFFIXES else raw, lambda t: float(t) * scale,
+                     "a positive amount such as 1500000, 1.5M or $250K")
+
+
+def gpu_hour_prices(text: str):
+    """--gpu-hour-price for `cluster`: one price for every type (2.50), or TYPE=PRICE,TYPE=PRICE."""
+    if "=" not in text:
+        return price(text)
+    prices = {}
+    for item in text.split(","):
+        name, sep, amount = item.partition("=")
+        name = name.strip().lower()
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"must be TYPE=PRICE,TYPE=PRICE (e.g. h100-80gb=2.5,a100-80gb=1.6) or "
+                                             f"one price, got {text!r}")
+        if name in prices:
+            raise argparse.ArgumentTypeError(f"names {name} twice, in {text!r}")
+        prices[name] = price(amount)
+    return prices
