@@ -120,3 +120,21 @@ def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err, err
     assert err.startswith("autoplan cluster: error:")
+
+
+def test_a_measured_profile_is_searched_beside_a_built_in_type_and_priced_by_its_name(tmp_path, capsys):
+    from cost_model import builtin_profile
+
+    from autoplan.specs import write_json_atomic
+
+    measured = builtin_profile("a100-80gb").to_dict()
+    measured["name"], measured["memory_capacity_bytes"] = "our-a100", 60 * 2**30
+    write_json_atomic(tmp_path / "ours.json", measured)
+    code, doc = cluster_json(capsys, "--gpu", "h100-80gb", "--profile", str(tmp_path / "ours.json"), "--gpus-max", "64",
+                             "--deadline-days", "400", "--gpu-hour-price", "h100-80gb=4,our-a100=0.5")
+    assert code == 0
+    ours = [p for p in doc["cluster_search"]["points"] if p["gpu"] == "our-a100"]
+    assert ours and all(p["gpu_hour_price"] == 0.5 for p in ours if p["status"] == "ok")
+    # at an eighth of the price per hour, the slower measured GPUs are the cheapest way to meet 400 days
+    assert doc["cluster"]["profile"] == str((tmp_path / "ours.json").resolve())
+    assert doc["prediction"]["memory_capacity_bytes"] == 60 * 2**30
