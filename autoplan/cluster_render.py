@@ -40,7 +40,8 @@ def goal_lines(outcome) -> list:
 
 def _run_line(p, goal) -> str:
     run = p.run
-    text = f"  train {human_count(goal.train_tokens)} tokens: {run['days']:,.1f} days, {run['gpu_hours']:,.0f} GPU-hours"
+    text = (f"  train {human_count(goal.train_tokens)} tokens: {run['days']:,.1f} days, "
+            f"{run['gpu_hours']:,.0f} GPU-hours")
     if run["cost"] is not None:
         text += f", {_money(run['cost'])} at ${p.option.price:,.2f}/GPU-hour"
     return text + " (steady state)"
@@ -49,9 +50,9 @@ def _run_line(p, goal) -> str:
 def _point_block(title: str, p, goal) -> list:
     c = p.cluster
     pred = p.best.estimate.to_prediction()
-    return [f"{title}: {_cluster_name(p)} ({c.num_nodes:,} node{'s' if c.num_nodes > 1 else ''} of "
-            f"{c.gpus_per_node}, profile {c.profile})",
-            f"  plan: {plan_line(p.best.plan.to_dict())}", *headline_lines(pred), _run_line(p, goal)]
+    return [*_wrap(f"{title}: {_cluster_name(p)} ({c.num_nodes:,} node{'s' if c.num_nodes > 1 else ''} of "
+                   f"{c.gpus_per_node}, profile {c.profile})", 2),
+            f"  plan: {plan_line(p.best.plan.to_dict())}", *headline_lines(pred), *_wrap(_run_line(p, goal), 4)]
 
 
 def _miss_lines(outcome) -> list:
@@ -76,14 +77,12 @@ def _miss_lines(outcome) -> list:
         over = cheapest.run["cost"] - goal.budget
         lines.append(f"  the cheapest found, {_cluster_name(cheapest)}, costs {_money(cheapest.run['cost'])}: "
                      f"{_money(over)} ({100 * over / goal.budget:.0f}%) over the budget")
-    return lines + [""] + _point_block("fastest found", fastest, goal)
+    return [w for line in lines for w in _wrap(line, 4)] + [""] + _point_block("fastest found", fastest, goal)
 
 
 def _versus(p, chosen, priced: bool) -> str:
-    if priced:
-        return f"{100 * (p.run['cost'] / chosen.run['cost'] - 1):+.0f}% cost, {p.run['days'] - chosen.run['days']:+,.1f} days"
-    return f"{100 * (p.run['gpu_hours'] / chosen.run['gpu_hours'] - 1):+.0f}% GPU-hours, " \
-           f"{p.run['days'] - chosen.run['days']:+,.1f} days"
+    key, what = ("cost", "cost") if priced else ("gpu_hours", "GPU-hours")
+    return f"{100 * (p.run[key] / chosen.run[key] - 1):+.0f}% {what}, {p.run['days'] - chosen.run['days']:+,.1f} days"
 
 
 def runners_up_lines(outcome) -> list:
@@ -100,7 +99,8 @@ def runners_up_lines(outcome) -> list:
     return lines
 
 
-_STATUS = {"does not fit": "no plan fits in memory", "no valid plan": "no valid plan (the batch cannot be split so far)"}
+_STATUS = {"does not fit": "no plan fits in memory",
+           "no valid plan": "no valid plan (the batch cannot be split so far)"}
 
 
 def scaling_lines(outcome) -> list:
@@ -114,12 +114,14 @@ def scaling_lines(outcome) -> list:
         capacity = next((p.best.estimate.memory_capacity_bytes for p in points if p.best), None)
         first = points[0]
         source = first.cluster.profile if first.cluster else (first.option.profile_path or f"builtin:{name}")
-        lines += ["", f"{name} ({source}" + (f", {capacity / GIB:.1f} GiB per GPU)" if capacity else ")")]
+        lines += ["", *_wrap(f"{name} ({source}" + (f", {capacity / GIB:.1f} GiB per GPU)" if capacity else ")"), 2)]
         rows, notes, missing = [], [], {}
         for i, p in enumerate(points):
             if p.best is None:
-                missing[i] = _STATUS.get(p.status, p.status)
+                missing[i] = _STATUS.get(p.status, "cannot be planned (below)")
                 rows.append([f"{p.num_gpus:,}"] + [""] * (len(headers) - 1))
+                if p.status not in _STATUS:  # a reason the count cannot be planned: wrapped under the table
+                    notes += _wrap(f"  {p.num_gpus:,} GPUs: {p.status}", 4)
             else:
                 e = p.best.estimate
                 rows.append([f"{p.num_gpus:,}", f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",

@@ -24,7 +24,8 @@ def _days(text: str) -> float:
 def register(subparsers) -> None:
     from autoplan.cluster_search import CLUSTER_TRIALS, DEFAULT_GPUS_MAX, DEFAULT_GPUS_MIN
 
-    p = subparsers.add_parser("cluster", help="the GPU type and count to ask for: train N tokens by a deadline or budget",
+    p = subparsers.add_parser("cluster",
+                              help="the GPU type and count to ask for: train N tokens by a deadline or budget",
                               description=__doc__.split("\n\n")[0])
     g = p.add_argument_group("what to train and the goal")
     g.add_argument("--model", required=True,
@@ -83,11 +84,12 @@ def run(args) -> int:
     goal = Goal(args.train_tokens, args.deadline_days, args.budget)
     with Progress("cluster") as progress:
         progress.stage(f"reading the GPU types of {args.model}'s search")
-        request = ClusterRequest(model=args.model, goal=goal, options=gpu_options(gpus, args.profile, args.gpu_hour_price),
-                                 gpus_min=args.gpus_min, gpus_max=args.gpus_max,
-                                 framework=args.framework or DEFAULT_FRAMEWORK, seq_len=args.seq_len,
-                                 global_batch_size=args.global_batch, num_trials=args.trials, seed=args.seed,
-                                 progress=lambda where: progress.stage(f"searching the plans of {args.model} on {where}"))
+        options = gpu_options(gpus, args.profile, args.gpu_hour_price)
+        request = ClusterRequest(model=args.model, goal=goal, options=options, gpus_min=args.gpus_min,
+                                 gpus_max=args.gpus_max, framework=args.framework or DEFAULT_FRAMEWORK,
+                                 seq_len=args.seq_len, global_batch_size=args.global_batch, num_trials=args.trials,
+                                 seed=args.seed,
+                                 progress=lambda at: progress.stage(f"searching the plans of {args.model} on {at}"))
         outcome = cluster_search(request)
         text = render_cluster(outcome)
     shown = outcome.chosen or outcome.fastest
