@@ -152,3 +152,37 @@ def test_tune_interrupted_keeps_the_finished_runs(made, tmp_path):
     found, _ = read_measurements(records)
     assert len(found) == 1 and found[0].status == "ok" and len(found[0].step_times_s) == 7
     assert not (tmp_path / "best.json").exists()
+
+
+def test_tuning_block_is_validated(made):
+    """A winner file's `tuning` block is read through the plan-file validation: each problem, one line."""
+    from autoplan.specs import SchemaError
+
+    plan = json.loads(made.read_text())
+    plan["tuning"] = {"chosen_by": "guess", "backend": "torch", "steps": 0, "warmup_steps": 1,
+                      "candidates": [{"plan_id": "x", "status": "fine", "measured_step_time_s": -1}]}
+    with pytest.raises(SchemaError) as info:
+        PlanDocument.from_dict(plan)
+    message = str(info.value)
+    for field in ("tuning.chosen_by", "tuning.steps", "tuning.candidates[0].status",
+                  "tuning.candidates[0].measured_step_time_s"):
+        assert field in message, message
+
+
+def test_calibration_from_tuned_runs(tmp_path):
+    """tune's calibration is calibrate's fit on its runs alone (here: shipped real CPU runs), saved
+    and loaded like any calibration file; below the minimum it is refused, not fitted from too little."""
+    from autoplan.calibration import load_calibration
+    from autoplan.specs import AutoplanError
+    from autoplan.tune import fit_calibration, min_calibration_runs
+
+    runs, _ = read_measurements(ROOT / "notebooks" / "data" / "runs.jsonl")
+    ok = [r for r in runs if r.status == "ok"]
+    minimum = min_calibration_runs()
+    calibration, lines = fit_calibration(ok[:minimum], ROOT / "notebooks" / "data", "autoplan tune test")
+    assert calibration.correction is not None and calibration.training["num_measured"] == minimum
+    assert calibration.training["inputs"] == ["autoplan tune test"] and lines[0].startswith("trained the correction")
+    calibration.save(tmp_path / "cal.json")
+    assert load_calibration(tmp_path / "cal.json").correction is not None
+    with pytest.raises(AutoplanError, match=f"at least {minimum} needed"):
+        fit_calibration(ok[:minimum - 1], ROOT / "notebooks" / "data", "too few")
