@@ -182,6 +182,7 @@ def test_plan_files(base, data):
         ["export", plan, "--to", "torchtitan", "--alternative", "1"],
         ["export", plan, "--to", "deepspeed"],
         ["run", plan, "--out", d / "missing" / "runs.jsonl"],  # refused before any process starts
+        ["tune", plan, "--records", d / "missing" / "runs.jsonl", "-o", sentinel(d / "best.json")],  # likewise
     ]))
     output = command[command.index("-o") + 1] if "-o" in command else None
     call(command, output)
@@ -258,7 +259,7 @@ BROKEN = st.one_of(
 
 
 @settings(FUZZ, max_examples=60)
-@given(body=BROKEN, reader=st.integers(min_value=0, max_value=7))
+@given(body=BROKEN, reader=st.integers(min_value=0, max_value=8))
 def test_broken_files_for_every_reader(base, body, reader):
     d = base["dir"]
     path = d / ("broken.jsonl" if reader == 5 else "broken.json")
@@ -273,6 +274,7 @@ def test_broken_files_for_every_reader(base, body, reader):
         ["calibrate", path, "--kind", "ridge", "-o", out],
         ["run", path, "--out", d / "missing" / "runs.jsonl"],
         ["search", "--model", "llama-2-7b", "--gpus", 8, "--tp", 8, "--pp", 1, "--calibration", path, "-o", out],
+        ["tune", path, "--records", d / "missing" / "runs.jsonl", "-o", out],
     ][reader]
     call(command, out if "-o" in command else None)
 
@@ -283,7 +285,7 @@ FLAGS = st.sampled_from(["--model", "llama-2-7b", "m" * 300, "--gpus", "8", "0",
 
 
 @settings(FUZZ, max_examples=30)
-@given(head=st.sampled_from([["estimate"], ["export"], ["models"], ["profile", "--compare"]]),
+@given(head=st.sampled_from([["estimate"], ["export"], ["models"], ["profile", "--compare"], ["tune"]]),
        tail=st.lists(st.one_of(FLAGS, st.text(max_size=10)), max_size=6))
 def test_command_lines(base, head, tail):
     call([*head, *tail])
