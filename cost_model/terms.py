@@ -28,7 +28,7 @@ TIME_TERMS = {
                      "Framework.weight_cast_bytes_per_param over the profile's copy bandwidth (0 for frameworks "
                      "that keep compute-dtype weights)"),
     "optimizer": ("AdamW update of the local shard",
-                  "memory-bound: Framework.optimizer_bytes_per_param (fused AdamW 30 B, for-each AdamW + clip 92 B)"),
+                  "memory-bound: Framework.optimizer_bytes_per_param (fused AdamW + clip 40 B, for-each AdamW + clip 92 B)"),
     "overhead": ("host time of sharding hooks or a blocking pipeline engine",
                  "fitted per framework (cost_model/data/constants.json)"),
 }

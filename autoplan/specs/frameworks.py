@@ -48,6 +48,11 @@ compute dtype until reduced; the optimizer works on an fp32 copy of its own part
 # the fp32 logits' cast, log-softmax and its backward (executor/model.py).
 AUTOPLAN_ELEMENTWISE_FACTOR = (336.7 - 44.7) / 87.3
 
+# The fused AdamW kernel's traffic per parameter: reads param, grad, exp_avg, exp_avg_sq and writes
+# param, exp_avg, exp_avg_sq (7 x 4 B fp32), plus the for-each gradient clipping's norm (read 4) and
+# scale (read + write 8).
+AUTOPLAN_FUSED_ADAMW_BYTES = 7 * 4 + 12
+
 _AUTOPLAN_STATES = {
     "params": StateTerm(4, 1, "fp32 parameters: the master weights (FSDP2-sharded at ZeRO 1-3 and at one "
                               "replica; DDP or plain at ZeRO 0 with several)"),
@@ -74,7 +79,7 @@ _AUTOPLAN = Framework(
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla=False,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
-    weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=92.0,
+    weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
     sources={
         "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
         "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
@@ -103,11 +108,11 @@ _AUTOPLAN = Framework(
         "weight_cast_bytes_per_param": "executor: fp32 weights under bf16 autocast; per micro-batch the "
                                        "forward cast (read 4, write 2), the cast's backward (read 2, write 4) "
                                        "and AccumulateGrad's in-place fp32 add (read 4+4, write 4)",
-        "optimizer_bytes_per_param": "executor/torch_backend/train.py: torch.optim.AdamW(foreach=True), "
-                                     "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
-                                     "div 8, add 8, addcdiv 16 = 80 B) + foreach clip (norm 4, scale 8); the "
-                                     "H100 kernel trace shows AdamW.step 37.0 ms for 1.236e9 parameters = "
-                                     "92 B/param at the profile's 3.06 TB/s",
+        "optimizer_bytes_per_param": "counted: executor/torch_backend/train.py runs torch.optim.AdamW(fused=True) "
+                                     "on CUDA, one kernel that reads param, grad, exp_avg, exp_avg_sq and writes "
+                                     "param, exp_avg, exp_avg_sq (7 x 4 B fp32), + the for-each clip (norm 4, "
+                                     "scale 8); the same count for the for-each AdamW (autoplan-91ee867) matched "
+                                     "its H100 kernel trace",
         "dtypes": "fp16 (no loss scaling) and fp8 (no float8 kernels) are not wired",
         "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
         "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
@@ -124,8 +129,13 @@ _AUTOPLAN_91EE867 = replace(
     description="historical: autoplan's executor before its speed-ups (fp32 weights under bf16 autocast, "
                 "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without " + ",".join(
                     ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw")),
-    activation_recipe="eager-autocast", fused_cross_entropy=False,
+    activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
     sources={**_AUTOPLAN.sources,
+             "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "
+                                          "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
+                                          "div 8, add 8, addcdiv 16 = 80 B) + foreach clip (norm 4, scale 8); the "
+                                          "H100 kernel trace shows AdamW.step 37.0 ms for 1.236e9 parameters = "
+                                          "92 B/param at the profile's 3.06 TB/s",
              "activation_recipe": "executor/model.py at 91ee867 under torch.autocast(bf16) over fp32 weights; "
                                   "tests/test_memory_counting.py counts it with every speed-up off",
              "fused_cross_entropy": "executor at 91ee867: F.cross_entropy over whole fp32 logits"})
