@@ -98,6 +98,11 @@ def torchtitan_03_verdicts(tmp_path) -> dict:
             exports.append((label, {"text": export_plan(doc, "torchtitan").text, "num_gpus": doc.cluster.num_gpus}))
         except InfeasiblePlan as exc:
             verdicts[label] = f"refused: {exc}"
+    # Controls: the checker must refuse what 0.3.0 refuses (a field FullAC.Config lacks; CUDA graphs with pp)
+    good = dict(exports)["zero1 pp 1f1b partial recompute"]
+    for label, old, new in (("control: unknown field", "FullAC.Config()", "FullAC.Config(layers=3)"),
+                            ("control: cuda graphs", "disable_cuda_graphs=True", "disable_cuda_graphs=False")):
+        exports.append((label, {**good, "text": good["text"].replace(old, new)}))
     path = tmp_path / "exports.json"
     path.write_text(json.dumps([item for _, item in exports]))
     env = {**os.environ, "PYTHONPATH": str(TORCHTITAN_03)}
@@ -105,6 +110,8 @@ def torchtitan_03_verdicts(tmp_path) -> dict:
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     verdicts.update(zip([label for label, _ in exports], json.loads(done.stdout.strip().splitlines()[-1])))
+    assert "FullAC.Config has no field ['layers']" in verdicts.pop("control: unknown field")
+    assert "CUDA graphs do not support pipeline parallelism" in verdicts.pop("control: cuda graphs")
     return verdicts
 
 

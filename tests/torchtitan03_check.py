@@ -170,7 +170,7 @@ def _num_layers(config) -> int:
         call = next(n for n in ast.walk(fn) if isinstance(n, ast.Call) and ast.unparse(n.func) == "model_registry")
         name, flavor = module.split(".")[2], call.args[0].value
     fn = next(n for n in _tree(f"torchtitan.models.{name}").body
-              if isinstance(n, ast.FunctionDef) and n.name == "_" + flavor.lower())
+              if isinstance(n, ast.FunctionDef) and n.name == "_" + flavor.lower().replace("-", "_").replace(".", "_"))
     return next(n.value.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
                 and ast.unparse(n.targets[0]) == "n_layers")
 

@@ -30,6 +30,8 @@ MODULE = "autoplan_job"
 _RECIPES = {("llama3", "8B"): "llama3_8b", ("llama3", "70B"): "llama3_70b", ("llama3", "405B"): "llama3_405b",
             ("deepseek_v3", "16B"): "deepseek_v3_16b", ("deepseek_v3", "236B"): "deepseek_v3_16b",
             ("deepseek_v3", "671B"): "deepseek_v3_671b"}
+_NO_RECIPE = {("deepseek_v3", "236B"), ("qwen3", "4B"), ("qwen3", "8B"), ("qwen3", "235B-A22B")}
+"""Shipped flavors without a recipe of their own: the recipe named for them runs another flavor."""
 # mixed_precision_param accepts bfloat16 or float32 (configs.py TrainingConfig); fp8 runs the GEMMs
 # through the float8 converter on top of bfloat16 parameters.
 _MODEL_SPEC_IMPORTS = [
@@ -44,6 +46,21 @@ _MODEL_SPEC_IMPORTS = [
     ("torchtitan.protocols.model_spec", "ModelSpec"),
 ]
 """What the model built in the module imports: llama3's own (private) flavor builders of 0.3.0."""
+# torchtitan 0.3.0's qwen3 flavors (torchtitan/models/qwen3/__init__.py: _0_6b line 253, _1_7b 291, _4b 329,
+# _8b 367, _14b 402, _32b 437, _30b_a3b 516, _235b_a22b 557): dim, layers, heads, kv heads, head dim, FFN
+# width (the experts' for MoE), experts, top-k, tied embeddings; with the recipe each starts from
+# (qwen3/config_registry.py: qwen3_0_6b line 176, qwen3_1_7b 206, qwen3_14b 260, qwen3_30b_a3b 295,
+# qwen3_32b 330; 4B, 8B and 235B-A22B have none: the nearest recipe, the flavor swapped in).
+QWEN3_FLAVORS = {
+    "0.6B": ((1024, 28, 16, 8, 128, 3072, 0, 0, True), "qwen3_0_6b"),
+    "1.7B": ((2048, 28, 16, 8, 128, 6144, 0, 0, True), "qwen3_1_7b"),
+    "4B": ((2560, 36, 32, 8, 128, 9728, 0, 0, True), "qwen3_1_7b"),
+    "8B": ((4096, 36, 32, 8, 128, 12288, 0, 0, False), "qwen3_14b"),
+    "14B": ((5120, 40, 40, 8, 128, 17408, 0, 0, False), "qwen3_14b"),
+    "32B": ((5120, 64, 64, 8, 128, 25600, 0, 0, False), "qwen3_32b"),
+    "30B-A3B": ((2048, 48, 32, 4, 128, 768, 128, 8, False), "qwen3_30b_a3b"),
+    "235B-A22B": ((4096, 94, 64, 4, 128, 1536, 128, 8, False), "qwen3_30b_a3b"),
+}
 _PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
 
 
@@ -52,17 +69,21 @@ def export(doc: PlanDocument) -> tuple:
     model, notes = doc.model, []
     name = "deepseek_v3" if model.is_moe or model.is_mla else "llama3"
     shipped = flavor(model)
-    if model.is_moe and not model.is_mla:
+    qwen3 = qwen3_flavor(model)
+    if qwen3:
+        name, shipped = "qwen3", qwen3
+    elif model.is_moe and not model.is_mla:
         # 0.3.0's MoE models are deepseek_v3 (MLA), qwen3's 30B-A3B/235B-A22B, gpt_oss, kimi_k2_7: each
-        # with its own layers; a plain top-k mixture with standard attention maps onto none of them.
+        # with its own layers; a plain top-k mixture such as Mixtral's maps onto none of them.
         raise InfeasiblePlan(f"torchtitan 0.3.0 has no model for the mixture of experts {model.name!r} (its MoE "
-                             f"models are deepseek_v3 with MLA, qwen3, gpt_oss and kimi_k2_7, with their own "
-                             f"layers); export it to megatron or deepspeed", "export_torchtitan_moe")
+                             f"models are deepseek_v3 with MLA, qwen3's 30B-A3B and 235B-A22B shapes, gpt_oss and "
+                             f"kimi_k2_7, with their own layers); export it to megatron or deepspeed",
+                             "export_torchtitan_moe")
     if name == "deepseek_v3" and shipped not in DEEPSEEK_V3_FLAVORS:
         raise InfeasiblePlan(f"torchtitan 0.3.0's deepseek_v3 ships the shapes {', '.join(DEEPSEEK_V3_FLAVORS)} "
                              f"only, {model.name!r} is none of them; export it to megatron", "export_torchtitan_mla")
     custom = name == "llama3" and shipped not in LLAMA3_FLAVORS
-    recipe = _RECIPES[(name, "8B" if custom else shipped)]
+    recipe = QWEN3_FLAVORS[shipped][1] if qwen3 else _RECIPES[(name, "8B" if custom else shipped)]
     _model_notes(doc, name, custom, notes)
     imports = [("torchtitan.config", "ParallelismConfig, TrainingConfig"),
                (f"torchtitan.models.{name}.config_registry", recipe),
@@ -79,7 +100,7 @@ def export(doc: PlanDocument) -> tuple:
         body += [f"    config.model_spec = _model_spec({converters})",
                  "    config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(",
                  "        global_vocab_size=decoder_vocab_size(config.model_spec)))"]
-    elif converters or shipped == "236B":
+    elif converters or (name, shipped) in _NO_RECIPE:
         imports.append((f"torchtitan.models.{name}", "model_registry"))
         body.append(f"    config.model_spec = model_registry({shipped!r}{', ' + converters if converters else ''})")
     body += _call("config.parallelism = ParallelismConfig", _parallelism(doc, notes))
@@ -97,6 +118,18 @@ def export(doc: PlanDocument) -> tuple:
              f'    """autoplan plan {doc.plan_id}: {model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}."""',
              *body]
     return "\n".join(text) + "\n", notes
+
+
+def qwen3_flavor(model) -> str:
+    """The name of torchtitan 0.3.0's qwen3 flavor with the plan's shape (Qwen3 and Qwen3-MoE), else ""."""
+    if model.family not in ("qwen3", "qwen3_moe") or model.is_mla:
+        return ""
+    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads,
+             model.head_dim or model.hidden_size // model.num_heads,
+             model.expert_ffn_size if model.is_moe else model.ffn_hidden_size,
+             model.num_experts if model.is_moe else 0, model.num_experts_per_token if model.is_moe else 0,
+             model.tied_embeddings)
+    return next((name for name, (dims, _) in QWEN3_FLAVORS.items() if dims == shape), "")
 
 
 def _usage() -> list:
@@ -128,7 +161,8 @@ def _model_notes(doc: PlanDocument, name: str, custom: bool, notes: list) -> Non
     if name == "llama3" and model.head_dim and model.head_dim * model.num_heads != model.hidden_size:
         notes.append(f"head_dim={model.head_dim}: torchtitan's llama3 uses hidden/heads = "
                      f"{model.hidden_size // model.num_heads}")
-    mapped = {"mla", "moe_ffn", "shared_experts", "moe_layers"} if name == "deepseek_v3" else set()
+    mapped = {"deepseek_v3": {"mla", "moe_ffn", "shared_experts", "moe_layers"},
+              "qwen3": {"qk_norm", "moe_ffn", "moe_layers"}}.get(name, set())
     notes += unmapped_note(architecture_facts(model), mapped, f"torchtitan's {name} model")
     if model.tied_embeddings and not custom:
         notes.append("tied_embeddings: torchtitan's shipped flavor keeps separate embedding and output weights")

@@ -30,8 +30,9 @@ def export(doc: PlanDocument) -> tuple:
         # torchtitan 0.2.0's MoE models are its own architectures (deepseek_v3 always has MLA; llama4;
         # qwen3), none of which a plain top-k mixture with standard attention, such as Mixtral, maps onto.
         raise InfeasiblePlan(f"torchtitan 0.2.0 has no model for the mixture of experts {doc.model.name!r} (its MoE "
-                             f"models are deepseek_v3 with MLA, llama4 and qwen3, with their own layers); export it "
-                             f"to megatron or deepspeed", "export_torchtitan_moe")
+                             f"models are deepseek_v3 with MLA, llama4 and qwen3, with their own layers; Qwen3-MoE "
+                             f"maps onto 0.3.0's qwen3: --to torchtitan); export it to megatron or deepspeed",
+                             "export_torchtitan_moe")
     notes: list = []
     sections = {
         "job": {"description": f"autoplan plan {doc.plan_id}"},
