@@ -24,8 +24,11 @@ $(VENV)/.all: pyproject.toml $(VENV)/.core
 # in a subprocess, apart from the venv's torchtitan 0.2.0 (target `torchtitan-0.2`). About 18 MB.
 TORCHTITAN_03 := torchtitan==0.3.0 tyro==1.0.17 spmd_types==0.2.3 torch_checkpointing==0.1.1 \
                  docstring-parser==0.18.0 typeguard==4.6.0 shtab==1.13.0
-$(VENV)/.export-test: pyproject.toml $(VENV)/.all
+$(VENV)/.export-test: pyproject.toml $(VENV)/.all $(VENV)/torchtitan-0.3/.installed
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e '.[export-test]'
+	touch $@
+
+$(VENV)/torchtitan-0.3/.installed: Makefile $(VENV)/.core
 	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/torchtitan-0.3 $(TORCHTITAN_03)
 	touch $@
 
