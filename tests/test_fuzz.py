@@ -180,6 +180,7 @@ def test_plan_files(base, data):
         ["estimate", plan, "-o", sentinel(d / "out.json")],
         ["export", plan, "--to", "megatron", "-o", sentinel(d / "out.sh")],
         ["export", plan, "--to", "torchtitan", "--alternative", "1"],
+        ["export", plan, "--to", "torchtitan-0.2", "--launch", "slurm"],
         ["export", plan, "--to", "deepspeed"],
         ["run", plan, "--out", d / "missing" / "runs.jsonl"],  # refused before any process starts
         ["tune", plan, "--records", d / "missing" / "runs.jsonl", "-o", sentinel(d / "best.json")],  # likewise

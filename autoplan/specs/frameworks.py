@@ -174,23 +174,27 @@ FRAMEWORKS = {f.name: f for f in (
                                        "--pipeline-model-parallel-layout (megatron/core/transformer/"
                                        "transformer_config.py, transformer_block.py get_num_layers_to_build)"}),
     Framework(
-        name="torchtitan", version="torchtitan 0.2 (2025)",
-        description="PyTorch torchtitan: FSDP2 + TP/SP + torch.distributed.pipelining + CP, "
+        name="torchtitan", version="torchtitan 0.3.0 (2026; the 0.2.0 TOML export re-checks 0.2's own rules)",
+        description="PyTorch torchtitan: FSDP2/HSDP + TP/SP + torch.distributed.pipelining + CP, "
                     "op-level selective activation checkpointing",
         states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0,
         selective_recompute="ops", fused_cross_entropy=False, dtypes=("bf16", "fp8", "fp32"),
-        zero_stages=(0, 1, 2, 3), zero0_only_pure_dp=True, sequence_parallel="always",
-        min_microbatches_per_stage=True,
+        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True,
         sources={"states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
-                 "selective_recompute": "torchtitan activation_checkpoint mode 'selective', option 'op'",
+                 "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py line 185: SelectiveAC "
+                                        "saves compute/comm op outputs except every second matmul",
                  "fused_cross_entropy": "torchtitan's loss: F.cross_entropy over fp32-cast logits",
-                 "dtypes": "torchtitan: no fp16 with loss scaling",
-                 "zero0_only_pure_dp": "torchtitan's DDP is one-dimensional (dp_replicate without tp/pp/cp)",
-                 "sequence_parallel": "torchtitan's TP plan shards the norms on the sequence (SequenceParallel)",
+                 "dtypes": "torchtitan 0.3.0 config/configs.py TrainingConfig: mixed_precision_param is bfloat16 "
+                           "or float32, no fp16 with loss scaling",
+                 "zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py line 70: every data-parallel layout "
+                                "is fully_shard over (dp_replicate, dp_shard), so ZeRO-0 is dp_replicate with tp/pp/cp "
+                                "too (0.2.0's DDP was one-dimensional: its exporter refuses that)",
+                 "sequence_parallel": "torchtitan 0.3.0 config/configs.py ParallelismConfig.enable_sequence_parallel "
+                                      "(0.2.0 always sequence-parallel: its export notes it)",
                  "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
-                 "uneven_interleaved": "torchtitan/distributed/pipeline_parallel.py: the generated split "
-                                       "over pp * stages-per-rank weighs the embedding and the head "
-                                       "(pipeline_parallel_first/last_stage_less_layers); "
+                 "uneven_interleaved": "torchtitan 0.3.0 distributed/pipeline_parallel.py lines 194-264, 366-477: "
+                                       "the generated split over pp * stages-per-rank weighs the embedding and the "
+                                       "head (pipeline_parallel_first/last_stage_less_layers); "
                                        "module_fqns_per_model_part lists any split"}),
     Framework(
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
