@@ -88,8 +88,10 @@ class PlanScorer:
 
 
 def out_of_memory_message(estimate: CostEstimate) -> str:
-    return (f"does not fit: {estimate.peak_memory_bytes / GIB:.1f} GiB > "
-            f"{estimate.memory_capacity_bytes / GIB:.1f} GiB")
+    headroom = estimate.memory_headroom_bytes
+    usable = (f"{estimate.usable_memory_bytes / GIB:.1f} GiB usable ({estimate.memory_capacity_bytes / GIB:.1f} GiB "
+              f"less {headroom / GIB:.1f} GiB headroom)" if headroom else f"{estimate.memory_capacity_bytes / GIB:.1f} GiB")
+    return f"does not fit: {estimate.peak_memory_bytes / GIB:.1f} GiB > {usable}"
 
 
 @dataclass
@@ -191,7 +193,7 @@ def _outcome(s: Scored, multi: bool) -> tuple:
     if s.estimate is None:
         return ((math.inf, math.inf) if multi else math.inf), {"rules": 1.0, "memory": 0.0}
     e = s.estimate
-    constraints = {"rules": 0.0, "memory": e.peak_memory_bytes / e.memory_capacity_bytes - 1.0}
+    constraints = {"rules": 0.0, "memory": e.peak_memory_bytes / e.usable_memory_bytes - 1.0}
     return ((e.step_time_s, e.peak_memory_bytes / GIB) if multi else e.step_time_s), constraints
 
 

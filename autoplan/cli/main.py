@@ -19,7 +19,7 @@ from autoplan.specs import AutoplanError
 
 # Order is the order `autoplan --help` lists them in.
 COMMANDS = [
-    "search", "estimate", "compare", "models", "frameworks", "validate", "run", "export", "profile", "calibrate",
+    "search", "estimate", "memory", "compare", "models", "frameworks", "validate", "run", "export", "profile", "calibrate",
     "report",
 ]
 
