@@ -155,3 +155,13 @@ def test_search_fits_within_the_headroom(capsys):
     pred = json.loads(out)["prediction"]
     assert pred["memory_headroom_bytes"] == round(0.15 * pred["memory_capacity_bytes"])
     assert pred["peak_memory_bytes"] <= pred["memory_capacity_bytes"] - pred["memory_headroom_bytes"]
+
+
+def test_a_stored_study_is_not_resumed_under_another_headroom(capsys, tmp_path):
+    storage = f"sqlite:///{tmp_path / 'plans.db'}"
+    base = ["search", "--model", "llama-2-7b", "--gpus", 8, "--trials", 5, "--storage", storage]
+    assert run(capsys, base)[0] == 0
+    code, _, err = run(capsys, [*base, "--memory-headroom", "20%"])  # which plans fit changed: a new study
+    assert code == 0 and "resuming" not in err
+    code, _, err = run(capsys, base)  # the first problem again: its study resumes
+    assert code == 0 and "resuming study" in err
