@@ -21,7 +21,7 @@ from autoplan.specs import (
     DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
 )
 from cost_model.constants import Constants, load_constants
-from cost_model.eager_activations import uncounted_features
+from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
 from cost_model.flops import model_flops_per_token
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
@@ -113,7 +113,7 @@ class Estimator:
                                   tied=model.tied_embeddings)
         self._moe_layer_share = model.num_moe_layers / model.num_layers
         self._layer_cache: dict = {}
-        uncounted = uncounted_features(model) if self.framework.activation_recipe == "eager-autocast" else []
+        uncounted = uncounted_features(model) if self.framework.activation_recipe in RECIPES else []
         self._memory_notes = (f"activation memory of {', '.join(uncounted)} not counted tensor by tensor "
                               "(the plain pre-norm block's tensors are)",) if uncounted else ()
 
@@ -128,11 +128,15 @@ class Estimator:
         return lt
 
     def _extras(self, plan: ParallelPlan) -> tuple:
-        key = ("extras", plan.micro_batch_size, plan.tp, plan.cp)
+        # The eager recipe's chunked loss recomputes the head's logits in its backward.
+        recomputed = self.framework.activation_recipe == "eager" and \
+            recipe_for("eager", self.model, plan).chunked_loss
+        key = ("extras", plan.micro_batch_size, plan.tp, plan.cp, recomputed)
         ex = self._layer_cache.get(key)
         if ex is None:
             tokens = plan.micro_batch_size * (self.training.seq_len // plan.cp)
-            head_compute_s, head_memory_s = head_times(self.model, self.tables, self.rates, tokens, plan.tp)
+            head_compute_s, head_memory_s = head_times(self.model, self.tables, self.rates, tokens, plan.tp,
+                                                       recomputed)
             ex = self._layer_cache[key] = (head_compute_s, head_memory_s,
                                            embedding_time_s(self.model, self.tables, self.rates, tokens))
         return ex

@@ -20,8 +20,8 @@ TIME_TERMS = {
                 "all-gather of K and V over the cp group, overlapped with attention"),
     "ep_comm": ("MoE all-to-all dispatch and combine", "2 all-to-alls forward, 2 backward, of the routed tokens"),
     "pp_comm": ("pipeline point-to-point sends", "b*s*h/t per micro-batch and virtual stage (Narayanan sec. 4.1)"),
-    "pp_bubble": ("pipeline fill and drain: (pp-1)/(vpp*micro-batches) of the step",
-                  "Narayanan et al. 2021 sec. 2.2"),
+    "pp_bubble": ("pipeline fill and drain: (pp-1)/(vpp*micro-batches) of the step (unequal stages: the other "
+                  "ranks' time)", "Narayanan et al. 2021 sec. 2.2"),
     "dp_comm": ("data-parallel / ZeRO gradient and weight collectives, exposed part",
                 "ZeRO (Rajbhandari et al. 2019) sec. 7 volumes; overlap per framework"),
     "weight_casts": ("casts of fp32 weights to the compute dtype + fp32 gradient accumulation",
