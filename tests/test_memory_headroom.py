@@ -114,6 +114,9 @@ def test_estimate_of_a_plan_that_does_not_fit_suggests_one_that_does(capsys):
     assert code == 0 and again["prediction"]["fits"]
     assert again["prediction"]["peak_memory_bytes"] == suggestion["prediction"]["peak_memory_bytes"]
     assert again["parallel"] == suggestion["parallel"]
+    # the fastest of the plans within reach, not merely the fewest flags: ZeRO-3 alone also fits, slower
+    code, zero3 = _estimate_json(capsys, *asked, "--zero", 3)
+    assert code == 0 and suggestion["prediction"]["step_time_s"] < zero3["prediction"]["step_time_s"]
 
 
 def test_headroom_round_trips_through_the_plan_file(capsys, tmp_path):

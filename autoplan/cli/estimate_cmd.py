@@ -9,7 +9,8 @@ whatever the GPU count leaves. `--recompute full` recomputes the fewest layers p
 (at least one), or `--recompute-layers N`.
 
 Exit code: 0 the plan fits, 1 it does not (the answer says by how much and suggests the nearest
-plan that fits: ZeRO stage, recompute and micro-batch first, then tp/pp), 2 bad input, 130 Ctrl-C.
+plan that fits: the fastest changing only the ZeRO stage, recompute and micro-batch, else tp/pp
+too), 2 bad input, 130 Ctrl-C.
 """
 from __future__ import annotations
 
