@@ -50,17 +50,30 @@ def breakdown_lines(prediction: dict) -> list:
     total_b = sum(mem.values())
     rows = [[k, f"{v / GIB:.2f}", f"{100 * v / total_b:.1f}", term_meaning(k, memory=True)] for k, v in mem.items() if v > 0]
     rows.append(["total (peak per GPU)", f"{total_b / GIB:.2f}", "100.0", "the sum of the terms above"])
-    cap = prediction.get("memory_capacity_bytes")
-    lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB" if cap else ""),
+    cap, headroom = prediction.get("memory_capacity_bytes"), prediction.get("memory_headroom_bytes", 0)
+    margin = f", {headroom / GIB:.1f} GiB headroom kept free" if cap and headroom else ""
+    lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB{margin}" if cap else ""),
               *_table(["term", "GiB", "%", "what it is"], rows, "lrrl")]
     return lines
 
 
+def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float = 0) -> str:
+    """'fits (68.1 of 77.1 GiB usable, 2.0 GiB headroom)' or 'does NOT fit (... 12.3 GiB over)':
+    "fits" judged against the capacity less the user's --memory-headroom, both shown."""
+    usable = capacity_bytes - headroom_bytes
+    room = (f"{usable / GIB:.1f} GiB usable, {headroom_bytes / GIB:.1f} GiB headroom" if headroom_bytes
+            else f"{capacity_bytes / GIB:.1f} GiB")
+    if peak_bytes <= usable:
+        return f"fits ({peak_bytes / GIB:.1f} of {room})"
+    return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
+
+
 def headline_lines(prediction: dict) -> list:
     p = prediction
+    fits = fits_phrase(p["peak_memory_bytes"], p["memory_capacity_bytes"], p.get("memory_headroom_bytes", 0))
     return [f"  step time {p['step_time_s']:.3f} s   tokens/s {p['tokens_per_s']:,.0f}   "
             f"tokens/s/GPU {p['tokens_per_s_per_gpu']:,.0f}   MFU {100 * p['mfu']:.1f}%",
-            f"  memory {p['peak_memory_bytes'] / GIB:.1f} GiB per GPU of {p['memory_capacity_bytes'] / GIB:.1f} GiB"]
+            f"  memory {p['peak_memory_bytes'] / GIB:.1f} GiB per GPU: {fits}"]
 
 
 def human_count(n: float) -> str:

@@ -41,9 +41,9 @@ def allocated_peak_bytes(breakdown: dict) -> float:
 
 def min_full_recompute_layers(est, plan) -> int | None:
     """Fewest layers per stage to recompute fully so `est.memory(plan, ...)` fits the profile's
-    capacity: 0 when it fits without recompute, None when not even with every layer recomputed.
+    capacity less the user's headroom: 0 when it fits without recompute, None when not even with every layer recomputed.
     Memory falls monotonically with the count (each rank recomputes min(count, its layers)), so bisect."""
-    capacity = est.profile.memory_capacity_bytes
+    capacity = est.usable_memory_bytes
     if sum(est.memory(plan, "none", 0).values()) <= capacity:
         return 0
     per_stage = plan.layers_per_stage(est.model.num_layers)

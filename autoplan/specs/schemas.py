@@ -152,6 +152,11 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
                           ("memory_capacity_bytes", False)):
         take_float(data, key, issues, prefix, 0.0, positive=False, required=required)
     take_bool(data, "fits", issues, prefix, required=False)
+    # --memory-headroom (absent in older files: no margin); it must leave some of the capacity to use.
+    headroom = take_int(data, "memory_headroom_bytes", issues, prefix, 0, MAX_MEMORY_BYTES, required=False, default=0)
+    capacity = data.get("memory_capacity_bytes")
+    if isinstance(headroom, int) and _ints(capacity) and 0 < capacity <= headroom:
+        issues.add(f"{prefix}.memory_headroom_bytes", f"must be less than memory_capacity_bytes={capacity}", headroom)
     for key in ("time_breakdown_s", "memory_breakdown_bytes"):
         take_object(data, key, issues, prefix, required=False)
 
