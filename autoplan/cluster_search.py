@@ -132,12 +132,15 @@ class ClusterOutcome:
                             self.defaults)
         goal = self.request.goal
         doc.extra["train_budget"] = {"train_tokens": goal.train_tokens, "gpu_hour_price": point.option.price}
-        doc.extra["cluster_search"] = {
-            "train_tokens": goal.train_tokens, "deadline_days": goal.deadline_days, "budget": goal.budget,
-            "meets": point.meets, "trials_per_point": self.request.num_trials, "seed": self.request.seed,
-            "wall_time_s": round(self.wall_time_s, 3),
-            "points": [_point_entry(p) for p in self.points]}
+        doc.extra["cluster_search"] = self.summary(point.meets)
         return doc
+
+    def summary(self, meets: bool) -> dict:
+        """The goal, how the search went and every point: the plan file's `cluster_search` block."""
+        goal = self.request.goal
+        return {"train_tokens": goal.train_tokens, "deadline_days": goal.deadline_days, "budget": goal.budget,
+                "meets": meets, "trials_per_point": self.request.num_trials, "seed": self.request.seed,
+                "wall_time_s": round(self.wall_time_s, 3), "points": [_point_entry(p) for p in self.points]}
 
 
 def _point_entry(p: Point) -> dict:

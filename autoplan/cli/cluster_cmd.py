@@ -96,7 +96,9 @@ def run(args) -> int:
     if outcome.chosen is not None and args.output is not None:
         write_json_atomic(args.output, outcome.document(outcome.chosen).to_dict())
     if args.json:
-        sys.stdout.write(dumps(outcome.document(shown).to_dict()) if shown else "{}\n")
+        # With no plan anywhere there is no plan file to print: the table alone says so.
+        doc = outcome.document(shown).to_dict() if shown else {"cluster_search": outcome.summary(False)}
+        sys.stdout.write(dumps(doc))
     else:
         sys.stdout.write(text)
         if outcome.chosen is not None and args.output:
