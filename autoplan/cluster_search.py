@@ -37,9 +37,9 @@ from autoplan.specs import DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, get_fr
 CLUSTER_TRIALS = 30
 CLUSTER_POLISH_STARTS = 4
 """Per count: 30 trials + a polish from the 4 best layouts. benchmarks/cluster_search.py (2026-11-23):
-on all 38 counts `cluster` searched for llama-3-70b (2T tokens in 30 days, every built-in type) the
-plan equals the default search's (200 trials, 12 starts); llama-2-7b 33 of 34, the other 1.3%
-slower. With 2 starts: 36 of 38, up to 3.3% slower, at 2/3 of the time."""
+of the 38 counts `cluster` searched for llama-3-70b (2T tokens in 30 days, every built-in type), 36
+have a plan as fast as the default search's (200 trials, 12 starts), 2 (32 GPUs, where memory is
+tight) 1.6% and 3.0% slower; llama-2-7b 34 of 34. 2 starts left up to 3.3% at 2/3 of the time."""
 DEFAULT_GPUS_MIN, DEFAULT_GPUS_MAX = 8, 4096
 NUM_RUNNERS_UP = 4
 
