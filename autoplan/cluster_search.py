@@ -32,7 +32,9 @@ from autoplan.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_
 from autoplan.planner import leanest_fitting_knobs, make_estimator, plan_document, training_shape
 from autoplan.search import PlanScorer, SearchResult, search
 from autoplan.space import SearchSpace
-from autoplan.specs import DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, get_framework
+from autoplan.specs import (
+    DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, MemoryHeadroom, get_framework, resolve_headroom,
+)
 
 CLUSTER_TRIALS = 30
 CLUSTER_POLISH_STARTS = 4
@@ -99,6 +101,8 @@ class ClusterRequest:
     global_batch_size: int | None = None
     num_trials: int = CLUSTER_TRIALS
     seed: int = 0
+    memory_headroom: MemoryHeadroom | None = None
+    """GPU memory to keep free on every type (`--memory-headroom`); a share is of each type's capacity."""
     progress: Callable[[str], None] | None = None
 
 
@@ -213,11 +217,13 @@ def _search_point(option: GpuOption, n: int, model, training, request: ClusterRe
     except AutoplanError as exc:  # e.g. a one-node measured profile without cross-node bandwidth
         return Point(option, n, status=f"cannot plan: {exc}")
     point = Point(option, n, cluster=cluster)
-    leanest = leanest_fitting_knobs(model, training, cluster, profile, request.framework)
+    headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
+    leanest = leanest_fitting_knobs(model, training, cluster, profile, request.framework, headroom)
     if leanest is None:
         point.status = "does not fit"
         return point
-    scorer = PlanScorer(make_estimator(model, training, cluster, profile, framework=request.framework))
+    scorer = PlanScorer(make_estimator(model, training, cluster, profile, framework=request.framework,
+                                       memory_headroom_bytes=headroom))
     space = SearchSpace(model, training, cluster)
     point.result = search(space, scorer, num_trials=request.num_trials, seed=request.seed,
                           polish_starts=CLUSTER_POLISH_STARTS, first_knobs=(leanest,))

@@ -138,3 +138,16 @@ def test_a_measured_profile_is_searched_beside_a_built_in_type_and_priced_by_its
     # at an eighth of the price per hour, the slower measured GPUs are the cheapest way to meet 400 days
     assert doc["cluster"]["profile"] == str((tmp_path / "ours.json").resolve())
     assert doc["prediction"]["memory_capacity_bytes"] == 60 * 2**30
+
+
+def test_memory_headroom_keeps_every_searched_plan_below_the_usable_memory(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    code, out, _ = cluster(capsys, "--gpu", "h100-80gb", "--deadline-days", "20", "--memory-headroom", "20GiB",
+                           "-o", str(plan))
+    assert code == 0, out
+    assert "GiB usable, 20.0 GiB headroom)" in out
+    doc = json.loads(plan.read_text())
+    prediction = doc["prediction"]
+    assert prediction["memory_headroom_bytes"] == 20 * 2**30
+    assert prediction["peak_memory_bytes"] <= prediction["memory_capacity_bytes"] - 20 * 2**30
+    assert main(["estimate", str(plan)]) == 0  # the file keeps its headroom, and the plan still fits under it

@@ -99,6 +99,14 @@ def memory_headroom(text: str):
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--memory-headroom ")) from None
 
 
+def add_memory_headroom(group) -> None:
+    """The --memory-headroom flag, one help text for every command that judges "fits"."""
+    group.add_argument("--memory-headroom", type=memory_headroom, default=None, metavar="SIZE|PCT",
+                       help="GPU memory to keep free: a plan fits when its peak <= capacity - headroom; a size "
+                            "(2GiB, 512MiB, 3GB) or a share of the capacity (10%%) (default: 0, the peak already "
+                            "counts the CUDA context and allocator overhead; a plan file: its own)")
+
+
 def check_storage_url(url: str) -> None:
     """An Optuna storage URL that SQLAlchemy can parse and, for SQLite, whose folder exists."""
     from autoplan.specs import AutoplanError

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 
 from autoplan.cli.argtypes import (
-    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, framework_name, gpu_hour_prices, int_at_most, money,
-    output_path, seed_int, token_count,
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, framework_name, gpu_hour_prices,
+    int_at_most, money, output_path, seed_int, token_count,
 )
 
 
@@ -52,6 +52,7 @@ def register(subparsers) -> None:
                         f"a node, then whole nodes in powers of two")
     c.add_argument("--framework", default=None, metavar="NAME", type=framework_name,
                    help="the framework that will run the plan (default: autoplan); see `autoplan frameworks`")
+    add_memory_headroom(c)
     t = p.add_argument_group("training shape (the same on every cluster; defaults are printed)")
     t.add_argument("--global-batch", type=int_at_most(MAX_GLOBAL_BATCH, "sequences"), default=None, metavar="N",
                    help="global batch in sequences per optimizer step (default: ~4M tokens)")
@@ -88,7 +89,7 @@ def run(args) -> int:
         request = ClusterRequest(model=args.model, goal=goal, options=options, gpus_min=args.gpus_min,
                                  gpus_max=args.gpus_max, framework=args.framework or DEFAULT_FRAMEWORK,
                                  seq_len=args.seq_len, global_batch_size=args.global_batch, num_trials=args.trials,
-                                 seed=args.seed,
+                                 seed=args.seed, memory_headroom=args.memory_headroom,
                                  progress=lambda at: progress.stage(f"searching the plans of {args.model} on {at}"))
         outcome = cluster_search(request)
         text = render_cluster(outcome)

@@ -10,8 +10,8 @@ import argparse
 import sys
 
 from autoplan.cli.argtypes import (
-    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, check_storage_url, framework_name, int_at_most,
-    memory_headroom, output_path, positive_int, seed_int,
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, check_storage_url, framework_name,
+    int_at_most, output_path, positive_int, seed_int,
 )
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 
@@ -36,10 +36,7 @@ def add_problem_arguments(p: argparse.ArgumentParser, model_required: bool = Tru
                    help=f"the framework that will run the plan: its rules bound the search and its facts "
                         f"are costed; one of {', '.join(FRAMEWORK_NAMES)} (default: {DEFAULT_FRAMEWORK}, "
                         f"the plan `autoplan run` executes)")
-    g.add_argument("--memory-headroom", type=memory_headroom, default=None, metavar="SIZE|PCT",
-                   help="GPU memory to keep free: a plan fits when its peak <= capacity - headroom; a size "
-                        "(2GiB, 512MiB, 3GB) or a share of the capacity (10%%) (default: 0, the peak already "
-                        "counts the CUDA context and allocator overhead; a plan file: its own)")
+    add_memory_headroom(g)
     t = p.add_argument_group("training shape (defaults are printed)")
     t.add_argument("--global-batch", type=int_at_most(MAX_GLOBAL_BATCH, "sequences"), default=None, metavar="N",
                    help="global batch in sequences per optimizer step, like Megatron's --global-batch-size "
