@@ -106,6 +106,17 @@ CASES = [
     (["run", "{d}/plan.json", "--data", "{d}/empty.bin"], ["--data", "is empty", "synthetic"]),
     (["run", "{d}/plan.json", "--checkpoint-dir", "{d}/plan.json", "--checkpoint-every", "1"],
      ["--checkpoint-dir", "is a file", "folder"]),
+    # run: every step count bounded (an extra zero must not train for weeks), rates finite
+    (["run", "{d}/plan.json", "--steps", "10000000"], ["--steps must be at most 1,048,576 steps", "got 10,000,000"]),
+    (["run", "{d}/plan.json", "--steps", "30", "--warmup-steps", "2000000"], ["--warmup-steps must be at most 1,048,576"]),
+    (["run", "{d}/plan.json", "--lr-warmup", "99999999"], ["--lr-warmup must be at most 1,048,576"]),
+    (["run", "{d}/plan.json", "--log-every", "2000000"], ["--log-every must be at most 1,048,576"]),
+    (["run", "{d}/plan.json", "--checkpoint-dir", "{d}/ck", "--checkpoint-every", "2000000"],
+     ["--checkpoint-every must be at most 1,048,576"]),
+    (["run", "{d}/plan.json", "--seed", str(2**40)], ["--seed must be at most 4,294,967,295"]),
+    (["run", "{d}/plan.json", "--loss-chunk-tokens", str(2**40)], ["--loss-chunk-tokens must be at most 2,147,483,648"]),
+    (["run", "{d}/plan.json", "--lr", "inf"], ["lr (finite)", "lr=inf"]),
+    (["run", "{d}/plan.json", "--grad-clip", "nan"], ["--grad-clip must be a finite number", "got nan"]),
 ]
 
 
@@ -211,6 +222,54 @@ def test_measurement_lines_of_the_wrong_type_are_skipped_and_counted(capsys, fil
     records, problems = read_measurements(files / "typed.jsonl")
     assert not records and "step_times_s[0] must be a finite number of seconds" in problems[0]
     assert "peak_memory_bytes must be an integer, got 'big'" in problems[0]
+
+
+def _record(plan: dict, **prediction_edits) -> dict:
+    """A successful run's record of `plan`, its embedded prediction edited as given."""
+    prediction = {**plan["prediction"], **prediction_edits}
+    return {"schema": "autoplan.measurement/v1", "plan_id": plan["plan_id"], "plan": plan, "prediction": prediction,
+            "backend": "torch", "status": "ok", "step_times_s": [1.0, 1.1], "losses": [10.0, 9.0],
+            "peak_memory_bytes": 2**34, "environment": {"device": "cuda"}, "num_warmup_steps": 1,
+            "tokens_per_step": 65536, "num_gpus": 8}
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"peak_memory_bytes": 1e30}, ["prediction.peak_memory_bytes must be above 0 and at most", "got 1e+30"]),
+    ({"step_time_s": -1.0}, ["prediction.step_time_s must be above 0, got -1.0"]),
+    ({"mfu": "high"}, ["prediction.mfu must be a number, got 'high'"]),
+    ({"fits": 3}, ["prediction.fits must be true or false, got 3"]),
+    ({"time_breakdown_s": {"compute": float("inf")}}, ["prediction.time_breakdown_s.compute must be a finite number"]),
+    ({"memory_breakdown_bytes": {f"t{i}": 1 for i in range(100_000)}},
+     ["prediction.memory_breakdown_bytes must hold at most 64 terms", "got 100,000"]),
+])
+def test_an_edited_prediction_in_a_measurement_line_is_refused_by_the_plan_files_rules(capsys, files, edit, words):
+    """The prediction a run record carries is checked by the plan file's prediction rules (one
+    function): the same edit is refused in both, naming the field, the value and the rule."""
+    plan = json.loads((files / "plan.json").read_text())
+    (files / "edited.jsonl").write_text(json.dumps(_record(plan, **edit)) + "\n")
+    from autoplan.specs import read_measurements
+    records, problems = read_measurements(files / "edited.jsonl")
+    assert not records and len(problems) == 1
+    for word in words:
+        assert word in problems[0], problems[0]
+    (files / "edited_plan.json").write_text(json.dumps({**plan, "prediction": {**plan["prediction"], **edit}}))
+    code, _, err = run(capsys, "estimate", files / "edited_plan.json")
+    assert_one_line_error(code, err, words)
+
+
+def test_report_says_how_many_measurement_lines_it_skipped(capsys, files, monkeypatch):
+    """A malformed line is left out of a report as calibrate leaves it out, but not without a word."""
+    import autoplan.report.build as build
+
+    monkeypatch.setattr(build, "accuracy_sections", lambda *a, **k: [])  # the figures are not what is tested
+    monkeypatch.setattr(build, "plan_sections", lambda *a, **k: [])
+    plan = json.loads((files / "plan.json").read_text())
+    lines = [_record(plan), _record(plan, fits=3)]
+    (files / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    code, _, err = run(capsys, "report", files / "mixed.jsonl", "-o", files / "mixed_report")
+    assert code == 0, err
+    assert "skipped 1 malformed measurement line(s); the first: mixed.jsonl:2: measurement record: " \
+           "prediction.fits must be true or false, got 3" in err, err
 
 
 def test_a_killed_search_keeps_its_trials_in_the_storage_and_says_so_on_resume(capsys, files, tmp_path):

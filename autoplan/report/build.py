@@ -216,7 +216,10 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     data = None
     if measurement_paths or published:
         stage("reading the measurements and re-scoring their plans")
-        data, _ = gather(measurement_paths, published, calibration.profile if calibration else None)
+        data, malformed = gather(measurement_paths, published, calibration.profile if calibration else None)
+        if malformed:  # left out like calibrate does, but said: a report must not drop a run without a word
+            sys.stderr.write(f"autoplan report: warning: skipped {malformed} malformed measurement line(s); the first: "
+                             f"{data.skipped[0]}\n")
         if data.mismatched:
             sys.stderr.write(f"autoplan report: warning: {len(data.mismatched)} run(s) measured on other hardware or "
                              f"frameworks than predicted for (shown, marked); the first: {data.mismatched[0]}\n")

@@ -35,6 +35,12 @@ SAMPLE_FIELDS = {  # table -> {field: kind}; "int"/"float" are positive, bounded
                     "bus_bandwidth_bytes_per_s": "bandwidth", "time_s": "time"},
 }
 SAMPLE_INT_MAX = 2**50
+MAX_BREAKDOWN_TERMS = 64
+"""Terms of a prediction's time or memory breakdown; the cost model writes about 12 of each, and a
+report draws one bar segment and one table row per term."""
+MAX_PREDICTED_BYTES = 2**64
+"""A predicted memory figure: what a 64-bit byte count holds. Not MAX_MEMORY_BYTES: a plan that does
+not fit is still predicted (its figure may exceed any device), but never by 10^30 bytes."""
 OPTIONAL_SAMPLE_FIELDS = {"time_s"}
 
 
@@ -117,14 +123,24 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
     """A prediction block (CostEstimate.to_prediction): empty, or the figures `estimate` compares."""
     if not data:
         return
-    for key in ("step_time_s", "peak_memory_bytes"):
-        take_float(data, key, issues, prefix, 0.0)
-    for key, required in (("tokens_per_s_per_gpu", True), ("mfu", True), ("tokens_per_s", False), ("hfu", False),
-                          ("memory_capacity_bytes", False)):
+    take_float(data, "step_time_s", issues, prefix, 0.0)
+    take_float(data, "peak_memory_bytes", issues, prefix, 0.0, MAX_PREDICTED_BYTES)
+    for key, required in (("tokens_per_s_per_gpu", True), ("mfu", True), ("tokens_per_s", False), ("hfu", False)):
         take_float(data, key, issues, prefix, 0.0, positive=False, required=required)
+    take_float(data, "memory_capacity_bytes", issues, prefix, 0.0, MAX_PREDICTED_BYTES, positive=False,
+               required=False)
     take_bool(data, "fits", issues, prefix, required=False)
+    take_str(data, "cost_model", issues, prefix, required=False)
     for key in ("time_breakdown_s", "memory_breakdown_bytes"):
-        take_object(data, key, issues, prefix, required=False)
+        terms = take_object(data, key, issues, prefix, required=False)
+        if terms is not None and len(terms) > MAX_BREAKDOWN_TERMS:
+            issues.add(f"{prefix}.{key}", f"must hold at most {MAX_BREAKDOWN_TERMS} terms (the cost model writes "
+                       f"about 12), got {len(terms):,}", show_value=False)
+            continue
+        high = MAX_PREDICTED_BYTES if key == "memory_breakdown_bytes" else None
+        for term in terms or {}:
+            # a term is a share of its total: finite and not negative (what the breakdown tables draw)
+            take_float(terms, term, issues, f"{prefix}.{key}", 0.0, high, positive=False)
 
 
 def validate_model_shape(issues: Issues, name_values: dict) -> None:
@@ -220,8 +236,10 @@ def validate_measurement(data: dict, issues: Issues) -> None:
     take_str(data, "status", issues, choices=STATUSES)
     take_str(data, "plan_id", issues)
     take_str(data, "backend", issues)
-    for key in ("plan", "prediction", "environment"):
+    for key in ("plan", "environment"):
         take_object(data, key, issues)
+    # the prediction the plan carried when it ran: the same rules as a plan file's prediction block
+    validate_prediction(take_object(data, "prediction", issues), issues, "prediction")
     steps = take_list(data, "step_times_s", issues)
     for i, t in enumerate(steps or []):
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
