@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -117,8 +118,16 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise AutoplanError(f"cannot write {str(p)!r}: the folder {str(parent)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    # Ctrl-C and SIGTERM (a stopped profiling rank) are held while the temporary file is created and
+    # its name kept, then delivered inside the `try`, whose cleanup removes it: no exit path leaves one.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
