@@ -178,6 +178,9 @@ def test_issue_15_inputs_are_refused_with_file_field_value_and_rule(capsys, file
         (["estimate", "--model", _config(files, "huge_h.json", hidden_size=2**40), "--gpus", "8"],
          ["'hidden_size' must be at most 131,072"]),
         (["estimate", "--model", "m" * 5000, "--gpus", "8"], ["unknown model 'mmmm", "..."]),
+        # the census's remaining silent acceptances (session 2): an empty cluster name
+        (["export", plan("cname.json", lambda d: d["cluster"].update(name="")), "--to", "megatron"],
+         ["cluster.name must name the GPU type or cluster", "got ''"]),
     ]
     incomplete = files / "incomplete.json"
     incomplete.write_text(json.dumps({"model_type": "llama", "hidden_size": 96}))
@@ -202,6 +205,13 @@ def test_profiles_with_impossible_figures_or_foreign_sample_paths_are_refused(ca
         ("up.json", {"raw_samples": "../../etc/passwd"}, ["raw_samples must be a file name beside the profile"]),
         ("abs.json", {"raw_samples": "/etc/passwd"}, ["raw_samples must be a file name beside the profile"]),
         ("dtype5.json", {"matmul": [{**base["matmul"][0], "dtype": 5}]}, ["matmul[0].dtype must be a string"]),
+        # the census's remaining silent acceptances (session 2): sample names and times
+        ("fp33.json", {"matmul": [{**base["matmul"][0], "dtype": "fp33"}]},
+         ["matmul[0].dtype must be one of bf16, fp16, fp8, fp32, got 'fp33'"]),
+        ("op.json", {"memory_ops": [{"op": "", "num_bytes": 2**26, "bytes_per_s": 1e12}]},
+         ["memory_ops[0].op must be one of copy, add, activation, norm, got ''"]),
+        ("t30.json", {"collectives": [{**base["collectives"][0], "time_s": 1e30}]},
+         ["collectives[0].time_s must be at least 0 and at most 3600, got 1e+30"]),
     ]:
         (files / name).write_text(json.dumps({**base, **edit}))
         for argv in (["profile", "--compare", files / name, "builtin:h100-80gb"],
@@ -209,6 +219,24 @@ def test_profiles_with_impossible_figures_or_foreign_sample_paths_are_refused(ca
             code, _, err = run(capsys, *argv)
             assert_one_line_error(code, err, [name, *words])
     assert not (files / "never.json").exists()
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("memory_correction", "x", ["memory_correction must be a JSON object, got 'x'"]),  # was an AttributeError
+    ("memory_correction", [1], ["memory_correction must be a JSON object, got [1]"]),
+    ("correction", {}, ["correction must be null (no correction) or the fitted correction"]),
+    ("cost_model", 5, ["cost_model must be a string, got 5"]),
+    ("cost_model", "fp33", ["cost_model must name the learned model that wrote the file", "got 'fp33'"]),
+])
+def test_calibration_sections_of_the_wrong_kind_are_refused(capsys, files, key, value, words):
+    calibration = files / "ridge.json"
+    if not calibration.exists():
+        assert main(["calibrate", "--published", "--kind", "ridge", "-o", str(calibration)]) == 0
+        capsys.readouterr()
+    doc = {**json.loads(calibration.read_text()), key: value}
+    (files / "cal_edit.json").write_text(json.dumps(doc))
+    code, _, err = run(capsys, "search", *SMALL, "--trials", "5", "--calibration", files / "cal_edit.json")
+    assert_one_line_error(code, err, ["cal_edit.json", *words])
 
 
 def test_measurement_lines_of_the_wrong_type_are_skipped_and_counted(capsys, files):
@@ -257,19 +285,18 @@ def test_an_edited_prediction_in_a_measurement_line_is_refused_by_the_plan_files
     assert_one_line_error(code, err, words)
 
 
-def test_report_says_how_many_measurement_lines_it_skipped(capsys, files, monkeypatch):
-    """A malformed line is left out of a report as calibrate leaves it out, but not without a word."""
+def test_report_refuses_a_measurement_file_with_a_malformed_line(capsys, files, monkeypatch):
+    """A shared report must not lack a run without a word: the file is refused, naming the line."""
     import autoplan.report.build as build
 
-    monkeypatch.setattr(build, "accuracy_sections", lambda *a, **k: [])  # the figures are not what is tested
-    monkeypatch.setattr(build, "plan_sections", lambda *a, **k: [])
+    monkeypatch.setattr(build, "plan_sections", lambda *a, **k: [])  # never reached; keeps a regression fast
     plan = json.loads((files / "plan.json").read_text())
     lines = [_record(plan), _record(plan, fits=3)]
     (files / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     code, _, err = run(capsys, "report", files / "mixed.jsonl", "-o", files / "mixed_report")
-    assert code == 0, err
-    assert "skipped 1 malformed measurement line(s); the first: mixed.jsonl:2: measurement record: " \
-           "prediction.fits must be true or false, got 3" in err, err
+    assert_one_line_error(code, err, ["1 malformed measurement line(s), the first: mixed.jsonl:2: measurement record: "
+                                      "prediction.fits must be true or false, got 3", "fix or remove"])
+    assert not (files / "mixed_report").exists()
 
 
 def test_a_killed_search_keeps_its_trials_in_the_storage_and_says_so_on_resume(capsys, files, tmp_path):

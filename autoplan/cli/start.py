@@ -19,9 +19,14 @@ def _interrupted_while_starting(signum, frame):
     raise SystemExit(130)
 
 
-def entry() -> None:
-    """The `autoplan` console script (pyproject's [project.scripts]) and `python -m autoplan`."""
+def entry(restore_mask=None) -> None:
+    """The `autoplan` console script (pyproject's [project.scripts]) and `python -m autoplan`.
+
+    `restore_mask`: the signal mask from before `python -m autoplan` blocked SIGINT (autoplan/__main__.py),
+    restored once the handler is in place, so a Ctrl-C held meanwhile is answered here."""
     signal.signal(signal.SIGINT, _interrupted_while_starting)
+    if restore_mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, restore_mask)
     from autoplan.cli.main import entry as run_command  # installs the command's own SIGINT handling
 
     run_command()

@@ -217,9 +217,12 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     if measurement_paths or published:
         stage("reading the measurements and re-scoring their plans")
         data, malformed = gather(measurement_paths, published, calibration.profile if calibration else None)
-        if malformed:  # left out like calibrate does, but said: a report must not drop a run without a word
-            sys.stderr.write(f"autoplan report: warning: skipped {malformed} malformed measurement line(s); the first: "
-                             f"{data.skipped[0]}\n")
+        if malformed:
+            # Refused, not skipped: a report is shared, and one that silently lacks a run (a warning
+            # scrolls away) misleads whoever reads it. `calibrate` skips such lines and counts them in
+            # the calibration file it writes.
+            raise AutoplanError(f"{malformed} malformed measurement line(s), the first: {data.skipped[0]}; "
+                                f"fix or remove the line(s) (`autoplan calibrate` skips them and counts them)")
         if data.mismatched:
             sys.stderr.write(f"autoplan report: warning: {len(data.mismatched)} run(s) measured on other hardware or "
                              f"frameworks than predicted for (shown, marked); the first: {data.mismatched[0]}\n")

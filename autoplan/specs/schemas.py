@@ -27,10 +27,10 @@ PARALLEL_INTS = {  # field -> (low, high, required)
     "num_microbatches": (1, MAX_GLOBAL_BATCH, True), "recompute_num_layers": (0, MAX_LAYERS, False),
 }
 SAMPLE_FIELDS = {  # table -> {field: kind}; "int"/"float" are positive, bounded
-    "matmul": {"m": "int", "n": "int", "k": "int", "dtype": "str", "flops_per_s": "flops"},
-    "attention": {"batch": "int", "seq_len": "int", "num_heads": "int", "head_dim": "int", "dtype": "str",
+    "matmul": {"m": "int", "n": "int", "k": "int", "dtype": "dtype", "flops_per_s": "flops"},
+    "attention": {"batch": "int", "seq_len": "int", "num_heads": "int", "head_dim": "int", "dtype": "dtype",
                   "pass": ("fwd", "bwd"), "flops_per_s": "flops"},
-    "memory_ops": {"op": "str", "num_bytes": "int", "bytes_per_s": "bandwidth"},
+    "memory_ops": {"op": "memory_op", "num_bytes": "int", "bytes_per_s": "bandwidth"},
     "collectives": {"op": "op", "scope": "scope", "group_size": "int", "message_bytes": "int",
                     "bus_bandwidth_bytes_per_s": "bandwidth", "time_s": "time"},
 }
@@ -42,6 +42,8 @@ MAX_PREDICTED_BYTES = 2**64
 """A predicted memory figure: what a 64-bit byte count holds. Not MAX_MEMORY_BYTES: a plan that does
 not fit is still predicted (its figure may exceed any device), but never by 10^30 bytes."""
 OPTIONAL_SAMPLE_FIELDS = {"time_s"}
+MAX_SAMPLE_TIME_S = 3600.0
+"""A timed collective: at most an hour; the profiler's largest messages take milliseconds."""
 
 
 def validate_model(data: dict, issues: Issues, prefix: str = "model") -> None:
@@ -67,10 +69,11 @@ def validate_training(data: dict, issues: Issues, prefix: str = "training") -> N
 
 
 def validate_cluster(data: dict, issues: Issues, prefix: str = "cluster") -> None:
-    take_str(data, "name", issues, prefix)
+    if take_str(data, "name", issues, prefix) == "":
+        issues.add(f"{prefix}.name", "must name the GPU type or cluster (e.g. 'h100-80gb')", "")
     gpus = take_int(data, "num_gpus", issues, prefix, 1, MAX_NUM_GPUS)
     per_node = take_int(data, "gpus_per_node", issues, prefix, 1, MAX_GPUS_PER_NODE, required=False, default=8)
-    if data.get("profile") is not None:
+    if data.get("profile") is not None:  # "" = the cluster's built-in profile (ClusterSpec's default)
         take_str(data, "profile", issues, prefix, required=False)
     if gpus and per_node and gpus > per_node and gpus % per_node:
         issues.add(f"{prefix}.num_gpus", f"must be a whole number of nodes of {prefix}.gpus_per_node="
@@ -201,6 +204,9 @@ def validate_profile(data: dict, issues: Issues) -> None:
 
 
 def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, scopes: tuple) -> None:
+    from autoplan.specs.hardware import MEMORY_OPS
+    from autoplan.specs.training import DTYPES
+
     if not isinstance(row, dict):
         issues.add(path, "must be a JSON object", row)
         return
@@ -218,11 +224,16 @@ def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, sco
         elif kind == "bandwidth":
             take_float(row, key, issues, path, 0.0, MAX_BYTES_PER_S, required=required)
         elif kind == "time":
-            take_float(row, key, issues, path, 0.0, None, positive=False, required=required)
+            # 0 = not timed: a learned profile's predicted samples carry no time (cost_model.learned.ops)
+            take_float(row, key, issues, path, 0.0, MAX_SAMPLE_TIME_S, positive=False, required=required)
         elif kind == "op":
             take_str(row, key, issues, path, ops, required)
         elif kind == "scope":
             take_str(row, key, issues, path, scopes, required)
+        elif kind == "dtype":
+            take_str(row, key, issues, path, DTYPES, required)
+        elif kind == "memory_op":
+            take_str(row, key, issues, path, MEMORY_OPS, required)
         elif isinstance(kind, tuple):
             take_str(row, key, issues, path, kind, required)
         else:
@@ -270,7 +281,13 @@ def validate_calibration(data: dict, issues: Issues) -> None:
         names = take_list(features, "features", issues, "feature_schema")
         if names is not None and not all(isinstance(n, str) for n in names):
             issues.add("feature_schema.features", "must be a list of feature names", names)
-    take_object(data, "correction", issues, required=False, nullable=True)
+    cost_model = take_str(data, "cost_model", issues)
+    if cost_model is not None and not cost_model.startswith("learned/"):
+        issues.add("cost_model", "must name the learned model that wrote the file, e.g. 'learned/1'", cost_model)
+    for key in ("correction", "memory_correction"):
+        take_object(data, key, issues, required=False, nullable=True)
+        if data.get(key) == {}:
+            issues.add(key, "must be null (no correction) or the fitted correction `autoplan calibrate` wrote", {})
     take_object(data, "profile", issues, required=False, nullable=True)
     models = take_list(data, "op_models", issues, required=False) if data.get("op_models") is not None else []
     for i, m in enumerate(models or []):
