@@ -19,8 +19,17 @@ $(VENV)/.all: pyproject.toml $(VENV)/.core
 	touch $@
 
 # The training frameworks the exports are checked against (test-only; DeepSpeed without its CUDA ops).
-$(VENV)/.export-test: pyproject.toml $(VENV)/.all
+# torchtitan 0.3.0 (target `torchtitan`) goes to a side directory, without dependencies (its config
+# code imports on torch 2.9.0, its trainer needs a newer torch): tests/torchtitan03_check.py reads it
+# in a subprocess, apart from the venv's torchtitan 0.2.0 (target `torchtitan-0.2`). About 18 MB.
+TORCHTITAN_03 := torchtitan==0.3.0 tyro==1.0.17 spmd_types==0.2.3 torch_checkpointing==0.1.1 \
+                 docstring-parser==0.18.0 typeguard==4.6.0 shtab==1.13.0
+$(VENV)/.export-test: pyproject.toml $(VENV)/.all $(VENV)/torchtitan-0.3/.installed
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install -q -e '.[export-test]'
+	touch $@
+
+$(VENV)/torchtitan-0.3/.installed: Makefile $(VENV)/.core
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/torchtitan-0.3 $(TORCHTITAN_03)
 	touch $@
 
 plan: $(VENV)/.core

@@ -99,6 +99,14 @@ class CalibratedEstimator:
     def framework(self):
         return self.analytical.framework
 
+    @property
+    def usable_memory_bytes(self) -> int:
+        return self.analytical.usable_memory_bytes
+
+    @property
+    def memory_headroom_bytes(self) -> int:
+        return self.analytical.memory_headroom_bytes
+
     def memory(self, plan, recompute: str | None = None, num_recompute: int | None = None) -> dict:
         """The analytical breakdown with the memory correction on its allocated-peak terms."""
         memory = self.analytical.memory(plan, recompute, num_recompute)

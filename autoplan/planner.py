@@ -16,7 +16,7 @@ from autoplan.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory
 from autoplan.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
 from autoplan.specs import (
     AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, InfeasiblePlan, ModelSpec, PlanDocument,
-    TrainingSpec, get_framework,
+    MemoryHeadroom, TrainingSpec, get_framework, resolve_headroom,
 )
 
 DEFAULT_SEQ_LEN = 4096
@@ -50,6 +50,8 @@ class PlanRequest:
     """A calibration file from `autoplan calibrate`: learned profile and/or step-time correction."""
     framework: str = DEFAULT_FRAMEWORK
     """The framework the plan is made for: its facts are costed, its rules bound the search."""
+    memory_headroom: MemoryHeadroom | None = None
+    """GPU memory to keep free (`--memory-headroom`); None: no margin beyond the predicted peak."""
     log: Callable[[str], None] | None = None
     """Where to say what a resumed --storage study held (the CLI passes stderr); None: quiet."""
 
@@ -97,8 +99,9 @@ def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, 
 
 
 def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False, calibration=None,
-                   framework: str = DEFAULT_FRAMEWORK):
-    """The estimator for `framework` (its facts with its fitted efficiency values), calibrated or not."""
+                   framework: str = DEFAULT_FRAMEWORK, memory_headroom_bytes: int = 0):
+    """The estimator for `framework` (its facts with its fitted efficiency values), calibrated or not;
+    "fits" is judged against the capacity less `memory_headroom_bytes`."""
     from cost_model import Estimator, load_constants
 
     facts = load_constants().framework(get_framework(framework).name)
@@ -106,8 +109,10 @@ def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: boo
         from autoplan.calibration import CalibratedEstimator
 
         return CalibratedEstimator(model, training, cluster, profile, calibration,
-                                   allow_tp_across_nodes=allow_tp_across_nodes, framework=facts)
-    return Estimator(model, training, cluster, profile, allow_tp_across_nodes=allow_tp_across_nodes, framework=facts)
+                                   allow_tp_across_nodes=allow_tp_across_nodes, framework=facts,
+                                   memory_headroom_bytes=memory_headroom_bytes)
+    return Estimator(model, training, cluster, profile, allow_tp_across_nodes=allow_tp_across_nodes, framework=facts,
+                     memory_headroom_bytes=memory_headroom_bytes)
 
 
 def why_lost(alt: Scored, best: Scored, num_terms: int = 2) -> str:
@@ -148,11 +153,12 @@ def alternative_entry(alt: Scored, best: Scored) -> dict:
     return entry
 
 
-def _fits_somewhere(model, training, cluster, profile, framework: str) -> bool:
+def _fits_somewhere(model, training, cluster, profile, framework: str, memory_headroom_bytes: int = 0) -> bool:
     """Does any plan fit in memory on this cluster? Asks only the leanest memory plan of each layout
     (ZeRO-3, sequence parallel, micro-batch 1, full recompute of the fewest layers that fit)."""
     space = SearchSpace(model, training, cluster)
-    est = make_estimator(model, training, cluster, profile, framework=framework)
+    est = make_estimator(model, training, cluster, profile, framework=framework,
+                         memory_headroom_bytes=memory_headroom_bytes)
     for tp in space.domains["tp"]:
         for pp in space.domains["pp"]:
             for cp in space.domains["cp"]:
@@ -167,7 +173,8 @@ def _fits_somewhere(model, training, cluster, profile, framework: str) -> bool:
     return False
 
 
-def smallest_fitting_gpus(model, training, cluster, profile, framework: str = DEFAULT_FRAMEWORK) -> int | None:
+def smallest_fitting_gpus(model, training, cluster, profile, framework: str = DEFAULT_FRAMEWORK,
+                          memory_headroom_bytes: int = 0) -> int | None:
     """The fewest GPUs (whole nodes, upwards from the current count) on which some plan fits."""
     per_node = cluster.gpus_per_node
     start = max(1, cluster.num_gpus // per_node + 1)
@@ -176,7 +183,7 @@ def smallest_fitting_gpus(model, training, cluster, profile, framework: str = DE
     last = min(start + MAX_NODES_TRIED, training.global_batch_size * widest // per_node + 1)
     for nodes in range(start, last + 1):
         bigger = ClusterSpec(cluster.name, nodes * per_node, per_node, cluster.profile)
-        if _fits_somewhere(model, training, bigger, profile, framework):
+        if _fits_somewhere(model, training, bigger, profile, framework, memory_headroom_bytes):
             return bigger.num_gpus
     return None
 
@@ -215,7 +222,7 @@ def _rule_that_broke(result: SearchResult, pins: Pins) -> tuple:
 
 
 def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cluster, profile,
-                   framework: str) -> AutoplanError:
+                   framework: str, memory_headroom_bytes: int = 0) -> AutoplanError:
     pins = space.pins.describe()
     if pins and result.unfit:
         leanest = min(result.unfit, key=lambda s: s.peak_memory_bytes)
@@ -226,9 +233,11 @@ def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cl
         tag, first = _rule_that_broke(result, space.pins)
         where = f"{pins} cannot work" if pins else f"no valid plan on {cluster.num_gpus} GPUs"
         return InfeasiblePlan(f"{where}: {first}", tag)
-    needed = smallest_fitting_gpus(model, training, cluster, profile, framework)
+    needed = smallest_fitting_gpus(model, training, cluster, profile, framework, memory_headroom_bytes)
     gib = profile.memory_capacity_bytes / GIB
-    head = f"{model.name} does not fit on {cluster.num_gpus} x {cluster.name} ({gib:.1f} GiB each) with any plan"
+    margin = f", {memory_headroom_bytes / GIB:.1f} GiB kept free" if memory_headroom_bytes else ""
+    head = (f"{model.name} does not fit on {cluster.num_gpus} x {cluster.name} ({gib:.1f} GiB each{margin}) "
+            f"with any plan")
     if needed is None:
         return InfeasiblePlan(f"{head}, nor on up to {MAX_NODES_TRIED} more nodes", "out_of_memory")
     return InfeasiblePlan(f"{head}; the smallest GPU count that fits is {needed} (--gpus {needed})", "out_of_memory")
@@ -248,8 +257,9 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         calibration = load_calibration(request.calibration_path)
     framework = get_framework(request.framework).name
     get_framework(framework).check_model(model)  # an architecture the framework lacks: no plan at all
+    headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,
-                                       framework),
+                                       framework, headroom),
                         keep_full_recompute=request.pins.recompute == "full")
     result = search(space, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive,
                     request.storage, request.study_name, log=request.log)
@@ -257,7 +267,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         # The sampler found nothing that runs; only the full enumeration can say that nothing does.
         result = search(space, scorer, exhaustive=True)
     if result.best is None:
-        raise _no_plan_error(space, result, model, training, cluster, profile, framework)
+        raise _no_plan_error(space, result, model, training, cluster, profile, framework, headroom)
     best = result.best
     doc = PlanDocument(
         model=model, training=training, cluster=cluster, parallel=best.plan,
@@ -275,23 +285,24 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
 
 
 def score_one(model, training, cluster, profile, plan, allow_tp_across_nodes: bool = False,
-              framework: str = DEFAULT_FRAMEWORK, calibration=None) -> Scored:
+              framework: str = DEFAULT_FRAMEWORK, calibration=None, memory_headroom_bytes: int = 0) -> Scored:
     """Score one given plan for `framework`; a broken rule raises InfeasiblePlan, a plan that does
-    not fit comes back with its reason."""
+    not fit (in the capacity less the headroom) comes back with its reason."""
     plan.check(model, training, cluster, allow_tp_across_nodes=allow_tp_across_nodes)
     estimate = make_estimator(model, training, cluster, profile, allow_tp_across_nodes, calibration,
-                              framework).estimate(plan)
+                              framework, memory_headroom_bytes).estimate(plan)
     return Scored(plan, estimate, "" if estimate.fits else out_of_memory_message(estimate),
                   "" if estimate.fits else "out_of_memory")
 
 
 def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = None, gpu: str | None = None,
-                      profile_path: str | None = None, calibration_path: str | None = None
-                      ) -> tuple[PlanDocument, Scored]:
+                      profile_path: str | None = None, calibration_path: str | None = None,
+                      memory_headroom: MemoryHeadroom | None = None) -> tuple[PlanDocument, Scored]:
     """Re-score a plan file's plan with today's cost model: on the profile the file names, or on
     another GPU type (`gpu`) or measured profile (`profile_path`); for the file's framework or
     another one; with a calibration or not. The document's framework, cluster and prediction are
-    replaced by what was scored (the caller keeps the old prediction to compare)."""
+    replaced by what was scored (the caller keeps the old prediction to compare). The headroom is
+    `memory_headroom` when given, else the file's (none in files written before it existed)."""
     if gpu is not None or profile_path is not None:
         cluster, profile = resolve_cluster(doc.cluster.num_gpus, gpu, doc.cluster.gpus_per_node, profile_path)
         check_dtype(profile, doc.training.dtype)
@@ -303,8 +314,14 @@ def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = 
 
         calibration = load_calibration(calibration_path)
     name = get_framework(framework or doc.framework).name
+    headroom = resolve_headroom(memory_headroom, profile.memory_capacity_bytes, cluster.name,
+                                int(doc.prediction.get("memory_headroom_bytes", 0)))
+    if headroom >= profile.memory_capacity_bytes:  # the file's margin on another, smaller GPU
+        raise AutoplanError(f"the plan file keeps {headroom / GIB:.1f} GiB free, not less than the "
+                            f"{profile.memory_capacity_bytes / GIB:.1f} GiB of each {cluster.name} GPU; "
+                            f"pass --memory-headroom with a smaller margin")
     scored = score_one(doc.model, doc.training, cluster, profile, doc.parallel, allow_tp_across_nodes=True,
-                       framework=name, calibration=calibration)
+                       framework=name, calibration=calibration, memory_headroom_bytes=headroom)
     doc.cluster, doc.framework = cluster, name
     doc.prediction = scored.estimate.to_prediction()
     doc.provenance = {**doc.provenance, "cost_model": scored.estimate.cost_model,

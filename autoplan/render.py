@@ -5,6 +5,8 @@ parts sum to the total printed under them.
 """
 from __future__ import annotations
 
+import textwrap
+
 from autoplan.specs import get_framework
 from cost_model.terms import meaning as term_meaning
 
@@ -48,17 +50,30 @@ def breakdown_lines(prediction: dict) -> list:
     total_b = sum(mem.values())
     rows = [[k, f"{v / GIB:.2f}", f"{100 * v / total_b:.1f}", term_meaning(k, memory=True)] for k, v in mem.items() if v > 0]
     rows.append(["total (peak per GPU)", f"{total_b / GIB:.2f}", "100.0", "the sum of the terms above"])
-    cap = prediction.get("memory_capacity_bytes")
-    lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB" if cap else ""),
+    cap, headroom = prediction.get("memory_capacity_bytes"), prediction.get("memory_headroom_bytes", 0)
+    margin = f", {headroom / GIB:.1f} GiB headroom kept free" if cap and headroom else ""
+    lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB{margin}" if cap else ""),
               *_table(["term", "GiB", "%", "what it is"], rows, "lrrl")]
     return lines
 
 
+def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float = 0) -> str:
+    """'fits (68.1 of 77.1 GiB usable, 2.0 GiB headroom)' or 'does NOT fit (... 12.3 GiB over)':
+    "fits" judged against the capacity less the user's --memory-headroom, both shown."""
+    usable = capacity_bytes - headroom_bytes
+    room = (f"{usable / GIB:.1f} GiB usable, {headroom_bytes / GIB:.1f} GiB headroom" if headroom_bytes
+            else f"{capacity_bytes / GIB:.1f} GiB")
+    if peak_bytes <= usable:
+        return f"fits ({peak_bytes / GIB:.1f} of {room})"
+    return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
+
+
 def headline_lines(prediction: dict) -> list:
     p = prediction
+    fits = fits_phrase(p["peak_memory_bytes"], p["memory_capacity_bytes"], p.get("memory_headroom_bytes", 0))
     return [f"  step time {p['step_time_s']:.3f} s   tokens/s {p['tokens_per_s']:,.0f}   "
             f"tokens/s/GPU {p['tokens_per_s_per_gpu']:,.0f}   MFU {100 * p['mfu']:.1f}%",
-            f"  memory {p['peak_memory_bytes'] / GIB:.1f} GiB per GPU of {p['memory_capacity_bytes'] / GIB:.1f} GiB"]
+            f"  memory {p['peak_memory_bytes'] / GIB:.1f} GiB per GPU: {fits}"]
 
 
 def human_count(n: float) -> str:
@@ -281,9 +296,17 @@ def render_frameworks(frameworks: list) -> str:
         rows.append([f.name, f"{sum(t.bytes_per_param for t in f.states.values()):g}+{f.compute_weight_copy_bytes:g}",
                      "/".join(per_stage), _loss_kind(f),
                      f.selective_recompute, "yes" if f.flash_attention else "no", _can_run(f)])
-    return "\n".join(_table(["framework", "B/param", "unsharded z0/z3", "loss", "selective", "flash", "can run"],
-                            rows, "lrrllll")) + (
-        "\n\nB/param: model states + compute-weight copy per parameter; unsharded z0/z3: bytes per parameter "
+    # The last column ("can run") wraps within 120 columns, its continuation lines under it.
+    lines = _table(["framework", "B/param", "unsharded z0/z3", "loss", "selective", "flash", ""],
+                   [row[:-1] + [""] for row in rows], "lrrllll")
+    indent = max(len(line) for line in lines) + 2
+    out = [lines[0].ljust(indent) + "can run"]
+    for line, row in zip(lines[1:], rows):
+        wrapped = textwrap.wrap(row[-1], width=max(30, 120 - indent), break_on_hyphens=False) or [""]
+        out.append(line.ljust(indent) + wrapped[0])
+        out += [" " * indent + more for more in wrapped[1:]]
+    return "\n".join(out) + (
+        "\n\nB/param: model states + compute-weight copy per parameter;\nunsharded z0/z3: bytes per parameter "
         "not divided by dp at ZeRO 0 and 3\n")
 
 
@@ -314,4 +337,13 @@ def render_framework(f, fitted: dict | None = None) -> str:
                      + ", ".join(f"{k}={v:.3g}" for k, v in fitted.items()))
     lines += ["", "sources"]
     lines += [f"  {k}: {v}" for k, v in f.sources.items()] or ["  (none beyond the field docs)"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(wrapped for line in lines for wrapped in _fit_120(line)) + "\n"
+
+
+def _fit_120(line: str) -> list:
+    """A line of at most 120 columns, or its words over several, continued 4 columns further in."""
+    if len(line) <= 120:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return textwrap.wrap(line, width=120, subsequent_indent=indent, break_on_hyphens=False,
+                         break_long_words=False)

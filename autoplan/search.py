@@ -88,8 +88,10 @@ class PlanScorer:
 
 
 def out_of_memory_message(estimate: CostEstimate) -> str:
-    return (f"does not fit: {estimate.peak_memory_bytes / GIB:.1f} GiB > "
-            f"{estimate.memory_capacity_bytes / GIB:.1f} GiB")
+    headroom = estimate.memory_headroom_bytes
+    usable = (f"{estimate.usable_memory_bytes / GIB:.1f} GiB usable ({estimate.memory_capacity_bytes / GIB:.1f} GiB "
+              f"less {headroom / GIB:.1f} GiB headroom)" if headroom else f"{estimate.memory_capacity_bytes / GIB:.1f} GiB")
+    return f"does not fit: {estimate.peak_memory_bytes / GIB:.1f} GiB > {usable}"
 
 
 @dataclass
@@ -191,7 +193,7 @@ def _outcome(s: Scored, multi: bool) -> tuple:
     if s.estimate is None:
         return ((math.inf, math.inf) if multi else math.inf), {"rules": 1.0, "memory": 0.0}
     e = s.estimate
-    constraints = {"rules": 0.0, "memory": e.peak_memory_bytes / e.memory_capacity_bytes - 1.0}
+    constraints = {"rules": 0.0, "memory": e.peak_memory_bytes / e.usable_memory_bytes - 1.0}
     return ((e.step_time_s, e.peak_memory_bytes / GIB) if multi else e.step_time_s), constraints
 
 
@@ -309,7 +311,7 @@ def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", 
     num_trials = num_trials if num_trials is not None else DEFAULT_TRIALS[sampler]
     directions = ["minimize", "minimize"] if sampler == "nsga2" else ["minimize"]
     study = _make_study(optuna, sampler, seed, directions)
-    key = space_key(space)
+    key = space_key(space, getattr(scorer.estimator, "memory_headroom_bytes", 0))
     # Without a name, the same problem resumes the same study.
     study_name = study_name or f"autoplan-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
     stored = _open_stored_study(optuna, storage, study_name, directions, key) if storage else None
@@ -375,12 +377,14 @@ def pareto_front(scored: list) -> list:
     return front
 
 
-def space_key(space: SearchSpace) -> str:
-    """What a stored study was searched for; resuming it for another problem would mix trials."""
+def space_key(space: SearchSpace, memory_headroom_bytes: int = 0) -> str:
+    """What a stored study was searched for; resuming it for another problem would mix trials (a
+    --memory-headroom changes which trials fit: named only when set, so older studies still resume)."""
     m, t, c = space.model, space.training, space.cluster
     pins = space.pins.describe() or "no pins"
+    headroom = f" headroom={memory_headroom_bytes}B" if memory_headroom_bytes else ""
     return (f"{m.name} gb={t.global_batch_size} seq={t.seq_len} {t.dtype} {c.num_gpus}x{c.name}"
-            f"/{c.gpus_per_node} ({c.profile}) {pins}")
+            f"/{c.gpus_per_node} ({c.profile}) {pins}{headroom}")
 
 
 def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,

@@ -16,8 +16,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from autoplan.specs import PlanDocument
+from autoplan.specs import Measurement, PlanDocument
+from autoplan.specs.compat import record_framework
 from cost_model import Estimator
+from cost_model.constants import load_constants
 from cost_model.profiles import builtin_profile
 from cost_model.published import load_published_runs
 from cost_model.validation import predict_runs
@@ -38,7 +40,9 @@ def h100_table(path: Path) -> None:
     for line in path.read_text().splitlines():
         record = json.loads(line)
         doc = PlanDocument.from_dict(record["plan"])
-        e = Estimator(doc.model, doc.training, doc.cluster, builtin_profile("h100-80gb")).estimate(doc.parallel)
+        framework = load_constants().framework(record_framework(Measurement.from_dict(record), doc.framework))
+        e = Estimator(doc.model, doc.training, doc.cluster, builtin_profile("h100-80gb"),
+                      framework=framework).estimate(doc.parallel)
         measured, before = record["peak_memory_bytes"], record["prediction"]["peak_memory_bytes"]
         after = e.details["memory_allocated_peak_bytes"]
         status = record["status"] + ("*" if record.get("notes") else "")

@@ -19,6 +19,8 @@ class PlanEstimator(Protocol):
     """The profile the estimates are made on (a calibration may substitute a learned one)."""
     framework: Framework
     """The framework's facts, fitted efficiency values merged in."""
+    usable_memory_bytes: int
+    """The profile's capacity less the user's headroom: what "fits" is judged against."""
 
     def estimate(self, plan: ParallelPlan) -> CostEstimate:
         """Step time and memory of a plan; InfeasiblePlan when it breaks a rule (the plan's or the

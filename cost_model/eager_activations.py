@@ -1,54 +1,107 @@
-"""What an eager PyTorch decoder saves for backward under bf16 autocast over fp32 weights: the
-activation recipe "eager-autocast" (`Framework.activation_recipe`), as autoplan's executor runs
-(executor/model.py inside `torch.autocast(dtype=bfloat16)`, executor/torch_backend/train.py).
+"""What autoplan's eager PyTorch decoder saves for backward: the activation recipes "eager" (today's
+executor) and "eager-autocast" (the executor before its speed-ups, which the shipped H100 records
+ran), `Framework.activation_recipe`.
 
 Every term is a tensor autograd keeps, named after the line that creates it, in bytes per
 micro-batch of `b` sequences of `s` tokens on one GPU. tests/test_memory_counting.py counts the
-executor's saved tensors (saved-tensor hooks, each storage once) and holds these sums to 3%.
-Why it differs from Megatron's 34*s*b*h (Korthikanti et al. 2022, Table 2):
+executor's saved tensors (saved-tensor hooks, each storage once) in both compute modes and holds
+these sums to 3%. Why they differ from Megatron's 34*s*b*h (Korthikanti et al. 2022, Table 2):
 
-- The residual stream is fp32: the embedding runs outside autocast and `x + attention(...)` adds a
-  bf16 branch to an fp32 tensor, so each norm saves an fp32 input (4 B per element), plus its fp32
-  statistics (rstd; LayerNorm also the mean). A composite RMSNorm (torch 2.9 on CPU) also saves its
-  fp32 normalized output; the fused CUDA kernel (`_fused_rms_norm`) does not (`fused_norm`).
-- Autocast casts a non-leaf input once per consuming op: wq, wk and wv each save their own bf16
-  copy of the norm output (3 x 2h), w1 and w3 theirs (2 x 2h).
-- Grouped-query attention repeats K and V to all query heads (`repeat_kv`) before SDPA, which
-  saves q, the repeated k and v, its output (also wo's input, a view) and the fp32 log-sum-exp.
-- The loss runs on fp32 logits (`output(x).float()`, F.cross_entropy): log_softmax saves its fp32
-  output (4 B per logit); its backward adds the fp32 gradient of that output and of the logits.
+- Compute mode (`EagerRecipe.autocast`). Where FSDP2 wraps the model, its mixed-precision policy
+  hands the forward bf16 copies of the fp32 weights and no autocast runs: the residual stream and
+  every activation are bf16 and a norm's output, shared by the linears that read it, is saved once.
+  Elsewhere (DDP at ZeRO 0 with several replicas, MoE at one replica) fp32 weights run under bf16
+  autocast: the embedding and the residual stream stay fp32 (4 B per element), and autocast casts a
+  non-leaf input once per consuming op, so wq, wk and wv each save their own bf16 copy of the norm
+  output (3 x 2h), w1 and w3 theirs (2 x 2h). Which mode a plan runs in is
+  `executor/torch_backend/train.py` `compute_mode`, restated in `autocast_for` and tied to it by a test.
+- A norm saves its input and fp32 statistics (rstd; LayerNorm also the mean). A composite RMSNorm
+  (torch 2.9 on the CPU) also upcasts and saves its fp32 normalized output; the fused CUDA kernel
+  (`_fused_rms_norm`) does not (`fused_norm`).
+- Grouped-query attention: SDPA's `enable_gqa` saves K and V at their own width; the executor before
+  it (and any window or soft-capping, whose paths have no GQA kernel) repeats them to every query head.
+- The loss. Fused head + cross-entropy over token chunks (executor/loss.py, tp = 1, no head bias or
+  logit soft-capping): the head saves its input, the labels and one fp32 log-sum-exp per token, and
+  its backward holds one chunk of fp32 logits at a time. Otherwise fp32 logits (`output(x).float()`,
+  F.cross_entropy): log_softmax saves its fp32 output, its backward adds two more of that size.
 - Tensor parallelism (executor/torch_backend/parallelize.py TP_PLAN_*) splits heads and the MLP
   width; the head's logits are gathered whole (`output_layouts=Replicate`), so the vocabulary is
   never divided; with sequence parallelism the norms run on 1/tp of the sequence.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autoplan.specs import ModelSpec
 from cost_model.memory import mlp_activation_elems
 
 FP32, BF16, INT64 = 4, 2, 8
+RECIPES = ("eager", "eager-autocast")
+CHUNK_LOGIT_BYTES = 256 * 2**20
+"""One chunk of the fused loss's fp32 logits (executor/loss.py CHUNK_LOGIT_BYTES, its default)."""
 
 
-def _norm(model: ModelSpec, tokens: float, outside: int, fused_norm: bool, name: str) -> dict:
-    """A pre-norm over the fp32 residual stream: its input, its statistics, and (composite RMSNorm
-    only) its fp32 normalized output (torch.nn.RMSNorm / LayerNorm, executor/model.py `_norm`)."""
+@dataclass(frozen=True)
+class EagerRecipe:
+    """How one plan's micro-batch runs, as far as what it saves depends on it."""
+
+    autocast: bool
+    """fp32 weights under bf16 autocast (fp32 residual stream, a bf16 cast per consuming linear);
+    False: bf16 weight copies from FSDP2's mixed precision, everything bf16."""
+    native_gqa: bool
+    """K/V saved at their own width (SDPA enable_gqa); False: repeated to every query head."""
+    chunked_loss: bool
+    """The fused, chunked head + cross-entropy; False: whole fp32 logits."""
+    rope_table_casts: bool
+    """RoPE in the compute dtype under autocast: each layer casts cos and sin for q and for k."""
+    fused_norm: bool = True
+    """RMSNorm saves only its input and rstd (the fused CUDA kernel)."""
+
+    @property
+    def residual_bytes(self) -> int:
+        return FP32 if self.autocast else BF16
+
+
+def autocast_for(model: ModelSpec, plan) -> bool:
+    """Whether today's executor runs `plan` under autocast over fp32 weights rather than on FSDP2's
+    bf16 weight copies (executor/torch_backend/train.py `compute_mode`): FSDP2 wraps the model where
+    ZeRO shards over several replicas, and at one replica (not for MoE); MoE keeps autocast unless
+    ZeRO shards it."""
+    replicas = plan.dp * plan.cp
+    fsdp = (plan.zero_stage > 0 and replicas > 1) or (replicas == 1 and not model.is_moe)
+    return not (fsdp and (not model.is_moe or plan.zero_stage > 0))
+
+
+def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True) -> EagerRecipe:
+    """The recipe `name` as `plan` runs it."""
+    if name == "eager-autocast":
+        return EagerRecipe(autocast=True, native_gqa=False, chunked_loss=False, rope_table_casts=False,
+                           fused_norm=fused_norm)
+    if name != "eager":
+        raise ValueError(f"unknown eager activation recipe {name!r}; choose from {RECIPES}")
+    autocast = autocast_for(model, plan)
+    return EagerRecipe(
+        autocast=autocast,
+        native_gqa=not (model.sliding_window or model.attn_logit_softcap),
+        chunked_loss=plan.tp == 1 and not model.final_logit_softcap and not model.output_bias,
+        rope_table_casts=autocast and model.position == "rope", fused_norm=fused_norm)
+
+
+def _norm(model: ModelSpec, tokens: float, outside: int, r: EagerRecipe, name: str) -> dict:
+    """A pre-norm over the residual stream: its input, its statistics, and (composite RMSNorm
+    only) the fp32 upcast input and normalized output (torch.nn.RMSNorm / LayerNorm)."""
     stats = 2 if model.norm == "layernorm" else 1          # LayerNorm: mean + rstd; RMSNorm: rstd
-    parts = {f"{name}_input": FP32 * tokens * model.hidden_size / outside,
+    composite = model.norm != "layernorm" and not r.fused_norm
+    width = tokens * model.hidden_size / outside
+    parts = {f"{name}_input": (FP32 if composite else r.residual_bytes) * width,
              f"{name}_stats": FP32 * stats * tokens / outside}
-    if model.norm != "layernorm" and not fused_norm:
-        parts[f"{name}_output"] = FP32 * tokens * model.hidden_size / outside
+    if composite:
+        parts[f"{name}_output"] = FP32 * width
     return parts
 
 
-def _kv_saved_widths(model: ModelSpec) -> tuple:
-    """(K, V) widths SDPA saves: repeated to every query head under GQA (`repeat_kv`)."""
-    if model.num_heads > model.num_kv_heads:
-        return model.q_size, model.attn_out_size
-    return model.kv_size, model.v_size
-
-
 def uncounted_features(model: ModelSpec) -> list[str]:
-    """Block features of executor/blocks.py whose extra saved tensors this recipe does not count yet
+    """Block features of executor/blocks.py whose extra saved tensors these recipes do not count yet
     (tests/test_memory_counting.py covers pre-norm Llama/Qwen2/GPT-2 blocks); with them the layer
     terms are those of the plain pre-norm block."""
     features = {"qk_norm": bool(model.qk_norm), "norm_placement": model.norm_placement != "pre",
@@ -59,23 +112,26 @@ def uncounted_features(model: ModelSpec) -> list[str]:
     return [name for name, used in features.items() if used]
 
 
-def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, fused_norm: bool = True) -> dict:
-    """Tensors one TransformerBlock saves without recompute (executor/model.py)."""
+def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRecipe) -> dict:
+    """Tensors one TransformerBlock saves without recompute (executor/blocks.py)."""
     tokens, outside = b * s, (tp if sp else 1)
     h = model.hidden_size
-    mlp_inputs = 1 if model.mlp == "gelu" else 2
-    parts = _norm(model, tokens, outside, fused_norm, "attention_norm")
-    k_width, v_width = _kv_saved_widths(model)
+    casts = 3 if r.autocast else 1                       # wq, wk, wv each cast x, or share the bf16 x
+    mlp_casts = (1 if model.mlp == "gelu" else 2) if r.autocast else 1
+    parts = _norm(model, tokens, outside, r, "attention_norm")
+    repeated = model.num_heads > model.num_kv_heads and not r.native_gqa
     parts.update({
-        "qkv_input_casts": 3 * BF16 * tokens * h,                        # wq, wk, wv each cast x
+        "qkv_input": casts * BF16 * tokens * h,
         "q": BF16 * tokens * model.q_size / tp,                           # after RoPE, SDPA input
-        "k": BF16 * tokens * k_width / tp,                                # repeat_kv(q, k)
-        "v": BF16 * tokens * v_width / tp,                                # repeat_kv(q, v)
+        "k": BF16 * tokens * (model.q_size if repeated else model.kv_size) / tp,
+        "v": BF16 * tokens * (model.attn_out_size if repeated else model.v_size) / tp,
         "attention_out": BF16 * tokens * model.attn_out_size / tp,        # SDPA output = wo input
         "softmax_lse": FP32 * tokens * model.num_heads / tp,              # flash attention's statistics
     })
-    parts.update(_norm(model, tokens, outside, fused_norm, "ffn_norm"))
-    parts["mlp_input_casts"] = mlp_inputs * BF16 * tokens * h           # w1 (and w3) cast x
+    if r.rope_table_casts:   # cos and sin cast to bf16 for q and for k: (s, rope_dim) each
+        parts["rope_table_casts"] = 4 * BF16 * s * model.rope_dim
+    parts.update(_norm(model, tokens, outside, r, "ffn_norm"))
+    parts["mlp_input"] = mlp_casts * BF16 * tokens * h
     # Gated (SwiGLU/GeGLU): w1 out (activation input), activation out, w3 out, their product (w2
     # input), 4 per 3 elements of mlp_activation_elems; GeLU: w1 out, gelu out. A MoE layer's
     # token passes its k routed experts and the shared ones (not counted by the test: dense only).
@@ -84,19 +140,19 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, fused_norm:
     return parts
 
 
-def selective_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, fused_norm: bool = True) -> dict:
+def selective_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRecipe) -> dict:
     """The attention core checkpointed (executor/torch_backend/parallelize.py apply_recompute): its
-    inputs q, k, v are kept before the repeat, the repeated K/V and the log-sum-exp are not."""
-    parts = layer_saved(model, b, s, tp, sp, fused_norm)
+    inputs q, k, v are kept before any repeat, the repeated K/V and the log-sum-exp are not."""
+    parts = layer_saved(model, b, s, tp, sp, r)
     tokens = b * s
     parts["k"], parts["v"] = BF16 * tokens * model.kv_size / tp, BF16 * tokens * model.v_size / tp
     del parts["softmax_lse"]
     return parts
 
 
-def full_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool) -> dict:
-    """A checkpointed block keeps only its fp32 input (the residual stream)."""
-    return {"layer_input": FP32 * b * s * model.hidden_size / (tp if sp else 1)}
+def full_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRecipe) -> dict:
+    """A checkpointed block keeps only its input (the residual stream)."""
+    return {"layer_input": r.residual_bytes * b * s * model.hidden_size / (tp if sp else 1)}
 
 
 def embedding_saved(model: ModelSpec, b: int, s: int) -> dict:
@@ -107,21 +163,41 @@ def embedding_saved(model: ModelSpec, b: int, s: int) -> dict:
     return parts
 
 
-def head_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, fused_norm: bool = True) -> dict:
-    """The last stage: final norm, the output projection's bf16 input, log_softmax's fp32 output."""
+def head_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRecipe) -> dict:
+    """The last stage: final norm, then the head's input and either the fused loss's labels and
+    log-sum-exp, or log_softmax's fp32 output."""
     tokens, outside = b * s, (tp if sp else 1)
-    parts = _norm(model, tokens, outside, fused_norm, "final_norm")
-    parts["output_input_cast"] = BF16 * tokens * model.hidden_size
-    parts["log_softmax"] = FP32 * tokens * model.vocab_size
+    parts = _norm(model, tokens, outside, r, "final_norm")
+    if r.chunked_loss:
+        parts["head_input"] = r.residual_bytes * tokens * model.hidden_size   # the norm's output
+        parts["labels"] = INT64 * tokens
+        parts["logsumexp"] = FP32 * tokens
+    else:
+        parts["output_input_cast"] = BF16 * tokens * model.hidden_size
+        parts["log_softmax"] = FP32 * tokens * model.vocab_size
     return parts
 
 
-def loss_backward_working(model: ModelSpec, b: int, s: int) -> float:
-    """Backward of the loss: nll_loss's fp32 gradient of the log-probabilities and log_softmax's
-    fp32 gradient of the logits, both alive while the saved log_softmax output still is."""
-    return 2 * FP32 * b * s * model.vocab_size
+def _chunk_tokens(model: ModelSpec, tokens: int) -> int:
+    return min(tokens, max(1, CHUNK_LOGIT_BYTES // (FP32 * model.vocab_size)))
 
 
-def largest_transient_block(model: ModelSpec, b: int, s: int) -> float:
-    """The largest single allocation of a step: one fp32 (tokens x vocab) tensor."""
+def loss_backward_working(model: ModelSpec, b: int, s: int, r: EagerRecipe) -> float:
+    """Backward of the loss. Fused: the head input's gradient, the fp32 head-weight gradient it
+    accumulates over chunks, and one chunk's fp32 softmax and its compute-dtype copy (executor/loss.py
+    `_ChunkedLinearCrossEntropy.backward`). Whole logits: nll_loss's fp32 gradient of the
+    log-probabilities and log_softmax's of the logits, alive with the saved log_softmax output."""
+    tokens = b * s
+    if r.chunked_loss:
+        chunk = _chunk_tokens(model, tokens) * model.vocab_size
+        return (r.residual_bytes * tokens * model.hidden_size + FP32 * model.vocab_size * model.hidden_size
+                + (FP32 + r.residual_bytes) * chunk)
+    return 2 * FP32 * tokens * model.vocab_size
+
+
+def largest_transient_block(model: ModelSpec, b: int, s: int, r: EagerRecipe) -> float:
+    """The largest single allocation of a step: one fp32 (tokens x vocab) tensor, or with the fused
+    loss the larger of a chunk's fp32 logits and the fp32 head-weight gradient."""
+    if r.chunked_loss:
+        return FP32 * max(_chunk_tokens(model, b * s) * model.vocab_size, model.vocab_size * model.hidden_size)
     return FP32 * b * s * model.vocab_size

@@ -21,7 +21,7 @@ from autoplan.specs import (
     DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
 )
 from cost_model.constants import Constants, load_constants
-from cost_model.eager_activations import uncounted_features
+from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
 from cost_model.flops import model_flops_per_token
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
@@ -79,13 +79,17 @@ class Estimator:
     """The analytical cost model (cost_model.contract.PlanEstimator): problem fixed once, plans many times."""
     def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
                  profile: HardwareProfile, framework: Framework | None = None,
-                 constants: Constants | None = None, allow_tp_across_nodes: bool = False):
+                 constants: Constants | None = None, allow_tp_across_nodes: bool = False,
+                 memory_headroom_bytes: int = 0):
         self.model, self.training, self.cluster, self.profile = model, training, cluster, profile
         self.constants = constants or load_constants()
         # The framework's documented facts with its fitted efficiency values merged in; a Framework
         # given here is used as it is (the caller merged what it wanted).
         self.framework = framework or self.constants.framework(DEFAULT_FRAMEWORK)
         self.allow_tp_across_nodes = allow_tp_across_nodes
+        # The user's safety margin: "fits" (and the fewest recomputed layers that fit) is judged
+        # against capacity - headroom; the breakdowns themselves do not change.
+        self.memory_headroom_bytes = int(memory_headroom_bytes)
         self.tables = tables_for(profile)
         self.gpus_per_node = cluster.gpus_per_node
         dtype = "bf16" if training.dtype == "fp16" else training.dtype
@@ -109,7 +113,7 @@ class Estimator:
                                   tied=model.tied_embeddings)
         self._moe_layer_share = model.num_moe_layers / model.num_layers
         self._layer_cache: dict = {}
-        uncounted = uncounted_features(model) if self.framework.activation_recipe == "eager-autocast" else []
+        uncounted = uncounted_features(model) if self.framework.activation_recipe in RECIPES else []
         self._memory_notes = (f"activation memory of {', '.join(uncounted)} not counted tensor by tensor "
                               "(the plain pre-norm block's tensors are)",) if uncounted else ()
 
@@ -124,11 +128,15 @@ class Estimator:
         return lt
 
     def _extras(self, plan: ParallelPlan) -> tuple:
-        key = ("extras", plan.micro_batch_size, plan.tp, plan.cp)
+        # The eager recipe's chunked loss recomputes the head's logits in its backward.
+        recomputed = self.framework.activation_recipe == "eager" and \
+            recipe_for("eager", self.model, plan).chunked_loss
+        key = ("extras", plan.micro_batch_size, plan.tp, plan.cp, recomputed)
         ex = self._layer_cache.get(key)
         if ex is None:
             tokens = plan.micro_batch_size * (self.training.seq_len // plan.cp)
-            head_compute_s, head_memory_s = head_times(self.model, self.tables, self.rates, tokens, plan.tp)
+            head_compute_s, head_memory_s = head_times(self.model, self.tables, self.rates, tokens, plan.tp,
+                                                       recomputed)
             ex = self._layer_cache[key] = (head_compute_s, head_memory_s,
                                            embedding_time_s(self.model, self.tables, self.rates, tokens))
         return ex
@@ -139,6 +147,11 @@ class Estimator:
         return StageCosts(self._layer(plan), head_compute_s, head_memory_s, embed_s, self.params)
 
     # -- memory --------------------------------------------------------------------------------
+    @property
+    def usable_memory_bytes(self) -> int:
+        """The profile's capacity less the user's headroom: what "fits" is judged against."""
+        return self.profile.memory_capacity_bytes - self.memory_headroom_bytes
+
     def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int,
                       per_stage: int) -> dict:
         """Memory of pipeline rank `stage`, which holds `per_stage` layers, at its peak phase
@@ -210,7 +223,7 @@ class Estimator:
             tokens_per_step=self.training.tokens_per_step, num_gpus=plan.num_gpus,
             model_flops_per_step=self.model_flops_per_step, hardware_flops_per_step=hw_flops,
             peak_flops_per_s=self.peak_flops_per_s, cost_model="analytical/1",
-            details=details, notes=self._memory_notes)
+            details=details, notes=self._memory_notes, memory_headroom_bytes=self.memory_headroom_bytes)
 
 
 def estimate(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, profile: HardwareProfile,

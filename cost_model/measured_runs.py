@@ -14,9 +14,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoplan.specs import (
-    DEFAULT_FRAMEWORK, HardwareProfile, PlanDocument, read_json, read_measurements,
-)
+from autoplan.specs import HardwareProfile, PlanDocument, read_json, read_measurements
+from autoplan.specs.compat import record_framework
 from cost_model.constants import Constants, load_constants
 from cost_model.estimator import Estimator
 from cost_model.profiles import builtin_profile
@@ -47,9 +46,11 @@ def load_profile(ref: str) -> HardwareProfile:
     return HardwareProfile.from_dict(read_json(ref, "hardware profile"), f"hardware profile {ref!r}")
 
 
-def predict_measurements(path, profile: HardwareProfile, framework: str = DEFAULT_FRAMEWORK,
+def predict_measurements(path, profile: HardwareProfile, framework: str | None = None,
                          constants: Constants | None = None) -> list:
-    """One RunPrediction per record of a measurement JSONL (trained and out-of-memory alike)."""
+    """One RunPrediction per record of a measurement JSONL (trained and out-of-memory alike), with
+    `framework`'s facts, or by default those of the framework that ran each record
+    (autoplan.specs.compat.record_framework: the shipped H100 records ran autoplan-91ee867)."""
     constants = constants or load_constants()
     records, problems = read_measurements(path)
     if problems:
@@ -58,7 +59,7 @@ def predict_measurements(path, profile: HardwareProfile, framework: str = DEFAUL
     for lineno, rec in enumerate(records, 1):
         doc = PlanDocument.from_dict(rec.plan, f"plan of record {rec.plan_id}")
         cluster = doc.cluster
-        est = Estimator(doc.model, doc.training, cluster, profile, framework=constants.framework(framework),
+        est = Estimator(doc.model, doc.training, cluster, profile, framework=constants.framework(framework or record_framework(rec, doc.framework)),
                         constants=constants)
         e = est.estimate(doc.parallel)
         ok = rec.status == "ok"
@@ -80,7 +81,7 @@ H100_PROFILES = ("builtin:h100-80gb", "profile-full.json", "profile-quick.json")
 
 
 def h100_summary(constants: Constants | None = None) -> dict:
-    """The shipped H100 runs predicted with each profile (framework autoplan): profile ->
+    """The shipped H100 runs predicted with each profile (each with the framework that ran it): profile ->
     {num_runs, mape, mean_error, max, oom_predicted_to_fit}."""
     out = {}
     for ref in H100_PROFILES:

@@ -4,8 +4,9 @@ keeps them, and the phase of the step where the sum is largest.
 The peak is a maximum over phases of the step, each a full breakdown (terms sum to its total):
 
 - "loss backward" (last rank): every stored activation of the micro-batches in flight, the head's
-  saved tensors and the loss's backward working set (eager-autocast: the fp32 gradients of the
-  log-probabilities and of the logits, cost_model/eager_activations.py);
+  saved tensors and the loss's backward working set (the eager recipes: one chunk of fp32 logits
+  of the fused loss, or the fp32 gradients of the whole log-probabilities and logits,
+  cost_model/eager_activations.py);
 - "layer backward": the stored activations, the layer being differentiated (recomputed first under
   full recompute) and its activation gradients;
 - "optimizer step": the states and the optimizer's temporaries (PyTorch's for-each AdamW
@@ -40,9 +41,9 @@ def allocated_peak_bytes(breakdown: dict) -> float:
 
 def min_full_recompute_layers(est, plan) -> int | None:
     """Fewest layers per stage to recompute fully so `est.memory(plan, ...)` fits the profile's
-    capacity: 0 when it fits without recompute, None when not even with every layer recomputed.
+    capacity less the user's headroom: 0 when it fits without recompute, None when not even with every layer recomputed.
     Memory falls monotonically with the count (each rank recomputes min(count, its layers)), so bisect."""
-    capacity = est.profile.memory_capacity_bytes
+    capacity = est.usable_memory_bytes
     if sum(est.memory(plan, "none", 0).values()) <= capacity:
         return 0
     per_stage = plan.layers_per_stage(est.model.num_layers)
@@ -74,7 +75,7 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     comm = _comm_buffers(est, plan, dense + expert, shard)
     in_flight = in_flight_microbatches(p, plan.vpp, m, stage,
                                        stage_split(plan, est.model.num_layers).chunk_layers[stage])
-    if fw.activation_recipe == "eager-autocast":
+    if fw.activation_recipe in eager.RECIPES:
         phases = _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight, b, s_local)
     else:
         phases = _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, s_local)
@@ -87,7 +88,7 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
         candidates.append({**states, **({"grads": 0.0} if grads_absent and "grads" in states else {}),
                            **zero, "weight_copies": weight_copies, "activations": activations,
                            "activation_working": working, "logits": logits, "comm_buffers": comm, **device})
-    if fw.activation_recipe == "eager-autocast":
+    if fw.activation_recipe in eager.RECIPES:
         # The optimizer step: activations and the autocast cache are gone by then.
         local = (dense + expert) / (shard if plan.zero_stage >= 1 else 1)
         candidates.append({**states, **zero, "optimizer_working": FOREACH_ADAMW_TEMP_BYTES * local, **device})
@@ -96,12 +97,13 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
 
 def _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight, b, s) -> list:
     """(activations, working, logits, grads not yet allocated, largest block) per phase, for the
-    eager-autocast recipe (cost_model/eager_activations.py)."""
+    eager recipes (cost_model/eager_activations.py)."""
     model, tp, sp = est.model, plan.tp, plan.sequence_parallel
-    key = ("eager", b, s, tp, sp)
+    recipe = eager.recipe_for(est.framework.activation_recipe, model, plan)
+    key = ("eager", recipe, b, s, tp, sp)
     sizes = est._layer_cache.get(key)
     if sizes is None:   # per shape, as the search asks for the same shapes many times
-        sizes = est._layer_cache[key] = tuple(sum(f(model, b, s, tp, sp).values()) for f in (
+        sizes = est._layer_cache[key] = tuple(sum(f(model, b, s, tp, sp, recipe).values()) for f in (
             eager.layer_saved, eager.selective_layer_saved, eager.full_layer_saved, eager.head_saved))
     full_layer, selective_layer, input_only, head = sizes
     layer = selective_layer if recompute == "selective" else full_layer
@@ -117,8 +119,8 @@ def _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight,
     if last:
         # One micro-batch: grads are set to None each step and first written in its backward.
         grads_absent = plan.num_microbatches == 1 and plan.pp == 1
-        phases.append((activations, eager.loss_backward_working(model, b, s), head, grads_absent,
-                       eager.largest_transient_block(model, b, s)))
+        phases.append((activations, eager.loss_backward_working(model, b, s, recipe), head, grads_absent,
+                       eager.largest_transient_block(model, b, s, recipe)))
     block = max(ph[4] for ph in phases)
     return [(*ph[:4], block) for ph in phases]
 

@@ -51,6 +51,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     # The slowest rank sets the pace: with equal layers the extras decide (the last wins ties);
     # an uneven split compares the first, the last and the largest middle rank (cost_model.stages).
     even = len(split.layer_groups) == 1
+    bubble_ranks = p - 1    # the bubble in units of the slowest rank's micro-batch time
     if p == 1:
         slowest = 0
     elif even:
@@ -65,6 +66,12 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
                     + _recompute_terms(plan, sw, lt, layers)[0])
 
         slowest = max(reversed(split.time_ranks), key=rank_time_s)
+        # 1F1B's fill and drain: each other rank's forward and backward of one micro-batch once, so
+        # with unequal ranks the bubble is their time, not (p-1) copies of the slowest's: the step of
+        # stage times t_i is (m-1)·max t + sum t (Narayanan et al. 2021 sec. 2.2 with unequal stages).
+        slowest_s = rank_time_s(slowest)
+        if slowest_s > 0:
+            bubble_ranks = (sum(rank_time_s(r) for r in range(p)) - slowest_s) / slowest_s
     per_stage = split.num_layers[slowest]
     extra_compute, extra_memory = _rank_extras(p, slowest, head_compute_s, head_memory_s, embed_s)
     recompute_s, recompute_flops_mb = _recompute_terms(plan, sw, lt, per_stage)
@@ -85,8 +92,8 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     comm_mb = per_stage * (tp_exposed + cp_exposed + ep_exposed) + pp_s
     overhead_mb = per_stage * layer_overhead_s * sw.fused_elementwise + (sw.microbatch_overhead_s if p > 1 else 0.0)
     t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb
-    bubble_fraction = (p - 1) / (v * m)
-    bubble_s = (p - 1) / v * t_mb
+    bubble_fraction = bubble_ranks / (v * m)
+    bubble_s = bubble_ranks / v * t_mb
 
     # Data-parallel traffic and the optimizer step: the rank with the most parameters, the last
     # (head) or, when uneven, the largest middle rank; the first never holds more layers than the

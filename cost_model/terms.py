@@ -20,15 +20,15 @@ TIME_TERMS = {
                 "all-gather of K and V over the cp group, overlapped with attention"),
     "ep_comm": ("MoE all-to-all dispatch and combine", "2 all-to-alls forward, 2 backward, of the routed tokens"),
     "pp_comm": ("pipeline point-to-point sends", "b*s*h/t per micro-batch and virtual stage (Narayanan sec. 4.1)"),
-    "pp_bubble": ("pipeline fill and drain: (pp-1)/(vpp*micro-batches) of the step",
-                  "Narayanan et al. 2021 sec. 2.2"),
+    "pp_bubble": ("pipeline fill and drain: (pp-1)/(vpp*micro-batches) of the step (unequal stages: the other "
+                  "ranks' time)", "Narayanan et al. 2021 sec. 2.2"),
     "dp_comm": ("data-parallel / ZeRO gradient and weight collectives, exposed part",
                 "ZeRO (Rajbhandari et al. 2019) sec. 7 volumes; overlap per framework"),
     "weight_casts": ("casts of fp32 weights to the compute dtype + fp32 gradient accumulation",
                      "Framework.weight_cast_bytes_per_param over the profile's copy bandwidth (0 for frameworks "
                      "that keep compute-dtype weights)"),
     "optimizer": ("AdamW update of the local shard",
-                  "memory-bound: Framework.optimizer_bytes_per_param (fused AdamW 30 B, for-each AdamW + clip 92 B)"),
+                  "memory-bound: Framework.optimizer_bytes_per_param (fused AdamW + clip 40 B, for-each AdamW + clip 92 B)"),
     "overhead": ("host time of sharding hooks or a blocking pipeline engine",
                  "fitted per framework (cost_model/data/constants.json)"),
 }

@@ -38,3 +38,12 @@ def check_framework(doc: PlanDocument, accepted: tuple) -> None:
             f"plan {doc.plan_id} was made for framework {doc.framework!r}; this backend runs plans made for "
             f"{' or '.join(map(repr, accepted))}: re-plan with --framework {accepted[0]} or re-score it with "
             f"`autoplan estimate PLAN --framework {accepted[0]}`")
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a run of several plans: still a KeyboardInterrupt (the CLI ends with exit 130),
+    carrying the Measurements of the plans that finished before it, so the caller can keep them."""
+
+    def __init__(self, records: list):
+        super().__init__(f"interrupted after {len(records)} finished plan(s)")
+        self.records = list(records)

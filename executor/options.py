@@ -136,8 +136,9 @@ class RunOptions:
         return RunOptions(**{**asdict(self), **changes})
 
 
-def add_run_arguments(parser) -> None:
-    """The flags of `autoplan run` and of `python -m executor` (torchrun), defined once."""
+def add_run_arguments(parser, output: bool = True, checkpoints: bool = True) -> None:
+    """The flags of `autoplan run` and of `python -m executor` (torchrun), defined once. `autoplan tune`
+    leaves out -o/--output (its -o is the winning plan) and the checkpoint flags (its runs are short)."""
     d = RunOptions()
     parser.add_argument("--backend", default=d.backend, help="torch (torch.distributed) or xla (torch_xla SPMD)")
     parser.add_argument("--nproc", type=int, default=d.nproc,
@@ -156,15 +157,17 @@ def add_run_arguments(parser) -> None:
     parser.add_argument("--data", default=d.data, help="flat token-id file (numpy memmap); default synthetic")
     parser.add_argument("--data-dtype", default=d.data_dtype, choices=DATA_DTYPES,
                         help="integer type of the token ids in --data (default %(default)s)")
-    parser.add_argument("-o", "--output", dest="out", default=d.out, metavar="PATH",
-                        help="JSONL file the measurement is appended to (default %(default)s; '' = none)")
-    # The old spelling, kept working but out of --help: every command writes with -o/--output.
-    parser.add_argument("--out", dest="out", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, metavar="DIR",
-                        help="folder of torch.distributed.checkpoint saves (default: no checkpoints)")
-    parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="N",
-                        help="save every N steps into --checkpoint-dir (default %(default)s = never)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    if output:
+        parser.add_argument("-o", "--output", dest="out", default=d.out, metavar="PATH",
+                            help="JSONL file the measurement is appended to (default %(default)s; '' = none)")
+        # The old spelling, kept working but out of --help: every command writes with -o/--output.
+        parser.add_argument("--out", dest="out", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    if checkpoints:
+        parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, metavar="DIR",
+                            help="folder of torch.distributed.checkpoint saves (default: no checkpoints)")
+        parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="N",
+                            help="save every N steps into --checkpoint-dir (default %(default)s = never)")
+        parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     parser.add_argument("--log-every", type=int, default=d.log_every, metavar="N",
                         help="print a progress line every N steps (default %(default)s)")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
@@ -183,7 +186,8 @@ def options_from_args(args) -> RunOptions:
         steps=args.steps, warmup_steps=(args.warmup_steps if args.warmup_steps is not None
                                         else max(0, min(RunOptions.warmup_steps, args.steps - 1))), seed=args.seed, lr=args.lr, min_lr=args.min_lr,
         warmup=args.lr_warmup, grad_clip=args.grad_clip, data=args.data, data_dtype=args.data_dtype,
-        out=args.out, checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-        resume=args.resume, device=args.device, nproc=args.nproc, log_every=args.log_every,
+        out=args.out, checkpoint_dir=getattr(args, "checkpoint_dir", RunOptions.checkpoint_dir),
+        checkpoint_every=getattr(args, "checkpoint_every", RunOptions.checkpoint_every),
+        resume=getattr(args, "resume", RunOptions.resume), device=args.device, nproc=args.nproc, log_every=args.log_every,
         backend=args.backend, compile=args.compile, without=tuple(args.without),
         loss_chunk_tokens=args.loss_chunk_tokens)

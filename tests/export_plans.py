@@ -65,4 +65,7 @@ PLANS = {
                                               zero_stage=1, micro_batch_size=1, num_microbatches=32),
     "qwen3-8b (qk norm) tp+sp": _doc(catalog_model("qwen3-8b"), 8, 64, dp=4, tp=2, sequence_parallel=True,
                                      zero_stage=1, micro_batch_size=1, num_microbatches=16),
+    "qwen3-moe (235b-a22b) ep pp": _doc(catalog_model("qwen3-235b-a22b"), 128, 512, dp=64, pp=2, ep=16, zero_stage=1,
+                                        micro_batch_size=1, num_microbatches=8, recompute="full",
+                                        recompute_num_layers=47),
 }

@@ -10,6 +10,7 @@ from autoplan.calibration import CalibratedEstimator, apply, correction_factor, 
 from autoplan.cli.main import main
 from autoplan.specs import PlanDocument, read_measurements
 from cost_model import Estimator
+from cost_model.constants import load_constants
 from cost_model.learned.calibrate import load_measured_profile
 from cost_model.learned.store import CalibrationFile
 
@@ -90,9 +91,12 @@ def test_calibrated_estimator_corrects_inside_and_falls_back_outside(calibration
     calibration = load_calibration(calibration_path)
     doc = _first_plan(calibration_path.parent / "runs.jsonl")
     profile = load_measured_profile(calibration_path.parent / "cpu-profile.json")
-    calibrated = CalibratedEstimator(doc.model, doc.training, doc.cluster, profile, calibration)
+    # These runs predate the executor's speed-ups: they ran framework autoplan-91ee867's executor.
+    framework = load_constants().framework("autoplan-91ee867")
+    calibrated = CalibratedEstimator(doc.model, doc.training, doc.cluster, profile, calibration, framework=framework)
     assert calibrated.profile is calibration.profile  # same device: the learned profile scores
-    analytical = Estimator(doc.model, doc.training, doc.cluster, calibrated.profile).estimate(doc.parallel)
+    analytical = Estimator(doc.model, doc.training, doc.cluster, calibrated.profile,
+                           framework=framework).estimate(doc.parallel)
     corrected = calibrated.estimate(doc.parallel)
     assert corrected.cost_model == "analytical/1+learned/1"
     factor = corrected.details["correction_factor"]
@@ -102,7 +106,8 @@ def test_calibrated_estimator_corrects_inside_and_falls_back_outside(calibration
     far = doc.parallel.replace(dp=doc.parallel.dp * 64)
     far_training = replace(doc.training, global_batch_size=doc.training.global_batch_size * 64)
     far_cluster = replace(doc.cluster, num_gpus=doc.cluster.num_gpus * 64)
-    outside = CalibratedEstimator(doc.model, far_training, far_cluster, profile, calibration).estimate(far)
+    outside = CalibratedEstimator(doc.model, far_training, far_cluster, profile, calibration,
+                                  framework=framework).estimate(far)
     assert outside.cost_model == "analytical/1" and "correction_factor" not in outside.details
     assert any("log2_num_gpus=" in n and "outside" in n for n in outside.notes)
 

@@ -96,7 +96,7 @@ def test_megatron_notes_what_does_not_map():
 
 
 def test_torchtitan_toml():
-    cfg = tomllib.loads(export_plan(TP_PP_VPP_SP, "torchtitan").text)
+    cfg = tomllib.loads(export_plan(TP_PP_VPP_SP, "torchtitan-0.2").text)
     par = cfg["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (4, 1)
     assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (8, 4, 1)
@@ -108,20 +108,20 @@ def test_torchtitan_toml():
     # 10 of 20 layers per stage: every 2nd layer
     assert cfg["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
 
-    fsdp = tomllib.loads(export_plan(FSDP, "torchtitan").text)
+    fsdp = tomllib.loads(export_plan(FSDP, "torchtitan-0.2").text)
     assert fsdp["parallelism"]["data_parallel_shard_degree"] == 64
     assert fsdp["parallelism"]["fsdp_reshard_after_forward"] == "default"
     assert fsdp["training"]["local_batch_size"] == 2  # no pipeline: one micro-batch, accumulation up to global
     assert fsdp["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
 
-    context = tomllib.loads(export_plan(CONTEXT, "torchtitan").text)
+    context = tomllib.loads(export_plan(CONTEXT, "torchtitan-0.2").text)
     assert context["parallelism"]["context_parallel_degree"] == 2
     assert context["activation_checkpoint"] == {"mode": "full"}  # all 80 layers of the single stage
 
     # Mixtral maps onto none of torchtitan 0.2.0's MoE models: refused, not exported to fail later
     with pytest.raises(InfeasiblePlan, match="torchtitan 0.2.0 has no model for the mixture of experts 'mixtral-8x7b'"):
-        export_plan(MOE, "torchtitan")
-    fp8 = tomllib.loads(export_plan(_doc(dtype="fp8", **TP_PP_VPP_SP.parallel.to_dict()), "torchtitan").text)
+        export_plan(MOE, "torchtitan-0.2")
+    fp8 = tomllib.loads(export_plan(_doc(dtype="fp8", **TP_PP_VPP_SP.parallel.to_dict()), "torchtitan-0.2").text)
     assert fp8["model"]["converters"] == ["quantize.linear.float8"]
     assert fp8["quantize"]["linear"]["float8"] == {"enable_fsdp_float8_all_gather": False}
     # even stages: the embedding and the head weigh nothing, so pp*vpp stages of 4 layers
@@ -131,15 +131,41 @@ def test_torchtitan_toml():
 
 
 def test_torchtitan_plain_ddp_only_without_model_parallelism():
-    ddp = tomllib.loads(export_plan(_doc(num_gpus=8, gbs=8, dp=8, micro_batch_size=1), "torchtitan").text)
+    ddp = tomllib.loads(export_plan(_doc(num_gpus=8, gbs=8, dp=8, micro_batch_size=1), "torchtitan-0.2").text)
     assert (ddp["parallelism"]["data_parallel_replicate_degree"], ddp["parallelism"]["data_parallel_shard_degree"]) == (8, 1)
-    # torchtitan's DDP is one-dimensional: zero 0 with tp is refused with the rule, not exported as FSDP.
-    with pytest.raises(InfeasiblePlan, match="framework torchtitan runs plain data parallelism .* only without "
+    # torchtitan 0.2.0's DDP is one-dimensional: zero 0 with tp is refused with the rule, not exported as FSDP.
+    zero0_tp = _doc(num_gpus=16, gbs=8, dp=8, tp=2, micro_batch_size=1, sequence_parallel=True)
+    with pytest.raises(InfeasiblePlan, match="torchtitan 0.2.0 runs plain data parallelism .* only without "
                                              "tp/pp/cp, got tp=2"):
-        export_plan(_doc(num_gpus=16, gbs=8, dp=8, tp=2, micro_batch_size=1, sequence_parallel=True), "torchtitan")
+        export_plan(zero0_tp, "torchtitan-0.2")
+    # 0.3.0 shards every data-parallel layout with fully_shard: zero 0 is a replicate group of 8, shard 1
+    assert "data_parallel_replicate_degree=8,\n        data_parallel_shard_degree=1," in \
+        export_plan(zero0_tp, "torchtitan").text
     export = export_plan(_doc(num_gpus=16, gbs=8, dp=8, tp=2, micro_batch_size=1, sequence_parallel=True,
-                              zero_stage=3), "torchtitan")
+                              zero_stage=3), "torchtitan-0.2")
     assert tomllib.loads(export.text)["parallelism"]["data_parallel_shard_degree"] == 8
+
+
+def test_torchtitan_03_config_module():
+    export = export_plan(TP_PP_VPP_SP, "torchtitan")
+    assert export.suffix == ".py" and export.text.startswith("# torchtitan 0.3.0 (Python config module)")
+    compile(export.text, "autoplan_job.py", "exec")  # valid Python
+    text = export.text
+    # llama-2-70b has the shape of torchtitan's 70B: its own recipe, the plan's parallelism on top
+    assert "from torchtitan.models.llama3.config_registry import llama3_70b" in text and "_model_spec" not in text
+    for line in ("tensor_parallel_degree=8,", "pipeline_parallel_schedule='Interleaved1F1B',",
+                 "pipeline_parallel_layers_per_stage=4,", "pipeline_parallel_first_stage_less_layers=0,",
+                 "local_batch_size=128,", "global_batch_size=512,", "disable_cuda_graphs=True,",
+                 "fsdp_reshard_after_forward='never',"):
+        assert f"        {line}\n" in text, line
+    # 10 of 20 layers per rank: 0.3.0 has no per-layer checkpointing, all 20 are, and the note says so
+    assert "config.activation_checkpoint = FullAC.Config()" in text
+    assert any("exported as all 20" in note for note in export.notes)
+    # tensor parallelism without sequence parallelism is 0.3.0's enable_sequence_parallel=False
+    no_sp = export_plan(_doc(num_gpus=16, gbs=8, dp=4, tp=4, micro_batch_size=2, zero_stage=3), "torchtitan").text
+    assert "enable_sequence_parallel=False," in no_sp and "config.activation_checkpoint = None" in no_sp
+    with pytest.raises(InfeasiblePlan, match="torchtitan 0.3.0 has no model for the mixture of experts"):
+        export_plan(MOE, "torchtitan")
 
 
 def test_deepspeed_json():
@@ -178,10 +204,10 @@ def test_cli_exports_a_ranked_alternative(cli, tmp_path, capsys):
                                                   sequence_parallel=True).to_dict(), "prediction": {}}]
     plan = tmp_path / "plan.json"
     doc.save(plan)
-    assert cli(["export", str(plan), "--to", "torchtitan", "--alternative", "1"]) == 0
+    assert cli(["export", str(plan), "--to", "torchtitan-0.2", "--alternative", "1"]) == 0
     cfg = tomllib.loads(capsys.readouterr().out)
     assert (cfg["parallelism"]["tensor_parallel_degree"], cfg["parallelism"]["data_parallel_shard_degree"]) == (8, 8)
-    assert cli(["export", str(plan), "--to", "torchtitan", "--alternative", "2"]) == 2
+    assert cli(["export", str(plan), "--to", "torchtitan-0.2", "--alternative", "2"]) == 2
     assert "holds 1 alternatives; choose 0 (the chosen plan) to 1" in capsys.readouterr().err
 
 
@@ -221,10 +247,10 @@ def test_cli_writes_atomically_and_reports_notes(cli, tmp_path, capsys):
     plan = tmp_path / "plan.json"
     TP_PP_VPP_SP.save(plan)
     out = tmp_path / "train.toml"
-    assert cli(["export", str(plan), "--to", "torchtitan", "-o", str(out)]) == 0
+    assert cli(["export", str(plan), "--to", "torchtitan-0.2", "-o", str(out)]) == 0
     assert tomllib.loads(out.read_text())["parallelism"]["tensor_parallel_degree"] == 8
     captured = capsys.readouterr()
-    assert captured.out == "" and "torchtitan: zero_stage=1" in captured.err
+    assert captured.out == "" and "torchtitan-0.2: zero_stage=1" in captured.err
     assert {p.name for p in tmp_path.iterdir()} == {"plan.json", "train.toml"}  # no temporary left behind
 
 
@@ -269,7 +295,7 @@ def test_uneven_stages_map_onto_megatron_first_and_last_stage_flags():
 
 
 def test_uneven_stages_in_torchtitan_and_deepspeed():
-    par = tomllib.loads(export_plan(UNEVEN, "torchtitan").text)["parallelism"]
+    par = tomllib.loads(export_plan(UNEVEN, "torchtitan-0.2").text)["parallelism"]
     assert par["pipeline_parallel_first_stage_less_layers"] == 1 and par["pipeline_parallel_last_stage_less_layers"] == 1
     assert par["pipeline_parallel_layers_per_stage"] == 16 and par["pipeline_parallel_schedule"] == "1F1B"
     export = export_plan(UNEVEN, "deepspeed")
@@ -279,7 +305,7 @@ def test_uneven_stages_in_torchtitan_and_deepspeed():
     assert any("uneven pipeline stages" in n and "do not map" in n for n in export_plan(UNEVEN_MIDDLE, "deepspeed").notes)
 
     # torchtitan lists the modules of every stage when its generated split differs from the plan's.
-    middle = tomllib.loads(export_plan(UNEVEN_MIDDLE, "torchtitan").text)["parallelism"]
+    middle = tomllib.loads(export_plan(UNEVEN_MIDDLE, "torchtitan-0.2").text)["parallelism"]
     parts = middle["module_fqns_per_model_part"]
     assert [len([m for m in part if m.startswith("layers.")]) for part in parts] == [2] * 15 + [3] * 16 + [2]
     assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-3:] == ["layers.79", "norm", "output"]
@@ -349,10 +375,10 @@ def test_uneven_interleaved_stages_map_onto_megatron():
 
 
 def test_uneven_interleaved_stages_map_onto_torchtitan():
-    par = tomllib.loads(export_plan(INTERLEAVED_126, "torchtitan").text)["parallelism"]
+    par = tomllib.loads(export_plan(INTERLEAVED_126, "torchtitan-0.2").text)["parallelism"]
     # torchtitan's own generated split: (126 + 1 + 1) / 2 = 64 stages, the embedding and head one layer each.
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B" and par["pipeline_parallel_layers_per_stage"] == 2
     assert (par["pipeline_parallel_first_stage_less_layers"], par["pipeline_parallel_last_stage_less_layers"]) == (1, 1)
-    parts = tomllib.loads(export_plan(INTERLEAVED_28, "torchtitan").text)["parallelism"]["module_fqns_per_model_part"]
+    parts = tomllib.loads(export_plan(INTERLEAVED_28, "torchtitan-0.2").text)["parallelism"]["module_fqns_per_model_part"]
     assert [sum(m.startswith("layers.") for m in part) for part in parts] == \
         INTERLEAVED_28.parallel.virtual_stage_num_layers(28)

@@ -62,14 +62,14 @@ def test_partial_rotary_and_parallel_block():
 
 
 def test_torchtitan_deepseek_flavor_and_deepspeed_notes():
-    export = export_plan(DEEPSEEK, "torchtitan")
+    export = export_plan(DEEPSEEK, "torchtitan-0.2")
     toml = tomllib.loads(export.text)
     assert toml["model"] == {"name": "deepseek_v3", "flavor": "671B"}  # torchtitan ships DeepSeek-V3's shape
     assert toml["parallelism"]["expert_parallel_degree"] == 8
     flavor = next(n for n in export.notes if "deepseek_v3 model with" in n)
     for word in ("n_shared_experts=1", "n_dense_layers=3", "kv_lora_rank=512", "qk_rope_head_dim=64"):
         assert word in flavor
-    gemma = export_plan(GEMMA3, "torchtitan").notes
+    gemma = export_plan(GEMMA3, "torchtitan-0.2").notes
     assert any("not expressible in torchtitan's llama3 model" in n and "q and k head" in n for n in gemma)
     with pytest.raises(InfeasiblePlan, match="framework deepspeed has no multi-head latent attention"):
         export_plan(DEEPSEEK, "deepspeed")

@@ -68,8 +68,8 @@ def test_every_published_run_passes_its_own_frameworks_rules():
     ("deepspeed", dict(dp=4, pp=2, zero_stage=2, num_microbatches=4), "ZeRO stage 2 with pipeline"),
     ("deepspeed", dict(dp=4, pp=2, vpp=2, zero_stage=1, num_microbatches=4), "vpp <= 1, got vpp=2"),
     ("autoplan", dict(dp=4, pp=2, num_microbatches=1, micro_batch_size=4), "at least as many micro-batches"),
-    ("torchtitan", dict(dp=4, tp=2, zero_stage=0, num_microbatches=4), "plain data parallelism"),
-    ("torchtitan", dict(dp=4, tp=2, zero_stage=3, num_microbatches=4), "always shards norms"),
+    ("torchtitan", dict(dp=4, pp=2, zero_stage=1, num_microbatches=1, micro_batch_size=4),
+     "at least as many micro-batches"),
     ("autoplan-xla", dict(dp=4, pp=2, num_microbatches=4), "pp <= 1, got pp=2"),
     ("llm-foundry", dict(dp=4, tp=2, zero_stage=3, num_microbatches=4), "tp <= 1, got tp=2"),
 ])
@@ -149,7 +149,8 @@ def test_export_of_a_plan_made_for_another_framework_rechecks_and_rescores(tmp_p
     capsys.readouterr()
     assert main(["export", str(plan), "--to", "megatron"]) == 2  # Megatron: no FSDP with pp
     assert "framework megatron-core does not combine ZeRO stage 3 with pipeline" in capsys.readouterr().err
-    assert main(["export", str(plan), "--to", "torchtitan"]) == 2  # torchtitan: tp needs sp
+    assert main(["export", str(plan), "--to", "torchtitan-0.2"]) == 0  # tp without sp: 0.2.0 runs it with sp, noted
+    assert "always shards the norms on the sequence" in capsys.readouterr().err
     capsys.readouterr()
     sp_plan = tmp_path / "sp.json"
     assert main(["estimate", "--model", "llama-2-7b", "--gpus", "8", "--tp", "2", "--pp", "2", "--zero", "1",

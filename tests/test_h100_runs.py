@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from autoplan.specs import PlanDocument
+from autoplan.specs import Measurement, PlanDocument
+from autoplan.specs.compat import record_framework
 from cost_model import Estimator
+from cost_model.constants import load_constants
 from cost_model.profiles import builtin_profile
 
 RUNS = Path(__file__).resolve().parent.parent / "cost_model" / "data" / "h100_runs" / "runs.jsonl"
@@ -20,7 +22,11 @@ def _records() -> list:
 def _estimate(record: dict):
     doc = PlanDocument.from_dict(record["plan"])
     assert doc.framework == "autoplan"   # v1 plan files: the executor's framework
-    return Estimator(doc.model, doc.training, doc.cluster, builtin_profile("h100-80gb")).estimate(doc.parallel)
+    # ... as it was before its speed-ups: these records carry no `without` option
+    framework = record_framework(Measurement.from_dict(record), doc.framework)
+    assert framework == "autoplan-91ee867"
+    return Estimator(doc.model, doc.training, doc.cluster, builtin_profile("h100-80gb"),
+                     framework=load_constants().framework(framework)).estimate(doc.parallel)
 
 
 def test_shipped_runs_are_the_h100_records():

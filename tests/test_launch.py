@@ -47,11 +47,12 @@ FILLED = {"MEGATRON_LM": "/opt/Megatron-LM", "MEGATRON_DEEPSPEED": "/opt/Megatro
 
 
 @pytest.mark.parametrize("target,plan", [("megatron", "uneven 405b (first/last lighter)"),
-                                         ("torchtitan", "zero2 tp no-sp"), ("deepspeed", "zero1 pp 1f1b partial recompute")])
+                                         ("torchtitan", "zero2 tp no-sp"), ("torchtitan-0.2", "zero2 tp no-sp"),
+                                         ("deepspeed", "zero1 pp 1f1b partial recompute")])
 @pytest.mark.parametrize("launcher", ["torchrun", "slurm"])
 def test_launch_script_refuses_placeholders_then_starts_torchrun(target, plan, launcher, tmp_path):
     doc = PLANS[plan]
-    if target == "torchtitan":  # tp without sp is refused by torchtitan's rule: use sp for this one
+    if target == "torchtitan-0.2":  # 0.2.0 is always sequence-parallel (noted): use sp for this one
         doc = type(doc)(model=doc.model, training=doc.training, cluster=doc.cluster,
                         parallel=doc.parallel.replace(sequence_parallel=True))
     text = export_launch(doc, target, launcher).text
@@ -73,6 +74,10 @@ def test_launch_script_refuses_placeholders_then_starts_torchrun(target, plan, l
     if target == "megatron":
         assert "/opt/Megatron-LM/pretrain_gpt.py" in args and "/data/tokens_text_document" in args
     elif target == "torchtitan":
+        assert args[args.index("--module") + 1] == "autoplan_job" and args[args.index("--config") + 1] == "autoplan_job"
+        assert (run_dir / "autoplan_job.py").read_text().startswith("# torchtitan 0.3.0")
+        assert args[args.index("--dataloader.dataset") + 1] == "c4" and args[args.index("--hf_assets_path") + 1] == "/tok"
+    elif target == "torchtitan-0.2":
         assert args[args.index("--job.config_file") + 1] == f"{run_dir}/job.toml" and (run_dir / "job.toml").exists()
         assert args[args.index("--training.dataset") + 1] == "c4"
     else:
@@ -97,7 +102,7 @@ def test_torchtitan_launch_registers_a_flavor_torchtitan_lacks(tmp_path):
     doc = PLANS["zero2 tp no-sp"]
     doc = type(doc)(model=doc.model, training=doc.training, cluster=doc.cluster,
                     parallel=doc.parallel.replace(sequence_parallel=True))
-    result, _, run_dir = _run(export_launch(doc, "torchtitan", "torchrun").text, tmp_path, **FILLED)
+    result, _, run_dir = _run(export_launch(doc, "torchtitan-0.2", "torchrun").text, tmp_path, **FILLED)
     assert result.returncode == 0, result.stderr
     module = (run_dir / "autoplan_flavor.py").read_text()
     assert "llama3_args['qwen2.5-7b'] = TransformerModelArgs(" in module and "multiple_of=18944" in module

@@ -48,8 +48,11 @@ def _from_parameter(t) -> bool:
     return False
 
 
-def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str) -> dict:
-    """Bytes saved for backward per scope ("embedding", "layer0", ..., "head") in one forward + loss."""
+def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str, kernels=None, bf16_weights: bool = False) -> dict:
+    """Bytes saved for backward per scope ("embedding", "layer0", ..., "head") in one forward + loss.
+    `kernels` None: the executor before its speed-ups (K/V repeated, fp32 RoPE, whole fp32 logits).
+    `bf16_weights`: the model's weights in bf16 and no autocast, as the forward sees FSDP2's
+    mixed-precision copies; otherwise fp32 weights under bf16 autocast."""
     import torch.nn.functional as F
 
     from executor.blocks import Kernels
@@ -57,14 +60,14 @@ def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str) -> dict:
     from executor.torch_backend.parallelize import apply_recompute
 
     torch.manual_seed(0)
-    # The "eager-autocast" recipe is the executor the H100 records measured: K/V repeated for GQA,
-    # fp32 RoPE, whole fp32 logits (`autoplan run --without native-gqa,rope-compute-dtype,chunked-loss`).
-    # Today's defaults only save less (no repeated K/V, one logit chunk at a time): the recipe is an
-    # upper bound for them until it is re-counted for them (an open item of issue 10).
-    model = build_model(spec, "cpu", Kernels(native_gqa=False, rope_in_compute_dtype=False, loss_chunk_tokens=0))
+    old = kernels is None
+    model = build_model(spec, "cpu", Kernels(native_gqa=False, rope_in_compute_dtype=False, loss_chunk_tokens=0)
+                        if old else kernels)
     apply_recompute(model, policy, spec.num_layers)
     model.init_weights(0)
-    buffers = {t.untyped_storage().data_ptr() for t in model.buffers()}
+    if bf16_weights:
+        model.to(torch.bfloat16)
+    states = {t.untyped_storage().data_ptr() for t in (*model.buffers(), *model.parameters())}
     scope, seen, per_scope = ["embedding"], set(), collections.Counter()
     for key, layer in model.layers.items():
         layer.register_forward_pre_hook(lambda *_, key=key: scope.__setitem__(0, f"layer{key}"))
@@ -72,16 +75,21 @@ def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str) -> dict:
 
     def pack(t):
         storage = t.untyped_storage()
-        if storage.data_ptr() not in seen and storage.data_ptr() not in buffers and not _from_parameter(t):
+        if storage.data_ptr() not in seen and storage.data_ptr() not in states and not _from_parameter(t):
             seen.add(storage.data_ptr())
             per_scope[scope[0]] += storage.nbytes()
         return t
 
     tokens = torch.randint(0, spec.vocab_size, (b, s))
-    with torch.autocast("cpu", dtype=torch.bfloat16), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logits = model(tokens)
-        scope[0] = "head"
-        F.cross_entropy(logits.flatten(0, 1).float(), tokens.flatten())
+    labels = torch.randint(0, spec.vocab_size, (b, s))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not bf16_weights), \
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        if old:
+            logits = model(tokens)
+            scope[0] = "head"
+            F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        else:
+            model(tokens, labels=labels)
     return dict(per_scope)
 
 
@@ -96,30 +104,83 @@ def cpu_rms_norm_is_fused() -> bool:
     return sizes.count(x.numel()) <= 1
 
 
-def predicted(spec: ModelSpec, b: int, s: int, policy: str, fused_norm: bool) -> dict:
+def predicted(spec: ModelSpec, b: int, s: int, policy: str, recipe) -> dict:
     if policy == "full":
-        layer = eager.full_layer_saved(spec, b, s, 1, False)
+        layer = eager.full_layer_saved(spec, b, s, 1, False, recipe)
     elif policy == "selective":
-        layer = eager.selective_layer_saved(spec, b, s, 1, False, fused_norm)
+        layer = eager.selective_layer_saved(spec, b, s, 1, False, recipe)
     else:
-        layer = eager.layer_saved(spec, b, s, 1, False, fused_norm)
+        layer = eager.layer_saved(spec, b, s, 1, False, recipe)
     return {"embedding": sum(eager.embedding_saved(spec, b, s).values()), "layer": sum(layer.values()),
-            "head": sum(eager.head_saved(spec, b, s, 1, False, fused_norm).values())}
+            "head": sum(eager.head_saved(spec, b, s, 1, False, recipe).values())}
 
 
-@pytest.mark.parametrize("spec", [LLAMA_LIKE, QWEN_LIKE, GEGLU_LIKE, GPT_LIKE], ids=lambda s: s.name)
-@pytest.mark.parametrize("policy", ["none", "selective", "full"])
-def test_cost_model_counts_what_the_executor_saves(spec, policy):
-    b, s = 2, 128
-    counted = saved_bytes(spec, b, s, policy)
-    want = predicted(spec, b, s, policy, cpu_rms_norm_is_fused())
+def _assert_counts_agree(spec, counted, want, what):
     assert set(counted) == {"embedding", "head", *(f"layer{i}" for i in range(spec.num_layers))}
     for i in range(spec.num_layers):
-        assert counted[f"layer{i}"] == pytest.approx(want["layer"], rel=0.03), (policy, i, counted)
-    assert counted["head"] == pytest.approx(want["head"], rel=0.03), counted
-    assert counted["embedding"] == pytest.approx(want["embedding"], rel=0.03), counted
+        assert counted[f"layer{i}"] == pytest.approx(want["layer"], rel=0.03), (what, i, counted, want)
+    assert counted["head"] == pytest.approx(want["head"], rel=0.03), (what, counted, want)
+    assert counted["embedding"] == pytest.approx(want["embedding"], rel=0.03), (what, counted, want)
+
+
+SPECS = [LLAMA_LIKE, QWEN_LIKE, GEGLU_LIKE, GPT_LIKE]
+POLICIES = ["none", "selective", "full"]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cost_model_counts_what_the_old_executor_saves(spec, policy):
+    """Recipe "eager-autocast" (framework autoplan-91ee867, the shipped H100 records)."""
+    b, s = 2, 128
+    recipe = eager.recipe_for("eager-autocast", spec, None, fused_norm=cpu_rms_norm_is_fused())
+    _assert_counts_agree(spec, saved_bytes(spec, b, s, policy), predicted(spec, b, s, policy, recipe), policy)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("bf16_weights", [True, False], ids=["fsdp-bf16-copies", "autocast"])
+def test_cost_model_counts_what_the_executor_saves(spec, policy, bf16_weights):
+    """Recipe "eager" (framework autoplan): today's executor with its default kernels, in both compute
+    modes a plan can run in (one layer's K/V unrepeated, the chunked loss at tp = 1)."""
+    from executor.blocks import Kernels
+    from executor.loss import auto_chunk_tokens
+
+    b, s = 2, 128
+    kernels = Kernels(loss_chunk_tokens=auto_chunk_tokens(spec.vocab_size))
+    recipe = eager.EagerRecipe(autocast=not bf16_weights, native_gqa=True, chunked_loss=True,
+                               rope_table_casts=not bf16_weights and spec.position == "rope",
+                               fused_norm=cpu_rms_norm_is_fused())
+    counted = saved_bytes(spec, b, s, policy, kernels, bf16_weights)
+    _assert_counts_agree(spec, counted, predicted(spec, b, s, policy, recipe), (policy, bf16_weights))
+
+
+def test_cost_model_knows_which_compute_mode_a_plan_runs_in():
+    """cost_model/eager_activations.autocast_for restates executor/torch_backend/train.compute_mode."""
+    from autoplan.specs import ParallelPlan
+    from executor.torch_backend.train import compute_mode
+
+    moe = ModelSpec(name="moe-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=8,
+                    ffn_hidden_size=512, vocab_size=1000, num_experts=4, num_experts_per_token=2)
+    seen = set()
+    for spec in (LLAMA_LIKE, moe):
+        for dp, cp, zero in ((1, 1, 0), (1, 1, 3), (2, 1, 0), (2, 1, 1), (2, 1, 3), (1, 2, 0), (1, 2, 2)):
+            plan = ParallelPlan(dp=dp, cp=cp, zero_stage=zero)
+            _, bf16_copies = compute_mode(plan, spec, bf16_params=True)
+            assert eager.autocast_for(spec, plan) == (not bf16_copies), (spec.name, dp, cp, zero)
+            seen.add(bf16_copies)
+    assert seen == {True, False}
 
 
 def test_recompute_policies_save_less_in_order():
     counted = {p: saved_bytes(LLAMA_LIKE, 1, 64, p)["layer0"] for p in ("none", "selective", "full")}
     assert counted["none"] > counted["selective"] > counted["full"] > 0
+
+
+def test_speedups_save_less_than_the_old_executor():
+    """Native GQA, the chunked loss and bf16 weight copies each leave fewer bytes saved."""
+    from executor.blocks import Kernels
+    from executor.loss import auto_chunk_tokens
+
+    old = saved_bytes(LLAMA_LIKE, 2, 128, "none")
+    new = saved_bytes(LLAMA_LIKE, 2, 128, "none", Kernels(loss_chunk_tokens=auto_chunk_tokens(1000)), True)
+    assert new["layer0"] < old["layer0"] and new["head"] < old["head"] / 2

@@ -88,6 +88,17 @@ def price(text: str) -> float:
     return _positive(text, float, "a positive price per GPU-hour such as 2.50")
 
 
+def memory_headroom(text: str):
+    """--memory-headroom: 2GiB, 512MiB, 3GB, 10% (autoplan.specs.headroom); resolved against the
+    GPU's capacity once the profile is known."""
+    from autoplan.specs import AutoplanError, parse_headroom
+
+    try:
+        return parse_headroom(text)
+    except AutoplanError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--memory-headroom ")) from None
+
+
 def check_storage_url(url: str) -> None:
     """An Optuna storage URL that SQLAlchemy can parse and, for SQLite, whose folder exists."""
     from autoplan.specs import AutoplanError

@@ -41,8 +41,8 @@ def verdict(a, b) -> str:
     biggest = sorted((d for d in diffs.items() if abs(d[1]) > 0), key=lambda d: -abs(d[1]))[:3]
     why = ", ".join(f"{d * 1e3:+.3f} ms {t}" if abs(d) < 1 else f"{d:+.3f} s {t}" for t, d in biggest)
     mem = (win.prediction["peak_memory_bytes"] - lose.prediction["peak_memory_bytes"]) / GIB
-    fits = "" if win.prediction.get("peak_memory_bytes", 0) <= win.prediction.get("memory_capacity_bytes", float("inf")) \
-        else f"; but {wn} does not fit in memory"
+    usable = win.prediction.get("memory_capacity_bytes", float("inf")) - win.prediction.get("memory_headroom_bytes", 0)
+    fits = "" if win.prediction.get("peak_memory_bytes", 0) <= usable else f"; but {wn} does not fit in memory"
     if ratio < 1e-9:
         return f"verdict: A and B tie on {unit}"
     return (f"verdict: {wn} wins by {ratio:.1%} {unit} ({why} per step against {ln}); "

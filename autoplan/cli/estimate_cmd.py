@@ -7,6 +7,10 @@ score one plan given on the command line (`--model ... --gpus ... --tp 8 --pp 4 
 out take their plain value (cp 1, vpp 1, micro-batch 1, ZeRO 0, no recompute, no SP) and dp is
 whatever the GPU count leaves. `--recompute full` recomputes the fewest layers per stage that fit
 (at least one), or `--recompute-layers N`.
+
+Exit code: 0 the plan fits, 1 it does not (the answer says by how much and suggests the nearest
+plan that fits: the fastest changing only the ZeRO stage, recompute and micro-batch, else tp/pp
+too), 2 bad input, 130 Ctrl-C.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from autoplan.specs.frameworks import DEFAULT_FRAMEWORK
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("estimate", help="predict step time and memory of one plan (a plan file or pins)",
-                              description=__doc__.split("\n\n")[0])
+                              description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n")[-1])
     p.add_argument("plan", nargs="?", default=None, metavar="PLAN.json", help="a plan file to re-score")
     add_problem_arguments(p, model_required=False)
     add_pin_arguments(p, "the plan (left out: cp, vpp, ep and micro-batch 1, ZeRO 0, no recompute, no SP; "
@@ -57,8 +61,10 @@ def _plan_from_file(args):
                             f"(a measured profile already names its GPU)")
     doc = load_plan(args.plan)
     before = {"framework": doc.framework, "profile": doc.cluster.profile, **doc.prediction}
+    doc.extra.pop("nearest_fitting", None)  # a suggestion made for the old prediction
     doc, scored = estimate_document(doc, base_dir=Path(args.plan).parent, framework=args.framework, gpu=args.gpu,
-                                    profile_path=args.profile, calibration_path=args.calibration)
+                                    profile_path=args.profile, calibration_path=args.calibration,
+                                    memory_headroom=args.memory_headroom)
     return doc, scored, before
 
 
@@ -66,7 +72,7 @@ def _plan_from_flags(args):
     from autoplan.catalog import resolve_model
     from autoplan.clusters import check_dtype, resolve_cluster
     from autoplan.planner import score_one, training_shape
-    from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument
+    from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, resolve_headroom
 
     if args.model is None or args.gpus is None:
         raise AutoplanError("give a plan file (autoplan estimate plan.json) or --model and --gpus with the plan's pins")
@@ -74,6 +80,7 @@ def _plan_from_flags(args):
     cluster, profile = resolve_cluster(args.gpus, args.gpu, args.gpus_per_node, args.profile)
     dtype = args.dtype or DEFAULT_DTYPE
     check_dtype(profile, dtype)
+    headroom = resolve_headroom(args.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, dtype)
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     if args.dp is None and cluster.num_gpus % (tp * pp * cp):
@@ -99,8 +106,8 @@ def _plan_from_flags(args):
             plan = plan.replace(recompute_num_layers=args.recompute_layers)
         else:  # the fewest layers that fit (at least one: full recompute was asked for); all if none fit
             plan.check(model, training, cluster, allow_tp_across_nodes=args.allow_tp_across_nodes)
-            fewest = make_estimator(model, training, cluster, profile,
-                                    framework=args.framework or DEFAULT_FRAMEWORK).min_full_recompute_layers(plan)
+            fewest = make_estimator(model, training, cluster, profile, framework=args.framework or DEFAULT_FRAMEWORK,
+                                    memory_headroom_bytes=headroom).min_full_recompute_layers(plan)
             plan = plan.replace(recompute_num_layers=plan.recompute_num_layers if fewest is None else max(1, fewest))
     framework = args.framework or DEFAULT_FRAMEWORK
     calibration = None
@@ -108,11 +115,49 @@ def _plan_from_flags(args):
         from autoplan.calibration import load_calibration
 
         calibration = load_calibration(args.calibration)
-    scored = score_one(model, training, cluster, profile, plan, args.allow_tp_across_nodes, framework, calibration)
+    scored = score_one(model, training, cluster, profile, plan, args.allow_tp_across_nodes, framework, calibration,
+                       headroom)
     doc = PlanDocument(model=model, training=training, cluster=cluster, parallel=plan,
                        prediction=scored.estimate.to_prediction(), framework=framework,
                        provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": scored.estimate.cost_model})
     return doc, scored, defaults
+
+
+def _suggest(doc, scored, args) -> str:
+    """For a plan that does not fit: by how much, and the nearest plan that does (recorded in the
+    plan file as `nearest_fitting`)."""
+    from autoplan.calibration import load_calibration
+    from autoplan.clusters import cluster_for_plan_file, resolve_cluster
+    from autoplan.nearest import nearest_fitting
+    from autoplan.planner import make_estimator
+    from autoplan.render import GIB, fits_phrase, plan_line
+
+    e = scored.estimate
+    over = f"{(e.peak_memory_bytes - e.usable_memory_bytes) / GIB:.1f} GiB"
+    lines = [f"", f"does not fit: {e.peak_memory_bytes / GIB:.1f} GiB per GPU is {over} over the "
+             f"{e.usable_memory_bytes / GIB:.1f} GiB usable" + (f" ({e.memory_headroom_bytes / GIB:.1f} GiB headroom)"
+                                                               if e.memory_headroom_bytes else "")]
+    if args.plan is not None and args.gpu is None and args.profile is None:
+        profile = cluster_for_plan_file(doc.cluster, Path(args.plan).parent)
+    else:
+        profile = resolve_cluster(doc.cluster.num_gpus, args.gpu, doc.cluster.gpus_per_node, args.profile)[1]
+    calibration = load_calibration(args.calibration) if args.calibration else None
+    estimator = make_estimator(doc.model, doc.training, doc.cluster, profile, True if args.plan else
+                               args.allow_tp_across_nodes, calibration, doc.framework, e.memory_headroom_bytes)
+    found = nearest_fitting(doc.model, doc.training, doc.cluster, estimator, doc.parallel,
+                            allow_tp_across_nodes=bool(args.plan) or args.allow_tp_across_nodes)
+    if found is None:
+        return "\n".join(lines + [f"no plan on {doc.cluster.num_gpus} GPUs fits by changing the ZeRO stage, recompute, "
+                                  f"micro-batch, tp, pp or vpp; `autoplan search` says how many GPUs it needs"]) + "\n"
+    s = found.scored.estimate
+    slower = 100 * (s.step_time_s / e.step_time_s - 1)
+    doc.extra["nearest_fitting"] = {"changed_flags": found.flags(), "parallel": found.scored.plan.to_dict(),
+                                    "prediction": s.to_prediction()}
+    lines += [f"nearest plan that fits ({found.num_scored} plans scored): {' '.join(found.flags())}",
+              f"  {plan_line(found.scored.plan.to_dict())}",
+              f"  step time {s.step_time_s:.3f} s ({slower:+.1f}%), memory {s.peak_memory_bytes / GIB:.1f} GiB per GPU: "
+              f"{fits_phrase(s.peak_memory_bytes, s.memory_capacity_bytes, s.memory_headroom_bytes)}"]
+    return "\n".join(lines) + "\n"
 
 
 def run(args) -> int:
@@ -128,7 +173,13 @@ def run(args) -> int:
     if before is not None:
         text += "\n" + "\n".join(comparison_lines(before, {"framework": doc.framework, "profile": doc.cluster.profile,
                                                            **doc.prediction})) + "\n"
-    note = f"\nwarning: this plan {scored.reason}\n" if scored.reason else ""
-    note += "".join(f"note: {line}\n" for line in getattr(scored.estimate, "notes", ()))
+    note = "".join(f"note: {line}\n" for line in getattr(scored.estimate, "notes", ()))
+    fits = scored.estimate.fits
+    if not fits:
+        from autoplan.cli.progress import Progress
+
+        with Progress("estimate") as progress:
+            progress.stage("looking for the nearest plan that fits")
+            note += _suggest(doc, scored, args)
     emit(doc, text + note, args)
-    return 0
+    return 0 if fits else 1  # 1: answered, and the answer is "does not fit"

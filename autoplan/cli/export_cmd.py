@@ -1,4 +1,4 @@
-"""`autoplan export PLAN --to megatron|torchtitan|deepspeed [--launch torchrun|slurm] [-o FILE]`: a plan
+"""`autoplan export PLAN --to megatron|torchtitan|torchtitan-0.2|deepspeed [--launch torchrun|slurm] [-o FILE]`: a plan
 as a framework config, or as a launch script that starts it on a cluster."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from autoplan.exporters import target_names  # standard library only, like autop
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "export", help="print a plan as Megatron-LM arguments, a torchtitan TOML or a DeepSpeed JSON",
+        "export", help="print a plan as Megatron-LM arguments, a torchtitan config module (or 0.2 TOML) or a DeepSpeed JSON",
         description="Translate a plan file into the configuration of a training framework. What does "
-                    "not map is listed on stderr (and in the comment block of shell/TOML output).")
+                    "not map is listed on stderr (and in the comment block of shell/Python/TOML output).")
     p.add_argument("plan", metavar="PLAN.json", help="plan file (schema autoplan.plan/v2), as written by `autoplan search -o`")
     p.add_argument("--to", dest="target", required=True, choices=target_names(), help="framework to export to")
     p.add_argument("--alternative", type=int, default=0, metavar="K",

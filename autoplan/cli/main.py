@@ -19,8 +19,8 @@ from autoplan.specs import AutoplanError
 
 # Order is the order `autoplan --help` lists them in.
 COMMANDS = [
-    "search", "estimate", "compare", "models", "frameworks", "validate", "run", "export", "profile", "calibrate",
-    "report",
+    "search", "estimate", "memory", "compare", "models", "frameworks", "validate", "run", "tune", "export",
+    "profile", "calibrate", "report",
 ]
 
 

@@ -27,9 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autoplan.specs import AutoplanError, append_measurement
     from autoplan.cli.planfiles import load_plan
-    from autoplan.specs.compat import check_host_memory
     from executor.backends import get_backend
     from executor.options import options_from_args
 
@@ -38,34 +36,66 @@ def run(args) -> int:
     if args.print_launch:
         return print_launch(docs, args, options)
     backend = get_backend(options.backend)
-    if options.out and not Path(options.out).resolve().parent.is_dir():
-        raise AutoplanError(f"-o/--output {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
     check_paths(options)
     for doc in docs:
-        backend.check(doc, options)
-        if options.device == "cpu":
-            check_host_memory(doc.model, doc.parallel, options.nproc or doc.parallel.num_gpus, doc.plan_id)
-    # Starting processes, importing torch and forming the process group take seconds before the
-    # first step line: say what is happening meanwhile.
-    sys.stderr.write(f"autoplan run: starting {len(docs)} plan(s) on the {options.backend} backend "
-                     f"({options.device}, {options.steps} steps each)...\n")
-    sys.stderr.flush()
-    if hasattr(backend, "run_many"):
-        records = backend.run_many(docs, options)
-    else:
-        records = [backend.run(doc, options) for doc in docs]
-    by_id = {doc.plan_id: (doc, Path(path).parent) for doc, path in zip(docs, args.plans)}
-    for record in records:
-        if options.out:
-            append_measurement(options.out, record)
-        print(summary(record, options.out))
-        warning = mismatch_warning(record, *by_id.get(record.plan_id, (None, None)))
-        if warning:
-            sys.stderr.write(f"autoplan run: warning: {warning}\n")
+        check_plan(backend, doc, options)
+    records = run_and_record(backend, docs, [Path(path).parent for path in args.plans], options)
     if len(records) < len(docs):
         sys.stderr.write(f"autoplan run: {len(docs) - len(records)} plan(s) after {records[-1].plan_id} were not run: "
                          "its processes ended without recording why (see their output above); run them again\n")
     return 0 if all(r.status == "ok" for r in records) and len(records) == len(docs) else 1
+
+
+def check_plan(backend, doc, options) -> None:
+    """What refuses a plan before any process starts: the backend's rules, and on the CPU whether the
+    model's weights, gradients and optimizer states fit in free memory."""
+    from autoplan.specs.compat import check_host_memory
+
+    backend.check(doc, options)
+    if options.device == "cpu":
+        check_host_memory(doc.model, doc.parallel, options.nproc or doc.parallel.num_gpus, doc.plan_id)
+
+
+def run_and_record(backend, docs: list, base_dirs: list, options, command: str = "run",
+                   summaries: bool = True) -> list:
+    """Run checked plans with the backend (one launch where it can run several), append each
+    Measurement to options.out, print its summary line (unless not `summaries`: the caller tabulates
+    them) and any hardware-mismatch warning. A Ctrl-C
+    keeps the records of the plans that finished before it (appended, then the interruption goes on)."""
+    from autoplan.specs import append_measurement
+    from executor.backends import RunInterrupted
+
+    # Starting processes, importing torch and forming the process group take seconds before the
+    # first step line: say what is happening meanwhile.
+    sys.stderr.write(f"autoplan {command}: starting {len(docs)} plan(s) on the {options.backend} backend "
+                     f"({options.device}, {options.steps} steps each)...\n")
+    sys.stderr.flush()
+    by_id = {doc.plan_id: (doc, base_dir) for doc, base_dir in zip(docs, base_dirs)}
+    records = []
+
+    def keep(record) -> None:
+        records.append(record)
+        if options.out:
+            append_measurement(options.out, record)
+
+    try:
+        if hasattr(backend, "run_many"):
+            for record in backend.run_many(docs, options):
+                keep(record)
+        else:
+            for doc in docs:
+                keep(backend.run(doc, options))
+    except RunInterrupted as exc:
+        for record in exc.records:
+            keep(record)
+        raise
+    for record in records:
+        if summaries:
+            print(summary(record, options.out))
+        warning = mismatch_warning(record, *by_id.get(record.plan_id, (None, None)))
+        if warning:
+            sys.stderr.write(f"autoplan {command}: warning: {warning}\n")
+    return records
 
 
 def print_launch(docs: list, args, options) -> int:
@@ -88,12 +118,15 @@ def print_launch(docs: list, args, options) -> int:
     return 0
 
 
-def check_paths(options) -> None:
-    """Paths the executor would trip over only after starting its processes (a traceback each)."""
+def check_paths(options, out_flag: str = "-o/--output") -> None:
+    """Paths the executor would trip over only after starting its processes (a traceback each);
+    `out_flag` is how the command spells the flag of options.out."""
     from autoplan.specs import AutoplanError
 
+    if options.out and not Path(options.out).resolve().parent.is_dir():
+        raise AutoplanError(f"{out_flag} {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
     if options.out and Path(options.out).is_dir():
-        raise AutoplanError(f"-o/--output {options.out!r} is a folder; give the JSONL file to append to, "
+        raise AutoplanError(f"{out_flag} {options.out!r} is a folder; give the JSONL file to append to, "
                             f"e.g. {str(Path(options.out) / 'runs.jsonl')!r}")
     if options.data and Path(options.data).is_file() and Path(options.data).stat().st_size == 0:
         raise AutoplanError(f"--data {options.data!r} is empty; pass a flat {options.data_dtype} token-id file "

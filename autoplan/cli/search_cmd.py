@@ -10,8 +10,8 @@ import argparse
 import sys
 
 from autoplan.cli.argtypes import (
-    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, check_storage_url, framework_name, int_at_most, output_path, positive_int,
-    seed_int,
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, check_storage_url, framework_name, int_at_most,
+    memory_headroom, output_path, positive_int, seed_int,
 )
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 
@@ -36,6 +36,10 @@ def add_problem_arguments(p: argparse.ArgumentParser, model_required: bool = Tru
                    help=f"the framework that will run the plan: its rules bound the search and its facts "
                         f"are costed; one of {', '.join(FRAMEWORK_NAMES)} (default: {DEFAULT_FRAMEWORK}, "
                         f"the plan `autoplan run` executes)")
+    g.add_argument("--memory-headroom", type=memory_headroom, default=None, metavar="SIZE|PCT",
+                   help="GPU memory to keep free: a plan fits when its peak <= capacity - headroom; a size "
+                        "(2GiB, 512MiB, 3GB) or a share of the capacity (10%%) (default: 0, the peak already "
+                        "counts the CUDA context and allocator overhead; a plan file: its own)")
     t = p.add_argument_group("training shape (defaults are printed)")
     t.add_argument("--global-batch", type=int_at_most(MAX_GLOBAL_BATCH, "sequences"), default=None, metavar="N",
                    help="global batch in sequences per optimizer step, like Megatron's --global-batch-size "
@@ -162,7 +166,7 @@ def run(args) -> int:
         pins=pins_from_args(args), allow_tp_across_nodes=args.allow_tp_across_nodes, sampler=args.sampler,
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
         study_name=args.study_name, calibration_path=args.calibration,
-        framework=args.framework or DEFAULT_FRAMEWORK,
+        framework=args.framework or DEFAULT_FRAMEWORK, memory_headroom=args.memory_headroom,
         log=lambda line: sys.stderr.write(f"autoplan search: {line}\n"))
     from autoplan.cli.progress import Progress
 

@@ -167,8 +167,8 @@ def run(args) -> int:
     if "calibrated" in summary:
         c = summary["calibrated"]
         out.write(f"  {'learned (CV)':16s} {_fmt(c)}  ({c['estimator']}, {c['rows']})\n")
-    out.write("\nstep time, framework autoplan: the project's executor on one H100 SXM "
-              "(cost_model/data/h100_runs; no step time fitted)\n")
+    out.write("\nstep time, framework autoplan-91ee867: the project's executor before its speed-ups, on one H100 "
+              "SXM (cost_model/data/h100_runs; no step time fitted)\n")
     for ref, h in summary["h100_runs"].items():
         out.write(f"  {ref:28s} {h['num_runs']:3d} runs  MAPE {h['mape']:6.1%}  mean {h['mean_error']:+6.1%}  "
                   f"max {h['max']:6.1%}  out-of-memory runs predicted to fit: {h['oom_predicted_to_fit']}\n")

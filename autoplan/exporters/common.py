@@ -10,9 +10,10 @@ from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDo
 # apply, the release the export is written for and checked against: tests/test_export_acceptance.py)
 _TARGETS = {
     "megatron": ("megatron", ".sh", "megatron-core", "Megatron-LM core_v0.16.1 (megatron-core 0.16.1)"),
-    # torchtitan 0.2.0 is the last release that reads TOML and runs on torch 2.9.0 (autoplan's pin, set by
-    # torch_xla 2.9.0); 0.2.1 needs torch.nn.attention.varlen, 0.3 reads Python configs only.
-    "torchtitan": ("torchtitan", ".toml", "torchtitan", "torchtitan 0.2.0 (TOML job config)"),
+    # torchtitan 0.3.0 (current) reads Python config modules (--module/--config); 0.2.x read TOML, kept as
+    # torchtitan-0.2 (0.2.0: the last TOML release that runs on torch 2.9.0, autoplan's pin).
+    "torchtitan": ("torchtitan", ".py", "torchtitan", "torchtitan 0.3.0 (Python config module)"),
+    "torchtitan-0.2": ("torchtitan_02", ".toml", "torchtitan", "torchtitan 0.2.0 (TOML job config)"),
     "deepspeed": ("deepspeed", ".json", "deepspeed", "DeepSpeed 0.19.8 with Megatron-DeepSpeed"),
 }
 
@@ -21,11 +22,11 @@ _TARGETS = {
 class Export:
     target: str
     text: str
-    """What to hand to the framework: a shell command, a TOML file or a JSON file."""
+    """What to hand to the framework: a shell command, a Python module, a TOML file or a JSON file."""
     notes: list = field(default_factory=list)
     """One line per part of the plan that does not map (or maps only approximately)."""
     suffix: str = ""
-    """File suffix of `text` (".sh", ".toml", ".json")."""
+    """File suffix of `text` (".sh", ".py", ".toml", ".json")."""
 
 
 def target_names() -> tuple:

@@ -1,264 +1,283 @@
-"""torchtitan 0.2.0: the TOML job config of a plan (section and option names of torchtitan's
-`JobConfig`, torchtitan/config/job_config.py at 0.2.0).
+"""torchtitan 0.3.0 (the current release), export target `torchtitan`: a Python config module.
 
-0.2.0 is the last torchtitan release that both reads TOML and runs on torch 2.9.0 (autoplan's pin);
-torchtitan 0.3 configures jobs in Python (`--module/--config`) and needs a newer torch."""
+torchtitan 0.3 describes a job as a function returning `Trainer.Config`, found by its ConfigManager
+from `--module <python module> --config <function>` (torchtitan/config/manager.py, `_load_config`:
+a module name that is not one of its own is imported as given), with tyro overrides such as
+`--training.steps 1000` on top. The module written here starts from torchtitan's own recipe for the
+model (loss, optimizer, data loader, checkpointing: torchtitan/models/<model>/config_registry.py) and
+sets what the plan decides: `ParallelismConfig`, `TrainingConfig` (torchtitan/config/configs.py),
+the activation-checkpointing policy (torchtitan/distributed/activation_checkpoint.py) and, for a
+shape torchtitan does not ship, the model built the way llama3's own flavors are built
+(torchtitan/models/llama3/__init__.py). The TOML of 0.2.x is target `torchtitan-0.2`
+(autoplan/exporters/torchtitan_02.py)."""
 from __future__ import annotations
 
+import pprint
+
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
-from autoplan.exporters.common import (
-    comment_block, full_recompute_every_k, header_lines, stages_text,
-)
+from autoplan.exporters.common import comment_block, header_lines
 from autoplan.exporters.launch import launch_script
+from autoplan.exporters.torchtitan_02 import DEEPSEEK_V3_FLAVORS, LLAMA3_FLAVORS, flavor, pipeline_stages
 from autoplan.specs import InfeasiblePlan, PlanDocument
 
-# torchtitan's mixed_precision_param accepts bfloat16 or float32; fp8 runs its GEMMs through the
-# float8 converter on top of bfloat16 parameters.
+CONFIG_FUNCTION = "autoplan_job"
+"""The function `--config` names; the module is the file's name (`autoplan_job.py` in a launch script)."""
+MODULE = "autoplan_job"
+
+# torchtitan 0.3.0's recipe per shipped (model, flavor): torchtitan/models/llama3/config_registry.py
+# (llama3_8b line 184, llama3_70b 257, llama3_405b 295) and deepseek_v3/config_registry.py (deepseek_v3_16b
+# 138, deepseek_v3_671b 206; 236B has a flavor, deepseek_v3/__init__.py line 611, but no recipe).
+_RECIPES = {("llama3", "8B"): "llama3_8b", ("llama3", "70B"): "llama3_70b", ("llama3", "405B"): "llama3_405b",
+            ("deepseek_v3", "16B"): "deepseek_v3_16b", ("deepseek_v3", "236B"): "deepseek_v3_16b",
+            ("deepseek_v3", "671B"): "deepseek_v3_671b"}
+_NO_RECIPE = {("deepseek_v3", "236B"), ("qwen3", "4B"), ("qwen3", "8B"), ("qwen3", "235B-A22B")}
+"""Shipped flavors without a recipe of their own: the recipe named for them runs another flavor."""
+# mixed_precision_param accepts bfloat16 or float32 (configs.py TrainingConfig); fp8 runs the GEMMs
+# through the float8 converter on top of bfloat16 parameters.
+_MODEL_SPEC_IMPORTS = [
+    ("torchtitan.components.loss", "ChunkedLossWrapper, CrossEntropyLoss"),
+    ("torchtitan.distributed.pipeline_parallel", "pipeline_llm"),
+    ("torchtitan.models.common", "ComplexRoPE, Embedding, Linear, RMSNorm"),
+    ("torchtitan.models.common.config_utils", "decoder_vocab_size"),
+    ("torchtitan.models.llama3", "_EMBEDDING_INIT, _NORM_INIT, Llama3Model, _build_llama3_layers, "
+                                 "_output_linear_init, parallelize_llama"),
+    ("torchtitan.models.llama3.state_dict_adapter", "Llama3StateDictAdapter"),
+    ("torchtitan.models.utils", "validate_converter_order"),
+    ("torchtitan.protocols.model_spec", "ModelSpec"),
+]
+"""What the model built in the module imports: llama3's own (private) flavor builders of 0.3.0."""
+# torchtitan 0.3.0's qwen3 flavors (torchtitan/models/qwen3/__init__.py: _0_6b line 253, _1_7b 291, _4b 329,
+# _8b 367, _14b 402, _32b 437, _30b_a3b 516, _235b_a22b 557): dim, layers, heads, kv heads, head dim, FFN
+# width (the experts' for MoE), experts, top-k, tied embeddings; with the recipe each starts from
+# (qwen3/config_registry.py: qwen3_0_6b line 176, qwen3_1_7b 206, qwen3_14b 260, qwen3_30b_a3b 295,
+# qwen3_32b 330; 4B, 8B and 235B-A22B have none: the nearest recipe, the flavor swapped in).
+QWEN3_FLAVORS = {
+    "0.6B": ((1024, 28, 16, 8, 128, 3072, 0, 0, True), "qwen3_0_6b"),
+    "1.7B": ((2048, 28, 16, 8, 128, 6144, 0, 0, True), "qwen3_1_7b"),
+    "4B": ((2560, 36, 32, 8, 128, 9728, 0, 0, True), "qwen3_1_7b"),
+    "8B": ((4096, 36, 32, 8, 128, 12288, 0, 0, False), "qwen3_14b"),
+    "14B": ((5120, 40, 40, 8, 128, 17408, 0, 0, False), "qwen3_14b"),
+    "32B": ((5120, 64, 64, 8, 128, 25600, 0, 0, False), "qwen3_32b"),
+    "30B-A3B": ((2048, 48, 32, 4, 128, 768, 128, 8, False), "qwen3_30b_a3b"),
+    "235B-A22B": ((4096, 94, 64, 4, 128, 1536, 128, 8, False), "qwen3_30b_a3b"),
+}
 _PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
 
 
 def export(doc: PlanDocument) -> tuple:
-    if doc.model.is_moe and not doc.model.is_mla:
-        # torchtitan 0.2.0's MoE models are its own architectures (deepseek_v3 always has MLA; llama4;
-        # qwen3), none of which a plain top-k mixture with standard attention, such as Mixtral, maps onto.
-        raise InfeasiblePlan(f"torchtitan 0.2.0 has no model for the mixture of experts {doc.model.name!r} (its MoE "
-                             f"models are deepseek_v3 with MLA, llama4 and qwen3, with their own layers); export it "
-                             f"to megatron or deepspeed", "export_torchtitan_moe")
-    notes: list = []
-    sections = {
-        "job": {"description": f"autoplan plan {doc.plan_id}"},
-        "model": _model(doc, notes),
-        "training": _training(doc, notes),
-        "parallelism": _parallelism(doc, notes),
-        "activation_checkpoint": _activation_checkpoint(doc, notes),
-        "optimizer": {"name": "AdamW"},
-    }
+    """The config module's text and the notes on what does not map."""
+    model, notes = doc.model, []
+    name = "deepseek_v3" if model.is_moe or model.is_mla else "llama3"
+    shipped = flavor(model)
+    qwen3 = qwen3_flavor(model)
+    if qwen3:
+        name, shipped = "qwen3", qwen3
+    elif model.is_moe and not model.is_mla:
+        # 0.3.0's MoE models are deepseek_v3 (MLA), qwen3's 30B-A3B/235B-A22B, gpt_oss, kimi_k2_7: each
+        # with its own layers; a plain top-k mixture such as Mixtral's maps onto none of them.
+        raise InfeasiblePlan(f"torchtitan 0.3.0 has no model for the mixture of experts {model.name!r} (its MoE "
+                             f"models are deepseek_v3 with MLA, qwen3's 30B-A3B and 235B-A22B shapes, gpt_oss and "
+                             f"kimi_k2_7, with their own layers); export it to megatron or deepspeed",
+                             "export_torchtitan_moe")
+    if name == "deepseek_v3" and shipped not in DEEPSEEK_V3_FLAVORS:
+        raise InfeasiblePlan(f"torchtitan 0.3.0's deepseek_v3 ships the shapes {', '.join(DEEPSEEK_V3_FLAVORS)} "
+                             f"only, {model.name!r} is none of them; export it to megatron", "export_torchtitan_mla")
+    custom = name == "llama3" and shipped not in LLAMA3_FLAVORS
+    recipe = QWEN3_FLAVORS[shipped][1] if qwen3 else _RECIPES[(name, "8B" if custom else shipped)]
+    _model_notes(doc, name, custom, notes)
+    imports = [("torchtitan.config", "ParallelismConfig, TrainingConfig"),
+               (f"torchtitan.models.{name}.config_registry", recipe),
+               ("torchtitan.trainer", "Trainer")]
+    body = [f"    config = {recipe}()  # torchtitan's own recipe: loss, optimizer, data loader, checkpointing"]
+    converters = ""
     if doc.training.dtype == "fp8":
-        # torchao's Float8Linear swapped in by the converter registered as "quantize.linear.float8".
-        sections["model"]["converters"] = ["quantize.linear.float8"]
-        sections["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": doc.parallel.zero_stage == 3}
-    if _needs_flavor_module(doc.model):
-        sections["experimental"] = {"custom_import": FLAVOR_MODULE}
-    body = "\n".join(_toml_section(name, values) for name, values in sections.items())
-    return comment_block(header_lines(doc, "torchtitan"), notes) + "\n" + body, notes
+        # torchao Float8Linear, rowwise scaling, as in the llama3/deepseek_v3 float8 recipes
+        imports.append(("torchtitan.components.quantization", "Float8LinearConverter"))
+        body.append('    compiled = config.compile.enable and "model" in config.compile.components')
+        converters = "converters=[Float8LinearConverter.Config(model_compile_enabled=compiled)]"
+    if custom:
+        imports += _MODEL_SPEC_IMPORTS
+        body += [f"    config.model_spec = _model_spec({converters})",
+                 "    config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(",
+                 "        global_vocab_size=decoder_vocab_size(config.model_spec)))"]
+    elif converters or (name, shipped) in _NO_RECIPE:
+        imports.append((f"torchtitan.models.{name}", "model_registry"))
+        body.append(f"    config.model_spec = model_registry({shipped!r}{', ' + converters if converters else ''})")
+    body += _call("config.parallelism = ParallelismConfig", _parallelism(doc, notes))
+    body += _call("config.training = TrainingConfig", _training(doc, notes))
+    ac = _activation_checkpoint(doc, notes)
+    if ac != "None":
+        imports.append(("torchtitan.distributed.activation_checkpoint", ac.split(".")[0]))
+    body += [f"    config.activation_checkpoint = {ac}", "    return config"]
+    lines = [f"from {module} import {names}" if len(module + names) < 100 else f"from {module} import (\n    {names},\n)"
+             for module, names in sorted(imports)]
+    text = [comment_block(header_lines(doc, "torchtitan") + _usage(), notes), "\n".join(lines), ""]
+    if custom:
+        text += ["", _model_spec_source(doc), ""]
+    text += ["", f"def {CONFIG_FUNCTION}() -> Trainer.Config:",
+             f'    """autoplan plan {doc.plan_id}: {model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}."""',
+             *body]
+    return "\n".join(text) + "\n", notes
 
 
-# torchtitan 0.2.0's llama3 flavors (torchtitan/models/llama3/__init__.py, llama3_args): dim, n_layers,
-# n_heads, n_kv_heads and the FFN width its multiple_of/ffn_dim_multiplier give.
-LLAMA3_FLAVORS = {
-    "8B": (4096, 32, 32, 8, 14336),
-    "70B": (8192, 80, 64, 8, 28672),
-    "405B": (16384, 126, 128, 8, 53248),
-}
-# torchtitan 0.2.0's deepseek_v3 flavors (torchtitan/models/deepseek_v3/__init__.py): dim, n_layers,
-# dense inter_dim, expert moe_inter_dim (DeepSeek-V2-Lite, V2, V3).
-DEEPSEEK_V3_FLAVORS = {
-    "16B": (2048, 27, 10944, 1408),
-    "236B": (5120, 60, 12288, 1536),
-    "671B": (7168, 61, 18432, 2048),
-}
-FLAVOR_MODULE = "autoplan_flavor"
-"""Module the launch script writes beside the TOML to register a flavor torchtitan does not ship
-(loaded by `[experimental] custom_import`)."""
+def qwen3_flavor(model) -> str:
+    """The name of torchtitan 0.3.0's qwen3 flavor with the plan's shape (Qwen3 and Qwen3-MoE), else ""."""
+    if model.family not in ("qwen3", "qwen3_moe") or model.is_mla:
+        return ""
+    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads,
+             model.head_dim or model.hidden_size // model.num_heads,
+             model.expert_ffn_size if model.is_moe else model.ffn_hidden_size,
+             model.num_experts if model.is_moe else 0, model.num_experts_per_token if model.is_moe else 0,
+             model.tied_embeddings)
+    return next((name for name, (dims, _) in QWEN3_FLAVORS.items() if dims == shape), "")
 
 
-def flavor(model) -> str:
-    """torchtitan's own flavor when the shape is one it ships, else the plan's model name."""
-    if model.is_moe or model.is_mla:
-        shape = (model.hidden_size, model.num_layers, model.ffn_hidden_size, model.expert_ffn_size)
-        return next((name for name, dims in DEEPSEEK_V3_FLAVORS.items() if dims == shape), model.name)
-    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size)
-    return next((name for name, dims in LLAMA3_FLAVORS.items() if dims == shape), model.name)
+def _usage() -> list:
+    return [f"run: save as {MODULE}.py in a folder on PYTHONPATH, then torchrun ... -m torchtitan.train",
+            f"  --module {MODULE} --config {CONFIG_FUNCTION} --hf_assets_path TOKENIZER_DIR --dataloader.dataset c4 "
+            f"--training.steps N"]
 
 
-def _needs_flavor_module(model) -> bool:
-    """A llama3-architecture model whose shape torchtitan does not ship (MLA models go to deepseek_v3)."""
-    return not (model.is_moe or model.is_mla) and flavor(model) not in LLAMA3_FLAVORS
+def _call(target: str, values: dict) -> list:
+    """`target(` with one keyword argument a line: the generated module stays within 120 columns."""
+    lines = [f"    {target}("]
+    for key, value in values.items():
+        text = pprint.pformat(value, width=110 - len(key), compact=True).replace("\n", "\n" + " " * (9 + len(key)))
+        lines.append(f"        {key}={text},")
+    return lines + ["    )"]
 
 
-def flavor_module(doc: PlanDocument) -> str:
-    """Python that registers the plan's model as a llama3 flavor. torchtitan sizes the SwiGLU FFN as
-    multiple_of * ceil(int(ffn_dim_multiplier * int(8 * dim / 3)) / multiple_of) (llama3 FeedForward),
-    so multiple_of = ffn_hidden_size, with a multiplier below 1 only when 8*dim/3 exceeds it, is exact."""
+def _model_notes(doc: PlanDocument, name: str, custom: bool, notes: list) -> None:
     model = doc.model
-    base = int(2 * 4 * model.hidden_size / 3)
-    multiplier = None if base <= model.ffn_hidden_size else model.ffn_hidden_size / base
-    return (f"# Registers {model.name!r} as a torchtitan llama3 flavor; written by autoplan for plan {doc.plan_id}.\n"
-            "from torchtitan.models.llama3 import llama3_args\n"
-            "from torchtitan.models.llama3.model.args import TransformerModelArgs\n\n"
-            f"llama3_args[{model.name!r}] = TransformerModelArgs(\n"
-            f"    dim={model.hidden_size}, n_layers={model.num_layers}, n_heads={model.num_heads}, "
-            f"n_kv_heads={model.num_kv_heads},\n"
-            f"    vocab_size={model.vocab_size}, multiple_of={model.ffn_hidden_size}, ffn_dim_multiplier={multiplier!r},\n"
-            f"    max_seq_len={max(model.max_seq_len, doc.training.seq_len)},\n)\n")
-
-
-def launch(doc: PlanDocument, launcher: str, header: list, toml_text: str) -> str:
-    """A launch script: the TOML (and the flavor module) written next to the run, then torchtitan.train."""
-    files = {"job.toml": toml_text}
-    env = {}
-    if _needs_flavor_module(doc.model):
-        files[f"{FLAVOR_MODULE}.py"] = flavor_module(doc)
-        env["PYTHONPATH"] = '"$RUN_DIR${PYTHONPATH:+:$PYTHONPATH}"'  # where custom_import finds it
-    placeholders = {
-        "TOKENIZER_PATH": "folder with the Hugging Face tokenizer files (model.hf_assets_path)",
-        "DATASET": "a dataset torchtitan registers (torchtitan/datasets/hf_datasets.py, e.g. c4)",
-        "TRAIN_STEPS": "optimizer steps to run",
-    }
-    args = [("--job.config_file", '"$RUN_DIR/job.toml"'), ("--model.hf_assets_path", '"$TOKENIZER_PATH"'),
-            ("--training.dataset", '"$DATASET"'), ("--training.steps", '"$TRAIN_STEPS"')]
-    return launch_script(doc, header, placeholders, env, files, ["-m", "torchtitan.train"], args, launcher)
-
-
-def _model(doc: PlanDocument, notes: list) -> dict:
-    model = doc.model
-    name = flavor(model)
-    if _needs_flavor_module(model):
-        notes.append(f"model shape: torchtitan 0.2.0 ships the llama3 flavors {', '.join(LLAMA3_FLAVORS)}; "
-                     f"{model.name!r} is registered by the module {FLAVOR_MODULE}.py that `--launch` writes "
-                     f"(`[experimental] custom_import`); without it, register dim={model.hidden_size} "
-                     f"n_layers={model.num_layers} n_heads={model.num_heads} n_kv_heads={model.num_kv_heads} "
-                     f"FFN {model.ffn_hidden_size} yourself")
-    if name in LLAMA3_FLAVORS:
-        notes.append(f"vocabulary: torchtitan takes it from the tokenizer (hf_assets_path); the plan assumes "
-                     f"{model.vocab_size} rows")
-    if (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
+    if custom:
+        notes.append(f"model shape: torchtitan 0.3.0 ships the llama3 flavors {', '.join(LLAMA3_FLAVORS)}; "
+                     f"{model.name!r} is built in this module as llama3's own flavors are (rope theta "
+                     f"10000, torchtitan's default: set yours in _model_spec)")
+    elif name == "llama3":
+        notes.append(f"vocabulary: the flavor's own ({flavor(model)}); the plan assumes {model.vocab_size} rows")
+    if name == "llama3" and (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
         notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
                      f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
-    facts, mapped = architecture_facts(model), set()
-    if model.is_moe or model.is_mla:
-        # torchtitan's deepseek_v3 ModelArgs carry MLA, shared experts and the leading dense layers.
-        args = [f"moe_inter_dim={model.expert_ffn_size}", f"n_routed_experts={model.num_experts}",
-                f"n_activated_experts={model.num_experts_per_token}",
-                f"n_shared_experts={model.shared_expert_ffn_size // model.expert_ffn_size}",
-                f"n_dense_layers={model.num_dense_layers}"]
-        if model.is_mla:
-            args += [f"q_lora_rank={model.q_lora_rank}", f"kv_lora_rank={model.kv_lora_rank}",
-                     f"qk_nope_head_dim={model.head_dim - model.qk_rope_head_dim}",
-                     f"qk_rope_head_dim={model.qk_rope_head_dim}", f"v_head_dim={model.value_dim}"]
-        notes.append("mixture of experts / MLA: register the flavor in torchtitan's deepseek_v3 model with "
-                     + " ".join(args))
-        mapped = {"mla", "moe_ffn", "shared_experts"} | ({"moe_layers"} if model.moe_layer_freq == 1 else set())
-    notes += unmapped_note(facts, mapped, "torchtitan's " + ("deepseek_v3" if model.is_moe or model.is_mla
-                                                             else "llama3") + " model")
-    if model.tied_embeddings:
-        notes.append("tied_embeddings: torchtitan's llama3 keeps separate embedding and output weights")
-    return {"name": "deepseek_v3" if model.is_moe or model.is_mla else "llama3", "flavor": name}
+    if name == "llama3" and model.head_dim and model.head_dim * model.num_heads != model.hidden_size:
+        notes.append(f"head_dim={model.head_dim}: torchtitan's llama3 uses hidden/heads = "
+                     f"{model.hidden_size // model.num_heads}")
+    mapped = {"deepseek_v3": {"mla", "moe_ffn", "shared_experts", "moe_layers"},
+              "qwen3": {"qk_norm", "moe_ffn", "moe_layers"}}.get(name, set())
+    notes += unmapped_note(architecture_facts(model), mapped, f"torchtitan's {name} model")
+    if model.tied_embeddings and not custom:
+        notes.append("tied_embeddings: torchtitan's shipped flavor keeps separate embedding and output weights")
+
+
+def _model_spec_source(doc: PlanDocument) -> str:
+    """Python building the plan's shape as a llama3 model, as torchtitan 0.3.0 builds its "8B"
+    (torchtitan/models/llama3/__init__.py `_8b`, `model_registry`), the FFN width given directly."""
+    model = doc.model
+    heads = model.num_heads
+    return "\n".join([
+        "def _model_spec(converters=None) -> ModelSpec:",
+        f'    """{model.name}: the plan\'s shape as a torchtitan llama3 model (its private builders, 0.3.0)."""',
+        f"    dim, vocab_size = {model.hidden_size}, {model.vocab_size}",
+        "    model = Llama3Model.Config(",
+        f"        dim=dim, vocab_size=vocab_size, enable_weight_tying={model.tied_embeddings},",
+        "        tok_embeddings=Embedding.Config(num_embeddings=vocab_size, embedding_dim=dim, "
+        "param_init=_EMBEDDING_INIT),",
+        "        norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),",
+        "        lm_head=Linear.Config(in_features=dim, out_features=vocab_size, param_init=_output_linear_init(dim)),",
+        "        layers=_build_llama3_layers(",
+        f"            fuse_qkv=True, n_layers={model.num_layers}, dim=dim, n_heads={heads}, "
+        f"n_kv_heads={model.num_kv_heads}, hidden_dim={model.ffn_hidden_size},",
+        f"            rope=ComplexRoPE.Config(dim=dim // {heads}, "
+        f"max_seq_len={max(model.max_seq_len, doc.training.seq_len)}, theta=10000.0),",
+        '            attn_backend="flex",',
+        "        ),",
+        "    )",
+        "    if converters is not None:",
+        "        validate_converter_order(converters)",
+        "        for converter in converters:",
+        "            model = converter.build().convert(model)",
+        f"    return ModelSpec(name=\"llama3\", flavor={model.name!r}, model=model, parallelize_fn=parallelize_llama,",
+        "                     pipelining_fn=pipeline_llm, post_optimizer_build_fn=None,",
+        "                     state_dict_adapter=Llama3StateDictAdapter)",
+    ])
 
 
 def _training(doc: PlanDocument, notes: list) -> dict:
     par, training = doc.parallel, doc.training
-    # With pp > 1 a rank's local batch is split into pipeline micro-batches; without pp,
-    # torchtitan accumulates gradients until global_batch_size is reached.
-    local = par.micro_batch_size * (par.num_microbatches if par.pp > 1 else 1)
+    # With pp > 1 a rank's local batch is split into pipeline micro-batches; without pp, torchtitan
+    # accumulates gradients until global_batch_size (trainer.py lines 415-433).
+    out = {"local_batch_size": par.micro_batch_size * (par.num_microbatches if par.pp > 1 else 1),
+           "global_batch_size": training.global_batch_size, "seq_len": training.seq_len,
+           "mixed_precision_param": _PARAM_DTYPES[training.dtype], "mixed_precision_reduce": "float32"}
     if training.dtype == "fp16":
         notes.append("dtype=fp16: torchtitan has no fp16 with loss scaling; exported as bfloat16")
-    return {"local_batch_size": local, "global_batch_size": training.global_batch_size,
-            "seq_len": training.seq_len, "mixed_precision_param": _PARAM_DTYPES[training.dtype],
-            "mixed_precision_reduce": "float32"}
+    if par.pp > 1 or par.ep > 1:
+        # Trainer.Config._validate_cuda_graphs (trainer.py line 179): CUDA graphs (on by default) refuse
+        # pipeline parallelism, and expert parallelism with the default token dispatcher.
+        out["disable_cuda_graphs"] = True
+    return out
 
 
 def _parallelism(doc: PlanDocument, notes: list) -> dict:
     par = doc.parallel
     replicate, shard, reshard = 1, par.dp, "default"
     if par.zero_stage == 0 and par.dp > 1:
-        if par.tp == par.pp == par.cp == 1:
-            replicate, shard = par.dp, 1  # plain DDP
+        if par.ep > 1:
+            # the experts' FSDP group is dp_shard * cp * tp / ep (parallel_dims.py line 279)
+            notes.append("zero_stage=0 with ep > 1: torchtitan borrows expert ranks from dp_shard, so the "
+                         "data-parallel group runs as FSDP (less memory, extra all-gathers)")
         else:
-            notes.append("zero_stage=0: torchtitan's DDP is one-dimensional only, so with tp/pp/cp "
-                         "the data-parallel group runs as FSDP (less memory, extra all-gathers)")
+            # HSDP with a shard group of 1: every rank keeps whole weights (llama3/parallelize.py line 70)
+            replicate, shard = par.dp, 1
     elif par.zero_stage in (1, 2):
-        # Parameters stay gathered from forward to backward: FSDP's ZeRO-2-like SHARD_GRAD_OP.
-        reshard = "never"
+        reshard = "never"  # parameters stay gathered from forward to backward: FSDP's SHARD_GRAD_OP
         notes.append(f"zero_stage={par.zero_stage}: torchtitan has no ZeRO-1/2 distinction; exported "
                      f"as FSDP with fsdp_reshard_after_forward='never' (gradients and optimizer state "
                      f"sharded, parameters gathered for the whole step)")
-    if par.tp > 1 and not par.sequence_parallel:
-        notes.append("sequence_parallel=false: torchtitan's tensor parallelism always shards the norms "
-                     "on the sequence (sequence parallel)")
+    if par.ep > 1 and (shard * par.cp * par.tp) % par.ep:
+        raise InfeasiblePlan(f"torchtitan 0.3.0 takes expert ranks from dp_shard * cp * tp = "
+                             f"{shard * par.cp * par.tp}, which ep={par.ep} does not divide (parallel_dims.py "
+                             f"line 279)", "export_torchtitan_ep")
     out = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": par.tp,
+           "enable_sequence_parallel": bool(par.sequence_parallel or par.tp == 1),
            "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp}
     if par.pp > 1:
         out["pipeline_parallel_schedule"] = "Interleaved1F1B" if par.vpp > 1 else "1F1B"
-        out.update(_pipeline_stages(doc, notes))
+        out.update(pipeline_stages(doc, notes, head="lm_head"))
         out["pipeline_parallel_microbatch_size"] = par.micro_batch_size
     if doc.model.is_moe:
         out["expert_parallel_degree"] = par.ep
     return out
 
 
-def _pipeline_stages(doc: PlanDocument, notes: list) -> dict:
-    """The plan's (virtual) stages (ParallelPlan.virtual_stage_num_layers) in torchtitan's terms:
-    its generated split when some weighing of the embedding and the head reproduces them, else the
-    modules of every stage listed (module_fqns_per_model_part)."""
-    par, num_layers = doc.parallel, doc.model.num_layers
-    stages = par.virtual_stage_num_layers(num_layers)
-    default_stages = par.pp * (1 if par.vpp == 1 else 2)   # stages torchtitan makes per schedule
-    for first_less, last_less in ((1, 1), (0, 0), (1, 0), (0, 1)):
-        if torchtitan_split(len(stages), num_layers, first_less, last_less) != stages:
-            continue
-        out = {"pipeline_parallel_first_stage_less_layers": first_less,
-               "pipeline_parallel_last_stage_less_layers": last_less}
-        effective = num_layers + first_less + last_less
-        per_stage = -(-effective // len(stages))
-        if -(-effective // per_stage) == len(stages):   # torchtitan: ceil(effective / per stage) stages
-            out["pipeline_parallel_layers_per_stage"] = per_stage   # stated even where it is the default
-            return out
-        if default_stages == len(stages):
-            return out
-    if par.pp > 1 and len(set(stages)) > 1:
-        notes.append(f"uneven pipeline stages ({stages_text(stages)} layers per stage) are not torchtitan's "
-                     f"generated split; every stage's modules are listed in module_fqns_per_model_part")
-    first_layer = [sum(stages[:k]) for k in range(len(stages))]
-    return {"module_fqns_per_model_part": [
-        (["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(first_layer[k], first_layer[k] + n)]
-        + (["norm", "output"] if k == len(stages) - 1 else []) for k, n in enumerate(stages)]}
-
-
-def torchtitan_split(num_stages: int, num_layers: int, first_less: int, last_less: int) -> list | None:
-    """Layers per stage of torchtitan's generated split (torchtitan 0.2 distributed/pipeline_parallel.py
-    generate_llm_fqn_per_model_part): num_layers + first_less + last_less "effective" layers shared
-    out evenly, the first stages taking the remainder, then the embedding's and the head's weights
-    taken off the first and the last stage. None when a stage would be left without layers."""
-    effective = num_layers + first_less + last_less
-    base, extra = divmod(effective, num_stages)
-    counts = [base + (k < extra) for k in range(num_stages)]
-    counts[0] -= first_less
-    counts[-1] -= last_less
-    return counts if min(counts) > 0 and base >= max(first_less, last_less) else None
-
-
-def _activation_checkpoint(doc: PlanDocument, notes: list) -> dict:
+def _activation_checkpoint(doc: PlanDocument, notes: list) -> str:
+    """The policy's constructor: 0.3.0 has whole-block (FullAC), op-level selective (SelectiveAC) and
+    memory-budget checkpointing, none per layer (0.2's selective_ac_option "k" is gone)."""
     par = doc.parallel
     if par.recompute == "none":
-        return {"mode": "none"}
+        return "None"
     if par.recompute == "selective":
         notes.append("recompute=selective: torchtitan's op-level selective checkpointing saves the "
-                     "matmul outputs and recomputes the rest, close to but not only the attention core")
-        return {"mode": "selective", "selective_ac_option": "op"}
+                     "matmul outputs (every second one) and recomputes the rest, close to but not only the "
+                     "attention core")
+        return "SelectiveAC.Config()"
     per_stage = par.layers_per_stage(doc.model.num_layers)
-    if par.recompute_num_layers == per_stage:
-        return {"mode": "full"}
-    # Layer-selective checkpointing wraps every k-th block; the count is exact only if it divides.
-    k, count = full_recompute_every_k(per_stage, par.recompute_num_layers)
-    if count != par.recompute_num_layers:
+    if par.recompute_num_layers < per_stage:
         notes.append(f"recompute_num_layers={par.recompute_num_layers} of {per_stage} layers per stage: "
-                     f"torchtitan checkpoints every k-th layer; k={k} recomputes {count}")
-    return {"mode": "selective", "selective_ac_option": str(k)}
+                     f"torchtitan 0.3.0 checkpoints every block or none (FullAC); exported as all {per_stage} "
+                     f"(less memory than planned, more recompute time)")
+    return "FullAC.Config()"
 
 
-def _toml_section(name: str, values: dict) -> str:
-    return f"[{name}]\n" + "".join(f"{key} = {_toml_value(v)}\n" for key, v in values.items())
-
-
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"no TOML form for {value!r}")
+def launch(doc: PlanDocument, launcher: str, header: list, module_text: str) -> str:
+    """A launch script: the config module written next to the run, then torchtitan.train with it."""
+    placeholders = {
+        "TOKENIZER_PATH": "folder with the Hugging Face tokenizer files (hf_assets_path)",
+        "DATASET": "a dataset torchtitan registers (torchtitan/hf_datasets/text_datasets.py, e.g. c4)",
+        "TRAIN_STEPS": "optimizer steps to run",
+    }
+    env = {"PYTHONPATH": '"$RUN_DIR${PYTHONPATH:+:$PYTHONPATH}"'}  # where --module finds autoplan_job
+    args = [("--module", MODULE), ("--config", CONFIG_FUNCTION), ("--hf_assets_path", '"$TOKENIZER_PATH"'),
+            ("--dataloader.dataset", '"$DATASET"'), ("--training.steps", '"$TRAIN_STEPS"')]
+    return launch_script(doc, header, placeholders, env, {f"{MODULE}.py": module_text},
+                         ["-m", "torchtitan.train"], args, launcher)

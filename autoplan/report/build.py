@@ -100,7 +100,8 @@ def _estimator(doc: PlanDocument, profile, calibration, num_gpus: int | None = N
     from autoplan.calibration import CalibratedEstimator
 
     cluster = doc.cluster if num_gpus is None else replace(doc.cluster, num_gpus=num_gpus)
-    return cluster, CalibratedEstimator(doc.model, doc.training, cluster, profile, calibration)
+    return cluster, CalibratedEstimator(doc.model, doc.training, cluster, profile, calibration,
+                                        memory_headroom_bytes=int(doc.prediction.get("memory_headroom_bytes", 0)))
 
 
 def search_plans(doc: PlanDocument, profile, calibration=None, num_gpus: int | None = None):

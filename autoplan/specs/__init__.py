@@ -3,6 +3,7 @@ from autoplan.specs.errors import AutoplanError, InfeasiblePlan, SchemaError
 from autoplan.specs.estimate import CostEstimate
 from autoplan.specs.framework import Framework, StateTerm
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, FRAMEWORKS, get_framework
+from autoplan.specs.headroom import MemoryHeadroom, parse_headroom, resolve_headroom
 from autoplan.specs.hardware import (
     COLLECTIVE_OPS, PROFILE_SCHEMA, SCOPES, AttentionSample, CollectiveSample, HardwareProfile,
     MatmulSample, MemoryOpSample,
@@ -20,8 +21,9 @@ __all__ = [
     "AUTOPLAN_VERSION", "AttentionSample", "AutoplanError", "BYTES_PER_ELEMENT", "COLLECTIVE_OPS",
     "ClusterSpec", "CollectiveSample", "CostEstimate", "DEFAULT_FRAMEWORK", "DTYPES", "FRAMEWORKS",
     "FRAMEWORK_NAMES", "Framework", "StateTerm", "get_framework", "HardwareProfile", "InfeasiblePlan",
-    "MEASUREMENT_SCHEMA", "MatmulSample", "Measurement", "MemoryOpSample", "ModelSpec",
+    "MEASUREMENT_SCHEMA", "MatmulSample", "Measurement", "MemoryHeadroom", "MemoryOpSample", "ModelSpec",
     "PLAN_SCHEMA", "PLAN_SCHEMA_V1", "PROFILE_SCHEMA", "ParallelPlan", "PlanDocument", "RECOMPUTE_POLICIES", "SCOPES",
-    "SchemaError", "TrainingSpec", "append_measurement", "plan_id", "read_json", "read_measurements",
+    "SchemaError", "TrainingSpec", "append_measurement", "parse_headroom", "plan_id", "read_json", "read_measurements",
+    "resolve_headroom",
     "write_json_atomic", "write_text_atomic",
 ]

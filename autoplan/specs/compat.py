@@ -75,7 +75,25 @@ def check_host_memory(model, plan, num_devices: int, plan_name: str = "") -> Non
 # Which plans each executor backend runs (executor/torch_backend/checks.py and
 # executor/xla_backend/launch.py refuse the others): a measurement of a plan made for another
 # framework times software the prediction did not describe.
-BACKEND_FRAMEWORKS = {"torch": ("autoplan",), "xla": ("autoplan-xla", "autoplan")}
+BACKEND_FRAMEWORKS = {"torch": ("autoplan", "autoplan-91ee867"), "xla": ("autoplan-xla", "autoplan")}
+
+# The torch backend's switchable speed-ups (executor/options.py SPEEDUPS) that change what the
+# `autoplan` framework's facts describe; a run with all of them off, or made before they could be
+# switched (its record carries no options, or options without "without": every torch record has
+# carried them since), ran the executor of framework autoplan-91ee867.
+SPEEDUPS_OF_AUTOPLAN = ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw")
+
+
+def record_framework(record, plan_framework: str) -> str:
+    """The framework whose facts describe what a measurement ran: the plan's, except that a torch
+    run of an `autoplan` plan without the executor's speed-ups ran autoplan-91ee867's executor."""
+    if plan_framework != "autoplan" or record.backend != "torch":
+        return plan_framework
+    options = record.extra.get("options")
+    without = options.get("without") if isinstance(options, dict) else None
+    if without is None or set(SPEEDUPS_OF_AUTOPLAN) <= set(without):
+        return "autoplan-91ee867"
+    return plan_framework
 
 
 def _hardware_of_run(environment: dict) -> tuple[str, str]:

@@ -30,6 +30,9 @@ class CostEstimate:
     notes: tuple = ()
     details: dict = field(default_factory=dict)
     """Free-form intermediate figures (e.g. bubble fraction, per-layer times) for reports and learning."""
+    memory_headroom_bytes: int = 0
+    """A safety margin the user keeps free (`--memory-headroom`): the plan fits when its peak is at
+    most capacity - headroom. 0 by default: the peak already holds the CUDA context and allocator terms."""
 
     def __post_init__(self) -> None:
         for name, table in (("time_breakdown_s", self.time_breakdown_s), ("memory_breakdown_bytes", self.memory_breakdown_bytes)):
@@ -46,8 +49,13 @@ class CostEstimate:
         return int(sum(self.memory_breakdown_bytes.values()))
 
     @property
+    def usable_memory_bytes(self) -> int:
+        """What a plan may use: the capacity less the user's headroom."""
+        return self.memory_capacity_bytes - self.memory_headroom_bytes
+
+    @property
     def fits(self) -> bool:
-        return self.peak_memory_bytes <= self.memory_capacity_bytes
+        return self.peak_memory_bytes <= self.usable_memory_bytes
 
     @property
     def tokens_per_s(self) -> float:
@@ -73,7 +81,8 @@ class CostEstimate:
             memory_capacity_bytes=self.memory_capacity_bytes, tokens_per_step=self.tokens_per_step,
             num_gpus=self.num_gpus, model_flops_per_step=self.model_flops_per_step,
             hardware_flops_per_step=self.hardware_flops_per_step, peak_flops_per_s=self.peak_flops_per_s,
-            cost_model=cost_model, notes=self.notes, details={**self.details, "correction_factor": factor})
+            cost_model=cost_model, notes=self.notes, details={**self.details, "correction_factor": factor},
+            memory_headroom_bytes=self.memory_headroom_bytes)
 
     def scaled_memory(self, factor: float, keep: tuple, cost_model: str) -> "CostEstimate":
         """The same estimate with every memory term but those in `keep` multiplied by `factor` (a
@@ -86,7 +95,8 @@ class CostEstimate:
             num_gpus=self.num_gpus, model_flops_per_step=self.model_flops_per_step,
             hardware_flops_per_step=self.hardware_flops_per_step, peak_flops_per_s=self.peak_flops_per_s,
             cost_model=cost_model, notes=self.notes,
-            details={**self.details, "memory_correction_factor": factor, "memory_allocated_peak_bytes": allocated})
+            details={**self.details, "memory_correction_factor": factor, "memory_allocated_peak_bytes": allocated},
+            memory_headroom_bytes=self.memory_headroom_bytes)
 
     def to_prediction(self) -> dict:
         """The plan file's `prediction` block."""
@@ -98,6 +108,7 @@ class CostEstimate:
             "hfu": self.hfu,
             "peak_memory_bytes": self.peak_memory_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
+            "memory_headroom_bytes": self.memory_headroom_bytes,
             "fits": self.fits,
             "time_breakdown_s": dict(self.time_breakdown_s),
             "memory_breakdown_bytes": {k: int(v) for k, v in self.memory_breakdown_bytes.items()},

@@ -74,12 +74,15 @@ class Framework:
     """Bytes per saved activation element (bf16)."""
     activation_recipe: str = "megatron"
     """Which tensors a layer saves for backward: "megatron" (Korthikanti et al. 2022 Table 2, named
-    tensors in bf16 with fused kernels; cost_model/memory.py) or "eager-autocast" (an eager PyTorch
-    model with fp32 weights and an fp32 residual stream under bf16 autocast, as autoplan's executor
-    runs; cost_model/eager_activations.py, checked against the executor's saved tensors)."""
+    tensors in bf16 with fused kernels; cost_model/memory.py), "eager" (autoplan's executor today:
+    eager PyTorch on FSDP2's bf16 weight copies, or under bf16 autocast over fp32 weights where FSDP2
+    does not wrap the model; grouped K/V unrepeated; the fused chunked loss at tp = 1) or
+    "eager-autocast" (the executor before its speed-ups: always autocast, K/V repeated, whole fp32
+    logits). Both eager recipes: cost_model/eager_activations.py, checked against the executor's
+    saved tensors."""
     loss_bytes_per_logit: float = 0.0
     """Bytes per logit the loss path holds at its peak; 0 derives it from `fused_cross_entropy`
-    (6 fused, 10 unfused). The eager-autocast recipe counts its loss tensors itself."""
+    (6 fused, 10 unfused). The eager recipes count their loss tensors themselves."""
     zero3_max_live_params: float = 0.0
     """ZeRO-3 gathered parameters held at once (DeepSpeed stage3_max_live_parameters); 0: FSDP units
     (one layer and its prefetched neighbour)."""

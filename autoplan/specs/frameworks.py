@@ -6,6 +6,8 @@ line that lists the known ones.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autoplan.specs.errors import AutoplanError
 from autoplan.specs.framework import Framework, StateTerm
 
@@ -46,6 +48,11 @@ compute dtype until reduced; the optimizer works on an fp32 copy of its own part
 # the fp32 logits' cast, log-softmax and its backward (executor/model.py).
 AUTOPLAN_ELEMENTWISE_FACTOR = (336.7 - 44.7) / 87.3
 
+# The fused AdamW kernel's traffic per parameter: reads param, grad, exp_avg, exp_avg_sq and writes
+# param, exp_avg, exp_avg_sq (7 x 4 B fp32), plus the for-each gradient clipping's norm (read 4) and
+# scale (read + write 8).
+AUTOPLAN_FUSED_ADAMW_BYTES = 7 * 4 + 12
+
 _AUTOPLAN_STATES = {
     "params": StateTerm(4, 1, "fp32 parameters: the master weights (FSDP2-sharded at ZeRO 1-3 and at one "
                               "replica; DDP or plain at ZeRO 0 with several)"),
@@ -54,66 +61,87 @@ _AUTOPLAN_STATES = {
     "optimizer": StateTerm(8, 1, "AdamW momentum 4 + variance 4 (fp32)"),
 }
 
+_AUTOPLAN = Framework(
+    name="autoplan",
+    # Storage, rules and the activation recipe describe today's executor (its speed-ups on; the
+    # recipe counted on the CPU by tests/test_memory_counting.py). The time facts (weight casts,
+    # optimizer bytes, elementwise factor) were measured for the executor the shipped H100 records
+    # ran (autoplan-91ee867): upper bounds for today's fused AdamW and bf16 weight copies until a
+    # GPU re-measures (benchmarks/h100_remeasure.sh).
+    version="autoplan 0.1 executor, torch backend (torch 2.9); time facts: the executor of the shipped "
+            "H100 records (91ee867)",
+    description="this project's torch.distributed executor (`autoplan run`): FSDP2/DDP, TP/SP, "
+                "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
+    states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
+    activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
+    fused_cross_entropy=True, fused_cross_entropy_max_tp=1, flash_attention=True, dtypes=("bf16", "fp32"),
+    moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
+    cp_with_masked_attention=False, mla=False,
+    gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
+    weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
+    sources={
+        "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
+        "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
+                                "block's linears only (q/k norms etc. would be replicated without summed grads)",
+        "cp_with_masked_attention": "executor/torch_backend/context_parallel.py: plain causal attention",
+        "states": "docs/executor.md (Speed): fp32 master weights, FSDP2 bf16 compute copies (at one replica "
+                  "too), fp32 gradient accumulation, fused AdamW on CUDA",
+        "compute_weight_copy_bytes": "FSDP2 (ZeRO 0-2 at one replica, ZeRO 1/2) keeps the gathered bf16 weights "
+                                     "from the first forward to the last backward of a step; autocast's cache "
+                                     "(ZeRO 0 with several replicas) holds them for the step",
+        "fused_cross_entropy": "executor/loss.py: head matmul + cross-entropy over token chunks (tp = 1, no "
+                               "head bias or logit soft-capping: at most one 256 MiB chunk of fp32 logits); "
+                               "tp > 1 still runs F.cross_entropy over whole fp32 logits",
+        "fused_elementwise": "torch.compile per block is on by default on CUDA, but its effect on the "
+                             "memory-bound bytes is not measured yet: eager's 1.0 until a GPU run says more",
+        "activation_recipe": "executor/blocks.py + executor/loss.py on FSDP2's bf16 weight copies, or under "
+                             "bf16 autocast where FSDP2 does not wrap (train.py compute_mode); every saved "
+                             "tensor counted by tests/test_memory_counting.py",
+        "runtime_bytes": "1.29 GiB 'non-PyTorch memory' in each of the 4 out-of-memory records of "
+                         "cost_model/data/h100_runs (H100, torch 2.11, CUDA 13.0, NCCL 2.28.9)",
+        "gemm_efficiency": "torch.matmul -> cuBLAS: the kernels `autoplan profile` times (1 by construction)",
+        "attention_efficiency": "F.scaled_dot_product_attention: the kernel `autoplan profile` times",
+        "elementwise_bytes_factor": "measured: kernel trace of one step of plan l1-s2k-m4 on an H100 "
+                                    "(cost_model/data/h100_runs/step_kernels_llama1b_mbs4.txt), see "
+                                    "AUTOPLAN_ELEMENTWISE_FACTOR",
+        "weight_cast_bytes_per_param": "executor: fp32 weights under bf16 autocast; per micro-batch the "
+                                       "forward cast (read 4, write 2), the cast's backward (read 2, write 4) "
+                                       "and AccumulateGrad's in-place fp32 add (read 4+4, write 4)",
+        "optimizer_bytes_per_param": "counted: executor/torch_backend/train.py runs torch.optim.AdamW(fused=True) "
+                                     "on CUDA, one kernel that reads param, grad, exp_avg, exp_avg_sq and writes "
+                                     "param, exp_avg, exp_avg_sq (7 x 4 B fp32), + the for-each clip (norm 4, "
+                                     "scale 8); the same count for the for-each AdamW (autoplan-91ee867) matched "
+                                     "its H100 kernel trace",
+        "dtypes": "fp16 (no loss scaling) and fp8 (no float8 kernels) are not wired",
+        "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
+        "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
+        "tied_embeddings_one_stage": "executor: the tied head is neither sharded nor on another stage",
+        "learned_positions_split_sequence": "executor: learned positions are not sharded for cp/sp",
+        "uneven_interleaved": "executor/torch_backend/pipeline.py builds each virtual stage from "
+                              "ParallelPlan.virtual_stage_num_layers; ScheduleInterleaved1F1B takes "
+                              "stages of any size (tests/test_torch_backend.py runs one)",
+    })
+
+_AUTOPLAN_91EE867 = replace(
+    _AUTOPLAN, name="autoplan-91ee867",
+    version="autoplan executor at 91ee867 (2026-11-22), torch backend: the shipped H100 records",
+    description="historical: autoplan's executor before its speed-ups (fp32 weights under bf16 autocast, "
+                "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without " + ",".join(
+                    ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw")),
+    activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
+    sources={**_AUTOPLAN.sources,
+             "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "
+                                          "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
+                                          "div 8, add 8, addcdiv 16 = 80 B) + foreach clip (norm 4, scale 8); the "
+                                          "H100 kernel trace shows AdamW.step 37.0 ms for 1.236e9 parameters = "
+                                          "92 B/param at the profile's 3.06 TB/s",
+             "activation_recipe": "executor/model.py at 91ee867 under torch.autocast(bf16) over fp32 weights; "
+                                  "tests/test_memory_counting.py counts it with every speed-up off",
+             "fused_cross_entropy": "executor at 91ee867: F.cross_entropy over whole fp32 logits"})
+
 FRAMEWORKS = {f.name: f for f in (
-    Framework(
-        name="autoplan",
-        # Storage and rules describe today's executor (issue 11's speed-ups on); the activation recipe and
-        # the time facts (weight casts, optimizer bytes, elementwise factor) were counted and measured for
-        # the executor the shipped H100 records ran (speed-ups off): an upper bound for today's defaults,
-        # which save no repeated K/V, no whole fp32 logits, and run a fused AdamW, until a GPU re-measures.
-        version="autoplan 0.1 executor, torch backend (torch 2.9); activation and time facts: the executor "
-                "of the shipped H100 records (91ee867)",
-        description="this project's torch.distributed executor (`autoplan run`): FSDP2/DDP, TP/SP, "
-                    "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
-        states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
-        activation_recipe="eager-autocast", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
-        fused_cross_entropy=True, fused_cross_entropy_max_tp=1, flash_attention=True, dtypes=("bf16", "fp32"),
-        moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
-        learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
-        cp_with_masked_attention=False, mla=False,
-        gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
-        weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=92.0,
-        sources={
-            "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
-            "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
-                                    "block's linears only (q/k norms etc. would be replicated without summed grads)",
-            "cp_with_masked_attention": "executor/torch_backend/context_parallel.py: plain causal attention",
-            "states": "docs/executor.md (Speed): fp32 master weights, FSDP2 bf16 compute copies (at one replica "
-                      "too), fp32 gradient accumulation, fused AdamW on CUDA",
-            "compute_weight_copy_bytes": "FSDP2 (ZeRO 0-2 at one replica, ZeRO 1/2) keeps the gathered bf16 weights "
-                                         "from the first forward to the last backward of a step; autocast's cache "
-                                         "(ZeRO 0 with several replicas) holds them for the step",
-            "fused_cross_entropy": "executor/loss.py: head matmul + cross-entropy over token chunks (tp = 1, no "
-                                   "head bias or logit soft-capping: at most one 256 MiB chunk of fp32 logits); "
-                                   "tp > 1 still runs F.cross_entropy over whole fp32 logits",
-            "fused_elementwise": "torch.compile per block is on by default on CUDA, but its effect on the "
-                                 "memory-bound bytes is not measured yet: eager's 1.0 until a GPU run says more",
-            "activation_recipe": "executor/model.py under torch.autocast(bf16) over fp32 weights; every "
-                                 "saved tensor counted by tests/test_memory_counting.py",
-            "runtime_bytes": "1.29 GiB 'non-PyTorch memory' in each of the 4 out-of-memory records of "
-                             "cost_model/data/h100_runs (H100, torch 2.11, CUDA 13.0, NCCL 2.28.9)",
-            "gemm_efficiency": "torch.matmul -> cuBLAS: the kernels `autoplan profile` times (1 by construction)",
-            "attention_efficiency": "F.scaled_dot_product_attention: the kernel `autoplan profile` times",
-            "elementwise_bytes_factor": "measured: kernel trace of one step of plan l1-s2k-m4 on an H100 "
-                                        "(cost_model/data/h100_runs/step_kernels_llama1b_mbs4.txt), see "
-                                        "AUTOPLAN_ELEMENTWISE_FACTOR",
-            "weight_cast_bytes_per_param": "executor: fp32 weights under bf16 autocast; per micro-batch the "
-                                           "forward cast (read 4, write 2), the cast's backward (read 2, write 4) "
-                                           "and AccumulateGrad's in-place fp32 add (read 4+4, write 4)",
-            "optimizer_bytes_per_param": "executor/torch_backend/train.py: torch.optim.AdamW(foreach=True), "
-                                         "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
-                                         "div 8, add 8, addcdiv 16 = 80 B) + foreach clip (norm 4, scale 8); the "
-                                         "H100 kernel trace shows AdamW.step 37.0 ms for 1.236e9 parameters = "
-                                         "92 B/param at the profile's 3.06 TB/s",
-            "dtypes": "fp16 (no loss scaling) and fp8 (no float8 kernels) are not wired",
-            "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
-            "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
-            "tied_embeddings_one_stage": "executor: the tied head is neither sharded nor on another stage",
-            "learned_positions_split_sequence": "executor: learned positions are not sharded for cp/sp",
-            "uneven_interleaved": "executor/torch_backend/pipeline.py builds each virtual stage from "
-                                  "ParallelPlan.virtual_stage_num_layers; ScheduleInterleaved1F1B takes "
-                                  "stages of any size (tests/test_torch_backend.py runs one)",
-        }),
+    _AUTOPLAN,
     Framework(
         name="autoplan-xla", version="autoplan 0.1 executor, torch_xla 2.9 SPMD backend",
         description="this project's torch_xla SPMD executor (`autoplan run --backend xla`): one SPMD "
@@ -146,23 +174,27 @@ FRAMEWORKS = {f.name: f for f in (
                                        "--pipeline-model-parallel-layout (megatron/core/transformer/"
                                        "transformer_config.py, transformer_block.py get_num_layers_to_build)"}),
     Framework(
-        name="torchtitan", version="torchtitan 0.2 (2025)",
-        description="PyTorch torchtitan: FSDP2 + TP/SP + torch.distributed.pipelining + CP, "
+        name="torchtitan", version="torchtitan 0.3.0 (2026; the 0.2.0 TOML export re-checks 0.2's own rules)",
+        description="PyTorch torchtitan: FSDP2/HSDP + TP/SP + torch.distributed.pipelining + CP, "
                     "op-level selective activation checkpointing",
         states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0,
         selective_recompute="ops", fused_cross_entropy=False, dtypes=("bf16", "fp8", "fp32"),
-        zero_stages=(0, 1, 2, 3), zero0_only_pure_dp=True, sequence_parallel="always",
-        min_microbatches_per_stage=True,
+        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True,
         sources={"states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
-                 "selective_recompute": "torchtitan activation_checkpoint mode 'selective', option 'op'",
+                 "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py line 185: SelectiveAC "
+                                        "saves compute/comm op outputs except every second matmul",
                  "fused_cross_entropy": "torchtitan's loss: F.cross_entropy over fp32-cast logits",
-                 "dtypes": "torchtitan: no fp16 with loss scaling",
-                 "zero0_only_pure_dp": "torchtitan's DDP is one-dimensional (dp_replicate without tp/pp/cp)",
-                 "sequence_parallel": "torchtitan's TP plan shards the norms on the sequence (SequenceParallel)",
+                 "dtypes": "torchtitan 0.3.0 config/configs.py TrainingConfig: mixed_precision_param is bfloat16 "
+                           "or float32, no fp16 with loss scaling",
+                 "zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py line 70: every data-parallel layout "
+                                "is fully_shard over (dp_replicate, dp_shard), so ZeRO-0 is dp_replicate with tp/pp/cp "
+                                "too (0.2.0's DDP was one-dimensional: its exporter refuses that)",
+                 "sequence_parallel": "torchtitan 0.3.0 config/configs.py ParallelismConfig.enable_sequence_parallel "
+                                      "(0.2.0 always sequence-parallel: its export notes it)",
                  "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
-                 "uneven_interleaved": "torchtitan/distributed/pipeline_parallel.py: the generated split "
-                                       "over pp * stages-per-rank weighs the embedding and the head "
-                                       "(pipeline_parallel_first/last_stage_less_layers); "
+                 "uneven_interleaved": "torchtitan 0.3.0 distributed/pipeline_parallel.py lines 194-264, 366-477: "
+                                       "the generated split over pp * stages-per-rank weighs the embedding and the "
+                                       "head (pipeline_parallel_first/last_stage_less_layers); "
                                        "module_fqns_per_model_part lists any split"}),
     Framework(
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
@@ -210,6 +242,7 @@ FRAMEWORKS = {f.name: f for f in (
         sources={"states": "DeepSpeed ZeRO-1 (deepspeed/runtime/zero/stage_1_and_2.py): fp16 grads, fp32 partitions",
                  "flash_attention": "BLOOM training (2022) predates flash attention in Megatron-DeepSpeed",
                  "pp_scatter_gather": "DeepSpeed's pipeline engine sends whole activations"}),
+    _AUTOPLAN_91EE867,
 )}
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 

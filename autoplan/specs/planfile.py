@@ -4,6 +4,10 @@ What `search --json` prints and `-o` writes, and what `run`, `estimate` and the 
 Extra keys may be added; the documented ones are never renamed.
 
 v2 adds `framework`: the name of the framework the plan was made for (autoplan.specs.frameworks).
+A plan `autoplan tune` chose by running candidates carries the optional `tuning` block
+(schemas.validate_tuning): `chosen_by: "measurement"`, the run settings and each candidate's
+predicted and measured step time and peak memory.
+
 v1 files still read: they name no framework, so they are read as made for "autoplan" (the executor
 that runs plan files) and `assumed` says so; their prediction was made with Megatron-Core's facts,
 which `autoplan estimate` re-scores.

@@ -116,10 +116,39 @@ def validate_plan(data: dict, issues: Issues) -> None:
         if alternative.get("prediction") is not None:
             validate_prediction(take_object(alternative, "prediction", issues, path, required=False), issues,
                                 f"{path}.prediction")
+    if data.get("tuning") is not None:
+        validate_tuning(take_object(data, "tuning", issues, required=False), issues, "tuning")
     model, training = sections.get("model", {}), sections.get("training", {})
     max_seq, seq = model.get("max_seq_len"), training.get("seq_len")
     if _ints(max_seq, seq) and 0 < max_seq < seq <= MAX_SEQ_LEN:
         issues.add("training.seq_len", f"must be at most the model's context model.max_seq_len={max_seq}", seq)
+
+
+def validate_tuning(data: dict | None, issues: Issues, prefix: str) -> None:
+    """The optional `tuning` block of a plan `autoplan tune` chose by measurement: how the candidates
+    were run and what each measured (a record of the choice; the plan fields stay the plan)."""
+    from autoplan.specs.measurement import STATUSES
+
+    if data is None:
+        return
+    take_str(data, "chosen_by", issues, prefix, ("measurement",))
+    take_str(data, "backend", issues, prefix)
+    take_str(data, "device", issues, prefix, required=False)
+    take_int(data, "steps", issues, prefix, 1, None)
+    take_int(data, "warmup_steps", issues, prefix, 0, None)
+    take_str(data, "records", issues, prefix, required=False)
+    for i, candidate in enumerate(take_list(data, "candidates", issues, prefix) or []):
+        path = f"{prefix}.candidates[{i}]"
+        if not isinstance(candidate, dict):
+            issues.add(path, "must be a JSON object (one measured candidate)", candidate)
+            continue
+        take_str(candidate, "plan_id", issues, path)
+        take_str(candidate, "status", issues, path, STATUSES)
+        for key in ("predicted_step_time_s", "measured_step_time_s"):
+            take_float(candidate, key, issues, path, 0.0, required=False)
+        for key in ("predicted_peak_memory_bytes", "measured_peak_memory_bytes"):
+            take_float(candidate, key, issues, path, 0.0, MAX_MEMORY_BYTES, positive=False, required=False)
+    take_list(data, "skipped", issues, prefix, required=False)
 
 
 def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
@@ -134,6 +163,11 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
                required=False)
     take_bool(data, "fits", issues, prefix, required=False)
     take_str(data, "cost_model", issues, prefix, required=False)
+    # --memory-headroom (absent in older files: no margin); it must leave some of the capacity to use.
+    headroom = take_int(data, "memory_headroom_bytes", issues, prefix, 0, MAX_MEMORY_BYTES, required=False, default=0)
+    capacity = data.get("memory_capacity_bytes")
+    if isinstance(headroom, int) and _ints(capacity) and 0 < capacity <= headroom:
+        issues.add(f"{prefix}.memory_headroom_bytes", f"must be less than memory_capacity_bytes={capacity}", headroom)
     for key in ("time_breakdown_s", "memory_breakdown_bytes"):
         terms = take_object(data, key, issues, prefix, required=False)
         if terms is not None and len(terms) > MAX_BREAKDOWN_TERMS:

@@ -31,16 +31,18 @@ def load_measured_profile(path) -> HardwareProfile:
 
 
 def gather(measurement_paths, published: bool, learned: HardwareProfile | None = None,
-           framework: str | None = None, keep_mismatched: bool = True) -> tuple[CalibrationData, int]:
+           framework: str | None = None, keep_mismatched: bool = True, base_dir=None) -> tuple[CalibrationData, int]:
     """All calibration rows; returns (data, number of malformed JSONL lines skipped).
 
-    `data.skipped` lists the malformed lines first, then the unusable rows, each with its reason."""
+    `data.skipped` lists the malformed lines first, then the unusable rows, each with its reason.
+    `base_dir`: where a plan's profile file is looked for when its path does not resolve (default: the
+    measurements file's folder; `autoplan tune` passes the plan file's, its records being a temporary file)."""
     data, problems = CalibrationData(), []
     for path in measurement_paths:
         records, found = read_measurements(path)
         problems += found
-        data.extend(measurement_data(records, Path(path).name, Path(path).parent, learned, framework,
-                                     keep_mismatched))
+        data.extend(measurement_data(records, Path(path).name, Path(base_dir or Path(path).parent), learned,
+                                     framework, keep_mismatched))
     data.skipped[:0] = problems
     malformed = len(problems)
     if published:
@@ -50,7 +52,7 @@ def gather(measurement_paths, published: bool, learned: HardwareProfile | None =
 
 def build_calibration(measurement_paths=(), published: bool = False, profile_path=None,
                       kind: str = "trees", framework: str | None = None,
-                      keep_mismatched: bool = False) -> tuple[CalibrationFile, list[str]]:
+                      keep_mismatched: bool = False, base_dir=None) -> tuple[CalibrationFile, list[str]]:
     """Fit everything the inputs allow; raise AutoplanError when they allow nothing. Runs measured
     on other hardware or software than their plan was predicted for are left out unless
     `keep_mismatched` (the first line of the result says how many and why)."""
@@ -73,7 +75,7 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     if not measurement_paths and not published:
         return calibration, lines
 
-    data, malformed = gather(measurement_paths, published, calibration.profile, framework, keep_mismatched)
+    data, malformed = gather(measurement_paths, published, calibration.profile, framework, keep_mismatched, base_dir)
     if data.mismatched:
         action = "kept (--include-mismatched)" if keep_mismatched else "left out (--include-mismatched keeps them)"
         lines.append(f"warning: {len(data.mismatched)} run(s) {action}: their measurement and prediction describe "

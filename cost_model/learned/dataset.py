@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplan.specs import AutoplanError, HardwareProfile, InfeasiblePlan, PlanDocument, read_json
-from autoplan.specs.compat import measurement_mismatch
+from autoplan.specs.compat import measurement_mismatch, record_framework
 from cost_model.learned.features import plan_record
 from cost_model.learned.memory_correction import MemoryRow
 
@@ -105,7 +105,7 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
         try:
             doc = PlanDocument.from_dict(m.plan, f"{where} plan")
             profile = _profile_for(doc.cluster, learned, Path(base_dir))
-            facts = load_constants().framework(framework or doc.framework)
+            facts = load_constants().framework(framework or record_framework(m, doc.framework))
             record = _estimate_record(doc.model, doc.training, doc.cluster, doc.parallel, profile, facts)
         except (AutoplanError, InfeasiblePlan) as exc:
             data.skipped.append(f"{where}: {exc}")

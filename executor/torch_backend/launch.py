@@ -14,6 +14,7 @@ from pathlib import Path
 
 from autoplan.specs import AutoplanError, Measurement, PlanDocument
 
+from executor.backends import RunInterrupted
 from executor.options import RunOptions
 
 GRACE_S = 10.0
@@ -99,6 +100,9 @@ def launch(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Me
         remaining = docs[len(records):]
         try:
             batch = _launch_once(remaining, options, nproc)
+        except RunInterrupted as exc:
+            exc.records[:0] = records  # the earlier launches' plans finished too
+            raise
         except AutoplanError:
             if not records:
                 raise
@@ -120,6 +124,13 @@ def _failure_order(path: Path) -> tuple:
     records then say only that a peer went away), else the earliest written."""
     status = json.loads(path.read_text()).get("status")
     return status != "oom", path.stat().st_mtime
+
+
+def _finished(result: Path) -> list[Measurement]:
+    """The records rank 0 wrote to `result` (after each plan it finished); [] before the first."""
+    if not result.is_file():
+        return []
+    return [Measurement.from_dict(d) for d in json.loads(result.read_text())]
 
 
 def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Measurement]:
@@ -148,10 +159,13 @@ def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> l
             codes = _wait(procs)
             for thread in forwarders:
                 thread.join(timeout=5)
-        except BaseException:
+        except BaseException as exc:
             stop_processes(procs)
+            if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
+                # rank 0 wrote the finished plans' records before the signal: hand them on
+                raise RunInterrupted(_finished(result)) from None
             raise
-        records = [Measurement.from_dict(d) for d in json.loads(result.read_text())] if result.is_file() else []
+        records = _finished(result)
         failures = sorted(Path(tmp).glob("result.json.rank*"), key=_failure_order)
         if failures:
             records.append(Measurement.from_dict(json.loads(failures[0].read_text())))

@@ -62,6 +62,17 @@ def kernels_for(doc: PlanDocument, options: RunOptions) -> Kernels:
                    if chunked else 0)
 
 
+def compute_mode(plan, spec, bf16_params: bool) -> tuple[bool, bool]:
+    """(FSDP2 wraps the model, its mixed precision gives the forward bf16 weight copies) for a plan.
+    FSDP2 wraps where ZeRO shards over several replicas, and, for its mixed precision (fp32 master,
+    bf16 compute copies), at one replica too; MoE at one replica keeps autocast, and MoE without ZeRO
+    runs on fp32 weights. The cost model restates this (cost_model/eager_activations.py autocast_for)
+    and tests/test_memory_counting.py holds the two to each other."""
+    replicas = plan.dp * plan.cp
+    fsdp = (plan.zero_stage > 0 and replicas > 1) or (replicas == 1 and bf16_params and not spec.is_moe)
+    return fsdp, fsdp and bf16_params and (not spec.is_moe or plan.zero_stage > 0)
+
+
 class PlanRunner:
     """One plan's sharded model chunks, optimizers and (with pp > 1) pipeline schedule."""
 
@@ -82,10 +93,7 @@ class PlanRunner:
         kernels = kernels_for(doc, options)
         self.models = [build_stage(spec, i, layer_counts, kernels) if plan.pp > 1 else build_model(spec, kernels=kernels)
                        for i in self.stage_ids]
-        # FSDP2 wraps the model where the plan shards over replicas, and, for its mixed precision
-        # (fp32 master, bf16 compute copies), at one replica too; MoE at one replica keeps autocast.
-        self.fsdp = (plan.zero_stage > 0 and self.num_replicas > 1) or \
-            (self.num_replicas == 1 and options.uses("bf16-params") and not spec.is_moe)
+        self.fsdp, bf16_copies = compute_mode(plan, spec, options.uses("bf16-params"))
         self.mp_policy = mixed_precision(device.type, doc.training.dtype, options.uses("bf16-params"))
         # ep > 1: experts sharded over an (edp, ep) mesh of the replicas (expert_parallel.py).
         self.expert_mesh = expert_parallel.build_expert_mesh(device.type, self.num_replicas, plan.ep) \
@@ -108,8 +116,7 @@ class PlanRunner:
             self.schedule = build_schedule(self.models, self.stage_ids, num_stages, plan.num_microbatches,
                                            device, self.mesh["pp"].get_group())
         # Autocast only where parameters are not already bf16 copies (no FSDP2, or it disabled).
-        bf16_everywhere = self.fsdp and self.mp_policy.param_dtype is not None and \
-            (not spec.is_moe or plan.zero_stage > 0)
+        bf16_everywhere = bf16_copies and self.mp_policy.param_dtype is not None
         self.autocast_dtype = {"bf16": torch.bfloat16}.get(doc.training.dtype) \
             if device.type == "cuda" and not bf16_everywhere else None
 

@@ -36,7 +36,9 @@ def init_distributed(device_type: str):
     return device
 
 
-def failure_record(doc: PlanDocument, exc: BaseException, device_type: str) -> Measurement:
+def failure_record(doc: PlanDocument, exc: BaseException, options: RunOptions) -> Measurement:
+    """The record of a plan that failed: its status, the error, and the options it ran with (which
+    speed-ups were on decides which framework's facts describe it, autoplan.specs.compat)."""
     import torch
 
     from executor.record import build_measurement, environment
@@ -45,9 +47,9 @@ def failure_record(doc: PlanDocument, exc: BaseException, device_type: str) -> M
     message = " ".join(f"{type(exc).__name__}: {exc}".split())[:2000]
     world = int(os.environ.get("WORLD_SIZE", 1))
     return build_measurement(doc, "torch", status, step_times_s=[], losses=[], peak_memory_bytes=0,
-                             env=environment(device_type, world, "torch"), num_warmup_steps=0, peak=0.0,
+                             env=environment(options.device, world, "torch"), num_warmup_steps=0, peak=0.0,
                              error=message, extra={"failed_rank": int(os.environ.get("RANK", 0)),
-                                                   "pid": os.getpid()})
+                                                   "pid": os.getpid(), "options": options.to_dict()})
 
 
 def _release_memory(device_type: str) -> dict:
@@ -103,7 +105,7 @@ def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | Non
                     sys.stderr.write(f"rank {rank}: {exc}\n")
                 else:
                     traceback.print_exc()
-                record, code = failure_record(doc, exc, options.device), 1
+                record, code = failure_record(doc, exc, options), 1
             record.extra.update(_release_memory(options.device))
             why_not = _can_continue(record.status, world) if record.status != "ok" else ""
             if why_not:

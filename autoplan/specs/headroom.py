@@ -1,0 +1,60 @@
+"""`--memory-headroom`: a safety margin of GPU memory the plan must leave free.
+
+Given as a size (`2GiB`, `512MiB`, `3GB`; a bare number is GiB) or a share of the GPU's capacity
+(`10%`). "Fits" then means peak <= capacity - headroom. The default is no extra margin: the
+predicted peak already holds the CUDA context and the caching allocator's headroom
+(cost_model/stage_memory.py). Sizes are base-2 (GiB, MiB) or base-10 (GB, MB) as written.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from autoplan.specs.errors import AutoplanError
+
+GIB = 2**30
+_UNITS = {"": GIB, "gib": GIB, "g": GIB, "mib": 2**20, "m": 2**20, "gb": 10**9, "mb": 10**6}
+_SIZE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(%|gib|mib|gb|mb|g|m)?\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class MemoryHeadroom:
+    """A headroom as the user wrote it: a size in bytes or a share of the capacity (one of them)."""
+    text: str
+    size_bytes: int | None = None
+    fraction: float | None = None
+
+    def bytes_for(self, capacity_bytes: int, gpu: str) -> int:
+        """The headroom in bytes on a GPU of `capacity_bytes`; it must leave some memory to use."""
+        headroom = round(self.fraction * capacity_bytes) if self.fraction is not None else self.size_bytes
+        if headroom >= capacity_bytes:
+            raise AutoplanError(f"--memory-headroom {self.text} is {headroom / GIB:.1f} GiB, not less than the "
+                                f"{capacity_bytes / GIB:.1f} GiB of each {gpu} GPU; give a smaller margin (e.g. 2GiB or 10%)")
+        return headroom
+
+
+def parse_headroom(text: str) -> MemoryHeadroom:
+    """'2GiB', '512MiB', '3GB', '10%' or a bare number of GiB -> MemoryHeadroom; else one clear line."""
+    match = _SIZE.match(text)
+    hint = "give a size such as 2GiB, 512MiB or 3GB, or a share of the GPU's memory such as 10%"
+    if not match:
+        raise AutoplanError(f"--memory-headroom must be a size or a percentage, got {text!r}; {hint}")
+    value, unit = float(match.group(1)), (match.group(2) or "").lower()
+    if not math.isfinite(value) or value < 0:
+        raise AutoplanError(f"--memory-headroom must be zero or more, got {text!r}; {hint}")
+    if unit == "%":
+        if value >= 100:
+            raise AutoplanError(f"--memory-headroom must be less than 100% of the GPU's memory, got {text!r}")
+        return MemoryHeadroom(text.strip(), fraction=value / 100)
+    size = value * _UNITS[unit]
+    if size > 2**50:
+        raise AutoplanError(f"--memory-headroom {text.strip()} is larger than any GPU's memory; {hint}")
+    return MemoryHeadroom(text.strip(), size_bytes=round(size))
+
+
+def resolve_headroom(headroom: MemoryHeadroom | None, capacity_bytes: int, gpu: str, default_bytes: int = 0) -> int:
+    """The headroom in bytes (`default_bytes` when none was given, e.g. the plan file's)."""
+    if headroom is None:
+        return default_bytes
+    return headroom.bytes_for(capacity_bytes, gpu)
