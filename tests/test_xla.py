@@ -83,7 +83,7 @@ def cli(monkeypatch):
 
 
 @pytest.mark.slow
-def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypatch):
+def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capfd, monkeypatch):
     # The worker inherits this: LLVM's optimization level only changes how fast the CPU code is, and
     # it cut XLA's compile time for the first six plans about fourfold (measured 126 s -> 33 s).
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
@@ -95,7 +95,7 @@ def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypat
     assert cli(["run", *paths, "--backend", "xla", "--steps", "3", "--warmup-steps", "1", "--out", str(out)]) == 0
     records, problems = read_measurements(out)
     assert not problems and len(records) == len(PLANS)
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out  # capfd: the worker process prints its step lines straight to the terminal
     assert out.count("[xla]: ok") == len(PLANS)
     assert len([_step_fields(line) for line in out.splitlines() if "] step " in line]) == 3 * len(PLANS)
     for (name, (doc, layout, recomputed)), record in zip(PLANS.items(), records):
