@@ -1,15 +1,10 @@
+# `python -m autoplan`: the same start as the console script. Ctrl-C is held (blocked) from this
+# first line until autoplan.cli.start has its handler in place, so one landing while that module is
+# still being imported is answered by it (one line, exit 130), not by a traceback from the import.
 import signal
-import sys
 
+_held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(signal, "pthread_sigmask") else None
 
-def _interrupted_while_starting(signum, frame):
-    # Ctrl-C before the command has started: nothing written yet, so leave at once (no traceback).
-    sys.stderr.write("autoplan: interrupted\n")
-    raise SystemExit(130)
+from autoplan.cli.start import entry  # noqa: E402
 
-
-signal.signal(signal.SIGINT, _interrupted_while_starting)
-
-from autoplan.cli.main import entry  # noqa: E402 - after the handler, so importing is interruptible too
-
-entry()
+entry(restore_mask=_held)

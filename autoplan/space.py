@@ -67,6 +67,9 @@ class SearchSpace:
                  pins: Pins = Pins(), allow_tp_across_nodes: bool = False):
         self.model, self.training, self.cluster = model, training, cluster
         self.pins = pins
+        # once, not per plan: `plan()` runs for every knob combination (a report enumerates ~200,000),
+        # and dataclasses.asdict per call was half of a report's time
+        self._pinned = pins.pinned()
         self.allow_tp_across_nodes = allow_tp_across_nodes
         self.domains = self._domains()
 
@@ -96,7 +99,7 @@ class SearchSpace:
         }
         if 1 not in free["cp"]:
             free["cp"].insert(0, 1)
-        pinned = self.pins.pinned()
+        pinned = self._pinned
         return {k: (pinned[k],) if k in pinned else tuple(v) for k, v in free.items()}
 
     @property
@@ -112,7 +115,7 @@ class SearchSpace:
         asks the cost model for the fewest layers that fit.
         """
         m, t, c = self.model, self.training, self.cluster
-        pinned = self.pins.pinned()
+        pinned = self._pinned
         k = dict(knobs)
         model_parallel = k["tp"] * k["pp"] * k["cp"]
         if c.num_gpus % model_parallel:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import asdict, dataclass
 
 from autoplan.specs import AutoplanError
@@ -22,6 +23,16 @@ SPEEDUPS = {
 }
 """The switchable speed techniques of the torch backend, all on by default; `--without NAME` turns
 one off (each gives the same training up to rounding; the off state is the executor before them)."""
+
+
+MAX_RUN_STEPS = 2**20
+"""Upper bound of every step count (--steps, --warmup-steps, --lr-warmup, --checkpoint-every,
+--log-every): 1,048,576. A run's record keeps one step time and one loss per step (~40 bytes of JSON),
+so its line stays under ~45 MB, far inside the 512 MiB a runs.jsonl may hold, and the per-step lists
+every rank keeps stay small; an extra zero typed into --steps is refused instead of training for weeks."""
+MAX_LOSS_CHUNK_TOKENS = 2**31
+"""--loss-chunk-tokens: a chunk's token count is a 32-bit tensor index; the largest micro-batch
+(2^24 sequences of 2^24 tokens) is far above what one chunk may hold anyway."""
 
 
 @dataclass(frozen=True)
@@ -81,14 +92,24 @@ class RunOptions:
         for key, flag in flags.items():
             if getattr(self, key) < 0:
                 raise AutoplanError(f"{flag} must not be negative, got {getattr(self, key)}")
+        steps_rule = "steps (the record keeps a time and a loss per step)"
+        for key, flag, high, rule in (
+                ("steps", "--steps", MAX_RUN_STEPS, steps_rule), ("warmup_steps", "--warmup-steps", MAX_RUN_STEPS, steps_rule),
+                ("warmup", "--lr-warmup", MAX_RUN_STEPS, steps_rule),
+                ("checkpoint_every", "--checkpoint-every", MAX_RUN_STEPS, steps_rule),
+                ("log_every", "--log-every", MAX_RUN_STEPS, steps_rule),
+                ("loss_chunk_tokens", "--loss-chunk-tokens", MAX_LOSS_CHUNK_TOKENS, "tokens (a 32-bit index)"),
+                ("seed", "--seed", 2**32 - 1, "(what NumPy's and torch's generators take)")):
+            if getattr(self, key) > high:
+                raise AutoplanError(f"{flag} must be at most {high:,} {rule}, got {getattr(self, key):,}")
         if self.warmup_steps >= self.steps:
             raise AutoplanError(
                 f"--warmup-steps must be smaller than --steps so some steps are measured, got "
                 f"warmup_steps={self.warmup_steps}, steps={self.steps}")
-        if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
-            raise AutoplanError(f"need 0 < lr and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
-        if self.grad_clip < 0:
-            raise AutoplanError(f"--grad-clip must not be negative, got {self.grad_clip}")
+        if not (0 < self.lr < math.inf and 0 <= self.min_lr <= self.lr):
+            raise AutoplanError(f"need 0 < lr (finite) and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
+        if not 0 <= self.grad_clip < math.inf:
+            raise AutoplanError(f"--grad-clip must be a finite number, at least 0 (0 = off), got {self.grad_clip}")
         if self.device not in DEVICES:
             raise AutoplanError(f"--device must be one of {DEVICES}, got {self.device!r}")
         if self.data_dtype not in DATA_DTYPES:

@@ -87,6 +87,29 @@ def environment(device: str, world_size: int, backend: str, device_name: str = "
     return env
 
 
+STEP_LINE_PREFIX = "[autoplan run] "
+
+
+def step_line(step: int, num_steps: int, loss: float, grad_norm: float, lr: float, step_time_s: float,
+              tokens_per_s: float, mfu_fraction: float | None) -> str:
+    """The progress line of one training step, the same for every backend (torch and XLA call this):
+    each figure is named as the record names it, units in the name, e.g.
+    `[autoplan run] step 3/10 loss 9.8765 grad_norm 1.2340 lr 3.00e-04 step_time_s 0.780 tokens_per_s 4,096 mfu 45.1%`.
+    `mfu_fraction` None: no datasheet peak for the device (a CPU), said as `mfu n/a`."""
+    util = "n/a" if mfu_fraction is None else f"{mfu_fraction:.1%}"
+    return (f"{STEP_LINE_PREFIX}step {step}/{num_steps} loss {loss:.4f} grad_norm {grad_norm:.4f} lr {lr:.2e} "
+            f"step_time_s {step_time_s:.3f} tokens_per_s {tokens_per_s:,.0f} mfu {util}")
+
+
+def run_extra(options, grad_norms: list, learning_rates: list, first_step: int, peak_memory_kind: str,
+              notes: list) -> dict:
+    """The `extra` fields every backend's record carries (each backend adds its own beside them):
+    per-step `grad_norms` and `learning_rates` (every step run, warm-up included, like `losses`)."""
+    return {"grad_norms": [float(g) for g in grad_norms], "learning_rates": [float(x) for x in learning_rates],
+            "first_step": first_step, "options": options.to_dict(), "peak_memory_kind": peak_memory_kind,
+            "notes": list(notes)}
+
+
 def build_measurement(doc: PlanDocument, backend: str, status: str, *, step_times_s: list, losses: list,
                       peak_memory_bytes: int, env: dict, num_warmup_steps: int, peak: float,
                       error: str = "", extra: dict | None = None) -> Measurement:

@@ -85,11 +85,24 @@ def _device_binding(device_type: str, local_rank: int) -> dict:
     return {"device_id": torch.device("cuda", local_rank)}
 
 
+def exit_on_sigterm() -> None:
+    """In a profiling rank: SIGTERM (the launcher stopping its ranks after a Ctrl-C, torchrun tearing a
+    failed group down, a `kill`) unwinds the rank as SystemExit(143) instead of killing it where it
+    stands, so a profile being written loses its temporary file (write_text_atomic's cleanup)."""
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+    raise SystemExit(128 + signum)
+
+
 def _spawned(local_rank: int, request: ProfileRequest, nproc: int, port: int) -> None:
     import torch.distributed as dist
 
     from profiler.runner import run_rank
 
+    exit_on_sigterm()
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     dist.init_process_group(_backend(request.device_type), rank=local_rank, world_size=nproc,
                             **_device_binding(request.device_type, local_rank))
@@ -175,6 +188,7 @@ def profile_under_torchrun(out: str, device: str, quick: bool, name: str = "") -
     if missing:
         raise AutoplanError(f"python -m profiler runs under torchrun (missing {', '.join(missing)}); "
                             f"on one machine use `autoplan profile -o {out}`")
+    exit_on_sigterm()
     info = RankInfo(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]),
                     int(os.environ["LOCAL_WORLD_SIZE"]), distributed=True)
     device_type = resolve_device(device)

@@ -13,13 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
+from autoplan.specs.hardware import MEMORY_OPS  # noqa: F401 - re-exported; defined beside the profile's fields
 from profiler.timing import TimingPolicy
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 UNITS = "sizes base-2 (KiB, MiB, GiB); bandwidths base-10 (GB/s); FLOP/s base-10 (TFLOP/s)"
 
-MEMORY_OPS = ("copy", "add", "activation", "norm")
-"""Memory-bound ops timed for achieved bandwidth: the elementwise traffic of a transformer layer."""
 
 
 @dataclass(frozen=True)

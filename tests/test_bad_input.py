@@ -106,6 +106,17 @@ CASES = [
     (["run", "{d}/plan.json", "--data", "{d}/empty.bin"], ["--data", "is empty", "synthetic"]),
     (["run", "{d}/plan.json", "--checkpoint-dir", "{d}/plan.json", "--checkpoint-every", "1"],
      ["--checkpoint-dir", "is a file", "folder"]),
+    # run: every step count bounded (an extra zero must not train for weeks), rates finite
+    (["run", "{d}/plan.json", "--steps", "10000000"], ["--steps must be at most 1,048,576 steps", "got 10,000,000"]),
+    (["run", "{d}/plan.json", "--steps", "30", "--warmup-steps", "2000000"], ["--warmup-steps must be at most 1,048,576"]),
+    (["run", "{d}/plan.json", "--lr-warmup", "99999999"], ["--lr-warmup must be at most 1,048,576"]),
+    (["run", "{d}/plan.json", "--log-every", "2000000"], ["--log-every must be at most 1,048,576"]),
+    (["run", "{d}/plan.json", "--checkpoint-dir", "{d}/ck", "--checkpoint-every", "2000000"],
+     ["--checkpoint-every must be at most 1,048,576"]),
+    (["run", "{d}/plan.json", "--seed", str(2**40)], ["--seed must be at most 4,294,967,295"]),
+    (["run", "{d}/plan.json", "--loss-chunk-tokens", str(2**40)], ["--loss-chunk-tokens must be at most 2,147,483,648"]),
+    (["run", "{d}/plan.json", "--lr", "inf"], ["lr (finite)", "lr=inf"]),
+    (["run", "{d}/plan.json", "--grad-clip", "nan"], ["--grad-clip must be a finite number", "got nan"]),
 ]
 
 
@@ -167,6 +178,9 @@ def test_issue_15_inputs_are_refused_with_file_field_value_and_rule(capsys, file
         (["estimate", "--model", _config(files, "huge_h.json", hidden_size=2**40), "--gpus", "8"],
          ["'hidden_size' must be at most 131,072"]),
         (["estimate", "--model", "m" * 5000, "--gpus", "8"], ["unknown model 'mmmm", "..."]),
+        # the census's remaining silent acceptances (session 2): an empty cluster name
+        (["export", plan("cname.json", lambda d: d["cluster"].update(name="")), "--to", "megatron"],
+         ["cluster.name must name the GPU type or cluster", "got ''"]),
     ]
     incomplete = files / "incomplete.json"
     incomplete.write_text(json.dumps({"model_type": "llama", "hidden_size": 96}))
@@ -191,6 +205,13 @@ def test_profiles_with_impossible_figures_or_foreign_sample_paths_are_refused(ca
         ("up.json", {"raw_samples": "../../etc/passwd"}, ["raw_samples must be a file name beside the profile"]),
         ("abs.json", {"raw_samples": "/etc/passwd"}, ["raw_samples must be a file name beside the profile"]),
         ("dtype5.json", {"matmul": [{**base["matmul"][0], "dtype": 5}]}, ["matmul[0].dtype must be a string"]),
+        # the census's remaining silent acceptances (session 2): sample names and times
+        ("fp33.json", {"matmul": [{**base["matmul"][0], "dtype": "fp33"}]},
+         ["matmul[0].dtype must be one of bf16, fp16, fp8, fp32, got 'fp33'"]),
+        ("op.json", {"memory_ops": [{"op": "", "num_bytes": 2**26, "bytes_per_s": 1e12}]},
+         ["memory_ops[0].op must be one of copy, add, activation, norm, got ''"]),
+        ("t30.json", {"collectives": [{**base["collectives"][0], "time_s": 1e30}]},
+         ["collectives[0].time_s must be at least 0 and at most 3600, got 1e+30"]),
     ]:
         (files / name).write_text(json.dumps({**base, **edit}))
         for argv in (["profile", "--compare", files / name, "builtin:h100-80gb"],
@@ -198,6 +219,24 @@ def test_profiles_with_impossible_figures_or_foreign_sample_paths_are_refused(ca
             code, _, err = run(capsys, *argv)
             assert_one_line_error(code, err, [name, *words])
     assert not (files / "never.json").exists()
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("memory_correction", "x", ["memory_correction must be a JSON object, got 'x'"]),  # was an AttributeError
+    ("memory_correction", [1], ["memory_correction must be a JSON object, got [1]"]),
+    ("correction", {}, ["correction must be null (no correction) or the fitted correction"]),
+    ("cost_model", 5, ["cost_model must be a string, got 5"]),
+    ("cost_model", "fp33", ["cost_model must name the learned model that wrote the file", "got 'fp33'"]),
+])
+def test_calibration_sections_of_the_wrong_kind_are_refused(capsys, files, key, value, words):
+    calibration = files / "ridge.json"
+    if not calibration.exists():
+        assert main(["calibrate", "--published", "--kind", "ridge", "-o", str(calibration)]) == 0
+        capsys.readouterr()
+    doc = {**json.loads(calibration.read_text()), key: value}
+    (files / "cal_edit.json").write_text(json.dumps(doc))
+    code, _, err = run(capsys, "search", *SMALL, "--trials", "5", "--calibration", files / "cal_edit.json")
+    assert_one_line_error(code, err, ["cal_edit.json", *words])
 
 
 def test_measurement_lines_of_the_wrong_type_are_skipped_and_counted(capsys, files):
@@ -211,6 +250,53 @@ def test_measurement_lines_of_the_wrong_type_are_skipped_and_counted(capsys, fil
     records, problems = read_measurements(files / "typed.jsonl")
     assert not records and "step_times_s[0] must be a finite number of seconds" in problems[0]
     assert "peak_memory_bytes must be an integer, got 'big'" in problems[0]
+
+
+def _record(plan: dict, **prediction_edits) -> dict:
+    """A successful run's record of `plan`, its embedded prediction edited as given."""
+    prediction = {**plan["prediction"], **prediction_edits}
+    return {"schema": "autoplan.measurement/v1", "plan_id": plan["plan_id"], "plan": plan, "prediction": prediction,
+            "backend": "torch", "status": "ok", "step_times_s": [1.0, 1.1], "losses": [10.0, 9.0],
+            "peak_memory_bytes": 2**34, "environment": {"device": "cuda"}, "num_warmup_steps": 1,
+            "tokens_per_step": 65536, "num_gpus": 8}
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"peak_memory_bytes": 1e30}, ["prediction.peak_memory_bytes must be above 0 and at most", "got 1e+30"]),
+    ({"step_time_s": -1.0}, ["prediction.step_time_s must be above 0, got -1.0"]),
+    ({"mfu": "high"}, ["prediction.mfu must be a number, got 'high'"]),
+    ({"fits": 3}, ["prediction.fits must be true or false, got 3"]),
+    ({"time_breakdown_s": {"compute": float("inf")}}, ["prediction.time_breakdown_s.compute must be a finite number"]),
+    ({"memory_breakdown_bytes": {f"t{i}": 1 for i in range(100_000)}},
+     ["prediction.memory_breakdown_bytes must hold at most 64 terms", "got 100,000"]),
+])
+def test_an_edited_prediction_in_a_measurement_line_is_refused_by_the_plan_files_rules(capsys, files, edit, words):
+    """The prediction a run record carries is checked by the plan file's prediction rules (one
+    function): the same edit is refused in both, naming the field, the value and the rule."""
+    plan = json.loads((files / "plan.json").read_text())
+    (files / "edited.jsonl").write_text(json.dumps(_record(plan, **edit)) + "\n")
+    from autoplan.specs import read_measurements
+    records, problems = read_measurements(files / "edited.jsonl")
+    assert not records and len(problems) == 1
+    for word in words:
+        assert word in problems[0], problems[0]
+    (files / "edited_plan.json").write_text(json.dumps({**plan, "prediction": {**plan["prediction"], **edit}}))
+    code, _, err = run(capsys, "estimate", files / "edited_plan.json")
+    assert_one_line_error(code, err, words)
+
+
+def test_report_refuses_a_measurement_file_with_a_malformed_line(capsys, files, monkeypatch):
+    """A shared report must not lack a run without a word: the file is refused, naming the line."""
+    import autoplan.report.build as build
+
+    monkeypatch.setattr(build, "plan_sections", lambda *a, **k: [])  # never reached; keeps a regression fast
+    plan = json.loads((files / "plan.json").read_text())
+    lines = [_record(plan), _record(plan, fits=3)]
+    (files / "mixed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    code, _, err = run(capsys, "report", files / "mixed.jsonl", "-o", files / "mixed_report")
+    assert_one_line_error(code, err, ["1 malformed measurement line(s), the first: mixed.jsonl:2: measurement record: "
+                                      "prediction.fits must be true or false, got 3", "fix or remove"])
+    assert not (files / "mixed_report").exists()
 
 
 def test_a_killed_search_keeps_its_trials_in_the_storage_and_says_so_on_resume(capsys, files, tmp_path):

@@ -2,6 +2,7 @@
 line with exit code 2 for every kind of bad input (never a traceback)."""
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -151,6 +152,32 @@ def test_console_script_runs_in_a_real_process(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["schema"] == PLAN_SCHEMA
     assert proc.stderr == ""
+
+
+_SLOW_START = """
+import importlib.abc, sys, time
+class SlowImport(importlib.abc.MetaPathFinder):  # the command line's import, made long enough to hit
+    def find_spec(self, name, path, target=None):
+        if name == "autoplan.cli.main":
+            print("importing", flush=True)
+            time.sleep(30)
+        return None
+sys.meta_path.insert(0, SlowImport())
+sys.argv = ["autoplan", "models"]
+from autoplan.cli.start import entry
+entry()
+"""
+
+
+def test_ctrl_c_while_the_command_line_is_imported_is_one_line_and_130():
+    """What the console script and `python -m autoplan` run first (autoplan.cli.start) answers a
+    Ctrl-C that lands while the command line is still being imported: one line, exit 130."""
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_START], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout.readline() == "importing\n"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err == "autoplan: interrupted\n", (proc.returncode, err)
 
 
 def test_measured_profile_is_named_in_the_plan_and_used_again_by_estimate(capsys, tmp_path):

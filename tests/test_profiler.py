@@ -413,3 +413,38 @@ def test_quick_and_full_sweeps_share_their_procedure_and_quick_shapes(device_typ
     assert set(quick.memory_op_bytes) <= set(full.memory_op_bytes)
     assert set(quick.message_bytes) <= set(full.message_bytes)
     assert (quick.soak_s > 0) == (device_type == "cuda")
+
+
+_WRITER = """
+import sys
+from profiler.launch import exit_on_sigterm
+from autoplan.specs import write_text_atomic
+if sys.argv[2] == "rank":
+    exit_on_sigterm()
+text = "x" * (32 * 2**20)  # a write long enough for the signal to land inside it
+print("ready", flush=True)
+while True:
+    write_text_atomic(sys.argv[1], text)
+"""
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.15])
+def test_a_rank_stopped_by_sigterm_leaves_no_temporary_file(tmp_path, delay_s):
+    """What a profiling rank does on SIGTERM (the launcher's stop after a Ctrl-C, torchrun's teardown,
+    a `kill`): exit 143 through write_text_atomic's cleanup, so the output folder holds no `.tmp`,
+    and the file that was there is whole."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "cpu.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(out), "rank"], stdout=subprocess.PIPE, env=env)
+    assert proc.stdout.readline() == b"ready\n"
+    time.sleep(0.3 + delay_s)  # writes under way
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["cpu.json"])
+    assert not out.exists() or out.stat().st_size == 32 * 2**20

@@ -14,6 +14,7 @@ from autoplan.cli import main as cli_main
 from autoplan.specs import AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec, read_measurements
 from executor.model import build_model
 from executor.options import RunOptions
+from executor.record import run_extra
 from executor.xla_backend import AXES, activation_specs, check, param_spec
 from executor.xla_backend.compiled import CompiledStep
 from executor.xla_backend.train import Placement, make_optimizer, microbatch_rows, train
@@ -82,7 +83,7 @@ def cli(monkeypatch):
 
 
 @pytest.mark.slow
-def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypatch):
+def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capfd, monkeypatch):
     # The worker inherits this: LLVM's optimization level only changes how fast the CPU code is, and
     # it cut XLA's compile time for the first six plans about fourfold (measured 126 s -> 33 s).
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
@@ -94,13 +95,16 @@ def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypat
     assert cli(["run", *paths, "--backend", "xla", "--steps", "3", "--warmup-steps", "1", "--out", str(out)]) == 0
     records, problems = read_measurements(out)
     assert not problems and len(records) == len(PLANS)
-    assert capsys.readouterr().out.count("[xla]: ok") == len(PLANS)
+    out = capfd.readouterr().out  # capfd: the worker process prints its step lines straight to the terminal
+    assert out.count("[xla]: ok") == len(PLANS)
+    assert len([_step_fields(line) for line in out.splitlines() if "] step " in line]) == 3 * len(PLANS)
     for (name, (doc, layout, recomputed)), record in zip(PLANS.items(), records):
         assert record.plan_id == doc.plan_id and record.backend == "xla" and record.status == "ok", name
         reference = _reference(doc, OPTIONS)
         assert reference.losses[0] != reference.losses[-1]  # it trains: a frozen model would match trivially
         assert record.losses == pytest.approx(reference.losses, abs=LOSS_TOL), name
         assert record.extra["grad_norms"] == pytest.approx(reference.grad_norms, rel=GRAD_NORM_RTOL), name
+        assert set(run_extra(OPTIONS, [], [], 0, "", [])) <= set(record.extra), name  # the torch backend's too
         assert len(record.step_times_s) == 2 and all(t > 0 for t in record.step_times_s)
         assert record.extra["mesh"] == {"axes": list(AXES), "shape": [doc.parallel.dp, doc.parallel.cp, doc.parallel.tp]}
         for what, tiles in layout.items():
@@ -127,7 +131,7 @@ def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capsys, monkeypat
 
 
 @pytest.mark.slow
-def test_the_loop_trains_like_the_torch_backend():
+def test_the_loop_trains_like_the_torch_backend(capsys):
     """The reference loop above is this backend's own code; one torch.distributed process (H4's
     backend, its own loop) must train the same plan to the same numbers."""
     from executor import torch_backend
@@ -138,6 +142,38 @@ def test_the_loop_trains_like_the_torch_backend():
     assert record.status == "ok"
     assert record.losses == pytest.approx(reference.losses, abs=LOSS_TOL)
     assert record.extra["grad_norms"] == pytest.approx(reference.grad_norms, rel=GRAD_NORM_RTOL)
+    assert record.extra["learning_rates"] == pytest.approx(reference.learning_rates, rel=1e-12)
+    assert set(run_extra(OPTIONS, [], [], 0, "", [])) <= set(record.extra)  # the fields both backends record
+    # one log line format for both backends (issue 14): the torch run's lines parse like this loop's
+    torch_lines = [line for line in capsys.readouterr().out.splitlines() if "] step " in line]
+    assert [_step_fields(line)["step"] for line in torch_lines] == ["1/3", "2/3", "3/3"], torch_lines
+
+
+STEP_LINE = re.compile(r"^\[autoplan run\] step (?P<step>\d+/\d+) loss (?P<loss>[\d.]+) grad_norm (?P<grad_norm>[\d.]+) "
+                       r"lr (?P<lr>[\d.]+e[+-]\d+) step_time_s (?P<step_time_s>[\d.]+) "
+                       r"tokens_per_s (?P<tokens_per_s>[\d,]+) mfu (?P<mfu>n/a|[\d.]+%)$")
+
+
+def _step_fields(line: str) -> dict:
+    match = STEP_LINE.match(line)
+    assert match, f"not the step line format of executor.record.step_line: {line!r}"
+    return match.groupdict()
+
+
+def test_the_loop_logs_the_step_line_both_backends_print():
+    """The XLA loop's progress line is executor.record.step_line's, figures as the record holds them."""
+    doc = _doc(num_gpus=1, dp=1, micro_batch_size=4, num_microbatches=2)
+    model = build_model(doc.model, "cpu")
+    model.init_weights(OPTIONS.seed)
+    lines = []
+    result = train(model, make_optimizer(model, OPTIONS), doc, OPTIONS, Placement(), log=lines.append)
+    fields = [_step_fields(line) for line in lines]
+    assert [f["step"] for f in fields] == ["1/3", "2/3", "3/3"]
+    for f, loss, norm, lr, t in zip(fields, result.losses, result.grad_norms, result.learning_rates,
+                                    result.step_times_s):
+        assert f["loss"] == f"{loss:.4f}" and f["grad_norm"] == f"{norm:.4f}" and float(f["lr"]) == pytest.approx(lr, rel=1e-2)
+        assert f["step_time_s"] == f"{t:.3f}" and f["mfu"] == "n/a"
+        assert int(f["tokens_per_s"].replace(",", "")) == pytest.approx(doc.training.tokens_per_step / t, abs=1)
 
 
 def test_pp_and_other_unsupported_input_is_refused_before_anything_starts(cli, tmp_path, capsys, monkeypatch):

@@ -114,7 +114,8 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
 
 
 def entry() -> None:
-    """The `autoplan` executable (and `python -m autoplan`)."""
+    """Run the command of sys.argv and exit; called by autoplan.cli.start.entry (the `autoplan`
+    executable and `python -m autoplan`) once Ctrl-C is handled."""
     code = main(_exiting=True)
     if code == 130:
         # Interrupted: everything written was written atomically and cleaned up while unwinding.

@@ -217,7 +217,13 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     data = None
     if measurement_paths or published:
         stage("reading the measurements and re-scoring their plans")
-        data, _ = gather(measurement_paths, published, calibration.profile if calibration else None)
+        data, malformed = gather(measurement_paths, published, calibration.profile if calibration else None)
+        if malformed:
+            # Refused, not skipped: a report is shared, and one that silently lacks a run (a warning
+            # scrolls away) misleads whoever reads it. `calibrate` skips such lines and counts them in
+            # the calibration file it writes.
+            raise AutoplanError(f"{malformed} malformed measurement line(s), the first: {data.skipped[0]}; "
+                                f"fix or remove the line(s) (`autoplan calibrate` skips them and counts them)")
         if data.mismatched:
             sys.stderr.write(f"autoplan report: warning: {len(data.mismatched)} run(s) measured on other hardware or "
                              f"frameworks than predicted for (shown, marked); the first: {data.mismatched[0]}\n")

@@ -16,6 +16,9 @@ from autoplan.specs.validation import Issues
 PROFILE_SCHEMA = "autoplan.profile/v1"
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 SCOPES = ("intra_node", "inter_node")
+MEMORY_OPS = ("copy", "add", "activation", "norm")
+"""Memory-bound ops the profiler times for achieved bandwidth (the elementwise traffic of a transformer
+layer); a profile's memory_ops rows name one of them."""
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -117,8 +118,16 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.exists():
         raise AutoplanError(f"cannot write {str(p)!r}: the folder {str(parent)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    # Ctrl-C and SIGTERM (a stopped profiling rank) are held while the temporary file is created and
+    # its name kept, then delivered inside the `try`, whose cleanup removes it: no exit path leaves one.
+    held = _hold_signals()
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
+    except BaseException:
+        _release_signals(held)
+        raise
+    try:
+        _release_signals(held)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -134,6 +143,19 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _hold_signals():
+    """Block SIGINT and SIGTERM in this thread; returns the mask to restore (None where the platform
+    has no pthread_sigmask, e.g. Windows: there the window stays, a few bytecodes wide)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _release_signals(held) -> None:
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:

@@ -99,7 +99,7 @@ def read_measurements(path) -> tuple[list[Measurement], list[str]]:
         if not line.strip():
             continue
         try:
-            records.append(Measurement.from_dict(parse_json_text(line, f"line {lineno}"), f"line {lineno}"))
+            records.append(Measurement.from_dict(parse_json_text(line, "the record"), "measurement record"))
         except (json.JSONDecodeError, SchemaError) as exc:
             problems.append(f"{p.name}:{lineno}: {exc}")
     return records, problems

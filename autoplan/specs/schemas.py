@@ -27,15 +27,23 @@ PARALLEL_INTS = {  # field -> (low, high, required)
     "num_microbatches": (1, MAX_GLOBAL_BATCH, True), "recompute_num_layers": (0, MAX_LAYERS, False),
 }
 SAMPLE_FIELDS = {  # table -> {field: kind}; "int"/"float" are positive, bounded
-    "matmul": {"m": "int", "n": "int", "k": "int", "dtype": "str", "flops_per_s": "flops"},
-    "attention": {"batch": "int", "seq_len": "int", "num_heads": "int", "head_dim": "int", "dtype": "str",
+    "matmul": {"m": "int", "n": "int", "k": "int", "dtype": "dtype", "flops_per_s": "flops"},
+    "attention": {"batch": "int", "seq_len": "int", "num_heads": "int", "head_dim": "int", "dtype": "dtype",
                   "pass": ("fwd", "bwd"), "flops_per_s": "flops"},
-    "memory_ops": {"op": "str", "num_bytes": "int", "bytes_per_s": "bandwidth"},
+    "memory_ops": {"op": "memory_op", "num_bytes": "int", "bytes_per_s": "bandwidth"},
     "collectives": {"op": "op", "scope": "scope", "group_size": "int", "message_bytes": "int",
                     "bus_bandwidth_bytes_per_s": "bandwidth", "time_s": "time"},
 }
 SAMPLE_INT_MAX = 2**50
+MAX_BREAKDOWN_TERMS = 64
+"""Terms of a prediction's time or memory breakdown; the cost model writes about 12 of each, and a
+report draws one bar segment and one table row per term."""
+MAX_PREDICTED_BYTES = 2**64
+"""A predicted memory figure: what a 64-bit byte count holds. Not MAX_MEMORY_BYTES: a plan that does
+not fit is still predicted (its figure may exceed any device), but never by 10^30 bytes."""
 OPTIONAL_SAMPLE_FIELDS = {"time_s"}
+MAX_SAMPLE_TIME_S = 3600.0
+"""A timed collective: at most an hour; the profiler's largest messages take milliseconds."""
 
 
 def validate_model(data: dict, issues: Issues, prefix: str = "model") -> None:
@@ -61,10 +69,11 @@ def validate_training(data: dict, issues: Issues, prefix: str = "training") -> N
 
 
 def validate_cluster(data: dict, issues: Issues, prefix: str = "cluster") -> None:
-    take_str(data, "name", issues, prefix)
+    if take_str(data, "name", issues, prefix) == "":
+        issues.add(f"{prefix}.name", "must name the GPU type or cluster (e.g. 'h100-80gb')", "")
     gpus = take_int(data, "num_gpus", issues, prefix, 1, MAX_NUM_GPUS)
     per_node = take_int(data, "gpus_per_node", issues, prefix, 1, MAX_GPUS_PER_NODE, required=False, default=8)
-    if data.get("profile") is not None:
+    if data.get("profile") is not None:  # "" = the cluster's built-in profile (ClusterSpec's default)
         take_str(data, "profile", issues, prefix, required=False)
     if gpus and per_node and gpus > per_node and gpus % per_node:
         issues.add(f"{prefix}.num_gpus", f"must be a whole number of nodes of {prefix}.gpus_per_node="
@@ -146,19 +155,29 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
     """A prediction block (CostEstimate.to_prediction): empty, or the figures `estimate` compares."""
     if not data:
         return
-    for key in ("step_time_s", "peak_memory_bytes"):
-        take_float(data, key, issues, prefix, 0.0)
-    for key, required in (("tokens_per_s_per_gpu", True), ("mfu", True), ("tokens_per_s", False), ("hfu", False),
-                          ("memory_capacity_bytes", False)):
+    take_float(data, "step_time_s", issues, prefix, 0.0)
+    take_float(data, "peak_memory_bytes", issues, prefix, 0.0, MAX_PREDICTED_BYTES)
+    for key, required in (("tokens_per_s_per_gpu", True), ("mfu", True), ("tokens_per_s", False), ("hfu", False)):
         take_float(data, key, issues, prefix, 0.0, positive=False, required=required)
+    take_float(data, "memory_capacity_bytes", issues, prefix, 0.0, MAX_PREDICTED_BYTES, positive=False,
+               required=False)
     take_bool(data, "fits", issues, prefix, required=False)
+    take_str(data, "cost_model", issues, prefix, required=False)
     # --memory-headroom (absent in older files: no margin); it must leave some of the capacity to use.
     headroom = take_int(data, "memory_headroom_bytes", issues, prefix, 0, MAX_MEMORY_BYTES, required=False, default=0)
     capacity = data.get("memory_capacity_bytes")
     if isinstance(headroom, int) and _ints(capacity) and 0 < capacity <= headroom:
         issues.add(f"{prefix}.memory_headroom_bytes", f"must be less than memory_capacity_bytes={capacity}", headroom)
     for key in ("time_breakdown_s", "memory_breakdown_bytes"):
-        take_object(data, key, issues, prefix, required=False)
+        terms = take_object(data, key, issues, prefix, required=False)
+        if terms is not None and len(terms) > MAX_BREAKDOWN_TERMS:
+            issues.add(f"{prefix}.{key}", f"must hold at most {MAX_BREAKDOWN_TERMS} terms (the cost model writes "
+                       f"about 12), got {len(terms):,}", show_value=False)
+            continue
+        high = MAX_PREDICTED_BYTES if key == "memory_breakdown_bytes" else None
+        for term in terms or {}:
+            # a term is a share of its total: finite and not negative (what the breakdown tables draw)
+            take_float(terms, term, issues, f"{prefix}.{key}", 0.0, high, positive=False)
 
 
 def validate_model_shape(issues: Issues, name_values: dict) -> None:
@@ -219,6 +238,9 @@ def validate_profile(data: dict, issues: Issues) -> None:
 
 
 def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, scopes: tuple) -> None:
+    from autoplan.specs.hardware import MEMORY_OPS
+    from autoplan.specs.training import DTYPES
+
     if not isinstance(row, dict):
         issues.add(path, "must be a JSON object", row)
         return
@@ -236,11 +258,16 @@ def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, sco
         elif kind == "bandwidth":
             take_float(row, key, issues, path, 0.0, MAX_BYTES_PER_S, required=required)
         elif kind == "time":
-            take_float(row, key, issues, path, 0.0, None, positive=False, required=required)
+            # 0 = not timed: a learned profile's predicted samples carry no time (cost_model.learned.ops)
+            take_float(row, key, issues, path, 0.0, MAX_SAMPLE_TIME_S, positive=False, required=required)
         elif kind == "op":
             take_str(row, key, issues, path, ops, required)
         elif kind == "scope":
             take_str(row, key, issues, path, scopes, required)
+        elif kind == "dtype":
+            take_str(row, key, issues, path, DTYPES, required)
+        elif kind == "memory_op":
+            take_str(row, key, issues, path, MEMORY_OPS, required)
         elif isinstance(kind, tuple):
             take_str(row, key, issues, path, kind, required)
         else:
@@ -254,8 +281,10 @@ def validate_measurement(data: dict, issues: Issues) -> None:
     take_str(data, "status", issues, choices=STATUSES)
     take_str(data, "plan_id", issues)
     take_str(data, "backend", issues)
-    for key in ("plan", "prediction", "environment"):
+    for key in ("plan", "environment"):
         take_object(data, key, issues)
+    # the prediction the plan carried when it ran: the same rules as a plan file's prediction block
+    validate_prediction(take_object(data, "prediction", issues), issues, "prediction")
     steps = take_list(data, "step_times_s", issues)
     for i, t in enumerate(steps or []):
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
@@ -286,7 +315,13 @@ def validate_calibration(data: dict, issues: Issues) -> None:
         names = take_list(features, "features", issues, "feature_schema")
         if names is not None and not all(isinstance(n, str) for n in names):
             issues.add("feature_schema.features", "must be a list of feature names", names)
-    take_object(data, "correction", issues, required=False, nullable=True)
+    cost_model = take_str(data, "cost_model", issues)
+    if cost_model is not None and not cost_model.startswith("learned/"):
+        issues.add("cost_model", "must name the learned model that wrote the file, e.g. 'learned/1'", cost_model)
+    for key in ("correction", "memory_correction"):
+        take_object(data, key, issues, required=False, nullable=True)
+        if data.get(key) == {}:
+            issues.add(key, "must be null (no correction) or the fitted correction `autoplan calibrate` wrote", {})
     take_object(data, "profile", issues, required=False, nullable=True)
     models = take_list(data, "op_models", issues, required=False) if data.get("op_models") is not None else []
     for i, m in enumerate(models or []):

@@ -21,7 +21,8 @@ from executor.loss import auto_chunk_tokens
 from executor.model import Kernels, build_model, model_notes
 from executor.options import RunOptions
 from executor.record import (
-    build_measurement, cpu_peak_rss_bytes, environment, mfu, peak_flops_per_s, reset_cpu_peak_rss,
+    build_measurement, cpu_peak_rss_bytes, environment, mfu, peak_flops_per_s, reset_cpu_peak_rss, run_extra,
+    step_line,
 )
 from executor.schedule import lr_at
 from executor.torch_backend import checkpoint, faults
@@ -176,7 +177,7 @@ class PlanRunner:
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor, step: int) -> float:
         plan = self.doc.parallel
-        lr = lr_at(step, self.options.lr, self.options.min_lr, self.options.warmup, self.options.steps)
+        lr = self.lr = lr_at(step, self.options.lr, self.options.min_lr, self.options.warmup, self.options.steps)
         for opt in self._all_optimizers():
             opt.zero_grad(set_to_none=True)
             for group in opt.param_groups:
@@ -325,7 +326,7 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
                             doc.plan_id) if options.resume else 0
     peak = peak_flops_per_s(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                             doc.training.dtype)
-    losses, step_times, grad_norms = [], [], []
+    losses, step_times, grad_norms, learning_rates = [], [], [], []
     for step in range(start, options.steps):
         inputs, labels = runner.load_batch(source, step)
         if device.type == "cuda":
@@ -334,6 +335,7 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
         faults.maybe_oom(doc.plan_id, step, dist.get_rank())
         losses.append(runner.step(inputs, labels, step))  # its loss all-reduce ends the step on every rank
         grad_norms.append(runner.grad_norm)
+        learning_rates.append(runner.lr)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed = time.perf_counter() - t0
@@ -341,20 +343,18 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
             step_times.append(elapsed)
         if rank0 and ((step + 1) % options.log_every == 0 or step + 1 == options.steps):
             tps = doc.training.tokens_per_step / elapsed
-            util = mfu(doc.model, doc.training.seq_len, tps, doc.parallel.num_gpus, peak)
-            util_text = f"{util:.1%}" if peak else "n/a (no peak for CPU)"
-            print(f"[autoplan run] step {step + 1}/{options.steps} loss {losses[-1]:.4f} "
-                  f"grad_norm {grad_norms[-1]:.3f} step_time {elapsed:.3f}s tokens/s {tps:,.0f} mfu {util_text}",
+            util = mfu(doc.model, doc.training.seq_len, tps, doc.parallel.num_gpus, peak) if peak else None
+            print(step_line(step + 1, options.steps, losses[-1], grad_norms[-1], runner.lr, elapsed, tps, util),
                   flush=True)
         if options.checkpoint_every and (step + 1) % options.checkpoint_every == 0:
             checkpoint.save(options.checkpoint_dir, step + 1, runner.models, runner.optimizers, runner.rank["pp"],
                             doc.plan_id)
     peak_memory = runner.peak_memory_bytes()
     env = environment(device.type, dist.get_world_size(), "torch")
-    extra = {"first_step": start, "grad_norms": grad_norms, "options": options.to_dict(), "pid": os.getpid(),
-             "runtime": runner.describe(),
-             "peak_memory_kind": "cuda_max_memory_allocated" if device.type == "cuda" else "cpu_rss_high_water",
-             "notes": model_notes(doc.model)}
+    extra = {**run_extra(options, grad_norms, learning_rates, start,
+                         "cuda_max_memory_allocated" if device.type == "cuda" else "cpu_rss_high_water",
+                         model_notes(doc.model)),
+             "pid": os.getpid(), "runtime": runner.describe()}
     return build_measurement(doc, "torch", "ok", step_times_s=step_times, losses=losses,
                              peak_memory_bytes=peak_memory, env=env,
                              num_warmup_steps=min(options.warmup_steps, len(losses)), peak=peak, extra=extra)

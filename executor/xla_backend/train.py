@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from autoplan.specs import PlanDocument
 from executor.data import batch, local_slice, open_tokens
 from executor.options import RunOptions
+from executor.record import step_line
 from executor.schedule import lr_at
 from executor.schedule import ADAMW_BETAS, WEIGHT_DECAY
 
@@ -40,6 +41,8 @@ class TrainResult:
     grad_norms: list = field(default_factory=list)
     """Global gradient L2 norm of every step, before clipping. Unlike the loss under AdamW (which
     normalizes the update), it shows a gradient scaled wrongly, e.g. a sum where a mean belongs."""
+    learning_rates: list = field(default_factory=list)
+    """The learning rate of every step (the schedule of executor.schedule.lr_at)."""
 
 
 def microbatch_rows(doc: PlanDocument) -> list:
@@ -91,7 +94,10 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, doc: PlanDoc
         result.step_times_s.append(time.perf_counter() - start)
         result.losses.append(float(total))
         result.grad_norms.append(float(grad_norm))
-        if (step + 1) % options.log_every == 0:
-            log(f"step {step + 1}/{options.steps} loss {result.losses[-1]:.4f} grad norm {result.grad_norms[-1]:.4f} "
-                f"lr {lr:.2e} time {result.step_times_s[-1] * 1e3:.1f} ms")
+        result.learning_rates.append(lr)
+        if (step + 1) % options.log_every == 0 or step + 1 == options.steps:
+            elapsed_s = result.step_times_s[-1]
+            # no MFU: this backend computes in fp32 and records no datasheet peak (peak_flops_per_s 0)
+            log(step_line(step + 1, options.steps, result.losses[-1], result.grad_norms[-1], lr, elapsed_s,
+                          doc.training.tokens_per_step / elapsed_s, None))
     return result

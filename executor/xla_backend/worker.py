@@ -16,7 +16,7 @@ import torch
 from autoplan.specs import AutoplanError, Measurement, PlanDocument, read_json, write_json_atomic
 from executor.model import build_model, canonical_name, model_notes
 from executor.options import RunOptions
-from executor.record import build_measurement, cpu_peak_rss_bytes, environment
+from executor.record import build_measurement, cpu_peak_rss_bytes, environment, run_extra
 from executor.xla_backend.compiled import DUMP_DIR_ENV, CompiledStep
 from executor.xla_backend.mesh import AXES, MeshShape
 from executor.xla_backend.sharding import activation_specs, init_optimizer_state, parallelize, shard_gradients
@@ -102,7 +102,8 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
         placement.before_update = lambda: shard_gradients(model, mesh)
     _log(f"plan {doc.plan_id}: mesh {dict(zip(AXES, (par.dp, par.cp, par.tp)))} on {num_devices} "
          f"{xr.device_type()} devices, zero={par.zero_stage} sp={par.sequence_parallel} recompute={par.recompute}")
-    result = train(model, optimizer, doc, options, placement, log=_log)
+    # step lines on stdout, as the torch backend's rank 0 prints them (one format: executor.record.step_line)
+    result = train(model, optimizer, doc, options, placement, log=partial(print, flush=True))
     env = environment("cpu" if xr.device_type() == "CPU" else xr.device_type().lower(), num_devices, "xla",
                       device_name=f"XLA {xr.device_type()} x{num_devices}")
     extra = {
@@ -111,17 +112,16 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
         "recomputed_modules": recomputed,
         "num_xla_compilations": _num_compilations() - compilations_before,
         "compute_dtype": "float32",
-        "grad_norms": result.grad_norms,
-        "options": options.to_dict(),
         "cpu_rss_high_water_bytes": cpu_peak_rss_bytes(),  # the whole process: all virtual devices
-        "notes": model_notes(doc.model),
     }
     program_bytes = compiled_step.program_bytes_per_device()
     extra["num_matmuls_in_step"] = compiled_step.program_num_matmuls()
     if program_bytes is None:  # XLA's cache served the step: fall back to the process RSS
-        extra["peak_memory_kind"], peak_memory_bytes = "cpu_rss_high_water", extra["cpu_rss_high_water_bytes"]
+        peak_memory_kind, peak_memory_bytes = "cpu_rss_high_water", extra["cpu_rss_high_water_bytes"]
     else:
-        extra["peak_memory_kind"], peak_memory_bytes = "xla_compiled_bytes_per_device", program_bytes
+        peak_memory_kind, peak_memory_bytes = "xla_compiled_bytes_per_device", program_bytes
+    extra.update(run_extra(options, result.grad_norms, result.learning_rates, 0, peak_memory_kind,
+                           model_notes(doc.model)))
     return build_measurement(doc, "xla", "ok", step_times_s=result.step_times_s[options.warmup_steps:],
                              losses=result.losses, peak_memory_bytes=peak_memory_bytes, env=env,
                              num_warmup_steps=options.warmup_steps, peak=0.0, extra=extra)
