@@ -147,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
 def compare(args) -> int:
     from autoplan.hf_config import load_hf_config
     from autoplan.specs import ClusterSpec, ParallelPlan, PlanDocument, TrainingSpec
-    from executor.record import environment, mfu, peak_flops_per_s
+    from autoplan.specs.flops import mfu
+    from autoplan.specs.gpus import datasheet_peak_flops_per_s as peak_flops_per_s
+    from executor.record import environment
 
     with tempfile.TemporaryDirectory(prefix="executor-peers-") as tmp:
         config = args.config

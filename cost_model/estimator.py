@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from autoplan.specs import (
     DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
 )
+from autoplan.specs.flops import model_flops_per_token
 from cost_model.constants import Constants, load_constants
 from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
-from cost_model.flops import model_flops_per_token
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
 from cost_model.stage_memory import allocated_peak_bytes, min_full_recompute_layers, stage_memory

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoplan.specs import ModelSpec
-from autoplan.specs.flops import matmul_params, model_flops_per_token  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ import statistics
 from dataclasses import dataclass
 
 from autoplan.specs import InfeasiblePlan
+from autoplan.specs.flops import model_flops_per_token
 from cost_model.constants import Constants, load_constants
 from cost_model.estimator import Estimator
-from cost_model.flops import model_flops_per_token
 from cost_model.profiles import builtin_profile
 from cost_model.published import PublishedRun
 

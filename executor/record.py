@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 from autoplan.specs import Measurement, PlanDocument
-from autoplan.specs.flops import mfu, model_flops_per_token  # noqa: F401  (re-exported)
-from autoplan.specs.gpus import datasheet_peak_flops_per_s as peak_flops_per_s  # noqa: F401  (re-exported)
+from autoplan.specs.flops import mfu
 
 
 def cpu_peak_rss_bytes() -> int:

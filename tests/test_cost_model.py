@@ -7,9 +7,10 @@ from autoplan.specs import (
     AutoplanError, ClusterSpec, CollectiveSample, HardwareProfile, InfeasiblePlan, MatmulSample,
     MemoryOpSample, ModelSpec, ParallelPlan, TrainingSpec,
 )
+from autoplan.specs.flops import model_flops_per_token
 from cost_model import (
     BUILTIN_PROFILE_NAMES, Constants, Estimator, activation_bytes_per_layer, builtin_profile, estimate,
-    load_constants, model_flops_per_token, narayanan_flops_per_step,
+    load_constants, narayanan_flops_per_step,
 )
 from cost_model.flops import attention_core_fwd_flops, layer_gemms, logits_gemm
 

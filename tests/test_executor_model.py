@@ -11,7 +11,8 @@ from executor import RunOptions, get_backend
 from executor.data import FileTokens, SyntheticTokens, batch, local_slice, open_tokens
 from executor.model import build_model, check_buildable, count_params, model_notes
 from executor.moe import MoEFeedForward
-from executor.record import model_flops_per_token, peak_flops_per_s
+from autoplan.specs.flops import model_flops_per_token
+from autoplan.specs.gpus import datasheet_peak_flops_per_s as peak_flops_per_s
 from executor.schedule import lr_at
 
 LLAMA = ModelSpec("tiny-llama", 2, 64, 4, 2, 128, 256, max_seq_len=64)

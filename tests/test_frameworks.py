@@ -25,7 +25,7 @@ TINY_LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, 
 
 def test_every_builtin_profile_and_the_executor_read_the_one_gpu_table():
     from cost_model.profiles import SPECS, builtin_profile
-    from executor.record import peak_flops_per_s
+    from autoplan.specs.gpus import datasheet_peak_flops_per_s as peak_flops_per_s
 
     for name, spec in SPECS.items():
         profile = builtin_profile(name)
@@ -41,7 +41,7 @@ def test_every_builtin_profile_and_the_executor_read_the_one_gpu_table():
 def test_predicted_and_measured_mfu_share_one_numerator():
     """Same plan, same tokens/s: the cost model's MFU and the run record's MFU are equal."""
     from cost_model import Estimator, builtin_profile
-    from executor.record import mfu
+    from autoplan.specs.flops import mfu
 
     model = ModelSpec(name="m", num_layers=16, hidden_size=2048, num_heads=32, num_kv_heads=8,
                       ffn_hidden_size=8192, vocab_size=128256)

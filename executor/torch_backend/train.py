@@ -20,9 +20,10 @@ from executor.data import batch, local_slice, open_tokens
 from executor.loss import auto_chunk_tokens
 from executor.model import Kernels, build_model, model_notes
 from executor.options import RunOptions
+from autoplan.specs.flops import mfu
+from autoplan.specs.gpus import datasheet_peak_flops_per_s
 from executor.record import (
-    build_measurement, cpu_peak_rss_bytes, environment, mfu, peak_flops_per_s, reset_cpu_peak_rss, run_extra,
-    step_line,
+    build_measurement, cpu_peak_rss_bytes, environment, reset_cpu_peak_rss, run_extra, step_line,
 )
 from executor.schedule import lr_at
 from executor.torch_backend import checkpoint, faults
@@ -324,7 +325,7 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
     source = open_tokens(options.data, options.data_dtype, options.seed, doc.model.vocab_size)
     start = checkpoint.load(options.checkpoint_dir, runner.models, runner.optimizers, runner.rank["pp"],
                             doc.plan_id) if options.resume else 0
-    peak = peak_flops_per_s(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    peak = datasheet_peak_flops_per_s(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                             doc.training.dtype)
     losses, step_times, grad_norms, learning_rates = [], [], [], []
     for step in range(start, options.steps):
