@@ -99,6 +99,8 @@ class ClusterRequest:
     framework: str = DEFAULT_FRAMEWORK
     seq_len: int | None = None
     global_batch_size: int | None = None
+    dtype: str = "bf16"
+    """Training precision of the matmuls; a GPU type without it (fp8 before Hopper) is left out."""
     num_trials: int = CLUSTER_TRIALS
     seed: int = 0
     memory_headroom: MemoryHeadroom | None = None
@@ -217,6 +219,9 @@ def _search_point(option: GpuOption, n: int, model, training, request: ClusterRe
     except AutoplanError as exc:  # e.g. a one-node measured profile without cross-node bandwidth
         return Point(option, n, status=f"cannot plan: {exc}")
     point = Point(option, n, cluster=cluster)
+    if training.dtype not in profile.peak_flops_per_s:
+        point.status = f"no {training.dtype} matmuls"
+        return point
     headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     leanest = leanest_fitting_knobs(model, training, cluster, profile, request.framework, headroom)
     if leanest is None:
@@ -279,10 +284,14 @@ def cluster_search(request: ClusterRequest) -> ClusterOutcome:
         raise AutoplanError(f"--budget {goal.budget:,.0f} needs --gpu-hour-price (one price, or TYPE=PRICE per type): "
                             f"autoplan ships no price list")
     model = resolve_model(request.model)
-    get_framework(request.framework).check_model(model)
+    framework = get_framework(request.framework)
+    framework.check_model(model)
+    if request.dtype not in framework.dtypes:
+        raise AutoplanError(f"--dtype {request.dtype}: framework {framework.name} trains in {', '.join(framework.dtypes)}; "
+                            f"pick one of those or another --framework")
     # One global batch for every point: the default is the one for a power-of-two cluster (~4M tokens).
     training, defaults = training_shape(model, ClusterSpec("any", DEFAULT_GPUS_PER_NODE, DEFAULT_GPUS_PER_NODE),
-                                        request.seq_len, request.global_batch_size, "bf16")
+                                        request.seq_len, request.global_batch_size, request.dtype)
     if request.global_batch_size is None:
         defaults[-1] = (f"global batch {training.global_batch_size} sequences = "
                         f"{training.global_batch_size * training.seq_len / 1e6:.2f}M tokens (default: ~4M tokens, "

@@ -111,6 +111,7 @@ def test_nothing_meets_the_deadline_exit_1_with_the_miss_and_no_plan_file(tmp_pa
     (["--deadline-days", "5", "--gpus-min", "512", "--gpus-max", "64"], "is above --gpus-max"),
     (["--deadline-days", "5", "--gpu-hour-price", "h200=x"], "positive price"),
     (["--budget", "lots", "--gpu-hour-price", "2"], "positive amount"),
+    (["--deadline-days", "5", "--dtype", "fp8"], "framework autoplan trains in bf16, fp32"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):
     try:
@@ -151,3 +152,12 @@ def test_memory_headroom_keeps_every_searched_plan_below_the_usable_memory(tmp_p
     assert prediction["memory_headroom_bytes"] == 20 * 2**30
     assert prediction["peak_memory_bytes"] <= prediction["memory_capacity_bytes"] - 20 * 2**30
     assert main(["estimate", str(plan)]) == 0  # the file keeps its headroom, and the plan still fits under it
+
+
+def test_fp8_leaves_out_the_gpu_types_without_fp8_matmuls(capsys):
+    code, doc = cluster_json(capsys, "--gpu", "a100-80gb,h100-80gb", "--dtype", "fp8", "--framework", "megatron-core",
+                             "--deadline-days", "20", "--gpus-max", "64")
+    points = doc["cluster_search"]["points"]
+    assert code == 0 and doc["training"]["dtype"] == "fp8"
+    assert {p["status"] for p in points if p["gpu"] == "a100-80gb"} == {"no fp8 matmuls"}
+    assert any(p["status"] == "ok" for p in points if p["gpu"] == "h100-80gb")

@@ -56,6 +56,8 @@ def register(subparsers) -> None:
     t = p.add_argument_group("training shape (the same on every cluster; defaults are printed)")
     t.add_argument("--global-batch", type=int_at_most(MAX_GLOBAL_BATCH, "sequences"), default=None, metavar="N",
                    help="global batch in sequences per optimizer step (default: ~4M tokens)")
+    t.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default="bf16",
+                   help="training precision of the matmuls; GPU types without it are left out (default: bf16)")
     t.add_argument("--seq-len", type=int_at_most(MAX_SEQ_LEN, "tokens"), default=None, metavar="TOKENS",
                    help="tokens per sequence (default: 4096, capped at the model's context)")
     s = p.add_argument_group("search")
@@ -89,7 +91,7 @@ def run(args) -> int:
         request = ClusterRequest(model=args.model, goal=goal, options=options, gpus_min=args.gpus_min,
                                  gpus_max=args.gpus_max, framework=args.framework or DEFAULT_FRAMEWORK,
                                  seq_len=args.seq_len, global_batch_size=args.global_batch, num_trials=args.trials,
-                                 seed=args.seed, memory_headroom=args.memory_headroom,
+                                 seed=args.seed, memory_headroom=args.memory_headroom, dtype=args.dtype,
                                  progress=lambda at: progress.stage(f"searching the plans of {args.model} on {at}"))
         outcome = cluster_search(request)
         text = render_cluster(outcome)
