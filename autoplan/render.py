@@ -185,8 +185,6 @@ WIDTH = 120
 
 
 def _wrap(line: str, indent: int) -> list:
-    import textwrap
-
     return textwrap.wrap(line, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False) or [line]
 
 
@@ -296,13 +294,13 @@ def render_frameworks(frameworks: list) -> str:
         rows.append([f.name, f"{sum(t.bytes_per_param for t in f.states.values()):g}+{f.compute_weight_copy_bytes:g}",
                      "/".join(per_stage), _loss_kind(f),
                      f.selective_recompute, "yes" if f.flash_attention else "no", _can_run(f)])
-    # The last column ("can run") wraps within 120 columns, its continuation lines under it.
+    # The last column ("can run") wraps within WIDTH columns, its continuation lines under it.
     lines = _table(["framework", "B/param", "unsharded z0/z3", "loss", "selective", "flash", ""],
                    [row[:-1] + [""] for row in rows], "lrrllll")
     indent = max(len(line) for line in lines) + 2
     out = [lines[0].ljust(indent) + "can run"]
     for line, row in zip(lines[1:], rows):
-        wrapped = textwrap.wrap(row[-1], width=max(30, 120 - indent), break_on_hyphens=False) or [""]
+        wrapped = textwrap.wrap(row[-1], width=max(30, WIDTH - indent), break_on_hyphens=False) or [""]
         out.append(line.ljust(indent) + wrapped[0])
         out += [" " * indent + more for more in wrapped[1:]]
     return "\n".join(out) + (
@@ -337,13 +335,5 @@ def render_framework(f, fitted: dict | None = None) -> str:
                      + ", ".join(f"{k}={v:.3g}" for k, v in fitted.items()))
     lines += ["", "sources"]
     lines += [f"  {k}: {v}" for k, v in f.sources.items()] or ["  (none beyond the field docs)"]
-    return "\n".join(wrapped for line in lines for wrapped in _fit_120(line)) + "\n"
-
-
-def _fit_120(line: str) -> list:
-    """A line of at most 120 columns, or its words over several, continued 4 columns further in."""
-    if len(line) <= 120:
-        return [line]
-    indent = " " * (len(line) - len(line.lstrip()) + 4)
-    return textwrap.wrap(line, width=120, subsequent_indent=indent, break_on_hyphens=False,
-                         break_long_words=False)
+    # Long lines (sources, the "what" of a state) continue 4 columns further in than they start.
+    return "\n".join(w for line in lines for w in _wrap(line, len(line) - len(line.lstrip()) + 4)) + "\n"

@@ -28,14 +28,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from autoplan.specs.frameworks import AUTOPLAN_SPEEDUPS
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
               "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
               "vocab_size": 8192, "max_position_embeddings": 1024, "tie_word_embeddings": False,
               "hidden_act": "silu", "attention_bias": False, "rms_norm_eps": 1e-6}
 """The CPU default: a 4-layer Llama with grouped-query attention (8 query heads, 2 K/V heads)."""
-SPEEDUPS_OFF = ["bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw",
-                "expandable-segments"]
+SPEEDUPS_OFF = [*AUTOPLAN_SPEEDUPS, "expandable-segments"]
 LR, BETAS, WEIGHT_DECAY, GRAD_CLIP = 3e-4, (0.9, 0.95), 0.1, 1.0
 
 

@@ -20,8 +20,10 @@ import sys
 import time
 from pathlib import Path
 
+from autoplan.specs.frameworks import AUTOPLAN_SPEEDUPS
+
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_SPEEDUPS = ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw")
+MODEL_SPEEDUPS = AUTOPLAN_SPEEDUPS
 
 
 def main(argv: list[str] | None = None) -> int:

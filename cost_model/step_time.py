@@ -60,18 +60,14 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
         per_layer_s = (layer_compute + layer_memory + tp_exposed + cp_exposed + ep_exposed
                        + layer_overhead_s * sw.fused_elementwise)
 
-        def rank_time_s(rank: int) -> float:
-            layers = split.num_layers[rank]
-            return (layers * per_layer_s + sum(_rank_extras(p, rank, head_compute_s, head_memory_s, embed_s))
-                    + _recompute_terms(plan, sw, lt, layers)[0])
-
-        slowest = max(reversed(split.time_ranks), key=rank_time_s)
+        rank_times_s = [layers * per_layer_s + sum(_rank_extras(p, rank, head_compute_s, head_memory_s, embed_s))
+                        + _recompute_terms(plan, sw, lt, layers)[0] for rank, layers in enumerate(split.num_layers)]
+        slowest = max(reversed(split.time_ranks), key=rank_times_s.__getitem__)
         # 1F1B's fill and drain: each other rank's forward and backward of one micro-batch once, so
         # with unequal ranks the bubble is their time, not (p-1) copies of the slowest's: the step of
         # stage times t_i is (m-1)·max t + sum t (Narayanan et al. 2021 sec. 2.2 with unequal stages).
-        slowest_s = rank_time_s(slowest)
-        if slowest_s > 0:
-            bubble_ranks = (sum(rank_time_s(r) for r in range(p)) - slowest_s) / slowest_s
+        if rank_times_s[slowest] > 0:
+            bubble_ranks = (sum(rank_times_s) - rank_times_s[slowest]) / rank_times_s[slowest]
     per_stage = split.num_layers[slowest]
     extra_compute, extra_memory = _rank_extras(p, slowest, head_compute_s, head_memory_s, embed_s)
     recompute_s, recompute_flops_mb = _recompute_terms(plan, sw, lt, per_stage)

@@ -232,3 +232,26 @@ def test_frameworks_command_lists_every_framework_and_one_with_sources(capsys):
     assert main(["frameworks", "torchtitan"]) == 0
     out = capsys.readouterr().out
     assert "fitted on published runs" in out and "dp_comm_overlap" in out and "sources" in out
+
+
+def test_a_record_names_the_framework_its_executor_ran():
+    """Which executor a torch record ran follows its speed-up switches (autoplan.specs.compat)."""
+    from types import SimpleNamespace
+
+    from autoplan.specs.compat import record_framework
+    from autoplan.specs.frameworks import AUTOPLAN_SPEEDUPS
+    from executor.options import SPEEDUPS
+
+    assert set(AUTOPLAN_SPEEDUPS) <= set(SPEEDUPS)   # names the executor's --without accepts
+
+    def record(backend="torch", **extra):   # what record_framework reads of a Measurement
+        return SimpleNamespace(backend=backend, extra=extra)
+
+    assert record_framework(record(options={"without": []}), "autoplan") == "autoplan"
+    assert record_framework(record(options={"without": ["native-gqa"]}), "autoplan") == "autoplan"
+    assert record_framework(record(options={"without": [*AUTOPLAN_SPEEDUPS, "expandable-segments"]}),
+                            "autoplan") == "autoplan-91ee867"
+    assert record_framework(record(options={"steps": 8}), "autoplan") == "autoplan-91ee867"  # before the switches
+    assert record_framework(record(), "autoplan") == "autoplan-91ee867"
+    assert record_framework(record(options={"steps": 8}), "megatron-core") == "megatron-core"
+    assert record_framework(record("xla", options={"steps": 8}), "autoplan") == "autoplan"

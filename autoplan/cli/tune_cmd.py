@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from pathlib import Path
 
 from autoplan.cli.argtypes import output_path, positive_int
@@ -112,9 +111,11 @@ def run(args) -> int:
                 sys.stderr.write(f"autoplan tune: calibration not written: {exc}\n")
                 return 1
         calibration.save(args.calibration_out)
-        for line in lines:  # calibrate's report, wrapped to the terminal's 120 columns
+        from autoplan.render import _wrap
+
+        for line in lines:  # calibrate's report, wrapped to the output's 120 columns
             warning = line.startswith("warning:")
-            text = textwrap.fill(f"autoplan tune: {line}" if warning else line, 120, subsequent_indent="  ")
+            text = "\n".join(_wrap(f"autoplan tune: {line}" if warning else line, 2))
             (sys.stderr if warning else sys.stdout).write(text + "\n")
         print(f"wrote {args.calibration_out} (use it with `autoplan search --calibration {args.calibration_out}`)")
     elif len(timed) >= minimum:

@@ -10,6 +10,7 @@ any count.
 from __future__ import annotations
 
 from autoplan.specs import AutoplanError, HardwareProfile
+from autoplan.specs.frameworks import AUTOPLAN_SPEEDUPS
 from autoplan.specs.gpus import lookup_gpu
 
 
@@ -77,21 +78,16 @@ def check_host_memory(model, plan, num_devices: int, plan_name: str = "") -> Non
 # framework times software the prediction did not describe.
 BACKEND_FRAMEWORKS = {"torch": ("autoplan", "autoplan-91ee867"), "xla": ("autoplan-xla", "autoplan")}
 
-# The torch backend's switchable speed-ups (executor/options.py SPEEDUPS) that change what the
-# `autoplan` framework's facts describe; a run with all of them off, or made before they could be
-# switched (its record carries no options, or options without "without": every torch record has
-# carried them since), ran the executor of framework autoplan-91ee867.
-SPEEDUPS_OF_AUTOPLAN = ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw")
-
-
 def record_framework(record, plan_framework: str) -> str:
     """The framework whose facts describe what a measurement ran: the plan's, except that a torch
-    run of an `autoplan` plan without the executor's speed-ups ran autoplan-91ee867's executor."""
+    run of an `autoplan` plan without the executor's speed-ups (AUTOPLAN_SPEEDUPS all off, or made
+    before they could be switched: no options, or options without "without"; every torch record
+    has carried them since) ran autoplan-91ee867's executor."""
     if plan_framework != "autoplan" or record.backend != "torch":
         return plan_framework
     options = record.extra.get("options")
     without = options.get("without") if isinstance(options, dict) else None
-    if without is None or set(SPEEDUPS_OF_AUTOPLAN) <= set(without):
+    if without is None or set(AUTOPLAN_SPEEDUPS) <= set(without):
         return "autoplan-91ee867"
     return plan_framework
 

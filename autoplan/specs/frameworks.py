@@ -13,6 +13,10 @@ from autoplan.specs.framework import Framework, StateTerm
 
 DEFAULT_FRAMEWORK = "autoplan"
 
+AUTOPLAN_SPEEDUPS = ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw")
+"""The torch executor's switchable speed-ups (executor/options.py SPEEDUPS) that change what the
+`autoplan` framework's facts describe; with all of them off it runs as autoplan-91ee867."""
+
 
 def _fsdp2_states(what: str) -> dict:
     """FSDP2 with a bf16 MixedPrecisionPolicy: the sharded parameter IS the fp32 master (PyTorch
@@ -127,8 +131,8 @@ _AUTOPLAN_91EE867 = replace(
     _AUTOPLAN, name="autoplan-91ee867",
     version="autoplan executor at 91ee867 (2026-11-22), torch backend: the shipped H100 records",
     description="historical: autoplan's executor before its speed-ups (fp32 weights under bf16 autocast, "
-                "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without " + ",".join(
-                    ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw")),
+                "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without "
+                + ",".join(AUTOPLAN_SPEEDUPS) + "`",
     activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
     sources={**_AUTOPLAN.sources,
              "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "
