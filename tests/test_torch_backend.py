@@ -2,8 +2,9 @@
 
 Correctness: every parallel plan trains the same tiny model on the same global batch as a
 single-process run and must reproduce its losses within LOSS_RTOL and its gradient norms (which,
-unlike the loss under AdamW, see a wrong gradient scale) within GRAD_NORM_RTOL. fp32 throughout;
-the differences are summation order only (measured: at most ~1e-7 relative on the losses).
+unlike the loss under AdamW, see a wrong gradient scale) within the per-step tolerances of
+`_grad_norms_close`. fp32 throughout; the differences are summation order only (measured: at most
+~1e-6 relative on the losses, which AdamW's first steps amplify in the gradient norms: see there).
 Launches are few: one single-process reference launch and one 4-process launch that runs all the
 parallel plans in sequence in the same workers.
 """
@@ -22,6 +23,17 @@ from executor.torch_backend.pipeline import build_stage, stage_indices, stage_la
 
 LOSS_RTOL = 1e-5
 GRAD_NORM_RTOL = 1e-4
+"""First step (identical weights, only the summation order differs): fp32's unit roundoff 6e-8 grows
+like sqrt(n) over a reduction of n terms; the longest here (a gradient norm over ~1e5 parameters)
+gives ~2e-5, so 1e-4 leaves a 5x margin and still fails a wrong gradient scale by orders of magnitude."""
+GRAD_NORM_RTOL_AFTER_UPDATE = 1e-3
+"""Later steps: AdamW's first update is lr * g / (|g| + eps), i.e. +-lr for every element, so an
+element whose gradient is within rounding of zero moves by up to 2 * lr depending on the summation
+order of its reduction, and the next gradient differs by more than rounding. Measured on an AMD EPYC
+(2 cores): the two single-process references of a tiny StarCoder2, which differ by rounding only
+(chunked vs whole-logit loss), differ by 2.4e-4 in the third step's norm, and its dp=2 tp=2 SP run by
+1.3e-4 from the whole-logit one (Intel machines measured below 1e-4). 1e-3 is 4x the widest measured
+spread; a wrong gradient scale still fails the first step."""
 LLAMA = ModelSpec("tiny-llama", 4, 64, 4, 2, 128, 256, max_seq_len=64)
 GPT = ModelSpec("tiny-gpt", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="learned",
                 tied_embeddings=True, linear_bias=True, max_seq_len=64)
@@ -72,7 +84,7 @@ def reference_runs(models) -> dict:
     """Single-process references, keyed (model name, fused loss?): with the chunked head + loss that
     dp/pp/cp plans run and with the whole-logit loss that tp > 1 plans run (the fused loss needs the
     whole head on a rank). The two differ by rounding only, but a few steps at lr 1e-2 can grow that
-    past GRAD_NORM_RTOL (measured: 2e-4 on a tiny StarCoder2's third gradient norm)."""
+    past GRAD_NORM_RTOL (measured: 2.4e-4 on a tiny StarCoder2's third gradient norm)."""
     docs = [plan_doc(model, num_microbatches=8) for model in models]
     fused = run_many(docs, OPTIONS.replace(nproc=1))
     whole = run_many(docs, OPTIONS.replace(nproc=1, without=("chunked-loss",)))
@@ -88,6 +100,13 @@ def _close(measured, reference, rtol):
     return all(abs(m - r) <= rtol * abs(r) for m, r in zip(measured, reference)) and len(measured) == len(reference)
 
 
+def _grad_norms_close(measured, reference):
+    """Per-step gradient norms: the first step within GRAD_NORM_RTOL, the steps after an AdamW update
+    within GRAD_NORM_RTOL_AFTER_UPDATE (the reasons are at the two constants)."""
+    return (len(measured) == len(reference) and _close(measured[:1], reference[:1], GRAD_NORM_RTOL)
+            and _close(measured[1:], reference[1:], GRAD_NORM_RTOL_AFTER_UPDATE))
+
+
 @pytest.mark.slow
 def test_parallel_plans_reproduce_single_device_losses():
     models = [LLAMA, GPT, BLOOM, LLAMA5, MOE]
@@ -98,7 +117,7 @@ def test_parallel_plans_reproduce_single_device_losses():
     for model in (LLAMA, GPT):
         (before,) = run_many([plan_doc(model, num_microbatches=8)], OPTIONS.replace(nproc=1, without=CPU_SPEEDUPS))
         assert before.status == "ok" and _close(before.losses, reference[model.name].losses, LOSS_RTOL)
-        assert _close(before.extra["grad_norms"], reference[model.name].extra["grad_norms"], GRAD_NORM_RTOL)
+        assert _grad_norms_close(before.extra["grad_norms"], reference[model.name].extra["grad_norms"])
     for ref in references.values():
         assert ref.status == "ok" and len(ref.losses) == 3
         # Training moves the loss by far more than the tolerance, so matching it means something.
@@ -108,7 +127,7 @@ def test_parallel_plans_reproduce_single_device_losses():
     for (model, plan), record in zip(PARALLEL_PLANS, records):
         ref = reference_for(references, model, record)
         if record.status != "ok" or not _close(record.losses, ref.losses, LOSS_RTOL) or \
-                not _close(record.extra["grad_norms"], ref.extra["grad_norms"], GRAD_NORM_RTOL):
+                not _grad_norms_close(record.extra["grad_norms"], ref.extra["grad_norms"]):
             mismatches.append((model.name, plan, record.status, record.error, record.losses, ref.losses,
                                record.extra.get("grad_norms"), ref.extra["grad_norms"]))
     assert len(records) == len(PARALLEL_PLANS) and not mismatches, mismatches
@@ -329,4 +348,4 @@ def test_compiled_blocks_train_like_eager_ones():
     assert compiled.status == "ok" and compiled.extra["runtime"]["compiled_blocks"], compiled.error
     assert not eager.extra["runtime"]["compiled_blocks"]
     assert _close(compiled.losses, eager.losses, LOSS_RTOL)
-    assert _close(compiled.extra["grad_norms"], eager.extra["grad_norms"], GRAD_NORM_RTOL)
+    assert _grad_norms_close(compiled.extra["grad_norms"], eager.extra["grad_norms"])
