@@ -52,6 +52,9 @@ class PlanRequest:
     """The framework the plan is made for: its facts are costed, its rules bound the search."""
     memory_headroom: MemoryHeadroom | None = None
     """GPU memory to keep free (`--memory-headroom`); None: no margin beyond the predicted peak."""
+    recompute_layers: int | None = None
+    """`--recompute-layers N`: full recompute of N layers per pipeline stage (capped at the stage's
+    layers, so a Megatron user's "every layer" is any N at least that); None: the fewest that fit."""
     log: Callable[[str], None] | None = None
     """Where to say what a resumed --storage study held (the CLI passes stderr); None: quiet."""
 
@@ -267,7 +270,8 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,
                                        framework, headroom),
-                        keep_full_recompute=request.pins.recompute == "full")
+                        keep_full_recompute=request.pins.recompute == "full",
+                        recompute_layers=request.recompute_layers)
     result = search(space, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive,
                     request.storage, request.study_name, log=request.log)
     if result.best is None and not request.exhaustive:

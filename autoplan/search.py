@@ -49,10 +49,12 @@ class Scored:
 class PlanScorer:
     """The cost model behind a cache. `full` recompute plans get the fewest recomputed layers that fit."""
 
-    def __init__(self, estimator, keep_full_recompute: bool = False):
+    def __init__(self, estimator, keep_full_recompute: bool = False, recompute_layers: int | None = None):
         self.estimator = estimator
         # A user who pinned --recompute full gets at least one recomputed layer, never a silent "none".
         self.keep_full_recompute = keep_full_recompute
+        self.recompute_layers = recompute_layers
+        """Pinned layers per stage under full recompute (capped at each plan's stage); None: the fewest that fit."""
         self._cache: dict = {}
 
     @property
@@ -71,7 +73,10 @@ class PlanScorer:
     def _score(self, plan: ParallelPlan) -> Scored:
         est = self.estimator
         try:
-            if plan.recompute == "full":
+            if plan.recompute == "full" and self.recompute_layers is not None:
+                plan = plan.replace(recompute_num_layers=min(
+                    self.recompute_layers, plan.layers_per_stage(est.model.num_layers)))
+            elif plan.recompute == "full":
                 fewest = est.min_full_recompute_layers(plan)
                 if fewest == 0 and self.keep_full_recompute:
                     plan = plan.replace(recompute_num_layers=1)

@@ -1,6 +1,6 @@
 """Fit the cost model's efficiency constants on the published runs and write constants.json.
 
-    .venv/bin/python benchmarks/fit_constants.py            # fit + leave-one-source-out refits, write constants.json
+    .venv/bin/python benchmarks/fit_constants.py            # fit + the out-of-sample refits, write constants.json
     .venv/bin/python benchmarks/fit_constants.py --dry-run  # fit and print only
     .venv/bin/python benchmarks/fit_constants.py --holdout torchtitan  # fit without a source, score it
 
@@ -10,9 +10,12 @@ attention get to the profile's tables (the hardware is the profile's alone: noth
 GPU type), fp8 GEMM efficiency, how many extra bytes eager elementwise code moves (and how many
 torch.compile removes), how much of the TP traffic async TP hides, how much of the DP/FSDP traffic
 each framework overlaps and at what bandwidth, and the host time per layer. There is no per-row
-term: the model must carry to runs it has never seen. Besides the full fit, one refit per
-held-out source is written to constants.json "loso": `autoplan validate` scores each source with
-the constants that never saw it (the refits take minutes, too slow for validate to redo).
+term: the model must carry to runs it has never seen. Besides the full fit, one refit per held-out
+group of every out-of-sample split (cost_model/splits.py: each source, each GPU generation, each
+scale band, fp8) is written to constants.json "held_out": `autoplan validate` scores each group with
+the constants that never saw it (the refits take minutes, too slow for validate to redo). Refits
+start from the full fit's values: the search is shorter, and what it can still move is what the
+held-out rows pinned.
 
 Objective: mean |log(predicted / measured)| over every predicted row (symmetric in over- and
 under-prediction); Powell's method within physical bounds (scipy).
@@ -31,6 +34,7 @@ from scipy.optimize import minimize
 from autoplan.specs import write_json_atomic
 from cost_model.constants import CONSTANTS_PATH, Constants
 from cost_model.published import load_published_runs
+from cost_model.splits import SPLITS, refit_key, split_groups
 from cost_model.validation import predict_runs, summarize
 
 # The frameworks whose facts the published rows carry (cost_model/published.py), plus
@@ -88,9 +92,9 @@ def mean_abs_log_error(runs: list, constants: Constants) -> float:
                             for r in results)
 
 
-def fit(runs: list, max_evals: int = 3000) -> tuple:
+def fit(runs: list, max_evals: int = 3000, start: dict | None = None) -> tuple:
     bounds = [(math.log(lo), math.log(hi)) if log else (lo, hi) for _, _, _, _, (lo, hi), log in PARAMETERS]
-    x = _encode({name: init for name, _, _, init, _, _ in PARAMETERS})
+    x = _encode({name: (start or {}).get(name, init) for name, _, _, init, _, _ in PARAMETERS})
     objective, evals = float("inf"), 0
     # Powell restarted from its own answer escapes some of the shallow local minima.
     for _ in range(2):
@@ -120,18 +124,25 @@ def _report(summary: dict, label: str) -> None:
                   f"max {s['max']:7.1%}  Spearman min {'n/a' if rho is None else f'{rho:+.2f}'}")
 
 
+def _held_out(runs: list, split: str, group: str) -> tuple:
+    """(training rows, held-out rows) of one group of a split."""
+    key = SPLITS[split][0]
+    return [r for r in runs if key(r) != group], [r for r in runs if key(r) == group]
+
+
 def _fit_job(job: tuple) -> tuple:
-    holdout, max_evals = job
-    runs = load_published_runs()
-    return (holdout, *fit([r for r in runs if r.source != holdout], max_evals))
+    split, group, max_evals, start = job
+    train, _ = _held_out(load_published_runs(), split, group)
+    return (refit_key(split, group), *fit(train, max_evals, start))
 
 
-def _held_out_entry(runs: list, source: str, values: dict, objective: float) -> dict:
-    held = summarize(predict_runs([r for r in runs if r.source == source], constants_from(values)))["analytical"]
+def _held_out_entry(runs: list, split: str, group: str, values: dict, objective: float) -> dict:
+    train, held_rows = _held_out(runs, split, group)
+    held = summarize(predict_runs(held_rows, constants_from(values)))["analytical"]
     return {"frameworks": constants_from(values).frameworks, "provenance": {
-        "fitted_by": "benchmarks/fit_constants.py (leave-one-source-out)", "held_out": source,
+        "fitted_by": "benchmarks/fit_constants.py (out-of-sample refit)", "split": split, "held_out": group,
         "date": datetime.date.today().isoformat(), "objective_value": objective, "parameters": values,
-        "not_fitted": [p[0] for p in PARAMETERS if p[0] not in values],
+        "not_fitted": [p[0] for p in PARAMETERS if p[0] not in values], "training_rows": len(train),
         "held_out_mape": held.get("mape"), "held_out_rows": held.get("num_rows", 0)}}
 
 
@@ -140,7 +151,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="do not write constants.json")
     ap.add_argument("--holdout", default=None, help="fit without this source and report its error")
     ap.add_argument("--max-evals", type=int, default=3000)
-    ap.add_argument("--jobs", type=int, default=2, help="fits run in parallel (the full fit + one per source)")
+    ap.add_argument("--refit-evals", type=int, default=800,
+                    help="evaluations per out-of-sample refit (each starts from the full fit)")
+    ap.add_argument("--jobs", type=int, default=2, help="refits run in parallel")
     args = ap.parse_args(argv)
 
     runs = load_published_runs()
@@ -154,21 +167,26 @@ def main(argv=None) -> int:
         _report(summarize(predict_runs(held, constants_from(values))), f"held-out source {args.holdout}")
         _report(summarize(predict_runs(train, constants_from(values))), "training sources")
         return 0
-    # The full fit and one refit per held-out source (what `autoplan validate` reports out of
-    # sample): minutes each, so they run here and ship in constants.json "loso".
-    sources = sorted({r.source for r in runs})
+    # The full fit, then one refit per held-out group of every split (what `autoplan validate`
+    # reports out of sample), started from it: minutes each, so they run here and ship in
+    # constants.json "held_out".
+    # Start from the previous fit's values (a shorter search); the defaults above where absent.
+    from cost_model.constants import load_constants
+    previous = load_constants().provenance.get("parameters", {})
+    values, objective, evals = fit(runs, args.max_evals, previous)
+    jobs = [(split, group, args.refit_evals, values) for split in SPLITS for group in split_groups(runs, split)]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        fits = {h: (v, o, e) for h, v, o, e in pool.map(_fit_job, [(None, args.max_evals)]
-                                                      + [(s, args.max_evals) for s in sources])}
-    values, objective, evals = fits[None]
+        fits = {key: (v, o, e) for key, v, o, e in pool.map(_fit_job, jobs)}
     for name in values:
         print(f"  {name:30s} {values[name]:.4g}")
     print(f"objective mean|log ratio| = {objective:.4f} after {evals} evaluations")
     summary = summarize(predict_runs(runs, constants_from(values)))
     _report(summary, "all published runs with the fitted constants")
-    loso = {s: _held_out_entry(runs, s, *fits[s][:2]) for s in sources}
-    for s, entry in loso.items():
-        print(f"  held out {s:12s} MAPE {entry['provenance']['held_out_mape']:6.1%} "
+    held_out = {refit_key(split, group): _held_out_entry(runs, split, group, *fits[refit_key(split, group)][:2])
+                for split, group, _, _ in jobs}
+    for key, entry in held_out.items():
+        mape = entry["provenance"]["held_out_mape"]
+        print(f"  held out {key:32s} MAPE {'no row predicted' if mape is None else f'{mape:6.1%}'} "
               f"(not fitted without it: {', '.join(entry['provenance']['not_fitted']) or 'none'})")
     a = summary["analytical"]
     provenance = {
@@ -185,7 +203,7 @@ def main(argv=None) -> int:
     }
     if not args.dry_run:
         c = constants_from(values, provenance)
-        write_json_atomic(CONSTANTS_PATH, Constants(c.frameworks, c.provenance, loso).to_dict())
+        write_json_atomic(CONSTANTS_PATH, Constants(c.frameworks, c.provenance, held_out).to_dict())
         print(f"wrote {CONSTANTS_PATH}")
     return 0
 

@@ -25,32 +25,37 @@ class Constants:
     """Framework name -> fitted Framework field overrides (how close its kernels and overlap get to
     the profile). Nothing here is keyed to a GPU type: hardware facts live in the profile."""
     provenance: dict = field(default_factory=dict)
-    loso: dict = field(default_factory=dict)
-    """Held-out source -> {"frameworks": ..., "provenance": ...}: the constants refitted without that
-    source's rows (benchmarks/fit_constants.py), for `autoplan validate`'s out-of-sample figures."""
+    held_out: dict = field(default_factory=dict)
+    """"<split>:<group>" (e.g. "source:bigscience", "gpu_generation:ampere") -> {"frameworks": ...,
+    "provenance": ...}: the constants refitted without that group's rows (benchmarks/fit_constants.py),
+    for `autoplan validate`'s out-of-sample figures."""
 
     def framework(self, name: str, **overrides) -> Framework:
         """The named framework (autoplan.specs.frameworks) with its fitted efficiency values and
         per-run overrides (e.g. torch.compile on) merged over its documented facts."""
-        return get_framework(name).with_overrides(**{**self.frameworks.get(name, {}), **overrides})
+        framework = get_framework(name)
+        # Fitted values belong to the built-in framework, options or not ("megatron-core+tp-comm-overlap").
+        fitted = self.frameworks.get(framework.name.split("+")[0], {})
+        return framework.with_overrides(**{**fitted, **overrides})
 
-    def held_out(self, source: str) -> "Constants":
-        """The constants fitted without `source` (KeyError when the file has none for it)."""
-        entry = self.loso[source]
+    def refit_without(self, key: str) -> "Constants":
+        """The constants fitted without the group `key` ("<split>:<group>"; KeyError when the file
+        has none for it)."""
+        entry = self.held_out[key]
         return Constants(frameworks={k: dict(v) for k, v in entry["frameworks"].items()},
                          provenance=dict(entry.get("provenance", {})))
 
     def to_dict(self) -> dict:
         return {"frameworks": {k: dict(v) for k, v in self.frameworks.items()},
                 "provenance": dict(self.provenance),
-                "loso": {k: {"frameworks": {f: dict(v) for f, v in e["frameworks"].items()},
-                             "provenance": dict(e.get("provenance", {}))} for k, e in self.loso.items()}}
+                "held_out": {k: {"frameworks": {f: dict(v) for f, v in e["frameworks"].items()},
+                                 "provenance": dict(e.get("provenance", {}))} for k, e in self.held_out.items()}}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Constants":
         return cls(frameworks={k: dict(v) for k, v in data.get("frameworks", {}).items()},
                    provenance=dict(data.get("provenance", {})),
-                   loso={k: dict(v) for k, v in data.get("loso", {}).items()})
+                   held_out={k: dict(v) for k, v in data.get("held_out", {}).items()})
 
 
 @lru_cache(maxsize=None)

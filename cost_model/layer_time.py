@@ -38,6 +38,9 @@ class LayerTimes:
     attn_fwd_flops: float
     tp_bytes: float
     """Bytes one rank puts on the wire for this layer's TP/SP collectives (forward + backward)."""
+    fp8_weight_cast_s: float = 0.0
+    """fp8: one cast of this layer's weights (read bf16, write fp8: 3 B per weight); when and how often
+    it happens is the framework's (Framework.fp8_weight_cast_per_microbatch, cost_model/step_time.py)."""
 
 
 @dataclass(frozen=True)
@@ -131,11 +134,18 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     if model.rope_dim:
         elems += 2 * (model.q_size + model.kv_size) / tp * model.rope_dim / model.head_dim
     fwd_bytes = BYTES_ACT * elems * tokens * rates.memory_scale
-    if rates.gemm_dtype == "fp8":
-        # Float8 scaling: each GEMM's input and weight read in bf16, written in fp8 (3 B/element).
-        fwd_bytes += sum(3.0 * (g.m * g.k + g.k * g.n * g.count) for g in gemms)
-    memory_fwd_s = memory_time_s(tables, fwd_bytes, BYTES_ACT * tokens * h / outside)
+    op_bytes = BYTES_ACT * tokens * h / outside
+    memory_fwd_s = memory_time_s(tables, fwd_bytes, op_bytes)
     memory_bwd_s = 2.0 * memory_fwd_s
+    fp8_weight_cast_s = 0.0
+    if rates.gemm_dtype == "fp8":
+        # Float8 scaling (Micikevicius et al. 2022, arXiv 2209.05433): each GEMM's input is read in
+        # bf16 and written in fp8 (3 B per element) in forward, each output gradient in backward
+        # (the wgrad GEMM reuses the forward's fp8 input). Weights: fp8_weight_cast_s, per cast.
+        memory_fwd_s += memory_time_s(tables, sum(3.0 * g.m * g.k * g.count for g in gemms), op_bytes)
+        memory_bwd_s += memory_time_s(tables, sum(3.0 * g.m * g.n * g.count for g in gemms), op_bytes)
+        weight_bytes = sum(3.0 * g.k * g.n * g.count for g in gemms)
+        fp8_weight_cast_s = memory_time_s(tables, weight_bytes, weight_bytes / max(1, len(gemms)))
 
     # TP: two all-reduces per pass, or with SP an all-gather + reduce-scatter pair in their place
     # (Korthikanti 2022 section 4.2.2: same bytes on the wire). Narayanan 2021 section 3.2. A
@@ -174,7 +184,8 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn_fwd_s, attn_bwd_s=attn_bwd_s,
         memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_pass_s, tp_bwd_s=tp_pass_s,
         cp_fwd_s=cp_fwd_s, cp_bwd_s=cp_bwd_s, ep_fwd_s=ep_fwd_s, ep_bwd_s=ep_fwd_s,
-        gemm_fwd_flops=sum(g.flops for g in gemms), attn_fwd_flops=attn_flops, tp_bytes=tp_bytes)
+        gemm_fwd_flops=sum(g.flops for g in gemms), attn_fwd_flops=attn_flops, tp_bytes=tp_bytes,
+        fp8_weight_cast_s=fp8_weight_cast_s)
 
 
 def head_times(model: ModelSpec, tables: ProfileTables, rates: Rates, tokens: int, tp: int,

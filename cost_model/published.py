@@ -35,7 +35,48 @@ SOURCES = {
                        linear_bias=False, framework="llm-foundry"),
     "TORCHTITAN": dict(source="torchtitan", norm="rmsnorm", position="rope", tied_embeddings=False,
                        linear_bias=False, framework="torchtitan"),
+    # The sources added in 2026-11 state their software and architecture per row (columns framework,
+    # norm, position, tied_embeddings, linear_bias, gpus_per_node): only the source key lives here,
+    # and the scale-out network where it is not a DGX's (each row's notes cite it).
+    # InternEvo's A100 cluster: 4 x 100 Gb/s RoCE per 8-GPU node (its hardware table).
+    "INTERNEVO": dict(source="internevo", nic_bytes_per_s=4 * 100e9 / 8 / 8),
+    "FMS": dict(source="fms-fsdp"),
+    "KEMPNER": dict(source="kempnerforge"),
+    "OLMOCORE": dict(source="olmo-core"),
+    "TTDOCS": dict(source="torchtitan-docs"),
+    "NANOTRON": dict(source="nanotron"),
+    "MLPERF": dict(source="mlperf"),
+    "MTNLG": dict(source="mt-nlg"),
+    "NEMOTRON": dict(source="nemotron"),
+    "FP8LM": dict(source="fp8-lm"),
+    "ZB": dict(source="zero-bubble"),
+    "FA2": dict(source="flash-attention-2"),
+    "MDS": dict(source="megatron-deepspeed-examples"),
+    "NEOX": dict(source="gpt-neox-20b"),
+    "BBGPT": dict(source="bloomberggpt"),
+    "DGXC": dict(source="dgxc-jax"),
 }
+
+FRAMEWORK_FACTS = {
+    "megatron-core": "megatron-core", "nemo-megatron-core": "megatron-core",
+    # NeMo 1.x "legacy" Megatron GPT with Transformer Engine layers (MLPerf GPT-3 2023-2024).
+    "nemo-megatron-legacy": "megatron-core",
+    # Megatron-LM before Megatron-Core (2023 forks of the zero-bubble and FP8-LM papers): the same
+    # kernels (Transformer Engine or Apex, flash attention), distributed optimizer.
+    "megatron-lm-legacy": "megatron-core",
+    # InternEvo: Megatron-style TP with ZeRO-1 over bf16 weights and fp32 master weights, flash
+    # attention, overlapped ZeRO communication; the closest built-in facts are Megatron-Core's.
+    # (nanotron, MaxText and Paxml have no built-in entry: their rows are listed as skipped.)
+    "internevo": "megatron-core",
+    "megatron-deepspeed": "deepspeed", "sagemaker-smp": "deepspeed",
+    # GPT-NeoX 20B (2022) and MT-NLG (2021): fused softmax without flash attention, DeepSpeed pipeline.
+    "gpt-neox": "megatron-deepspeed",
+    # FSDP stacks on PyTorch (FSDP1 or FSDP2, bf16 compute over fp32 master weights): torchtitan's facts.
+    "torchtitan": "torchtitan", "kempnerforge": "torchtitan", "olmo-core": "torchtitan", "fms-fsdp": "torchtitan",
+    "flash-attn-training": "torchtitan",
+}
+"""The software a published row names (its `framework` column) -> the built-in framework whose facts
+predict it."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +96,12 @@ class PublishedRun:
     async_tp: bool
     """Async tensor parallelism overlapped TP collectives with GEMMs (from the run's notes)."""
     fp8_rowwise: bool
-    """fp8 with row-wise scales (torchao's "rowwise" recipe, from the run's id)."""
+    """fp8 with row-wise scales (torchao's "rowwise" recipe, from the run's id or fp8_recipe)."""
     measured_tokens_per_s_per_gpu: float
+    flash_attention: bool = True
+    """False for a row that ran its framework without fused attention (a paper's baseline row)."""
+    tp_comm_overlap: bool = False
+    """Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers) was on (column tp_comm_overlap)."""
     nic_bytes_per_s: float | None = None
     """Scale-out bandwidth per GPU when the cluster is not DGX-like (None: the profile's)."""
     reported_peak_memory_bytes: float | None = None
@@ -75,6 +120,10 @@ class PublishedRun:
             overrides["fused_elementwise"] = framework.compiled_elementwise_factor
         if self.async_tp:
             overrides["tp_comm_overlap"] = framework.async_tp_overlap
+        # What the run stated (an empty cell: off, Megatron-LM's default), not the framework's default.
+        overrides["tp_comm_gemm_overlap"] = self.tp_comm_overlap
+        if not self.flash_attention:
+            overrides["flash_attention"] = False
         if self.fp8_rowwise:
             overrides["fp8_rowwise"] = True
         return framework.with_overrides(**overrides)
@@ -97,10 +146,28 @@ def _source_key(row_id: str) -> str:
     return prefix
 
 
+_BOOL = {"true": True, "false": False}
+
+
+def _row_facts(row: dict) -> dict:
+    """The per-row facts of the newer sources' columns (absent or empty cells: the source's)."""
+    facts = {}
+    for key in ("norm", "position", "framework", "fp8_recipe"):
+        if (row.get(key) or "").strip():
+            facts[key] = row[key].strip().lower()
+    for key in ("tied_embeddings", "linear_bias", "tp_comm_overlap", "compiled"):
+        value = (row.get(key) or "").strip().lower()
+        if value in _BOOL:
+            facts[key] = _BOOL[value]
+    if (row.get("gpus_per_node") or "").strip():
+        facts["gpus_per_node"] = int(row["gpus_per_node"])
+    return facts
+
+
 def row_to_run(row: dict) -> PublishedRun:
     """One CSV row as cost-model inputs. Raises AutoplanError on a malformed row."""
     prefix = _source_key(row["id"])
-    facts = SOURCES[prefix]
+    facts = {**SOURCES[prefix], **_row_facts(row)}
     assumptions = []
     layers, seq_len = _int(row, "num_layers"), _int(row, "seq_len")
     model = ModelSpec(
@@ -112,7 +179,7 @@ def row_to_run(row: dict) -> PublishedRun:
         max_seq_len=seq_len)
     training = TrainingSpec(global_batch_size=_int(row, "global_batch"), seq_len=seq_len,
                             dtype=row["precision"])
-    cluster = ClusterSpec(name=row["gpu"], num_gpus=_int(row, "num_gpus"), gpus_per_node=8,
+    cluster = ClusterSpec(name=row["gpu"], num_gpus=_int(row, "num_gpus"), gpus_per_node=facts.get("gpus_per_node", 8),
                           profile=f"builtin:{row['gpu']}")
     tp, pp, dp, cp = (_int(row, k) for k in ("tp", "pp", "dp", "cp"))
     mb = _int(row, "micro_batch")
@@ -146,11 +213,17 @@ def row_to_run(row: dict) -> PublishedRun:
             # generated split [7, 8 x14, 7] is ParallelPlan.virtual_stage_num_layers).
             vpp = 2
             assumptions.append("vpp missing: 2 (torchtitan's interleaved default)")
-        elif prefix == "N21" and "interleaved" in row["notes"] and pp > 1 and m % pp == 0:
+        elif prefix not in ("TORCHTITAN", "BLOOM", "LLMFOUNDRY") and "interleav" in row["notes"].lower() \
+                and pp > 1 and m % pp == 0:
             # Interleaved 1F1B with an unstated chunk count: the smallest split of a stage.
             vpp = next((v for v in (2, 3, 5) if per_stage % v == 0), 1)
             assumptions.append(f"vpp missing: {vpp} (interleaved per the notes)")
     sp = row["sequence_parallel"].strip().lower() == "true"
+    if not row["sequence_parallel"].strip() and tp > 1 and (row.get("framework") or "").strip() and \
+            FRAMEWORK_FACTS.get(facts["framework"], facts["framework"]) == "megatron-core":
+        # Megatron-Core's recipes (NeMo, Megatron-LM examples) turn sequence parallelism on with TP.
+        sp = True
+        assumptions.append("sequence_parallel missing: true (Megatron-Core recipes with tp > 1)")
     zero = _int(row, "zero_stage", 0)
     plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, sequence_parallel=sp, zero_stage=zero,
                         micro_batch_size=mb, num_microbatches=max(1, m), recompute=recompute,
@@ -159,6 +232,11 @@ def row_to_run(row: dict) -> PublishedRun:
         # Every layer of every stage (the largest stage bounds the count).
         plan = plan.replace(recompute_num_layers=plan.layers_per_stage(layers))
     framework = facts["framework"]
+    if (row.get("framework") or "").strip():
+        # The software the row names, as the built-in framework whose facts predict it.
+        framework = FRAMEWORK_FACTS.get(framework, framework)
+    if prefix == "MTNLG":
+        framework = "megatron-deepspeed"    # 2021: fused softmax, no flash attention
     if prefix == "N21" and zero == 3:
         framework = "deepspeed"     # Table 2's ZeRO-3 baseline ran on DeepSpeed
     notes = row["notes"]
@@ -166,8 +244,14 @@ def row_to_run(row: dict) -> PublishedRun:
     reported_memory = float(mem.group(1)) * (2 ** 30 if mem.group(2) == "GiB" else 1e9) if mem else None
     return PublishedRun(
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
-        cluster=cluster, plan=plan, framework=framework, compiled="compile" in notes,
-        async_tp="asyncTP" in notes or "AsyncTP" in notes, fp8_rowwise="rowwise" in row["id"], nic_bytes_per_s=facts.get("nic_bytes_per_s"),
+        cluster=cluster, plan=plan, framework=framework,
+        compiled=facts["compiled"] if "compiled" in facts else "compile" in notes,
+        async_tp=("asyncTP" in notes or "AsyncTP" in notes) and framework == "torchtitan",
+        tp_comm_overlap=facts.get("tp_comm_overlap", False) and framework == "megatron-core",
+        fp8_rowwise="rowwise" in row["id"] or facts.get("fp8_recipe") == "rowwise",
+        # The FlashAttention-2 paper's baselines name their attention in the model column.
+        flash_attention="no flashattention" not in row["model_name"].lower(),
+        nic_bytes_per_s=facts.get("nic_bytes_per_s"),
         reported_peak_memory_bytes=reported_memory,
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         assumptions=tuple(assumptions), notes=notes,

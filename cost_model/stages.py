@@ -58,3 +58,13 @@ def _split(pp: int, vpp: int, num_layers: int) -> StageSplit:
 def stage_split(plan: ParallelPlan, num_layers: int) -> StageSplit:
     """The (cached) split of `num_layers` over the plan's pipeline ranks."""
     return _split(plan.pp, plan.vpp, num_layers)
+
+
+def bubble_in_slowest_rank_times(slowest_s: float, total_s: float) -> float:
+    """The 1F1B pipeline bubble in units of the slowest rank's micro-batch time, from that time and
+    the sum over all ranks: with per-rank forward+backward times t_i the step of m micro-batches
+    takes (m-1)·max t + sum t (Narayanan et al. 2021 sec. 2.2; each other rank's micro-batch is
+    paid once in the fill and drain), so the bubble is (sum t - max t) / max t, p-1 for equal ranks.
+    Exact when the slowest rank is the last (the head's) and the others are equal, an upper bound
+    otherwise (tests/test_pipeline_bubble.py simulates the schedule step by step)."""
+    return (total_s - slowest_s) / slowest_s if slowest_s > 0 else 0.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT
-from cost_model.stages import stage_split
+from cost_model.stages import bubble_in_slowest_rank_times, stage_split
 
 GRAD_REDUCE_BYTES = {0: BYTES_GRAD, 1: BYTES_GRAD, 2: BYTES_GRAD, 3: BYTES_WEIGHT}
 """Bytes per gradient on the wire: Megatron/DeepSpeed reduce the fp32 main grads; FSDP/ZeRO-3
@@ -39,7 +39,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
 
     layer_compute = lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
     layer_memory = lt.memory_fwd_s + lt.memory_bwd_s
-    tp_exposed = (1.0 - sw.tp_comm_overlap) * (lt.tp_fwd_s + lt.tp_bwd_s)
+    tp_exposed = _tp_exposed_s(plan, sw, lt)
     cp_exposed = lt.cp_fwd_s + lt.cp_bwd_s
     ep_exposed = lt.ep_fwd_s + lt.ep_bwd_s
 
@@ -48,26 +48,32 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
         layer_overhead_s += sw.sharded_layer_overhead_s
 
-    # The slowest rank sets the pace: with equal layers the extras decide (the last wins ties);
-    # an uneven split compares the first, the last and the largest middle rank (cost_model.stages).
+    # The slowest rank sets the pace. 1F1B's fill and drain run every other rank's forward and
+    # backward of one micro-batch once, so with per-rank micro-batch times t_i the step is
+    # (m-1)·max t + sum t (Narayanan et al. 2021 sec. 2.2; with equal t_i it is the familiar
+    # (p-1) bubble): the bubble is sum t - max t, for even and uneven splits alike (the head and
+    # the embedding make the ranks unequal even when their layers are not).
     even = len(split.layer_groups) == 1
-    bubble_ranks = p - 1    # the bubble in units of the slowest rank's micro-batch time
-    if p == 1:
-        slowest = 0
-    elif even:
-        slowest = p - 1 if head_compute_s + head_memory_s >= embed_s else 0
-    else:
+    bubble_ranks = 0.0
+    slowest = 0
+    if p > 1:
         per_layer_s = (layer_compute + layer_memory + tp_exposed + cp_exposed + ep_exposed
                        + layer_overhead_s * sw.fused_elementwise)
 
-        rank_times_s = [layers * per_layer_s + sum(_rank_extras(p, rank, head_compute_s, head_memory_s, embed_s))
-                        + _recompute_terms(plan, sw, lt, layers)[0] for rank, layers in enumerate(split.num_layers)]
-        slowest = max(reversed(split.time_ranks), key=rank_times_s.__getitem__)
-        # 1F1B's fill and drain: each other rank's forward and backward of one micro-batch once, so
-        # with unequal ranks the bubble is their time, not (p-1) copies of the slowest's: the step of
-        # stage times t_i is (m-1)·max t + sum t (Narayanan et al. 2021 sec. 2.2 with unequal stages).
-        if rank_times_s[slowest] > 0:
-            bubble_ranks = (sum(rank_times_s) - rank_times_s[slowest]) / rank_times_s[slowest]
+        def rank_time_s(rank: int) -> float:
+            layers = split.num_layers[rank]
+            return (layers * per_layer_s + sum(_rank_extras(p, rank, head_compute_s, head_memory_s, embed_s))
+                    + _recompute_terms(plan, sw, lt, layers)[0])
+
+        times = {rank: rank_time_s(rank) for rank in split.time_ranks}
+        slowest = max(reversed(split.time_ranks), key=times.__getitem__)
+        # Every rank's time, summed by layer count; the first and last add their extras.
+        total_s = sum(num_ranks * (layers * per_layer_s + _recompute_terms(plan, sw, lt, layers)[0])
+                      for layers, num_ranks in split.layer_groups)
+        total_s += sum(_rank_extras(p, 0, head_compute_s, head_memory_s, embed_s))
+        total_s += sum(_rank_extras(p, p - 1, head_compute_s, head_memory_s, embed_s))
+        # sum - max over all ranks, with every rank's time summed by layer count above.
+        bubble_ranks = bubble_in_slowest_rank_times(times[slowest], total_s)
     per_stage = split.num_layers[slowest]
     extra_compute, extra_memory = _rank_extras(p, slowest, head_compute_s, head_memory_s, embed_s)
     recompute_s, recompute_flops_mb = _recompute_terms(plan, sw, lt, per_stage)
@@ -81,7 +87,12 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
             p2p_bytes /= plan.tp
         inside = plan.tp * plan.cp * plan.dp * p <= gpn
         pp_rpn = 2 if inside else 1
-        pp_s = 2 * v * tables.collective_time_s("send_recv", p2p_bytes, 2, pp_rpn)
+        send_s = tables.collective_time_s("send_recv", p2p_bytes, 2, pp_rpn)
+        if sw.pp_p2p_overlap and v > 1:
+            # Each virtual stage's send runs under the next virtual stage's compute.
+            chunk_s = per_stage / v * (layer_compute + layer_memory)
+            send_s = max(0.0, send_s - chunk_s)
+        pp_s = 2 * v * send_s
 
     compute_mb = per_stage * layer_compute + extra_compute
     memory_mb = per_stage * layer_memory + extra_memory
@@ -113,6 +124,12 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     # the frameworks that pay it here run without a pipeline in every measured run).
     cast_bytes = sw.weight_cast_bytes_per_param * (dense + expert)
     cast_mb_s = memory_time_s(tables, cast_bytes, cast_bytes / max(1, state_layers)) if cast_bytes else 0.0
+    # fp8 weights: cast for forward and again for backward in every micro-batch (torchao), or once
+    # per step with the transpose written too (Transformer Engine: 3 B + 1 B per weight).
+    if sw.fp8_weight_cast_per_microbatch:
+        cast_mb_s += 2.0 * per_stage * lt.fp8_weight_cast_s
+    else:
+        cast_mb_s += (4.0 / 3.0) * per_stage * lt.fp8_weight_cast_s / m
 
     time = {
         "compute": m * compute_mb,
@@ -159,6 +176,27 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     return time, details, hw_flops
 
 
+def _tp_exposed_s(plan: ParallelPlan, sw, lt) -> float:
+    """TP/SP collective seconds per layer and micro-batch that the GEMMs do not hide.
+
+    Pipelined (Framework.tp_comm_gemm_overlap, with SP as Megatron requires): each pass's all-gather
+    and reduce-scatter move in tp chunks, each chunk's transfer running under the previous chunk's
+    GEMM, so the first chunk stays exposed and so does whatever traffic outlasts the GEMMs of the
+    pass (Wang et al. 2023, "Overlap communication with dependent computation via decomposition",
+    ASPLOS; Transformer Engine userbuffers). Otherwise the framework's hidden fraction (async TP)."""
+    if sw.tp_comm_gemm_overlap and plan.sequence_parallel and plan.tp > 1:
+        return sum(max(comm - gemm, comm / plan.tp)
+                   for comm, gemm in ((lt.tp_fwd_s, lt.gemm_fwd_s), (lt.tp_bwd_s, lt.gemm_bwd_s)))
+    return (1.0 - sw.tp_comm_overlap) * (lt.tp_fwd_s + lt.tp_bwd_s)
+
+
+def _tp_exposed_fwd_s(plan: ParallelPlan, sw, lt) -> float:
+    """The forward pass's share of `_tp_exposed_s` (what a recomputed forward pays again)."""
+    if sw.tp_comm_gemm_overlap and plan.sequence_parallel and plan.tp > 1:
+        return max(lt.tp_fwd_s - lt.gemm_fwd_s, lt.tp_fwd_s / plan.tp)
+    return (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s
+
+
 def _recompute_terms(plan: ParallelPlan, sw, lt, per_stage: int) -> tuple:
     """(seconds, flops) recomputed per micro-batch on a rank with `per_stage` layers.
 
@@ -172,7 +210,7 @@ def _recompute_terms(plan: ParallelPlan, sw, lt, per_stage: int) -> tuple:
     if plan.recompute == "full":
         r = min(plan.recompute_num_layers, per_stage)
         return (r * (lt.gemm_fwd_s + lt.attn_fwd_s + lt.memory_fwd_s
-                     + (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s + lt.cp_fwd_s + lt.ep_fwd_s),
+                     + _tp_exposed_fwd_s(plan, sw, lt) + lt.cp_fwd_s + lt.ep_fwd_s),
                 r * (lt.gemm_fwd_flops + lt.attn_fwd_flops))
     return 0.0, 0.0
 
@@ -220,6 +258,10 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
         window = m * compute_mb
     else:
         window = per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
+        if sw.dp_param_gather_overlap and plan.zero_stage >= 1:
+            # The weights' all-gather hides under the next step's first forward, layer by layer
+            # (NeMo docs, "Communication Overlap": one chunk stays exposed).
+            window += per_stage * (lt.gemm_fwd_s + lt.attn_fwd_s)
     total /= sw.dp_bandwidth_scale
     tail = total / max(1, per_stage)
     hidden = min(total, sw.dp_comm_overlap * window)

@@ -7,17 +7,20 @@ the plan), reported as the minimum over sweeps with at least three rows and dist
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoplan.specs import InfeasiblePlan
+from autoplan.specs.frameworks import FRAMEWORK_NAMES
 from autoplan.specs.flops import model_flops_per_token
 from cost_model.constants import Constants, load_constants
 from cost_model.estimator import Estimator
 from cost_model.profiles import builtin_profile
 from cost_model.published import PublishedRun
+from cost_model.splits import SPLITS, constant_mfu_guess, predict_with_mfu, refit_key, split_groups
 
 CONSTANT_MFU = 0.415
-"""The baseline: one MFU for every run (the brief's reference point, 22.5% MAPE)."""
+"""The fallback one-number guess when there are no rows to fit it on (summaries fit it: the median
+measured MFU of the rows at hand, cost_model.splits.constant_mfu_guess)."""
 MIN_SWEEP_ROWS = 3
 
 
@@ -29,6 +32,10 @@ class RowResult:
     """Why the row was not predicted (the plan breaks a rule of ours), else empty."""
     fits: bool = True
     predicted_peak_memory_bytes: float | None = None
+    baseline_tokens_per_s_per_gpu: float | None = None
+    """Out of sample: the constant-MFU guess fitted on the same training rows."""
+    group: str = ""
+    """Out of sample: the held-out group the row was predicted in."""
 
     @property
     def ape(self) -> float:
@@ -42,8 +49,15 @@ def predict_runs(runs: list, constants: Constants | None = None, framework: str 
     becomes a skipped row with its reason."""
     results = []
     for run in runs:
+        if (framework or run.framework) not in FRAMEWORK_NAMES:
+            results.append(RowResult(run, None, skipped=f"no_framework_facts: {run.framework} has no built-in "
+                                                        f"framework entry (autoplan.specs.frameworks)"))
+            continue
+        # A published run ran its plan: tensor parallelism across nodes included (a rule of ours
+        # for planning, not a fact about what runs).
         est = Estimator(run.model, run.training, run.cluster, run.profile(),
-                        framework=run.framework_facts(constants, framework), constants=constants)
+                        framework=run.framework_facts(constants, framework), constants=constants,
+                        allow_tp_across_nodes=True)
         try:
             e = est.estimate(run.plan)
         except InfeasiblePlan as exc:
@@ -54,17 +68,65 @@ def predict_runs(runs: list, constants: Constants | None = None, framework: str 
     return results
 
 
-def held_out_results(runs: list, constants: Constants | None = None, framework: str | None = None) -> list:
-    """Leave-one-source-out: each source's rows predicted with the constants refitted without it
-    (shipped in constants.json "loso" by benchmarks/fit_constants.py). Sources without a refit
-    (a user's own CSV) are left out; an empty list when the file has no refits."""
+def held_out_results(runs: list, constants: Constants | None = None, framework: str | None = None,
+                     split: str = "source") -> list:
+    """Out of sample along `split` (cost_model/splits.py): each held-out group's rows predicted with
+    the constants refitted without it (shipped in constants.json "held_out" by
+    benchmarks/fit_constants.py), each result tagged with the constant-MFU guess fitted on the
+    same training rows. Groups without a refit (a user's own CSV) are left out."""
     constants = constants or load_constants()
+    key = SPLITS[split][0]
     results = []
-    for source in sorted({r.source for r in runs}):
-        if source in constants.loso:
-            results += predict_runs([r for r in runs if r.source == source], constants.held_out(source),
-                                    framework=framework)
+    for group in split_groups(runs, split):
+        refit = refit_key(split, group)
+        if refit not in constants.held_out:
+            continue
+        training = [r for r in runs if key(r) != group]
+        guess = constant_mfu_guess(training) if training else CONSTANT_MFU
+        results += [replace(r, baseline_tokens_per_s_per_gpu=predict_with_mfu(r.run, guess), group=group)
+                    for r in predict_runs([r for r in runs if key(r) == group], constants.refit_without(refit),
+                                          framework=framework)]
     return results
+
+
+def split_summary(results: list) -> dict:
+    """One split's figures: the model's and, on the same rows, the constant-MFU guess's (fitted
+    without the held-out group), with the worst row and the rank correlation of MFU over all rows."""
+    done = [r for r in results if r.skipped == ""]
+    if not done:
+        return {"num_rows": 0, "num_skipped": len(results)}
+    model = _summary(done)
+    base = _summary(done, predicted=lambda r: r.baseline_tokens_per_s_per_gpu)
+    worst = max(done, key=lambda r: r.ape)
+    flops = {id(r): model_flops_per_token(r.run.model, r.run.training.seq_len)
+             / builtin_profile(r.run.gpu).peak(r.run.training.dtype) for r in done}
+    rho = spearman([r.predicted_tokens_per_s_per_gpu * flops[id(r)] for r in done],
+                   [r.run.measured_tokens_per_s_per_gpu * flops[id(r)] for r in done])
+    groups = {}
+    for r in done:
+        groups.setdefault(r.group, []).append(r)
+    return {**model, "num_skipped": len(results) - len(done),
+            "worst_row": worst.run.id, "worst_error": (worst.predicted_tokens_per_s_per_gpu
+                                                       - worst.run.measured_tokens_per_s_per_gpu)
+            / worst.run.measured_tokens_per_s_per_gpu,
+            "mfu_spearman": None if rho != rho else rho,
+            "constant_mfu": {"mape": base["mape"], "median": base["median"], "max": base["max"]},
+            "per_group": {g: {"num_rows": len(rows), "mape": statistics.fmean(r.ape for r in rows),
+                              "constant_mfu_mape": statistics.fmean(
+                                  abs(r.baseline_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu)
+                                  / r.run.measured_tokens_per_s_per_gpu for r in rows)}
+                          for g, rows in sorted(groups.items())}}
+
+
+def out_of_sample(runs: list, constants: Constants | None = None, framework: str | None = None) -> dict:
+    """Every split's summary, bf16/fp16 and fp8 rows apart (split name -> {"bf16_fp16", "fp8", "all"})."""
+    doc = {}
+    for split in SPLITS:
+        results = held_out_results(runs, constants, framework, split)
+        doc[split] = {"all": split_summary(results),
+                      "bf16_fp16": split_summary([r for r in results if r.run.training.dtype != "fp8"]),
+                      "fp8": split_summary([r for r in results if r.run.training.dtype == "fp8"])}
+    return doc
 
 
 def constant_mfu_prediction(run: PublishedRun) -> float:
@@ -150,10 +212,12 @@ def summarize(results: list) -> dict:
     analytical["per_source"] = {name: _summary(rows) for name, rows in sorted(per_source.items())}
     analytical["num_not_fitting_memory"] = sum(1 for r in done if not r.fits)
     analytical["peak_memory"] = memory_summary(done)
-    baseline = _summary(done, predicted=lambda r: constant_mfu_prediction(r.run))
-    baseline["bf16_fp16"] = _summary(half, predicted=lambda r: constant_mfu_prediction(r.run))
+    # The one-number guess fitted on these same rows (their median MFU), as a user would fit it.
+    mfu = constant_mfu_guess([r.run for r in done]) if done else CONSTANT_MFU
+    baseline = _summary(done, predicted=lambda r: predict_with_mfu(r.run, mfu))
+    baseline["bf16_fp16"] = _summary(half, predicted=lambda r: predict_with_mfu(r.run, mfu))
     return {
         "analytical": analytical,
-        "constant_mfu_baseline": {"mfu": CONSTANT_MFU, **baseline},
+        "constant_mfu_baseline": {"mfu": mfu, **baseline},
         "skipped": [{"id": r.run.id, "reason": r.skipped} for r in results if r.skipped],
     }

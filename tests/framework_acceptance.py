@@ -40,6 +40,12 @@ MEGATRON_LITERAL_FLAGS = frozenset({
     # models of issue 13: MLA, rotary fraction, MoE layer pattern
     "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
     "--v-head-dim", "--rotary-percent", "--moe-layer-freq",
+    # the overlap flags the megatron-core facts assume (_add_distributed_args; tp_comm_overlap is
+    # also a ModelParallelConfig field)
+    "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
+    # Megatron-FSDP (core_v0.16.1 arguments.py lines 2305-2309); --ckpt-format is generated from
+    # megatron/training/training_config.py line 411 (ckpt_format: torch, torch_dist, torch_dcp, fsdp_dtensor)
+    "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
 })
 # Flags of deepspeedai/Megatron-DeepSpeed megatron/arguments.py (commit 4efb479d) the export uses.
 MEGATRON_DEEPSPEED_FLAGS = frozenset({
@@ -101,6 +107,7 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
     tp, pp, cp, ep = (i("--tensor-model-parallel-size", 1), i("--pipeline-model-parallel-size", 1),
                       i("--context-parallel-size", 1), i("--expert-model-parallel-size", 1))
     fsdp = "--use-torch-fsdp2" in a
+    megatron_fsdp = "--use-megatron-fsdp" in a
     rules = [
         # arguments.py core_v0.16.1, validate_args, in the order they run there
         (num_gpus % (tp * pp * cp) == 0, "world size not divisible by tp*pp*cp (line 341)"),
@@ -122,6 +129,16 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
         (not fsdp or "--fp16" not in a, "--use-torch-fsdp2 not supported with fp16 yet (line 621)"),
         (not fsdp or env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1",
          "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one (line 622)"),
+        ("--tp-comm-overlap" not in a or ("--sequence-parallel" in a and tp > 1),
+         "Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled "
+         "(validate_args; sequence parallelism is switched off at tp = 1 just before)"),
+        (not megatron_fsdp or env.get("CUDA_DEVICE_MAX_CONNECTIONS") != "1",
+         "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one (line 687)"),
+        (not megatron_fsdp or a.get("--ckpt-format") == "fsdp_dtensor",
+         "Megatron FSDP only supports fsdp_dtensor checkpoint format (line 690)"),
+        (not megatron_fsdp or a.get("--data-parallel-sharding-strategy") in
+         (None, "no_shard", "optim", "optim_grads", "optim_grads_params"),
+         "--data-parallel-sharding-strategy: invalid choice (line 2307)"),
         (cp == 1 or i("--seq-length") % (2 * cp) == 0,
          "seq-length should be a multiple of 2 * context-parallel-size (line 819)"),
         (i("--max-position-embeddings", 0) >= i("--seq-length"),

@@ -89,7 +89,9 @@ def test_breakdowns_sum_to_totals_and_details_are_there():
     assert e.peak_memory_bytes == int(sum(e.memory_breakdown_bytes.values()))
     for key in ("bubble_fraction", "layer_fwd_s", "tp_bytes_per_layer_microbatch", "dp_comm_total_s"):
         assert key in e.details
-    assert e.details["bubble_fraction"] == pytest.approx((2 - 1) / (2 * 32))
+    # At most the textbook (p-1)/(v*m) (equal ranks); below it here, where the head makes the last rank
+    # the slowest (tests/test_pipeline_bubble.py checks the exact value against a simulated schedule).
+    assert 0 < e.details["bubble_fraction"] <= (2 - 1) / (2 * 32)
     assert 0 < e.mfu < e.hfu < 1
 
 
@@ -234,20 +236,22 @@ def test_uneven_split_bubble_is_the_other_ranks_time():
     assert plan.stage_num_layers(126) == [15, 16, 16, 16, 16, 16, 16, 15]
     fraction = uneven.estimate(plan).details["bubble_fraction"]
     assert 6 / 64 < fraction < 7 / 64
-    assert even.estimate(plan).details["bubble_fraction"] == pytest.approx(7 / 64)
+    # 16 layers on every rank: the head still makes the last rank the slowest, so the other seven
+    # ranks' fill and drain take a little less than 7 copies of it.
+    assert 6 / 64 < even.estimate(plan).details["bubble_fraction"] < 7 / 64
 
 
 @pytest.mark.parametrize("model, training, num_gpus, plan, before", [
     (LLAMA, TRAIN, 16, dict(dp=2, tp=4, pp=2, zero_stage=1, micro_batch_size=1, num_microbatches=32,
-                            sequence_parallel=True), (1.9505603895053765, 17422614528, 1.3493075699564544e+16)),
+                            sequence_parallel=True), (1.9451403030680277, 17422614528, 1.3493075699564544e+16)),
     (LLAMA, TRAIN, 16, dict(dp=2, tp=2, pp=4, vpp=2, zero_stage=2, micro_batch_size=2, num_microbatches=16,
                             recompute="full", recompute_num_layers=3),
-     (2.1969941325728217, 33915207680, 1.4970819327295488e+16)),
+     (2.1007981386968706, 33915207680, 1.4970819327295488e+16)),
     (LLAMA, TRAIN, 16, dict(dp=16, zero_stage=3, micro_batch_size=2, num_microbatches=2, recompute="selective"),
      (1.4225777128934995, 57403871744, 1.37745506762752e+16)),
     (GPT, TrainingSpec(global_batch_size=1536, seq_len=2048), 1024,
      dict(dp=16, tp=8, pp=8, micro_batch_size=1, num_microbatches=96, recompute="full", recompute_num_layers=12),
-     (10.537084687322313, 56343609344, 4.4958606288790487e+18)),
+     (10.52656336697039, 56343609344, 4.4958606288790487e+18)),
 ])
 def test_even_splits_estimate_exactly_as_before_uneven_stages(model, training, num_gpus, plan, before):
     # Figures captured from the cost model before uneven stages existed (neutral constants, so a
@@ -256,7 +260,10 @@ def test_even_splits_estimate_exactly_as_before_uneven_stages(model, training, n
     # built-in H100 GEMM table became the sustained measured 713 TFLOP/s (was 795) and the built-in
     # per-kernel fixed cost the measured 2 us (was an assumed 4 us); memory once when the allocator
     # headroom became one largest transient block (was 8% of the transient memory;
-    # cost_model/stage_memory.py). FLOPs unchanged.
+    # cost_model/stage_memory.py). Times re-captured on 2026-11-26 (issue 20): one pipeline bubble,
+    # sum t - max t over the ranks (it was p - 1 copies of the slowest; -0.3%, -4.4%, -0.1% on the
+    # pp > 1 cases), Megatron-Core's weight all-gather hidden under the next forward, and its
+    # interleaved p2p sends under the next virtual stage. FLOPs unchanged.
     est = Estimator(model, training, ClusterSpec(name="h100-80gb", num_gpus=num_gpus), H100, constants=Constants(),
                     framework=Constants().framework("megatron-core"))
     e = est.estimate(ParallelPlan(**plan))

@@ -8,6 +8,7 @@ import pytest
 
 from autoplan.cli import main as cli_main
 from autoplan.exporters import export_plan
+from tests.framework_acceptance import megatron_accepts
 from autoplan.specs import AutoplanError, ClusterSpec, InfeasiblePlan, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec
 
 LLAMA2_70B = ModelSpec(name="llama-2-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
@@ -70,7 +71,8 @@ def test_megatron_tp_pp_vpp_sp_and_block_recompute():
 
 def test_megatron_fsdp_context_and_moe():
     fsdp = _megatron_args(FSDP)
-    assert fsdp["--use-torch-fsdp2"] is True and "--use-distributed-optimizer" not in fsdp
+    assert fsdp["--use-megatron-fsdp"] is True and "--use-torch-fsdp2" not in fsdp
+    assert (fsdp["--data-parallel-sharding-strategy"], fsdp["--ckpt-format"]) == ("optim_grads_params", "fsdp_dtensor")
     assert fsdp["--recompute-granularity"] == "selective" and "--recompute-method" not in fsdp
     assert _megatron_args(CONTEXT)["--context-parallel-size"] == "2"
     assert _megatron_args(CONTEXT)["--recompute-num-layers"] == "80"
@@ -311,20 +313,21 @@ def test_uneven_stages_in_torchtitan_and_deepspeed():
     assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-3:] == ["layers.79", "norm", "output"]
 
 
-def test_megatron_refuses_fsdp_with_tied_embeddings_or_fp16():
-    """validate_args (core_v0.16.1): --use-torch-fsdp2 needs untied embeddings and no fp16."""
+def test_megatron_fsdp_takes_tied_embeddings_fp16_and_pipelines():
+    """ZeRO-3 exports as Megatron-FSDP, which validate_args (core_v0.16.1 lines 671-690) does not
+    restrict to untied embeddings, bf16 or pp = 1 as it does --use-torch-fsdp2 (lines 603-622)."""
     tied = ModelSpec(name="tied", num_layers=16, hidden_size=2048, num_heads=16, num_kv_heads=16,
                      ffn_hidden_size=5632, vocab_size=50304, tied_embeddings=True)
-    with pytest.raises(InfeasiblePlan, match="does not shard tied embedding/head weights") as exc:
-        export_plan(_doc(model=tied, num_gpus=8, gbs=16, dp=8, zero_stage=3, micro_batch_size=2, num_microbatches=1),
-                    "megatron")
-    assert exc.value.reason == "framework_zero3_tied_embeddings"
-    with pytest.raises(InfeasiblePlan, match="runs ZeRO-3 in bf16, fp8, fp32 only, got dtype=fp16"):
-        export_plan(_doc(num_gpus=64, gbs=128, dtype="fp16", dp=64, zero_stage=3, micro_batch_size=2,
-                         num_microbatches=1), "megatron")
+    for doc in (_doc(model=tied, num_gpus=8, gbs=16, dp=8, zero_stage=3, micro_batch_size=2, num_microbatches=1),
+                _doc(num_gpus=64, gbs=128, dtype="fp16", dp=64, zero_stage=3, micro_batch_size=2, num_microbatches=1),
+                _doc(num_gpus=64, gbs=128, dp=32, pp=2, zero_stage=3, micro_batch_size=1, num_microbatches=4)):
+        text = export_plan(doc, "megatron").text
+        assert "--use-megatron-fsdp" in text and megatron_accepts(text, doc.cluster.num_gpus) == ""
     fsdp = export_plan(FSDP, "megatron").text
-    assert "export CUDA_DEVICE_MAX_CONNECTIONS=8" in fsdp and "--no-gradient-accumulation-fusion" in fsdp
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=8" in fsdp
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in export_plan(TP_PP_VPP_SP, "megatron").text
+    # The acceptance check itself refuses what validate_args refuses (a planted fault).
+    assert "fsdp_dtensor" in megatron_accepts(fsdp.replace("fsdp_dtensor", "torch_dist"), 64)
 
 
 # Llama 3.1 405B as NVIDIA's published fp8 runs interleave it: 126 layers, pp=8, vpp=8.

@@ -26,7 +26,7 @@ DEEPSEEK = _doc("deepseek-v3", num_gpus=64, dp=8, pp=8, ep=8, zero_stage=1, micr
 GEMMA3 = _doc("gemma-3-27b", dp=32, tp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
               num_microbatches=2)
 GPTJ = _doc("gpt-j-6b", dp=64, zero_stage=1, micro_batch_size=1, num_microbatches=1)
-# ZeRO-1: Megatron refuses --use-torch-fsdp2 with expert parallelism
+# ZeRO-1: the distributed optimizer with expert parallelism
 QWEN3_MOE = _doc("qwen3-235b-a22b", dp=64, ep=64, zero_stage=1, micro_batch_size=1, num_microbatches=1)
 
 

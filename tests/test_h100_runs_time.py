@@ -12,6 +12,7 @@ from cost_model.constants import CONSTANTS_PATH, load_constants
 from cost_model.measured_runs import H100_RUNS_DIR, h100_summary, load_profile, predict_measurements
 from cost_model.profiles import BUILTIN_PROFILE_NAMES
 from cost_model.published import load_published_runs
+from cost_model.splits import SPLITS, refit_key, split_groups
 from cost_model.validation import held_out_results, predict_runs
 
 
@@ -43,16 +44,23 @@ def test_no_fitted_constant_is_keyed_to_a_gpu_type():
     data = json.loads(CONSTANTS_PATH.read_text())
     gpu_words = set(BUILTIN_PROFILE_NAMES) | {"a100", "h100", "h200"}
     assert not [k for k in keys(data) if any(w in k.lower() for w in gpu_words)]
-    assert set(data) == {"frameworks", "provenance", "loso"}
+    assert set(data) == {"frameworks", "provenance", "held_out"}
 
 
-def test_out_of_sample_uses_the_refits_without_the_held_out_source():
+def test_out_of_sample_uses_the_refits_without_the_held_out_group():
+    """Every group of every split has its refit, fitted on exactly the rows outside it (so a CSV
+    changed without rerunning benchmarks/fit_constants.py fails here), and predicting with it
+    differs from predicting in sample."""
     constants = load_constants()
     runs = load_published_runs()
-    sources = {r.source for r in runs}
-    assert set(constants.loso) == sources
-    for source in sources:
-        assert constants.loso[source]["provenance"]["held_out"] == source
+    expected = {refit_key(split, group) for split in SPLITS for group in split_groups(runs, split)}
+    assert set(constants.held_out) == expected
+    for split in SPLITS:
+        key = SPLITS[split][0]
+        for group in split_groups(runs, split):
+            provenance = constants.held_out[refit_key(split, group)]["provenance"]
+            assert (provenance["split"], provenance["held_out"]) == (split, group)
+            assert provenance["training_rows"] == sum(1 for r in runs if key(r) != group), (split, group)
     torchtitan = [r for r in runs if r.source == "torchtitan"][:6]
     held = held_out_results(torchtitan, constants)
     inside = predict_runs(torchtitan, constants)

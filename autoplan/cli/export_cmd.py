@@ -39,7 +39,7 @@ def run(args) -> int:
     # Both re-check the plan against the target framework's rules.
     export = export_launch(doc, args.target, args.launch) if args.launch else export_plan(doc, args.target)
     framework = target_framework(args.target)
-    if doc.framework != framework:
+    if doc.framework.split("+")[0] != framework:
         sys.stderr.write(f"autoplan export: {args.target}: {rescored_note(doc, framework, args.plan)}\n")
     if args.output is not None:
         write_text_atomic(args.output, export.text)

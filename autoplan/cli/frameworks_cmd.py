@@ -19,7 +19,7 @@ def run(args) -> int:
         from cost_model import load_constants
 
         constants, name = load_constants(), get_framework(args.name).name
-        sys.stdout.write(render_framework(constants.framework(name), constants.frameworks.get(name, {})))
+        sys.stdout.write(render_framework(constants.framework(name), constants.frameworks.get(name.split("+")[0], {})))
         return 0
     sys.stdout.write(render_frameworks(list(FRAMEWORKS.values())))
     sys.stdout.write("\n`autoplan frameworks NAME` prints one with its sources; plan for one with "

@@ -138,6 +138,10 @@ def register(subparsers) -> None:
     s.add_argument("--exhaustive", action="store_true", help="score every valid plan (slow on big spaces; exact)")
     s.add_argument("--storage", default=None, metavar="URL", help="Optuna storage URL to keep/resume the study, e.g. sqlite:///plans.db")
     s.add_argument("--study-name", default=None, metavar="NAME", help="study name in --storage (default: one per model/shape/cluster/pins, so reruns resume)")
+    s.add_argument("--recompute-layers", type=positive_int, default=None, metavar="N",
+                   help="full recompute of N layers per pipeline stage (Megatron --recompute-num-layers; N at "
+                        "least a stage's layers = every layer, Megatron's --recompute-method uniform); implies "
+                        "--recompute full (default: the fewest layers that fit)")
     s.add_argument("--calibration", default=None, metavar="PATH",
                    help="a calibration file from `autoplan calibrate` (learned profile and step-time correction)")
     add_budget_arguments(p)
@@ -156,6 +160,10 @@ def run(args) -> int:
         raise AutoplanError("--exhaustive scores every plan without a study; drop --storage (or --exhaustive)")
     if args.storage is not None:
         check_storage_url(args.storage)
+    if args.recompute_layers is not None:
+        if args.recompute not in (None, "full"):
+            raise AutoplanError(f"--recompute-layers needs --recompute full, got --recompute {args.recompute}")
+        args.recompute = "full"
     request = PlanRequest(
         model=args.model, num_gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
         profile_path=args.profile, global_batch_size=args.global_batch, seq_len=args.seq_len,
@@ -164,7 +172,7 @@ def run(args) -> int:
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
         study_name=args.study_name, calibration_path=args.calibration,
         framework=args.framework or DEFAULT_FRAMEWORK, memory_headroom=args.memory_headroom,
-        log=lambda line: sys.stderr.write(f"autoplan search: {line}\n"))
+        recompute_layers=args.recompute_layers, log=lambda line: sys.stderr.write(f"autoplan search: {line}\n"))
     from autoplan.cli.progress import Progress
 
     calibrated = f", scored with the calibration {args.calibration}" if args.calibration else ""

@@ -10,7 +10,7 @@ import shlex
 from autoplan.exporters.architecture import architecture_facts, moe_layer_pattern, unmapped_note
 from autoplan.exporters.common import comment_block, header_lines, stages_text, uneven_stages
 from autoplan.exporters.launch import launch_script
-from autoplan.specs import PlanDocument
+from autoplan.specs import PlanDocument, get_framework
 
 _NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 _POSITIONS = {"rope": "rope", "learned": "learned_absolute"}
@@ -61,7 +61,7 @@ def synthetic_data_args(doc: PlanDocument) -> list:
 def environment(doc: PlanDocument) -> dict:
     """Environment variables Megatron-LM's validate_args asserts (arguments.py, core_v0.16.1): with
     tp > 1 or cp > 1 on Hopper and older, CUDA_DEVICE_MAX_CONNECTIONS must be 1 (one hardware queue
-    orders the TP/CP communication before the GEMMs that wait for it); FSDP (--use-torch-fsdp2) must
+    orders the TP/CP communication before the GEMMs that wait for it); FSDP (--use-megatron-fsdp) must
     not run with 1 -- it takes precedence, and Megatron only warns about tp with FSDP."""
     par = doc.parallel
     if par.zero_stage == 3:
@@ -78,18 +78,28 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
     args.append(("--context-parallel-size", par.cp))
     if par.sequence_parallel:
         args.append(("--sequence-parallel",))
+        if par.tp > 1 and get_framework(doc.framework).tp_comm_gemm_overlap:
+            # A plan made for megatron-core+tp-comm-overlap was costed with the TP collectives
+            # pipelined with the GEMMs (Transformer Engine userbuffers), which Megatron runs only with this flag.
+            args.append(("--tp-comm-overlap",))
     if par.zero_stage in (1, 2):
         # The distributed optimizer shards optimizer state and reduce-scatters gradients, but keeps
-        # the whole gradient buffer on every rank: ZeRO-2 communication with ZeRO-1 memory.
-        args.append(("--use-distributed-optimizer",))
+        # the whole gradient buffer on every rank: ZeRO-2 communication with ZeRO-1 memory. The
+        # plan's costs overlap both collectives with compute, as these two flags make Megatron do.
+        args += [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)]
         if par.zero_stage == 2:
             notes.append("zero_stage=2: Megatron's distributed optimizer reduce-scatters gradients but "
                          "keeps the full gradient buffer per rank, so gradient memory is not sharded")
     elif par.zero_stage == 3:
-        # validate_args: --use-torch-fsdp2 "is not supported with gradient accumulation fusion".
-        args += [("--use-torch-fsdp2",), ("--no-gradient-accumulation-fusion",)]
-        notes.append("zero_stage=3 maps to --use-torch-fsdp2 (PyTorch FSDP2 inside Megatron-LM) with "
-                     "--no-gradient-accumulation-fusion and CUDA_DEVICE_MAX_CONNECTIONS > 1, as validate_args requires")
+        # Megatron-FSDP shards optimizer state, gradients and weights (optim_grads_params) with pipeline
+        # and expert parallelism too, which --use-torch-fsdp2 refuses; validate_args (core_v0.16.1
+        # lines 671-690) wants CUDA_DEVICE_MAX_CONNECTIONS > 1 and the fsdp_dtensor checkpoint format.
+        args += [("--use-megatron-fsdp",), ("--data-parallel-sharding-strategy", "optim_grads_params"),
+                 ("--ckpt-format", "fsdp_dtensor"), ("--use-distributed-optimizer",), ("--overlap-grad-reduce",),
+                 ("--overlap-param-gather",)]
+        notes.append("zero_stage=3 maps to Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy "
+                     "optim_grads_params, --ckpt-format fsdp_dtensor) with CUDA_DEVICE_MAX_CONNECTIONS > 1, as "
+                     "validate_args requires")
     if model.is_moe:
         args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.num_experts_per_token),
                  ("--expert-model-parallel-size", par.ep)]

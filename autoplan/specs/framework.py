@@ -109,9 +109,28 @@ class Framework:
     """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
     # -- what it overlaps -----------------------------------------------------------------------
     tp_comm_overlap: float = 0.0
-    """Fraction of TP/SP collective time hidden behind GEMMs (async TP / userbuffers)."""
+    """Fraction of TP/SP collective time hidden behind GEMMs (async TP, as fitted)."""
+    tp_comm_gemm_overlap: bool = False
+    """TP/SP collectives split into tp chunks and pipelined with the GEMMs that produce or consume
+    them (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers' split-pipelined all-gather
+    and reduce-scatter, transformer_engine/common/comm_gemm_overlap): per pass only the first chunk
+    (1/tp of the traffic) and the traffic beyond the layer's GEMM time stay exposed."""
+    fp8_weight_cast_per_microbatch: bool = True
+    """fp8: weights cast to fp8 in every micro-batch's forward and again for its backward (torchao
+    Float8Linear), or once per step, with the transpose, and reused by later micro-batches
+    (Transformer Engine: te.Linear's is_first_microbatch caches the fp8 weight)."""
     dp_comm_overlap: float = 0.8
     """Fraction of the overlappable compute window the DP/FSDP collectives can hide behind."""
+    dp_param_gather_overlap: bool = False
+    """ZeRO-1/2: the updated weights' all-gather runs under the next step's first forward, chunked
+    per layer (per virtual stage with a pipeline), so the forward adds to the window the gradient
+    reduce-scatter has in the last backward (Megatron-Core --overlap-param-gather with
+    --overlap-grad-reduce: only one chunk stays exposed, NeMo docs "Communication Overlap")."""
+    pp_p2p_overlap: bool = False
+    """Interleaved schedules send each virtual stage's activation while the next one computes
+    (Megatron-Core overlap_p2p_comm, on by default with vpp > 1: megatron/core/pipeline_parallel/
+    schedules.py forward_backward_pipelining_with_interleaving): only a transfer longer than a
+    virtual stage's compute shows."""
     pp_scatter_gather: bool = True
     """Pipeline sends split over the TP ranks (b*s*h/t each, Narayanan 2021 sec. 4.1), or each TP
     rank sends the whole activation (DeepSpeed's pipeline engine)."""
@@ -193,6 +212,10 @@ class Framework:
     """Context parallelism of sliding-window or soft-capped attention."""
     mla: bool = True
     """Multi-head latent attention (DeepSeek-V2/V3's compressed K/V and queries)."""
+    options: dict = field(default_factory=dict)
+    """Switches a run of this framework may turn on, named after its flag: option -> the facts it
+    changes. A plan made with one names the framework "<name>+<option>" (autoplan.specs.frameworks
+    get_framework), so the plan file, the estimate and the export agree on it."""
     sources: dict = field(default_factory=dict)
     """Where each fact comes from: field name -> document."""
 

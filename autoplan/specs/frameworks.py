@@ -159,16 +159,30 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
-        max_zero_with_pp=2, max_zero_with_ep=2, zero3_tied_embeddings=False, zero3_dtypes=("bf16", "fp8", "fp32"),
+        fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
+        options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
-                 "zero3_tied_embeddings": "megatron/training/arguments.py (core_v0.16.1) validate_args: "
-                                          "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights",
-                 "zero3_dtypes": "megatron/training/arguments.py (core_v0.16.1) validate_args: --use-torch-fsdp2 "
-                                 "not supported with fp16",
-                 "max_zero_with_pp": "megatron/training/arguments.py: --use-torch-fsdp2 refuses pipeline "
-                                     "parallelism",
-                 "max_zero_with_ep": "megatron/training/arguments.py: --use-torch-fsdp2 refuses expert "
-                                     "parallelism",
+                 "fp8_weight_cast_per_microbatch": "Transformer Engine te.Linear forward(is_first_microbatch): the "
+                                                   "fp8 weight and its transpose are cast on the first micro-batch "
+                                                   "and reused (Megatron-Core passes it under gradient accumulation)",
+                 "dp_param_gather_overlap": "NeMo docs, features/optimizations/communication_overlap.rst: the "
+                                            "distributed optimizer's reduce-scatter and all-gather overlap per "
+                                            "layer (per virtual stage under PP), one chunk exposed; on in its "
+                                            "recipes (overlap_grad_sync, overlap_param_gather)",
+                 "pp_p2p_overlap": "megatron/core/pipeline_parallel/schedules.py: overlap_p2p_comm with the "
+                                   "interleaved schedule (--no-overlap-p2p-communication turns it off)",
+                 "tp_comm_gemm_overlap": "off, as Megatron-LM's --tp-comm-overlap defaults; the framework "
+                                         "megatron-core+tp-comm-overlap turns it on (Transformer Engine userbuffers; "
+                                         "Megatron requires --sequence-parallel with it, megatron/training/"
+                                         "arguments.py validate_args), for SP plans with tp > 1, and its Megatron "
+                                         "export passes the flag; a published run says in its column "
+                                         "tp_comm_overlap whether it ran it",
+                 "max_zero_with_pp": "ZeRO-3 is Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-"
+                                     "strategy optim_grads_params), which validate_args does not restrict to pp = 1, "
+                                     "ep = 1, untied embeddings or bf16 (megatron/training/arguments.py core_v0.16.1 "
+                                     "lines 671-690; main of 2026-08-22 lines 1118-1170); only PyTorch FSDP2 "
+                                     "(--use-torch-fsdp2) refuses pipeline and expert parallelism (core_v0.16.1 "
+                                     "lines 603-622), and the export does not use it",
                  "uneven_stages": "--decoder-first/last-pipeline-num-layers (equal middle ranks), "
                                   "--pipeline-model-parallel-layout for any split (core 0.13)",
                  "uneven_interleaved": "core 0.12 (uneven virtual pipeline parallelism, Feb 2025): "
@@ -252,9 +266,26 @@ FRAMEWORK_NAMES = tuple(FRAMEWORKS)
 
 
 def get_framework(name: str) -> Framework:
-    """The built-in framework of this name; one line listing the known ones otherwise."""
-    framework = FRAMEWORKS.get(name.strip().lower() if isinstance(name, str) else name)
+    """The built-in framework of this name, with any of its options appended ("megatron-core+tp-comm-
+    overlap": the switches a run turns on, Framework.options); one line listing the known ones
+    otherwise."""
+    base, *options = (name.strip().lower() if isinstance(name, str) else str(name)).split("+")
+    framework = FRAMEWORKS.get(base)
     if framework is None:
         raise AutoplanError(f"unknown framework {name!r}; known: {', '.join(FRAMEWORK_NAMES)}")
-    return framework
+    if not options:
+        return framework
+    unknown = [o for o in options if o not in framework.options]
+    if unknown:
+        known = ", ".join(f"{base}+{o}" for o in framework.options) or "none"
+        raise AutoplanError(f"framework {base} has no option {unknown[0]!r}; its options: {known}")
+    overrides = {}
+    for option in sorted(set(options)):
+        overrides.update(framework.options[option])
+    return framework.with_overrides(name="+".join([base, *sorted(set(options))]), **overrides)
+
+
+def base_framework_name(name: str) -> str:
+    """The built-in framework a name with options ("megatron-core+tp-comm-overlap") builds on."""
+    return name.split("+")[0]
 

@@ -1,0 +1,85 @@
+"""The overlap and fp8 terms of issue 20, from worked examples: Megatron-Core's TP comm overlap (a
+framework option that the plan file, the estimate and the export carry), the fp8 weight casts of
+Transformer Engine (once per step) against torchao (every micro-batch), and the data-parallel chunking
+of Megatron-Core's distributed optimizer."""
+from types import SimpleNamespace
+
+import pytest
+
+from autoplan.specs import AutoplanError, ClusterSpec, ParallelPlan, TrainingSpec, get_framework
+from cost_model import Estimator, load_constants
+from cost_model.profiles import builtin_profile
+from cost_model.step_time import _tp_exposed_s
+
+
+def _times(tp_fwd_s, gemm_fwd_s):
+    return SimpleNamespace(tp_fwd_s=tp_fwd_s, tp_bwd_s=tp_fwd_s, gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=2 * gemm_fwd_s)
+
+
+def test_the_option_is_part_of_the_framework_name():
+    framework = get_framework("Megatron-Core+tp-comm-overlap")
+    assert framework.name == "megatron-core+tp-comm-overlap" and framework.tp_comm_gemm_overlap
+    assert not get_framework("megatron-core").tp_comm_gemm_overlap    # Megatron-LM's default: off
+    with pytest.raises(AutoplanError, match="has no option 'overlap'; its options: megatron-core\\+tp-comm-overlap"):
+        get_framework("megatron-core+overlap")
+    with pytest.raises(AutoplanError, match="has no option"):
+        get_framework("torchtitan+tp-comm-overlap")
+    # Fitted values are the base framework's.
+    constants = load_constants()
+    assert constants.framework("megatron-core+tp-comm-overlap").gemm_efficiency == \
+        constants.framework("megatron-core").gemm_efficiency
+
+
+def test_pipelined_tp_traffic_shows_its_first_chunk_or_what_outlasts_the_gemms():
+    overlap = get_framework("megatron-core+tp-comm-overlap")
+    sp4 = ParallelPlan(tp=4, sequence_parallel=True)
+    # Traffic 3 ms under a 10 ms forward GEMM: a quarter (the first of 4 chunks) shows, 0.75 ms; the
+    # backward's 3 ms under 20 ms: 0.75 ms again.
+    assert _tp_exposed_s(sp4, overlap, _times(3e-3, 10e-3)) == pytest.approx(1.5e-3)
+    # Traffic 20 ms over a 10 ms forward GEMM: 10 ms outlasts it (more than the 5 ms first chunk);
+    # backward 20 ms under 20 ms of GEMMs: the first chunk, 5 ms.
+    assert _tp_exposed_s(sp4, overlap, _times(20e-3, 10e-3)) == pytest.approx(10e-3 + 5e-3)
+    # Without SP Megatron refuses the overlap: every byte is exposed, as without the option.
+    no_sp = ParallelPlan(tp=4, sequence_parallel=False)
+    assert _tp_exposed_s(no_sp, overlap, _times(3e-3, 10e-3)) == pytest.approx(6e-3)
+    assert _tp_exposed_s(sp4, get_framework("megatron-core"), _times(3e-3, 10e-3)) == pytest.approx(6e-3)
+
+
+def _estimate(model_name, framework, plan, dtype="bf16", num_gpus=8, global_batch=64):
+    from autoplan.catalog import resolve_model
+
+    model = resolve_model(model_name)
+    training = TrainingSpec(global_batch_size=global_batch, seq_len=4096, dtype=dtype)
+    cluster = ClusterSpec(name="h100-80gb", num_gpus=num_gpus, gpus_per_node=8, profile="builtin:h100-80gb")
+    est = Estimator(model, training, cluster, builtin_profile("h100-80gb"),
+                    framework=load_constants().framework(framework))
+    return est.estimate(plan)
+
+
+def test_fp8_weights_are_cast_once_per_step_by_transformer_engine_and_per_micro_batch_by_torchao():
+    # Llama-3-8B on 8 GPUs, dp=8, 8 micro-batches of 1: the same layers, the same casts of one layer's
+    # weights (3 B/weight). torchao casts for forward and backward in each of the 8 micro-batches
+    # (16 casts); Transformer Engine once per step with the transpose (4/3 of a cast): 12x fewer bytes.
+    plan = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8, zero_stage=1)
+    te = _estimate("llama-3-8b", "megatron-core", plan, "fp8").time_breakdown_s["weight_casts"]
+    torchao = _estimate("llama-3-8b", "torchtitan", plan, "fp8").time_breakdown_s["weight_casts"]
+    assert te > 0 and torchao / te == pytest.approx(16 / (4 / 3), rel=1e-6)
+    assert _estimate("llama-3-8b", "megatron-core", plan, "bf16").time_breakdown_s.get("weight_casts", 0.0) == 0.0
+
+
+def test_the_megatron_export_passes_the_overlap_the_plan_was_costed_with():
+    from autoplan.exporters import export_plan
+    from autoplan.planner import PlanRequest, plan_search
+    from autoplan.space import Pins
+    from tests.framework_acceptance import megatron_accepts
+
+    flags = {}
+    for framework in ("megatron-core", "megatron-core+tp-comm-overlap"):
+        request = PlanRequest(model="llama-3-8b", num_gpus=16, framework=framework, exhaustive=False,
+                              pins=Pins(tp=4, pp=1, sequence_parallel=True, zero_stage=1))
+        doc = plan_search(request).document
+        assert doc.framework == framework
+        text = export_plan(doc, "megatron").text
+        assert megatron_accepts(text, 16) == ""
+        flags[framework] = ("--tp-comm-overlap" in text, "--overlap-grad-reduce" in text)
+    assert flags == {"megatron-core": (False, True), "megatron-core+tp-comm-overlap": (True, True)}
