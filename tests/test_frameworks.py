@@ -1,10 +1,8 @@
 """The framework as an input: one GPU table, one MFU convention, each framework's rules applied by the
-planner, the executor and the exporters alike, and the layering the design promises."""
+planner, the executor and the exporters alike (the layering is tests/test_layering.py's)."""
 from __future__ import annotations
 
-import ast
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +13,6 @@ from autoplan.specs import (
 )
 from autoplan.specs.gpus import GPU_SHEETS, lookup_gpu
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY_LLAMA = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
               "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256,
               "max_position_embeddings": 128}
@@ -161,35 +158,6 @@ def test_export_of_a_plan_made_for_another_framework_rechecks_and_rescores(tmp_p
     err = capsys.readouterr().err
     assert "plan made for autoplan, re-checked against megatron-core's rules: accepted" in err
     assert "step " in err and "GiB" in err
-
-
-# -- layering --------------------------------------------------------------------------------------
-
-def _imports(package: str) -> set:
-    """Top-level names of every module imported (anywhere, also inside functions) by a package."""
-    found = set()
-    for path in (ROOT / package).rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                found |= {(path, alias.name) for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add((path, node.module))
-    return found
-
-
-@pytest.mark.parametrize("package, forbidden", [
-    ("autoplan/specs", ("autoplan.", "cost_model", "executor", "profiler")),
-    ("cost_model", ("executor", "autoplan.planner", "autoplan.search", "autoplan.cli", "autoplan.space",
-                    "autoplan.calibration", "autoplan.report", "autoplan.exporters")),
-    ("executor", ("cost_model", "autoplan.cli", "autoplan.planner", "autoplan.search")),
-    ("profiler", ("cost_model", "autoplan.cli", "autoplan.planner")),
-])
-def test_import_contract(package, forbidden):
-    bad = sorted(f"{path.relative_to(ROOT)} imports {name}" for path, name in _imports(package)
-                 if any(name == f.rstrip(".") or name.startswith(f if f.endswith(".") else f + ".") or name == f
-                        for f in forbidden)
-                 and not (package == "autoplan/specs" and name.startswith("autoplan.specs")))
-    assert not bad, bad
 
 
 def test_analytical_and_calibrated_estimators_share_one_contract(tmp_path):
