@@ -8,17 +8,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from autoplan.specs.choices import COLLECTIVE_OPS, MEMORY_OPS, SCOPES
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.jsonio import check_schema, require
 from autoplan.specs.schemas import validate_profile
 from autoplan.specs.validation import Issues
 
 PROFILE_SCHEMA = "autoplan.profile/v1"
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-SCOPES = ("intra_node", "inter_node")
-MEMORY_OPS = ("copy", "add", "activation", "norm")
-"""Memory-bound ops the profiler times for achieved bandwidth (the elementwise traffic of a transformer
-layer); a profile's memory_ops rows name one of them."""
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autoplan.specs.choices import STATUSES
 from autoplan.specs.errors import AutoplanError, SchemaError
 from autoplan.specs.jsonio import check_schema
 from autoplan.specs.schemas import validate_measurement
 from autoplan.specs.validation import MAX_JSONL_BYTES, Issues, parse_json_text
 
 MEASUREMENT_SCHEMA = "autoplan.measurement/v1"
-STATUSES = ("ok", "oom", "error")
 
 
 @dataclass

@@ -8,6 +8,9 @@ Bounds and the field readers are in `autoplan.specs.validation`.
 """
 from __future__ import annotations
 
+from autoplan.specs.choices import (
+    COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, POSITION_KINDS, RECOMPUTE_POLICIES, SCOPES, STATUSES,
+)
 from autoplan.specs.validation import (
     MAX_BYTES_PER_S, MAX_EXPERTS, MAX_FFN, MAX_FLOPS_PER_S, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_HEAD_DIM,
     MAX_HEADS, MAX_HIDDEN, MAX_LATENCY_S, MAX_LAYERS, MAX_MEMORY_BYTES, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_VOCAB,
@@ -47,8 +50,6 @@ MAX_SAMPLE_TIME_S = 3600.0
 
 
 def validate_model(data: dict, issues: Issues, prefix: str = "model") -> None:
-    from autoplan.specs.model import MLP_KINDS, NORM_KINDS, POSITION_KINDS
-
     take_str(data, "name", issues, prefix)
     for key, (high, required) in MODEL_INTS.items():
         take_int(data, key, issues, prefix, 1, high, required)
@@ -60,8 +61,6 @@ def validate_model(data: dict, issues: Issues, prefix: str = "model") -> None:
 
 
 def validate_training(data: dict, issues: Issues, prefix: str = "training") -> None:
-    from autoplan.specs.training import DTYPES
-
     take_int(data, "global_batch_size", issues, prefix, 1, MAX_GLOBAL_BATCH)
     take_int(data, "seq_len", issues, prefix, 1, MAX_SEQ_LEN)
     take_str(data, "dtype", issues, prefix, DTYPES, required=False)
@@ -81,8 +80,6 @@ def validate_cluster(data: dict, issues: Issues, prefix: str = "cluster") -> Non
 
 
 def validate_parallel(data: dict, issues: Issues, prefix: str = "parallel") -> None:
-    from autoplan.specs.plan import RECOMPUTE_POLICIES
-
     for key, (low, high, required) in PARALLEL_INTS.items():
         take_int(data, key, issues, prefix, low, high, required)
     take_bool(data, "sequence_parallel", issues, prefix, required=False)
@@ -127,8 +124,6 @@ def validate_plan(data: dict, issues: Issues) -> None:
 def validate_tuning(data: dict | None, issues: Issues, prefix: str) -> None:
     """The optional `tuning` block of a plan `autoplan tune` chose by measurement: how the candidates
     were run and what each measured (a record of the choice; the plan fields stay the plan)."""
-    from autoplan.specs.measurement import STATUSES
-
     if data is None:
         return
     take_str(data, "chosen_by", issues, prefix, ("measurement",))
@@ -201,8 +196,6 @@ def validate_model_shape(issues: Issues, name_values: dict) -> None:
 
 def validate_profile(data: dict, issues: Issues) -> None:
     """A hardware profile: every figure positive and finite, the sample tables well formed."""
-    from autoplan.specs.hardware import COLLECTIVE_OPS, SCOPES
-
     take_str(data, "name", issues)
     take_str(data, "device_name", issues)
     per_node = take_int(data, "gpus_per_node", issues, "", 1, MAX_GPUS_PER_NODE)
@@ -238,9 +231,6 @@ def validate_profile(data: dict, issues: Issues) -> None:
 
 
 def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, scopes: tuple) -> None:
-    from autoplan.specs.hardware import MEMORY_OPS
-    from autoplan.specs.training import DTYPES
-
     if not isinstance(row, dict):
         issues.add(path, "must be a JSON object", row)
         return
@@ -276,8 +266,6 @@ def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, sco
 
 def validate_measurement(data: dict, issues: Issues) -> None:
     """One line of runs.jsonl. Losses may be NaN (a diverged run is data); times may not."""
-    from autoplan.specs.measurement import STATUSES
-
     take_str(data, "status", issues, choices=STATUSES)
     take_str(data, "plan_id", issues)
     take_str(data, "backend", issues)
