@@ -14,7 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoplan.render import _table, plan_line
+from autoplan.render import plan_line
+from autoplan.text import text_table
 from autoplan.specs import AutoplanError, Measurement, PlanDocument
 
 GIB = 2**30
@@ -118,7 +119,7 @@ def table_lines(rows: list[Candidate]) -> list[str]:
         cells.append([str(rank) if ok else "-", c.label, f"{c.predicted_s:.3f}" if math.isfinite(c.predicted_s) else "-",
                       f"{c.measured_s:.3f}" if ok else "-", error,
                       _gib(c.doc.prediction.get("peak_memory_bytes", 0)), _gib(measured_memory), c.status])
-    return _table(["#", "plan", "pred s", "meas s", "error", "GiB pred", "GiB meas", "status"], cells, "rlrrrrrl")
+    return text_table(["#", "plan", "pred s", "meas s", "error", "GiB pred", "GiB meas", "status"], cells, "rlrrrrrl")
 
 
 def memory_note(rows: list[Candidate]) -> str:

@@ -51,7 +51,8 @@ def verdict(a, b) -> str:
 
 def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
-    from autoplan.render import _table, plan_line
+    from autoplan.render import plan_line
+    from autoplan.text import text_table
 
     a, b = (load_plan(path) for path in args.plans)
     pa, pb = a.prediction, b.prediction
@@ -66,16 +67,16 @@ def run(args) -> int:
             ["MFU", f"{pa['mfu']:.1%}", f"{pb['mfu']:.1%}", f"{(pb['mfu'] - pa['mfu']) * 100:+.1f} pt"],
             ["peak memory (GiB)", f"{pa['peak_memory_bytes'] / GIB:.1f}", f"{pb['peak_memory_bytes'] / GIB:.1f}",
              f"{(pb['peak_memory_bytes'] - pa['peak_memory_bytes']) / GIB:+.1f}"]]
-    lines += _table(["", "A", "B", "B - A"], head, "lrrr")
+    lines += text_table(["", "A", "B", "B - A"], head, "lrrr")
     # Each breakdown in the unit that reads at its scale (a tiny model's step is milliseconds).
     t_unit, t_scale = ("s", 1.0) if max(pa["step_time_s"], pb["step_time_s"]) >= 1 else ("ms", 1e-3)
     m_unit, m_scale = ("GiB", GIB) if max(pa["peak_memory_bytes"], pb["peak_memory_bytes"]) >= GIB else ("MiB", 2 ** 20)
     lines += ["", f"time per step ({t_unit})",
-              *_table(["term", "A", "B", "B - A"], _rows(pa["time_breakdown_s"], pb["time_breakdown_s"], t_scale, ".3f"),
-                      "lrrr")]
+              *text_table(["term", "A", "B", "B - A"],
+                          _rows(pa["time_breakdown_s"], pb["time_breakdown_s"], t_scale, ".3f"), "lrrr")]
     lines += ["", f"memory per GPU ({m_unit})",
-              *_table(["term", "A", "B", "B - A"],
-                      _rows(pa["memory_breakdown_bytes"], pb["memory_breakdown_bytes"], m_scale, ".2f"), "lrrr")]
+              *text_table(["term", "A", "B", "B - A"],
+                          _rows(pa["memory_breakdown_bytes"], pb["memory_breakdown_bytes"], m_scale, ".2f"), "lrrr")]
     lines += ["", verdict(a, b)]
     print("\n".join(lines))
     return 0

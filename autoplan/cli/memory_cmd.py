@@ -136,7 +136,7 @@ HEADERS = ["dtype", "zero", "recompute", "mbs", "weights", "grads", "optim", "ac
 
 
 def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, args) -> str:
-    from autoplan.render import _table, _wrap
+    from autoplan.text import text_table, wrap_line
 
     cap, headroom = facts["memory_capacity_bytes"], facts["memory_headroom_bytes"]
     usable = f"{(cap - headroom) / GIB:.1f} GiB usable ({cap / GIB:.1f} GiB less {headroom / GIB:.1f} GiB headroom)" \
@@ -145,8 +145,8 @@ def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, ar
             f"global batch {facts['global_batch_size']} x seq {facts['seq_len']}",
             *[f"default  {d}" for d in defaults], f"layout   {facts['layout']} ({where})",
             f"memory   per GPU in GiB (worst pipeline stage); fits = peak <= {usable}; full recompute = every layer"]
-    lines = [w for line in head for w in _wrap(line, 9)] + [""]
-    lines += _table(HEADERS, [_cells(r) for r in shown], "lrlrrrrrrrlr") if shown else ["  (no row fits)"]
+    lines = [w for line in head for w in wrap_line(line, 9)] + [""]
+    lines += text_table(HEADERS, [_cells(r) for r in shown], "lrlrrrrrrrlr") if shown else ["  (no row fits)"]
     refused: dict = {}
     for r in rows:
         if r.refused:
@@ -156,10 +156,10 @@ def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, ar
     if refused:
         summary += (f", {sum(refused.values())} refused and left out ("
                     + ", ".join(f"{n} {tag}" for tag, n in sorted(refused.items())) + "; --json lists why)")
-    lines += ["", *_wrap(summary, 2),
-              *_wrap("columns: weights = params + compute-dtype copy; optim = optimizer states + step temporaries; "
-                     "activ = saved activations + backward working set + logits; other = CUDA context, allocator, "
-                     "comm buffers. Each row sums to its peak.", 9)]
+    lines += ["", *wrap_line(summary, 2),
+              *wrap_line("columns: weights = params + compute-dtype copy; optim = optimizer states + step temporaries; "
+                         "activ = saved activations + backward working set + logits; other = CUDA context, allocator, "
+                         "comm buffers. Each row sums to its peak.", 9)]
     return "\n".join(lines) + "\n"
 
 

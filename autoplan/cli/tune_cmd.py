@@ -111,11 +111,11 @@ def run(args) -> int:
                 sys.stderr.write(f"autoplan tune: calibration not written: {exc}\n")
                 return 1
         calibration.save(args.calibration_out)
-        from autoplan.render import _wrap
+        from autoplan.text import wrap_line
 
         for line in lines:  # calibrate's report, wrapped to the output's 120 columns
             warning = line.startswith("warning:")
-            text = "\n".join(_wrap(f"autoplan tune: {line}" if warning else line, 2))
+            text = "\n".join(wrap_line(f"autoplan tune: {line}" if warning else line, 2))
             (sys.stderr if warning else sys.stdout).write(text + "\n")
         print(f"wrote {args.calibration_out} (use it with `autoplan search --calibration {args.calibration_out}`)")
     elif len(timed) >= minimum:
