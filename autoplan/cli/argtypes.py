@@ -141,6 +141,11 @@ def framework_name(text: str) -> str:
 
 
 
+def days(text: str) -> float:
+    """--deadline-days: a positive number of days, whole or not."""
+    return _positive(text, float, "a positive number of days such as 30 or 7.5")
+
+
 def money(text: str) -> float:
     """--budget: a positive amount, e.g. 1500000, 1.5M, $250K (suffixes base 10)."""
     raw = text.strip().replace(",", "").lstrip("$").upper()

@@ -10,15 +10,9 @@ from __future__ import annotations
 import sys
 
 from autoplan.cli.argtypes import (
-    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, framework_name, gpu_hour_prices,
-    int_at_most, money, output_path, seed_int, token_count,
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, days, framework_name,
+    gpu_hour_prices, int_at_most, money, output_path, seed_int, token_count,
 )
-
-
-def _days(text: str) -> float:
-    from autoplan.cli.argtypes import _positive
-
-    return _positive(text, float, "a positive number of days such as 30 or 7.5")
 
 
 def register(subparsers) -> None:
@@ -32,7 +26,7 @@ def register(subparsers) -> None:
                    help="catalog name (see `autoplan models`), a Hugging Face config.json, or a folder holding one")
     g.add_argument("--train-tokens", type=token_count, required=True, metavar="N",
                    help="tokens to train on (2e12, 2T, 300B)")
-    g.add_argument("--deadline-days", type=_days, default=None, metavar="D",
+    g.add_argument("--deadline-days", type=days, default=None, metavar="D",
                    help="train within D days (steady-state throughput): picks the cheapest cluster that meets it")
     g.add_argument("--budget", type=money, default=None, metavar="USD",
                    help="spend at most this much (1.5M, $250K); needs --gpu-hour-price; alone it picks the fastest "
