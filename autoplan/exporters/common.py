@@ -1,10 +1,12 @@
-"""What every exporter shares: the result type, the target table and the checks on the plan."""
+"""What every exporter shares: the result type, the target table and the checks on the plan.
+
+The exporters import this module; the dispatch that imports them by name is autoplan.exporters.dispatch.
+"""
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 
-from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, get_framework
+from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument
 
 # target name -> (module under autoplan.exporters, file suffix of what it writes, framework whose rules
 # apply, the release the export is written for and checked against: tests/test_export_acceptance.py)
@@ -33,6 +35,16 @@ def target_names() -> tuple:
     return tuple(_TARGETS)
 
 
+def target_module(target: str) -> str:
+    """The module under autoplan.exporters that writes an export target's configuration."""
+    return _TARGETS[target][0]
+
+
+def target_suffix(target: str) -> str:
+    """File suffix of what an export target writes."""
+    return _TARGETS[target][1]
+
+
 def target_framework(target: str) -> str:
     """The framework (autoplan.specs.frameworks) an export target runs on."""
     return _TARGETS[target][2]
@@ -41,32 +53,6 @@ def target_framework(target: str) -> str:
 def target_version(target: str) -> str:
     """The framework release an export target is written for and checked against."""
     return _TARGETS[target][3]
-
-
-def export_plan(doc: PlanDocument, target: str) -> Export:
-    """Translate a checked plan into `target`'s configuration, with the notes on what does not map."""
-    if target not in _TARGETS:
-        raise AutoplanError(
-            f"unknown export target {target!r}; choose one of {', '.join(_TARGETS)}")
-    # A hand-edited plan file may break the rules; the frameworks would fail later and less clearly.
-    # TP across nodes is the user's choice (search has a flag for it), so it is not refused here.
-    doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
-    module_name, suffix, framework, _ = _TARGETS[target]
-    # What the target cannot run is refused with its rule, never written out to fail on the cluster.
-    get_framework(framework).check(doc.model, doc.training, doc.parallel)
-    module = importlib.import_module(f"autoplan.exporters.{module_name}")
-    text, notes = module.export(doc)
-    return Export(target=target, text=text, notes=notes, suffix=suffix)
-
-
-def export_launch(doc: PlanDocument, target: str, launcher: str) -> Export:
-    """`target`'s export wrapped in a bash script that starts it with torchrun on every node or
-    under Slurm (autoplan.exporters.launch); the same checks and notes as export_plan."""
-    export = export_plan(doc, target)
-    module = importlib.import_module(f"autoplan.exporters.{_TARGETS[target][0]}")
-    header = header_lines(doc, target) + [f"note: {note}" for note in export.notes]
-    return Export(target=target, text=module.launch(doc, launcher, header, export.text), notes=export.notes,
-                  suffix=".sh")
 
 
 def with_alternative(doc: PlanDocument, index: int, force: bool = False) -> PlanDocument:
