@@ -176,3 +176,48 @@ def test_planning_the_cost_model_and_the_cli_load_no_torch():
 def test_the_torch_probe_sees_torch_when_it_is_loaded():
     pytest.importorskip("torch")
     assert loaded("import executor.model; executor.model.Transformer") == ["torch"]
+
+
+# -- no import circle, no private name across modules ------------------------------------------
+
+def circles(graph: Graph) -> list:
+    return [" <-> ".join(group) for group in graph.cycles()]
+
+
+def private_imports(graph: Graph) -> list:
+    return [f"{module.name} (line {line}) uses {name} of {owner}"
+            for module in graph.modules.values() for line, owner, name in module.private_uses]
+
+
+def test_no_import_circle_and_no_private_name_imported_across_modules():
+    graph = Graph(ROOT, PACKAGES)
+    assert circles(graph) == []
+    assert private_imports(graph) == []
+
+
+PLANTED_SHAPES = {
+    "a circle through a lazy import": (
+        {"autoplan/render.py": "from autoplan.budget import describe\n",
+         "autoplan/budget.py": "def describe():\n    from autoplan.render import human_count\n"},
+        circles, "autoplan.budget <-> autoplan.render"),
+    "a circle through a string import": (
+        {"autoplan/specs/schemas.py": "import importlib\n\ndef kinds():\n"
+                                      "    return importlib.import_module('autoplan.specs.model').KINDS\n",
+         "autoplan/specs/model.py": "from autoplan.specs.schemas import kinds\n"},
+        circles, "autoplan.specs.model <-> autoplan.specs.schemas"),
+    "a private name imported": (
+        {"autoplan/tune.py": "from autoplan.render import _table\n"},
+        private_imports, "autoplan.tune (line 1) uses _table of autoplan.render"),
+    "a private name read off a module": (
+        {"autoplan/cli/tune_cmd.py": "def warn():\n    from autoplan import render\n    return render._wrap('x', 2)\n"},
+        private_imports, "autoplan.cli.tune_cmd (line 3) uses _wrap of autoplan.render"),
+}
+
+
+@pytest.mark.parametrize("fault", list(PLANTED_SHAPES))
+def test_a_planted_circle_or_private_import_is_reported(tmp_path, fault):
+    files, find, expected = PLANTED_SHAPES[fault]
+    clean = dict(CLEAN, **{"autoplan/render.py": "def human_count():\n    pass\n", "autoplan/tune.py": "",
+                           "autoplan/budget.py": "", "autoplan/specs/schemas.py": "", "autoplan/cli/tune_cmd.py": ""})
+    assert circles(plant(tmp_path / "clean", clean)) == [] and private_imports(plant(tmp_path / "clean", clean)) == []
+    assert expected in find(plant(tmp_path / "planted", {**clean, **files}))
