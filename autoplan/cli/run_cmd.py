@@ -63,7 +63,7 @@ def run_and_record(backend, docs: list, base_dirs: list, options, command: str =
     them) and any hardware-mismatch warning. A Ctrl-C
     keeps the records of the plans that finished before it (appended, then the interruption goes on)."""
     from autoplan.specs import append_measurement
-    from executor.backends import RunInterrupted
+    from executor.backend_common import RunInterrupted
 
     # Starting processes, importing torch and forming the process group take seconds before the
     # first step line: say what is happening meanwhile.
@@ -102,7 +102,7 @@ def print_launch(docs: list, args, options) -> int:
     """The cluster launch script of one plan for the executor; checked like a run (framework, rules)."""
     from autoplan.exporters.launch import executor_launch
     from autoplan.specs import AutoplanError, get_framework
-    from executor.backends import check_framework
+    from executor.backend_common import check_framework
 
     if len(docs) != 1:
         raise AutoplanError(f"--print-launch writes the script of one plan, got {len(docs)}; run it once per plan")
