@@ -172,3 +172,16 @@ def test_interleaving_with_uneven_stages_is_in_the_space():
                            sequence_parallel=True))
     assert (plan.pp, plan.vpp, plan.dp) == (8, 8, 8)
     assert plan.virtual_stage_num_layers(model.num_layers) == [1] + [2] * 62 + [1]
+
+
+@pytest.mark.parametrize("extra", [[], ["--global-batch", "8"], ["--global-batch", "8", "--exhaustive"], ["--tp", "2"]])
+def test_a_seq_len_beyond_the_model_is_named_not_the_rule_each_plan_broke_first(capsys, extra):
+    # Every plan breaks the seq_len rule, but each used to be counted under the first rule it broke:
+    # with --global-batch 8 the batch rule (dp*micro_batch_size) was blamed, with --tp 2 the GPU count.
+    from autoplan.cli.main import main
+
+    assert main(["search", "--model", "llama-2-7b", "--gpus", "8", "--seq-len", "32768", *extra]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert "seq_len=32768 > max_seq_len=4096 of 'llama-2-7b'" in err and "--seq-len" in err
+    assert "global_batch_size" not in err and "tp*pp*cp" not in err

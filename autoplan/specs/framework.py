@@ -215,14 +215,26 @@ class Framework:
             refuse(f"runs dense models only, got {model.name!r} with {model.num_experts} experts", "moe",
                    "pick a framework that runs mixtures of experts (--framework megatron-core)")
 
-    def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
-        """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
-        the plan breaks. Structural rules every framework shares are ParallelPlan.check's."""
+    def check_problem(self, model: ModelSpec, training: TrainingSpec) -> None:
+        """Raise InfeasiblePlan when no plan of this framework can train the model this way: the rules
+        that depend on the problem alone (architecture, dtype, sequence length), not on the plan. The
+        planner asks this once, before searching, so a search that cannot succeed names the problem
+        rather than whichever plan rule each candidate happened to break first."""
         refuse = self._refuse
         self.check_model(model)
         if training.dtype not in self.dtypes:
             refuse(f"trains in {', '.join(self.dtypes)}, not dtype={training.dtype}", "dtype",
                    f"plan with --dtype {self.dtypes[0]}")
+        if self.seq_len_within_model and training.seq_len > model.max_seq_len:
+            refuse(f"builds position tables of the model's length, got seq_len={training.seq_len} > "
+                   f"max_seq_len={model.max_seq_len} of {model.name!r}", "seq_len", "plan a shorter --seq-len")
+
+    def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
+        """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
+        the plan breaks, the problem's own rules (check_problem) first. Structural rules every
+        framework shares are ParallelPlan.check's."""
+        refuse = self._refuse
+        self.check_problem(model, training)
         if plan.zero_stage not in self.zero_stages:
             refuse(f"has ZeRO stages {', '.join(map(str, self.zero_stages))}, got zero_stage={plan.zero_stage}",
                    "zero_stage", "pick one of those (--zero)")
@@ -284,6 +296,3 @@ class Framework:
             refuse(f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
                    f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
                    "cp_masked_attention", "plan with --cp 1")
-        if self.seq_len_within_model and training.seq_len > model.max_seq_len:
-            refuse(f"builds position tables of the model's length, got seq_len={training.seq_len} > "
-                   f"max_seq_len={model.max_seq_len} of {model.name!r}", "seq_len", "plan a shorter --seq-len")
