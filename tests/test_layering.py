@@ -57,7 +57,7 @@ def violations(graph: Graph) -> list:
                 out.append(f"{name} ({package}) loads {target} ({package_of(target)}): {' -> '.join(chain)}")
         forbidden = FORBIDDEN_OUTSIDE.get(package, ())
         for outside, chain in sorted(graph.externals(name).items()):
-            if (outside not in STDLIB) if forbidden == STDLIB_ONLY else outside in forbidden:
+            if outside not in STDLIB if forbidden == STDLIB_ONLY else outside in forbidden:
                 out.append(f"{name} ({package}) loads {outside}: {' -> '.join(chain)}")
     return out
 
