@@ -7,6 +7,7 @@ Standard library and autoplan.specs only: every command imports this at start-up
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 # Upper bounds on counts, far above any real run, so that a typo (an extra zero run, a pasted
@@ -56,15 +57,57 @@ def seed_int(text: str) -> int:
 
 
 def output_path(text: str) -> str:
-    """A file to write: not empty and not an existing folder (checked before any work is done)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("is empty; give a file name")
-    path = Path(text).expanduser()
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name inside it")
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot write {text!r}: the folder {str(path.parent)!r} does not exist")
+    """A file to write, checked by the one writer's rules (autoplan.specs.output) before any work:
+    - or /dev/stdout, or a regular file (new or not) in a writable folder."""
+    from autoplan.specs import AutoplanError, check_output
+
+    try:
+        check_output(text)
+    except AutoplanError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+# Where a parsed command line names the files it reads and writes (every command's spelling), so that
+# one check before the command starts refuses an output that is also an input: `calibrate runs.jsonl
+# -o runs.jsonl` would replace the measurements by their calibration, `tune plan.json --records
+# plan.json` append a measurement to the plan.
+INPUT_FLAGS = ("plan", "plans", "model", "profile", "calibration", "measurements", "compare", "data", "inputs")
+OUTPUT_FLAGS = {"output": "-o/--output", "out": "-o/--output", "calibration_out": "--calibration-out",
+                "records": "--records"}
+FOLDER_OUTPUTS = {"report"}
+"""Commands whose -o is a folder they fill (checked by the command itself)."""
+
+
+def input_paths(args) -> list:
+    """The existing files among the command's inputs (a catalog model name is not a file)."""
+    found = []
+    for name in INPUT_FLAGS:
+        value = getattr(args, name, None)
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and item and "\x00" not in item and os.path.exists(item):
+                found.append(item)
+    return found
+
+
+def check_command_paths(args) -> None:
+    """Every output of the command checked up front, against its inputs and the other outputs:
+    before `tune`, `run` or `profile` train or measure for minutes, and before any command reads."""
+    from autoplan.specs import AutoplanError, check_output, is_stdout
+
+    if getattr(args, "command", None) in FOLDER_OUTPUTS or getattr(args, "print_launch", None):
+        return  # report fills a folder; a printed launch script's -o is a path on the cluster
+    inputs = input_paths(args)
+    seen = []
+    for name, flag in OUTPUT_FLAGS.items():
+        value = getattr(args, name, None)
+        if not isinstance(value, str) or not value:
+            continue
+        check_output(value, inputs, flag)
+        for other_flag, other in seen:
+            if not is_stdout(value) and Path(value).expanduser().resolve() == Path(other).expanduser().resolve():
+                raise AutoplanError(f"{flag} and {other_flag} are the same file {value!r}; give each its own")
+        seen.append((flag, value))
 
 
 TOKEN_SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}

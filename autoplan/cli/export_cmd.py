@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
     from autoplan.exporters import export_launch, export_plan, target_framework, with_alternative
-    from autoplan.specs import write_text_atomic
+    from autoplan.specs import is_stdout, write_text_atomic
 
     doc = with_alternative(load_plan(args.plan), args.alternative, force=args.force)
     if doc.prediction.get("fits") is False:  # with_alternative refuses it without --force
@@ -48,7 +48,7 @@ def run(args) -> int:
         sys.stdout.write(export.text)
     for note in export.notes:
         sys.stderr.write(f"autoplan export: {args.target}: {note}\n")
-    if args.output:
+    if args.output and not is_stdout(args.output):
         sys.stderr.write(f"autoplan export: wrote {args.output}\n")
     return 0
 

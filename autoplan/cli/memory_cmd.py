@@ -79,11 +79,11 @@ def run(args) -> int:
     from autoplan.clusters import resolve_cluster
     from autoplan.memory_table import DTYPES, ZERO_STAGES, memory_rows
     from autoplan.planner import make_estimator, training_shape
-    from autoplan.specs import DEFAULT_FRAMEWORK, RECOMPUTE_POLICIES, AutoplanError, resolve_headroom
+    from autoplan.specs import DEFAULT_FRAMEWORK, RECOMPUTE_POLICIES, AutoplanError, is_stdout, resolve_headroom
 
-    if args.output is not None and not args.output.lower().endswith((".csv", ".md")):
+    if args.output is not None and not is_stdout(args.output) and not args.output.lower().endswith((".csv", ".md")):
         raise AutoplanError(f"-o {args.output}: give a file ending in .csv or .md (the table's format follows the "
-                            f"extension)")
+                            f"extension), or - for the Markdown table on stdout")
     model = resolve_model(args.model)
     cluster, profile = resolve_cluster(args.gpus, args.gpu, args.gpus_per_node, args.profile)
     framework = args.framework or DEFAULT_FRAMEWORK
@@ -112,6 +112,8 @@ def run(args) -> int:
              "memory_headroom_bytes": headroom}
     if args.output is not None:
         _write(args.output, shown)
+    if args.output is not None and is_stdout(args.output):
+        return 0  # the table went to stdout: nothing else there
     if args.json:
         from autoplan.specs.jsonio import dumps
 
@@ -164,7 +166,7 @@ def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, ar
 
 
 def _write(path: str, rows: list) -> None:
-    from autoplan.specs import AutoplanError, write_text_atomic
+    from autoplan.specs import AutoplanError, is_stdout, write_text_atomic
 
     if path.lower().endswith(".csv"):
         import csv
@@ -180,7 +182,7 @@ def _write(path: str, rows: list) -> None:
                            f"{r.peak_bytes / GIB:.3f}", "yes" if r.fits else "no", f"{r.step_time_s:.4f}"]
                           for r in rows])
         write_text_atomic(path, buf.getvalue())
-    elif path.lower().endswith(".md"):
+    elif path.lower().endswith(".md") or is_stdout(path):
         lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
         lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
         write_text_atomic(path, "\n".join(lines) + "\n")
