@@ -51,6 +51,7 @@ def export_plan(doc: PlanDocument, target: str) -> Export:
     # A hand-edited plan file may break the rules; the frameworks would fail later and less clearly.
     # TP across nodes is the user's choice (search has a flag for it), so it is not refused here.
     doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
+    check_names(doc)
     module_name, suffix, framework, _ = _TARGETS[target]
     # What the target cannot run is refused with its rule, never written out to fail on the cluster.
     get_framework(framework).check(doc.model, doc.training, doc.parallel)
@@ -67,6 +68,20 @@ def export_launch(doc: PlanDocument, target: str, launcher: str) -> Export:
     header = header_lines(doc, target) + [f"note: {note}" for note in export.notes]
     return Export(target=target, text=module.launch(doc, launcher, header, export.text), notes=export.notes,
                   suffix=".sh")
+
+
+def check_names(doc: PlanDocument) -> None:
+    """Refuse a name with a control character before it reaches a generated file: a newline in a
+    comment of a bash script starts a command, in a Python or TOML literal it ends the file's syntax.
+    The plan reader refuses such files already; a document built in memory is checked here too.
+    (Quotes, $(...), backticks and non-ASCII letters are fine: each generator quotes for its language.)"""
+    from autoplan.specs.validation import NAME_RULE, control_characters, show
+
+    for what, value in (("model.name", doc.model.name), ("model.family", doc.model.family),
+                        ("cluster.name", doc.cluster.name), ("cluster.profile", doc.cluster.profile)):
+        if isinstance(value, str) and control_characters(value):
+            raise AutoplanError(f"{what} {NAME_RULE}, got {show(value)}; it would be written into a generated "
+                                f"script")
 
 
 def with_alternative(doc: PlanDocument, index: int, force: bool = False) -> PlanDocument:
