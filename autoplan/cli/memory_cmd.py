@@ -47,12 +47,15 @@ def _layout(args, model, training, cluster, profile, framework):
     given = {f: getattr(args, f) for f in LAYOUT_FLAGS if getattr(args, f) is not None}
     if not given:
         from autoplan.planner import PlanRequest, plan_search
+        from autoplan.space import Pins
         from autoplan.specs import InfeasiblePlan
 
+        # --sequence-parallel / --no-sequence-parallel alone pins the searched layout (not dropped)
         request = PlanRequest(model=args.model, num_gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
                               profile_path=args.profile, global_batch_size=training.global_batch_size,
                               seq_len=training.seq_len, dtype=training.dtype, framework=framework,
-                              memory_headroom=args.memory_headroom)
+                              memory_headroom=args.memory_headroom,
+                              pins=Pins(sequence_parallel=args.sequence_parallel))
         try:
             p = plan_search(request).best.plan
         except InfeasiblePlan as exc:
@@ -61,7 +64,9 @@ def _layout(args, model, training, cluster, profile, framework):
             return Layout(dp=cluster.num_gpus, tp=1, pp=1), ("no plan fits, so plain data parallelism; "
                                                               "set --tp/--pp to see others")
         layout = Layout(p.dp, p.tp, p.pp, p.cp, p.vpp, p.ep, p.sequence_parallel)
-        return layout, "the one `autoplan search` picks; set --tp/--pp/--cp/--vpp/--ep to choose another"
+        pinned = "" if args.sequence_parallel is None else \
+            f" with {'--sequence-parallel' if args.sequence_parallel else '--no-sequence-parallel'}"
+        return layout, f"the one `autoplan search` picks{pinned}; set --tp/--pp/--cp/--vpp/--ep to choose another"
     tp, pp, cp = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1)
     if cluster.num_gpus % (tp * pp * cp):
         raise AutoplanError(f"tp*pp*cp must divide --gpus, got tp={tp} * pp={pp} * cp={cp} = {tp * pp * cp}, "
