@@ -16,9 +16,9 @@ from autoplan.cli.argtypes import (
 
 
 def _days(text: str) -> float:
-    from autoplan.cli.argtypes import _positive
+    from autoplan.cli.argtypes import MAX_DAYS, _positive
 
-    return _positive(text, float, "a positive number of days such as 30 or 7.5")
+    return _positive(text.strip(), float, "a positive number of days such as 30 or 7.5", MAX_DAYS)
 
 
 def register(subparsers) -> None:

@@ -290,6 +290,11 @@ class Framework:
             refuse(f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
                    f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
                    "cp_masked_attention", "plan with --cp 1")
+        self.check_seq_len(model, training)
+
+    def check_seq_len(self, model: ModelSpec, training: TrainingSpec) -> None:
+        """The sequence rule alone: it holds for every plan, so `cluster` asks it once, before searching,
+        and names seq_len as `search` does (rather than finding no plan at every count)."""
         if self.seq_len_within_model and training.seq_len > model.max_seq_len:
-            refuse(f"builds position tables of the model's length, got seq_len={training.seq_len} > "
-                   f"max_seq_len={model.max_seq_len} of {model.name!r}", "seq_len", "plan a shorter --seq-len")
+            self._refuse(f"builds position tables of the model's length, got seq_len={training.seq_len} > "
+                         f"max_seq_len={model.max_seq_len} of {model.name!r}", "seq_len", "plan a shorter --seq-len")
