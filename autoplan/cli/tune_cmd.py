@@ -76,8 +76,11 @@ def run(args) -> int:
     check_paths(options, "--records")
     candidates, skipped = tune.pick_candidates(doc, args.top, lambda plan: check_plan(backend, plan, options),
                                                force=args.force, score=lambda plan: _scored(plan, args.plan))
-    for source, why in skipped:
-        sys.stderr.write(f"autoplan tune: skipped {source}: {why}\n")
+    if candidates or len(skipped) > 1:  # a lone plan's reason is the refusal's own line
+        for source, why in skipped:
+            sys.stderr.write(f"autoplan tune: skipped {source}: {why}\n")
+    if not candidates and len(skipped) == 1:
+        raise AutoplanError(f"the plan in {args.plan!r} cannot run here: {skipped[0][1]}")
     if not candidates:
         raise AutoplanError(f"none of the {len(skipped)} plan(s) in {args.plan!r} can run here (reasons above; the "
                             f"first: {skipped[0][1]})")
