@@ -86,17 +86,24 @@ def resolve_target(path) -> Path:
     return target
 
 
-def check_output(path, inputs=(), flag: str = "-o") -> None:
+def check_output(path, inputs=(), flag: str | None = None) -> None:
     """Refuse, before any work, an output that cannot be written or that is one of `inputs` (the
-    paths the command reads; those that do not exist are ignored)."""
+    paths the command reads; those that do not exist are ignored). `flag` (e.g. "--records") starts
+    the message where no parser has named the flag already."""
     if is_stdout(path):
         return
-    target = resolve_target(path)
+    try:
+        target = resolve_target(path)
+    except AutoplanError as exc:
+        if flag is None:
+            raise
+        raise AutoplanError(f"{flag}: {exc}") from None
     for source in inputs:
         if source is None or is_stdout(source) or not str(source).strip() or "\x00" in str(source):
             continue
         if _same_file(target, source):
-            raise AutoplanError(f"{flag} {_quote(path)} is also an input of this command ({_quote(source)}); "
+            raise AutoplanError(f"{flag or 'the output'} {_quote(path)} is also an input of this command "
+                                f"({_quote(source)}); "
                                 f"writing it would destroy what is read: give another output file")
 
 
@@ -108,7 +115,7 @@ def _same_file(target: Path, source) -> bool:
         return False
 
 
-def write_output(path, text: str, inputs=(), flag: str = "-o") -> None:
+def write_output(path, text: str, inputs=(), flag: str | None = None) -> None:
     """Write `text` to `path` (to stdout for - and /dev/stdout), checked as check_output says."""
     check_output(path, inputs, flag)
     if is_stdout(path):
@@ -118,7 +125,7 @@ def write_output(path, text: str, inputs=(), flag: str = "-o") -> None:
     write_text_atomic(path, text)
 
 
-def append_output(path, text: str, inputs=(), flag: str = "-o") -> None:
+def append_output(path, text: str, inputs=(), flag: str | None = None) -> None:
     """Append `text` (JSON lines of measurements) in a single write(), so that concurrent appenders
     never interleave lines; the same targets are refused as by write_output."""
     check_output(path, inputs, flag)
