@@ -123,7 +123,8 @@ def check_command_paths(args) -> None:
         value = getattr(args, name, None)
         if not isinstance(value, str) or not value:
             continue
-        check_output(value, inputs, flag)
+        appended = name == "records" or (name == "out" and getattr(args, "command", None) == "run")
+        check_output(value, inputs, flag, "runs.jsonl" if appended else "out.json")
         for other_flag, other in seen:
             if not is_stdout(value) and Path(value).expanduser().resolve() == Path(other).expanduser().resolve():
                 raise AutoplanError(f"{flag} and {other_flag} are the same file {value!r}; give each its own")

@@ -126,7 +126,7 @@ def check_paths(options, out_flag: str = "-o/--output") -> None:
     from autoplan.specs import AutoplanError, check_output
 
     if options.out:  # the one writer's rules (a folder, device or FIFO refused; - is stdout)
-        check_output(options.out, flag=out_flag)
+        check_output(options.out, flag=out_flag, example="runs.jsonl")
     if options.data and Path(options.data).is_file() and Path(options.data).stat().st_size == 0:
         raise AutoplanError(f"--data {options.data!r} is empty; pass a flat {options.data_dtype} token-id file "
                             f"or leave out --data for synthetic tokens")

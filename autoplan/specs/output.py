@@ -52,9 +52,10 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def resolve_target(path) -> Path:
+def resolve_target(path, example: str = "out.json") -> Path:
     """The file a write to `path` lands in (symlinks followed), after refusing every target that is
-    not a regular file in a writable folder. Does not create anything."""
+    not a regular file in a writable folder (`example`: the file name a refusal suggests). Does not
+    create anything."""
     text = str(path)
     if not text.strip():
         raise AutoplanError("the output path is empty; give a file name such as plan.json (or - for stdout)")
@@ -72,7 +73,7 @@ def resolve_target(path) -> Path:
         raise AutoplanError(f"cannot write {_quote(text)}: {exc.strerror or exc}") from None
     if mode is not None and stat.S_ISDIR(mode):
         raise AutoplanError(f"cannot write {_quote(text)}: it is a folder; give a file name inside it such as "
-                            f"{_quote(Path(text) / 'out.json')}")
+                            f"{_quote(Path(text) / example)}")
     if mode is not None and not stat.S_ISREG(mode):
         raise AutoplanError(f"cannot write {_quote(text)}: it is {_kind(mode)}, and autoplan writes regular files "
                             f"only (give - for standard output)")
@@ -86,14 +87,14 @@ def resolve_target(path) -> Path:
     return target
 
 
-def check_output(path, inputs=(), flag: str | None = None) -> None:
+def check_output(path, inputs=(), flag: str | None = None, example: str = "out.json") -> None:
     """Refuse, before any work, an output that cannot be written or that is one of `inputs` (the
     paths the command reads; those that do not exist are ignored). `flag` (e.g. "--records") starts
     the message where no parser has named the flag already."""
     if is_stdout(path):
         return
     try:
-        target = resolve_target(path)
+        target = resolve_target(path, example)
     except AutoplanError as exc:
         if flag is None:
             raise
