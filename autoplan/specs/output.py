@@ -67,7 +67,7 @@ def resolve_target(path, example: str = "out.json") -> Path:
         raise AutoplanError(f"cannot write {_quote(text)}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         mode = os.stat(target).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the folder check below names what is missing
         mode = None
     except OSError as exc:
         raise AutoplanError(f"cannot write {_quote(text)}: {exc.strerror or exc}") from None
