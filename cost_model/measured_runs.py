@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoplan.specs import HardwareProfile, PlanDocument, read_json, read_measurements
+from autoplan.specs import HardwareProfile, PlanDocument, read_measurements
 from autoplan.specs.compat import record_framework
 from cost_model.constants import Constants, load_constants
 from cost_model.estimator import Estimator
@@ -43,7 +43,7 @@ def load_profile(ref: str) -> HardwareProfile:
     """`builtin:NAME` or the path of a measured profile JSON."""
     if ref.startswith("builtin:"):
         return builtin_profile(ref.split(":", 1)[1])
-    return HardwareProfile.from_dict(read_json(ref, "hardware profile"), f"hardware profile {ref!r}")
+    return HardwareProfile.load(ref)
 
 
 def predict_measurements(path, profile: HardwareProfile, framework: str | None = None,

@@ -70,7 +70,7 @@ def run(args) -> int:
     from autoplan.cli.progress import Progress
     from autoplan.cluster_render import render_cluster
     from autoplan.cluster_search import ClusterRequest, Goal, cluster_search, gpu_options
-    from autoplan.specs import DEFAULT_FRAMEWORK, write_json_atomic
+    from autoplan.specs import DEFAULT_FRAMEWORK, is_stdout, write_json_atomic
     from autoplan.specs.jsonio import dumps
 
     gpus = [g for item in args.gpu for g in item.split(",") if g.strip()] if args.gpu else None
@@ -92,6 +92,10 @@ def run(args) -> int:
     shown = outcome.chosen or outcome.fastest
     if outcome.chosen is not None and args.output is not None:
         write_json_atomic(args.output, outcome.document(outcome.chosen).to_dict())
+    if args.output is not None and is_stdout(args.output):
+        if outcome.chosen is None:  # no plan file to write: the table says why, on stderr
+            sys.stderr.write(text)
+        return 0 if outcome.chosen is not None else 1
     if args.json:
         # With no plan anywhere there is no plan file to print: the table alone says so.
         doc = outcome.document(shown).to_dict() if shown else {"cluster_search": outcome.summary(False)}

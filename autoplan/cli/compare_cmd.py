@@ -1,8 +1,10 @@
 """`autoplan compare A.json B.json`: two plan files side by side, term by term, and why one wins.
 
-Reads the predictions the files carry (re-score either first with `autoplan estimate PLAN -o`
-to compare them under today's cost model or another framework/GPU). Tokens/s per GPU decides
-between plans on different GPU counts; step time between plans of the same job.
+Reads the predictions the files carry, through the plan reader every command uses: a file without
+one is scored with today's cost model, a file the checker refuses is refused here too (re-score
+either first with `autoplan estimate PLAN -o` to compare them under today's cost model or another
+framework/GPU). Tokens/s per GPU decides between plans on different GPU counts; step time between
+plans of the same job.
 """
 from __future__ import annotations
 
@@ -28,6 +30,11 @@ def _rows(a: dict, b: dict, scale: float, fmt: str) -> list:
     return rows
 
 
+def _terms(prediction: dict, key: str) -> dict:
+    """A breakdown of a prediction; a hand-edited file may leave it out (the plan checker allows it)."""
+    return prediction.get(key) or {}
+
+
 def verdict(a, b) -> str:
     """Which plan wins and the terms that make the difference (largest first)."""
     pa, pb = a.prediction, b.prediction
@@ -36,8 +43,8 @@ def verdict(a, b) -> str:
     better_b = pb[key] < pa[key] if same_job else pb[key] > pa[key]
     win, lose, wn, ln = (b, a, "B", "A") if better_b else (a, b, "A", "B")
     ratio = abs(pb[key] / pa[key] - 1)
-    diffs = {t: win.prediction["time_breakdown_s"].get(t, 0.0) - lose.prediction["time_breakdown_s"].get(t, 0.0)
-             for t in set(pa["time_breakdown_s"]) | set(pb["time_breakdown_s"])}
+    win_terms, lose_terms = _terms(win.prediction, "time_breakdown_s"), _terms(lose.prediction, "time_breakdown_s")
+    diffs = {t: win_terms.get(t, 0.0) - lose_terms.get(t, 0.0) for t in set(win_terms) | set(lose_terms)}
     biggest = sorted((d for d in diffs.items() if abs(d[1]) > 0), key=lambda d: -abs(d[1]))[:3]
     why = ", ".join(f"{d * 1e3:+.3f} ms {t}" if abs(d) < 1 else f"{d:+.3f} s {t}" for t, d in biggest)
     mem = (win.prediction["peak_memory_bytes"] - lose.prediction["peak_memory_bytes"]) / GIB
@@ -73,10 +80,12 @@ def run(args) -> int:
     m_unit, m_scale = ("GiB", GIB) if max(pa["peak_memory_bytes"], pb["peak_memory_bytes"]) >= GIB else ("MiB", 2 ** 20)
     lines += ["", f"time per step ({t_unit})",
               *text_table(["term", "A", "B", "B - A"],
-                          _rows(pa["time_breakdown_s"], pb["time_breakdown_s"], t_scale, ".3f"), "lrrr")]
+                          _rows(_terms(pa, "time_breakdown_s"), _terms(pb, "time_breakdown_s"), t_scale, ".3f"),
+                          "lrrr")]
     lines += ["", f"memory per GPU ({m_unit})",
               *text_table(["term", "A", "B", "B - A"],
-                          _rows(pa["memory_breakdown_bytes"], pb["memory_breakdown_bytes"], m_scale, ".2f"), "lrrr")]
+                          _rows(_terms(pa, "memory_breakdown_bytes"), _terms(pb, "memory_breakdown_bytes"), m_scale,
+                                ".2f"), "lrrr")]
     lines += ["", verdict(a, b)]
     print("\n".join(lines))
     return 0

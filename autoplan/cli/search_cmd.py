@@ -110,12 +110,15 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def emit(doc, text: str, args) -> None:
-    """Write the plan file first (so a bad -o path fails before anything is printed), then print."""
-    from autoplan.specs import write_json_atomic
+    """Write the plan file first (so a bad -o path fails before anything is printed), then print;
+    `-o -` puts the plan file on stdout and nothing else there."""
+    from autoplan.specs import is_stdout, write_json_atomic
     from autoplan.specs.jsonio import dumps
 
     if args.output is not None:
         write_json_atomic(args.output, doc.to_dict())
+        if is_stdout(args.output):
+            return
     if args.json:
         sys.stdout.write(dumps(doc.to_dict()))
     else:

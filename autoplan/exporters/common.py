@@ -55,13 +55,29 @@ def target_version(target: str) -> str:
     return _TARGETS[target][3]
 
 
+def check_names(doc: PlanDocument) -> None:
+    """Refuse a name with a control character before it reaches a generated file: a newline in a
+    comment of a bash script starts a command, in a Python or TOML literal it ends the file's syntax.
+    The plan reader refuses such files already; a document built in memory is checked here too.
+    (Quotes, $(...), backticks and non-ASCII letters are fine: each generator quotes for its language.)"""
+    from autoplan.specs.validation import NAME_RULE, control_characters, show
+
+    for what, value in (("model.name", doc.model.name), ("model.family", doc.model.family),
+                        ("cluster.name", doc.cluster.name), ("cluster.profile", doc.cluster.profile)):
+        if isinstance(value, str) and control_characters(value):
+            raise AutoplanError(f"{what} {NAME_RULE}, got {show(value)}; it would be written into a generated "
+                                f"script")
+
+
 def with_alternative(doc: PlanDocument, index: int, force: bool = False) -> PlanDocument:
     """The plan document with its `index`-th ranked alternative (1-based) as the chosen plan; 0 is
     the chosen plan itself. Lets a user export the runner-up the search also wrote down.
 
-    An alternative the search predicted not to fit in memory (the "faster plan that came closest to
-    fitting") is refused unless `force`: exported silently it would run out of memory on the cluster."""
+    A plan predicted not to fit in memory (an alternative that was the "faster plan that came closest
+    to fitting", or a chosen plan re-scored on a smaller GPU) is refused unless `force`: exported
+    silently it would run out of memory on the cluster."""
     if index == 0:
+        _refuse_if_not_fitting(doc.prediction, "the plan", force)
         return doc
     if not 1 <= index <= len(doc.alternatives):
         raise AutoplanError(
@@ -69,16 +85,20 @@ def with_alternative(doc: PlanDocument, index: int, force: bool = False) -> Plan
             f"choose 0 (the chosen plan) to {len(doc.alternatives)}")
     alternative = doc.alternatives[index - 1]
     prediction = (alternative.get("prediction") or {}) if isinstance(alternative, dict) else {}
-    if prediction.get("fits") is False and not force:
-        need, have = prediction.get("peak_memory_bytes", 0), prediction.get("memory_capacity_bytes", 0)
-        raise AutoplanError(
-            f"--alternative {index} does not fit: predicted peak {need / 2**30:.1f} GiB per GPU > "
-            f"{have / 2**30:.1f} GiB; export it anyway with --force, or choose another alternative")
+    _refuse_if_not_fitting(prediction, f"--alternative {index}", force)
     parallel = ParallelPlan.from_dict(alternative.get("parallel") if isinstance(alternative, dict) else None,
                                       f"alternative {index} parallel")
     return PlanDocument(model=doc.model, training=doc.training, cluster=doc.cluster, parallel=parallel,
                         prediction=dict(alternative.get("prediction") or {}), search=doc.search,
                         provenance=doc.provenance, framework=doc.framework)
+
+
+def _refuse_if_not_fitting(prediction: dict, what: str, force: bool) -> None:
+    if prediction.get("fits") is False and not force:
+        need, have = prediction.get("peak_memory_bytes", 0), prediction.get("memory_capacity_bytes", 0)
+        raise AutoplanError(
+            f"{what} does not fit: predicted peak {need / 2**30:.1f} GiB per GPU > {have / 2**30:.1f} GiB; "
+            f"export it anyway with --force, or choose another alternative")
 
 
 def header_lines(doc: PlanDocument, target: str) -> list:

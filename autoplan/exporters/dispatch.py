@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 from autoplan.exporters.common import (
-    Export, header_lines, target_framework, target_module, target_names, target_suffix,
+    Export, check_names, header_lines, target_framework, target_module, target_names, target_suffix,
 )
 from autoplan.specs import AutoplanError, PlanDocument, get_framework
 
@@ -19,6 +19,7 @@ def export_plan(doc: PlanDocument, target: str) -> Export:
     # A hand-edited plan file may break the rules; the frameworks would fail later and less clearly.
     # TP across nodes is the user's choice (search has a flag for it), so it is not refused here.
     doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
+    check_names(doc)
     # What the target cannot run is refused with its rule, never written out to fail on the cluster.
     get_framework(target_framework(target)).check(doc.model, doc.training, doc.parallel)
     module = importlib.import_module(f"autoplan.exporters.{target_module(target)}")

@@ -115,7 +115,8 @@ def export(doc: PlanDocument) -> tuple:
     if custom:
         text += ["", _model_spec_source(doc), ""]
     text += ["", f"def {CONFIG_FUNCTION}() -> Trainer.Config:",
-             f'    """autoplan plan {doc.plan_id}: {model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}."""',
+             # a string literal by repr: quotes, backslashes and \"\"\" in a name cannot end it early
+             f"    {f'autoplan plan {doc.plan_id}: {model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}.'!r}",
              *body]
     return "\n".join(text) + "\n", notes
 
@@ -175,7 +176,7 @@ def _model_spec_source(doc: PlanDocument) -> str:
     heads = model.num_heads
     return "\n".join([
         "def _model_spec(converters=None) -> ModelSpec:",
-        f'    """{model.name}: the plan\'s shape as a torchtitan llama3 model (its private builders, 0.3.0)."""',
+        f"    {f'{model.name}: the shape of the plan as a torchtitan llama3 model (its private builders, 0.3.0).'!r}",
         f"    dim, vocab_size = {model.hidden_size}, {model.vocab_size}",
         "    model = Llama3Model.Config(",
         f"        dim=dim, vocab_size=vocab_size, enable_weight_tying={model.tied_embeddings},",

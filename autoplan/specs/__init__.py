@@ -9,11 +9,12 @@ from autoplan.specs.hardware import (
     PROFILE_SCHEMA, AttentionSample, CollectiveSample, HardwareProfile,
     MatmulSample, MemoryOpSample,
 )
-from autoplan.specs.jsonio import read_json, write_json_atomic, write_text_atomic
+from autoplan.specs.jsonio import read_json, write_json_atomic
 from autoplan.specs.measurement import (
     MEASUREMENT_SCHEMA, Measurement, append_measurement, read_measurements,
 )
 from autoplan.specs.model import ModelSpec
+from autoplan.specs.output import append_output, check_output, is_stdout, write_output, write_text_atomic
 from autoplan.specs.plan import ParallelPlan
 from autoplan.specs.planfile import AUTOPLAN_VERSION, PLAN_SCHEMA, PLAN_SCHEMA_V1, PlanDocument, plan_id
 from autoplan.specs.training import BYTES_PER_ELEMENT, ClusterSpec, TrainingSpec
@@ -26,5 +27,5 @@ __all__ = [
     "PLAN_SCHEMA", "PLAN_SCHEMA_V1", "PROFILE_SCHEMA", "ParallelPlan", "PlanDocument", "RECOMPUTE_POLICIES", "SCOPES",
     "SchemaError", "TrainingSpec", "append_measurement", "parse_headroom", "plan_id", "read_json", "read_measurements",
     "resolve_headroom",
-    "write_json_atomic", "write_text_atomic",
+    "append_output", "check_output", "is_stdout", "write_json_atomic", "write_output", "write_text_atomic",
 ]

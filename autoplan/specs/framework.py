@@ -158,6 +158,8 @@ class Framework:
     """Highest ZeRO stage it combines with pipeline parallelism."""
     max_zero_with_ep: int = 3
     """Highest ZeRO stage it combines with expert parallelism."""
+    max_zero_with_moe: int = 3
+    """Highest ZeRO stage it runs a mixture-of-experts model with (whatever ep is)."""
     zero3_tied_embeddings: bool = True
     """ZeRO-3 (parameter sharding) with tied embedding/head weights."""
     zero3_dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
@@ -251,6 +253,10 @@ class Framework:
             refuse(f"does not combine ZeRO stage {plan.zero_stage} with expert parallelism (at most "
                    f"{self.max_zero_with_ep} with ep > 1), got ep={plan.ep}", "zero_with_ep",
                    f"plan with --zero {self.max_zero_with_ep} or ep=1")
+        if model.is_moe and plan.zero_stage > self.max_zero_with_moe:
+            refuse(f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
+                   f"{self.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "
+                   f"{model.num_experts} experts", "zero_with_moe", f"plan with --zero {self.max_zero_with_moe}")
         if plan.zero_stage == 3 and model.tied_embeddings and not self.zero3_tied_embeddings:
             refuse(f"does not shard tied embedding/head weights (ZeRO-3), got zero_stage=3 for {model.name!r} "
                    "with tied_embeddings", "zero3_tied_embeddings", "plan with --zero 2 or less")

@@ -204,8 +204,11 @@ FRAMEWORKS = {f.name: f for f in (
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
         states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8,
-        pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1, max_vpp=1, mla=False,
+        pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
+                 "max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
+                                      "DeepSpeedEngine._configure_zero_optimizer, the ZeroStageEnum.weights "
+                                      "branch: assert not self.has_moe_layers, \"MoE not supported with Stage 3\"",
                  "states": "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py: 16-bit grads, fp32 partitions",
                  "zero3_max_live_params": "DeepSpeed config docs: stage3_max_live_parameters 1e9, "
                                           "reduce_bucket_size 5e8 (defaults)",
@@ -241,9 +244,12 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="megatron-deepspeed", version="Megatron-DeepSpeed as BigScience ran BLOOM (2022)",
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
-        states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1,
-        max_vpp=1, sequence_parallel="never", mla=False,
-        sources={"states": "DeepSpeed ZeRO-1 (deepspeed/runtime/zero/stage_1_and_2.py): fp16 grads, fp32 partitions",
+        states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1,
+        max_zero_with_moe=2, max_cp=1, max_vpp=1, sequence_parallel="never", mla=False,
+        sources={"max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
+                                      "DeepSpeedEngine._configure_zero_optimizer, the ZeroStageEnum.weights "
+                                      "branch: assert not self.has_moe_layers, \"MoE not supported with Stage 3\"",
+                 "states": "DeepSpeed ZeRO-1 (deepspeed/runtime/zero/stage_1_and_2.py): fp16 grads, fp32 partitions",
                  "flash_attention": "BLOOM training (2022) predates flash attention in Megatron-DeepSpeed",
                  "pp_scatter_gather": "DeepSpeed's pipeline engine sends whole activations"}),
     _AUTOPLAN_91EE867,

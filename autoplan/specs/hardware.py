@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from autoplan.specs.choices import COLLECTIVE_OPS, MEMORY_OPS, SCOPES
 from autoplan.specs.errors import SchemaError
-from autoplan.specs.jsonio import check_schema, require
+from autoplan.specs.jsonio import check_schema, read_json, require
 from autoplan.specs.schemas import validate_profile
 from autoplan.specs.validation import Issues
 
@@ -109,6 +109,11 @@ class HardwareProfile:
         d["attention"] = [{**{k: v for k, v in a.items() if k != "pass_"}, "pass": a["pass_"]}
                           for a in d["attention"]]
         return d
+
+    @classmethod
+    def load(cls, path) -> "HardwareProfile":
+        """The one reader of a profile file: every command that takes one gets the same answer."""
+        return cls.from_dict(read_json(path, "hardware profile"), f"hardware profile {str(path)!r}")
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "hardware profile") -> "HardwareProfile":

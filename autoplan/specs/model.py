@@ -293,6 +293,7 @@ class ModelSpec:
         (autoplan.specs.schemas): for a catalog entry, a config.json and a plan file alike."""
         issues = Issues(f"model {self.name!r}")
         values = {f.name: getattr(self, f.name) for f in fields(self)}
+        take_str(values, "name", issues, "", name=True)  # it is written into generated scripts
         for key, (high, _) in MODEL_INTS.items():
             take_int(values, key, issues, "", 1, high)
         for key, kinds in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
