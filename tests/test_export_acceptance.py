@@ -94,7 +94,7 @@ def test_every_export_is_accepted_by_the_framework(target, tmp_path):
 
 TORCHTITAN_03_CONTROLS = {
     # label: (plan the export comes from, text replaced, replacement, what torchtitan 0.3.0 says)
-    "control: unknown attention backend": ("zero1 tp+sp+pp+vpp", 'attn_backend="flex"', 'attn_backend="flesh"',
+    "control: unknown attention backend": ("zero1 pp 1f1b partial recompute", 'attn_backend="flex"', 'attn_backend="flesh"',
                                            "Unknown backend: flesh"),
     "control: unknown field": ("zero1 pp 1f1b partial recompute", "FullAC.Config()", "FullAC.Config(layers=3)",
                                "unexpected keyword argument 'layers'"),

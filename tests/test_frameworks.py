@@ -255,3 +255,19 @@ def test_a_record_names_the_framework_its_executor_ran():
     assert record_framework(record(), "autoplan") == "autoplan-91ee867"
     assert record_framework(record(options={"steps": 8}), "megatron-core") == "megatron-core"
     assert record_framework(record("xla", options={"steps": 8}), "autoplan") == "autoplan"
+
+
+def test_torchtitan_refuses_tied_embeddings_under_pipeline_parallelism():
+    """torchtitan 0.3.0 models/common/decoder.py lines 139-142 raise 'Weight tying is not supported with
+    Pipeline Parallel.' (the real torchtitan says so in tests/test_export_acceptance.py); tp alone is fine."""
+    from tests.export_plans import PLANS
+
+    doc = PLANS["gpt3 learned positions tp+pp"]
+    assert doc.model.tied_embeddings and doc.parallel.pp == 8
+    with pytest.raises(InfeasiblePlan, match="does not tie embedding and head weights across pipeline stages, "
+                                             "got pp=8") as info:
+        get_framework("torchtitan").check(doc.model, doc.training, doc.parallel)
+    assert info.value.reason == "framework_tied_embeddings_pp"
+    no_pp = doc.parallel.replace(pp=1, dp=128, num_microbatches=12)
+    get_framework("torchtitan").check(doc.model, doc.training, no_pp)
+    get_framework("megatron-core").check(doc.model, doc.training, doc.parallel)

@@ -183,6 +183,8 @@ class Framework:
     """The 1F1B schedule needs at least as many micro-batches as pipeline stages."""
     tied_embeddings_one_stage: bool = False
     """Tied embedding/head weights only without tp and pp."""
+    tied_embeddings_with_pp: bool = True
+    """Tied embedding/head weights under pipeline parallelism (the first and last stage share them)."""
     learned_positions_split_sequence: bool = True
     """Learned position embeddings under cp or sequence parallelism."""
     seq_len_within_model: bool = False
@@ -271,6 +273,9 @@ class Framework:
         if self.tied_embeddings_one_stage and model.tied_embeddings and (plan.tp > 1 or plan.pp > 1):
             refuse(f"runs tied embedding/head weights only with tp=1 and pp=1, got tp={plan.tp}, pp={plan.pp} "
                    f"for {model.name!r}", "tied_embeddings", "plan with --tp 1 --pp 1")
+        if not self.tied_embeddings_with_pp and model.tied_embeddings and plan.pp > 1:
+            refuse(f"does not tie embedding and head weights across pipeline stages, got pp={plan.pp} for "
+                   f"{model.name!r} with tied_embeddings", "tied_embeddings_pp", "plan with --pp 1")
         if not self.learned_positions_split_sequence and model.position == "learned" and (
                 plan.cp > 1 or plan.sequence_parallel):
             refuse(f"does not split learned position embeddings over the sequence, got cp={plan.cp}, "

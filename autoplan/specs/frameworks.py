@@ -183,8 +183,11 @@ FRAMEWORKS = {f.name: f for f in (
                     "op-level selective activation checkpointing",
         states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0,
         selective_recompute="ops", fused_cross_entropy=False, dtypes=("bf16", "fp8", "fp32"),
-        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True,
+        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True, tied_embeddings_with_pp=False,
         sources={"states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
+                 "tied_embeddings_with_pp": "torchtitan 0.3.0 models/common/decoder.py lines 139-142, "
+                                            "Decoder.Config.update_from_config: NotImplementedError('Weight tying "
+                                            "is not supported with Pipeline Parallel.')",
                  "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py line 185: SelectiveAC "
                                         "saves compute/comm op outputs except every second matmul",
                  "fused_cross_entropy": "torchtitan's loss: F.cross_entropy over fp32-cast logits",
