@@ -271,3 +271,25 @@ def test_torchtitan_refuses_tied_embeddings_under_pipeline_parallelism():
     no_pp = doc.parallel.replace(pp=1, dp=128, num_microbatches=12)
     get_framework("torchtitan").check(doc.model, doc.training, no_pp)
     get_framework("megatron-core").check(doc.model, doc.training, doc.parallel)
+
+
+def test_torchtitan_memory_counts_its_chunked_loss_not_whole_fp32_logits():
+    """torchtitan 0.3.0's recipes and autoplan's export use ChunkedLossWrapper (8 chunks,
+    components/loss.py line 610): Llama-3-8B at seq 8192 holds one chunk of logits at 10 B each plus the
+    fp32 gradient of the hidden states, 1.35 GiB, where whole fp32 logits were 9.79 GiB of a 44.4 GiB peak."""
+    from cost_model import Estimator, builtin_profile
+    from cost_model.constants import load_constants
+    from tests.export_plans import LLAMA3_8B
+
+    training, cluster = TrainingSpec(global_batch_size=8, seq_len=8192), ClusterSpec("h100-80gb", 8)
+    plan = ParallelPlan(dp=8, zero_stage=3, micro_batch_size=1, num_microbatches=1, recompute="selective")
+    framework = load_constants().framework("torchtitan")
+    assert framework.loss_chunks == 8 and "ChunkedLossWrapper" in framework.sources["loss_chunks"]
+    memory = Estimator(LLAMA3_8B, training, cluster, builtin_profile("h100-80gb"),
+                       framework=framework).estimate(plan).memory_breakdown_bytes
+    chunk = 10 * 8192 * 128256 / 8
+    assert memory["logits"] == pytest.approx(chunk + 4 * 8192 * 4096)
+    assert sum(memory.values()) / 2 ** 30 == pytest.approx(34.3, abs=0.1)
+    unchunked = Estimator(LLAMA3_8B, training, cluster, builtin_profile("h100-80gb"),
+                          framework=framework.with_overrides(loss_chunks=1)).estimate(plan).memory_breakdown_bytes
+    assert unchunked["logits"] == pytest.approx(10 * 8192 * 128256)

@@ -97,6 +97,11 @@ class Framework:
     fused_cross_entropy: bool = True
     """Loss over the logits in place (Megatron's vocab-parallel cross-entropy: 6 B per logit) or
     unfused (F.cross_entropy also materializes the fp32 gradient of the logits: 10 B per logit)."""
+    loss_chunks: int = 1
+    """Sequence chunks the head and loss run over one at a time, each chunk's backward before the next
+    (torchtitan's ChunkedLossWrapper: 8), so the loss path holds its bytes per logit for one chunk, plus
+    the fp32 gradient of the final hidden states it accumulates. Read by the "megatron" activation
+    recipe; the eager recipes count their own loss tensors."""
     fused_cross_entropy_max_tp: int = 1 << 20
     """Highest tp at which the fused loss runs; above it the loss is unfused (autoplan's chunked
     head + loss needs the whole head weight on a rank)."""
