@@ -263,7 +263,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
 
         calibration = load_calibration(request.calibration_path)
     framework = get_framework(request.framework).name
-    get_framework(framework).check_model(model)  # an architecture the framework lacks: no plan at all
+    get_framework(framework).check_model(model, training)  # an architecture or seq_len it lacks: no plan
     headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,
                                        framework, headroom),

@@ -3,6 +3,7 @@ planner, the executor and the exporters alike, and the layering the design promi
 from __future__ import annotations
 
 import ast
+import re
 import json
 from pathlib import Path
 
@@ -293,3 +294,25 @@ def test_torchtitan_memory_counts_its_chunked_loss_not_whole_fp32_logits():
     unchunked = Estimator(LLAMA3_8B, training, cluster, builtin_profile("h100-80gb"),
                           framework=framework.with_overrides(loss_chunks=1)).estimate(plan).memory_breakdown_bytes
     assert unchunked["logits"] == pytest.approx(10 * 8192 * 128256)
+
+
+def test_search_and_the_plan_file_apply_one_context_rule(tmp_path, capsys):
+    """torchtitan sizes RoPE for the run, so a Llama-3-70B plan at seq 32768 is written, read back by
+    export and estimate; the autoplan executor builds its tables the model's length, so search refuses
+    that up front in one line, with the sentence the plan-file validation uses."""
+    plan = tmp_path / "plan.json"
+    args = ["search", "--model", "llama-3-70b", "--seq-len", "32768", "--gpus", "64", "--trials", "20"]
+    assert main([*args, "--framework", "torchtitan", "-o", str(plan)]) == 0
+    assert main(["export", str(plan), "--to", "torchtitan", "-o", str(tmp_path / "job.py")]) == 0
+    assert main(["estimate", str(plan)]) == 0
+    capsys.readouterr()
+    assert main([*args, "-o", str(tmp_path / "refused.json")]) == 2
+    said = capsys.readouterr().err.strip()
+    rule = "the model's context model.max_seq_len=8192 (position tables of the model's length)"
+    assert len(said.splitlines()) == 1 and rule in said and "got 32768" in said
+    assert not (tmp_path / "refused.json").exists()
+    data = json.loads(plan.read_text())
+    data["framework"] = "autoplan"
+    (tmp_path / "edited.json").write_text(json.dumps(data))
+    with pytest.raises(AutoplanError, match=re.escape(rule)):
+        PlanDocument.load(tmp_path / "edited.json")

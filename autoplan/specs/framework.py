@@ -193,7 +193,8 @@ class Framework:
     learned_positions_split_sequence: bool = True
     """Learned position embeddings under cp or sequence parallelism."""
     seq_len_within_model: bool = False
-    """seq_len may not exceed the model's max_seq_len (position tables are built that long)."""
+    """seq_len may not exceed the model's max_seq_len (position tables are built that long). Learned
+    position tables bound it in every framework (`context_rule`)."""
     tp_with_block_extras: bool = True
     """Tensor parallelism of blocks with q/k norms, post/sandwich norms or parallel attention/MLP."""
     cp_with_masked_attention: bool = True
@@ -211,10 +212,15 @@ class Framework:
     def _refuse(self, rule: str, tag: str, fix: str) -> None:
         raise InfeasiblePlan(f"framework {self.name} {rule}; {fix}", f"framework_{tag}")
 
-    def check_model(self, model: ModelSpec) -> None:
+    def check_model(self, model: ModelSpec, training: TrainingSpec | None = None) -> None:
         """Raise InfeasiblePlan when no plan of this framework can run the model (an architecture
-        feature it lacks); the planner asks this once, before searching."""
+        feature it lacks) or, given the training shape, its sequence length; the planner asks this
+        once, before searching."""
         refuse = self._refuse
+        rule = self.context_rule(model.max_seq_len, model.position, training.seq_len) if training else ""
+        if rule:
+            refuse(f"needs training.seq_len {rule}, got {training.seq_len} for {model.name!r}", "seq_len",
+                   "plan a shorter --seq-len")
         if model.is_mla and not self.mla:
             refuse(f"has no multi-head latent attention, which {model.name!r} uses (kv_lora_rank="
                    f"{model.kv_lora_rank})", "mla", "plan it for a framework that has it (--framework megatron-core)")
@@ -226,7 +232,7 @@ class Framework:
         """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
         the plan breaks. Structural rules every framework shares are ParallelPlan.check's."""
         refuse = self._refuse
-        self.check_model(model)
+        self.check_model(model, training)
         if training.dtype not in self.dtypes:
             refuse(f"trains in {', '.join(self.dtypes)}, not dtype={training.dtype}", "dtype",
                    f"plan with --dtype {self.dtypes[0]}")
@@ -294,6 +300,15 @@ class Framework:
             refuse(f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
                    f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
                    "cp_masked_attention", "plan with --cp 1")
-        if self.seq_len_within_model and training.seq_len > model.max_seq_len:
-            refuse(f"builds position tables of the model's length, got seq_len={training.seq_len} > "
-                   f"max_seq_len={model.max_seq_len} of {model.name!r}", "seq_len", "plan a shorter --seq-len")
+
+    def context_rule(self, max_seq_len: int, position: str, seq_len: int) -> str:
+        """The one rule on a sequence longer than the model's context, for search, export, run and the
+        plan-file validation alike: "" when this framework runs it, else what seq_len must be. A learned
+        position table is the model's length in every framework; a framework with
+        `seq_len_within_model` builds its RoPE tables that long too; the others size RoPE for the run
+        (torchtitan 0.3.0 models/common/decoder.py update_from_config; the exports write
+        max(max_seq_len, seq_len))."""
+        if seq_len <= max_seq_len or not (self.seq_len_within_model or position == "learned"):
+            return ""
+        why = "learned position embeddings" if position == "learned" else "position tables of the model's length"
+        return f"to be at most the model's context model.max_seq_len={max_seq_len} ({why})"
