@@ -47,7 +47,7 @@ def test_export_frameworks_are_installed():
     if missing and os.environ.get("AUTOPLAN_EXPORT_TEST_OPTIONAL") != "1":
         pytest.fail(f"the export acceptance tests cannot run: {', '.join(missing)} not installed (torchtitan 0.3.0: "
                     f"a venv at {TORCHTITAN_03}); run `make test` (installs the export-test extra and, with "
-                    f"`make torchtitan-0.3`, that venv: about 1.5 minutes, 2.5 GB), or set "
+                    f"`make torchtitan-0.3`, that venv: about 2 minutes, 2.5 GB), or set "
                     f"AUTOPLAN_EXPORT_TEST_OPTIONAL=1")
 
 

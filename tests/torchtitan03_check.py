@@ -18,7 +18,8 @@ Per export, the steps Trainer.__init__ takes before it touches a device or a pro
 - model_spec.model.update_from_config (models/common/decoder.py line 113: weight tying with pp, tp
   dividing the heads), Trainer.Config._validate_cuda_graphs, the model built on the meta device in
   training.dtype, verify_module_protocol and get_nparams_and_flops (trainer.py lines 344-393);
-- config.loss.build and the batch-size rule (trainer.py lines 410-440);
+- config.loss.build, its chunking of each rank's sequence (components/loss.py line 671, checked at
+  the first step) and the batch-size rule (trainer.py lines 410-440);
 - with pp > 1, the stage split pipeline_llm makes: _get_pipeline_metadata and
   _generate_llm_fqn_per_model_part (distributed/pipeline_parallel.py lines 194, 366).
 """
@@ -75,7 +76,10 @@ def _check(text: str, num_gpus: int, workdir: Path, index: int, out: dict) -> di
     out.update(params=sum(t.numel() for t in model.parameters()), layers=len(model.layers),
                float8_linears=sum("Float8" in type(m).__name__ for m in model.modules()),
                compile=config.compile.enable, async_tp=config.compile.enable_async_tensor_parallel)
-    config.loss.build(compile_config=config.compile)
+    loss = config.loss.build(compile_config=config.compile)
+    chunks = getattr(loss, "num_chunks", 1)  # ChunkedLossWrapper splits each rank's sequence (loss.py line 671)
+    if (config.training.seq_len // dims.cp) % chunks:
+        return {"error": f"ChunkedLossWrapper sequence length must be divisible by num_chunks ({chunks})"}
     batch = (dims.dp_replicate * dims.dp_shard) if dims.dp_enabled else 1  # trainer.py lines 415-427
     local, total = config.training.local_batch_size, config.training.global_batch_size
     if total > 0 and total % (local * batch):
@@ -87,7 +91,7 @@ def _check(text: str, num_gpus: int, workdir: Path, index: int, out: dict) -> di
         held = [name for part in parts for name in part if name.startswith("layers.")]
         if held != [f"layers.{i}" for i in range(layers)] or len(parts) % dims.pp:
             return {"error": f"{len(parts)} model parts do not hold the {layers} layers in order over pp={dims.pp}"}
-        if dims.pp > 1 and local % p.pipeline_parallel_microbatch_size:
+        if local % p.pipeline_parallel_microbatch_size:
             return {"error": "local_batch_size must be divisible by pipeline_parallel_microbatch_size"}
     return {}
 
