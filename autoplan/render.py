@@ -242,6 +242,8 @@ def _can_run(f) -> str:
         limits.append("micro-batches >= pp")
     if f.tied_embeddings_one_stage:
         limits.append("tied embeddings without tp/pp")
+    if not f.tied_embeddings_with_pp:
+        limits.append("tied embeddings without pp")
     if not f.learned_positions_split_sequence:
         limits.append("learned positions without cp/sp")
     if f.seq_len_within_model:
@@ -284,7 +286,7 @@ def render_frameworks(frameworks: list) -> str:
 
 def _loss_kind(f) -> str:
     if not f.fused_cross_entropy:
-        return "unfused"
+        return "unfused" if f.loss_chunks == 1 else f"unfused, x{f.loss_chunks} chunks"
     return "fused" if f.fused_cross_entropy_max_tp >= 1 << 20 else f"fused at tp<={f.fused_cross_entropy_max_tp}"
 
 
@@ -296,7 +298,8 @@ def render_framework(f, fitted: dict | None = None) -> str:
                         [[k, f"{t.bytes_per_param:g}", str(t.sharded_from_zero) if t.sharded_from_zero <= 3 else "never",
                           t.what] for k, t in f.states.items()], "lrrl")
     lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {f.activation_bytes} B "
-              f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}, "
+              f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}"
+              f"{f' over {f.loss_chunks} sequence chunks, one at a time' if f.loss_chunks > 1 else ''}, "
               f"selective recompute = {f.selective_recompute}",
               f"  activations saved as: {f.activation_recipe}; outside the allocator: "
               f"{f.runtime_bytes / 2 ** 30:.2f} GiB (CUDA context, cuBLAS/NCCL)",

@@ -138,8 +138,11 @@ def _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, 
     fw = est.framework
     fused_loss = fw.fused_cross_entropy and plan.tp <= fw.fused_cross_entropy_max_tp
     per_logit = fw.loss_bytes_per_logit or (BYTES_LOGITS if fused_loss else BYTES_LOGITS_UNFUSED)
-    logit_elems = b * s * est.model.vocab_size / plan.tp
-    logits = per_logit * logit_elems if last else 0.0
+    # A chunked loss holds one chunk's logits at a time, and the fp32 gradient of the final hidden
+    # states it accumulates over the chunks (torchtitan components/loss.py ChunkedLossWrapper).
+    logit_elems = b * s * est.model.vocab_size / plan.tp / fw.loss_chunks
+    hidden_grad = BYTES_GRAD * b * s * est.model.hidden_size if fw.loss_chunks > 1 else 0.0
+    logits = per_logit * logit_elems + hidden_grad if last else 0.0
     block = max(BYTES_ACT * logit_elems if last else 0.0, BYTES_ACT * b * s * est.model.ffn_hidden_size / plan.tp)
     return [(stored * in_flight, working, logits, False, block)]
 

@@ -3,6 +3,7 @@ planner, the executor and the exporters alike (the layering is tests/test_layeri
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -223,3 +224,63 @@ def test_a_record_names_the_framework_its_executor_ran():
     assert record_framework(record(), "autoplan") == "autoplan-91ee867"
     assert record_framework(record(options={"steps": 8}), "megatron-core") == "megatron-core"
     assert record_framework(record("xla", options={"steps": 8}), "autoplan") == "autoplan"
+
+
+def test_torchtitan_refuses_tied_embeddings_under_pipeline_parallelism():
+    """torchtitan 0.3.0 models/common/decoder.py lines 139-142 raise 'Weight tying is not supported with
+    Pipeline Parallel.' (the real torchtitan says so in tests/test_export_acceptance.py); tp alone is fine."""
+    from tests.export_plans import PLANS
+
+    doc = PLANS["gpt3 learned positions tp+pp"]
+    assert doc.model.tied_embeddings and doc.parallel.pp == 8
+    with pytest.raises(InfeasiblePlan, match="does not tie embedding and head weights across pipeline stages, "
+                                             "got pp=8") as info:
+        get_framework("torchtitan").check(doc.model, doc.training, doc.parallel)
+    assert info.value.reason == "framework_tied_embeddings_pp"
+    no_pp = doc.parallel.replace(pp=1, dp=128, num_microbatches=12)
+    get_framework("torchtitan").check(doc.model, doc.training, no_pp)
+    get_framework("megatron-core").check(doc.model, doc.training, doc.parallel)
+
+
+def test_torchtitan_memory_counts_its_chunked_loss_not_whole_fp32_logits():
+    """torchtitan 0.3.0's recipes and autoplan's export use ChunkedLossWrapper (8 chunks,
+    components/loss.py line 610): Llama-3-8B at seq 8192 holds one chunk of logits at 10 B each plus the
+    fp32 gradient of the hidden states, 1.35 GiB, where whole fp32 logits were 9.79 GiB of a 44.4 GiB peak."""
+    from cost_model import Estimator, builtin_profile
+    from cost_model.constants import load_constants
+    from tests.export_plans import LLAMA3_8B
+
+    training, cluster = TrainingSpec(global_batch_size=8, seq_len=8192), ClusterSpec("h100-80gb", 8)
+    plan = ParallelPlan(dp=8, zero_stage=3, micro_batch_size=1, num_microbatches=1, recompute="selective")
+    framework = load_constants().framework("torchtitan")
+    assert framework.loss_chunks == 8 and "ChunkedLossWrapper" in framework.sources["loss_chunks"]
+    memory = Estimator(LLAMA3_8B, training, cluster, builtin_profile("h100-80gb"),
+                       framework=framework).estimate(plan).memory_breakdown_bytes
+    chunk = 10 * 8192 * 128256 / 8
+    assert memory["logits"] == pytest.approx(chunk + 4 * 8192 * 4096)
+    assert sum(memory.values()) / 2 ** 30 == pytest.approx(34.3, abs=0.1)
+    unchunked = Estimator(LLAMA3_8B, training, cluster, builtin_profile("h100-80gb"),
+                          framework=framework.with_overrides(loss_chunks=1)).estimate(plan).memory_breakdown_bytes
+    assert unchunked["logits"] == pytest.approx(10 * 8192 * 128256)
+
+
+def test_search_and_the_plan_file_apply_one_context_rule(tmp_path, capsys):
+    """torchtitan sizes RoPE for the run, so a Llama-3-70B plan at seq 32768 is written, read back by
+    export and estimate; the autoplan executor builds its tables the model's length, so search refuses
+    that up front in one line, with the sentence the plan-file validation uses."""
+    plan = tmp_path / "plan.json"
+    args = ["search", "--model", "llama-3-70b", "--seq-len", "32768", "--gpus", "64", "--trials", "20"]
+    assert main([*args, "--framework", "torchtitan", "-o", str(plan)]) == 0
+    assert main(["export", str(plan), "--to", "torchtitan", "-o", str(tmp_path / "job.py")]) == 0
+    assert main(["estimate", str(plan)]) == 0
+    capsys.readouterr()
+    assert main([*args, "-o", str(tmp_path / "refused.json")]) == 2
+    said = capsys.readouterr().err.strip()
+    rule = "the model's context model.max_seq_len=8192 (position tables of the model's length)"
+    assert len(said.splitlines()) == 1 and rule in said and "got 32768" in said
+    assert not (tmp_path / "refused.json").exists()
+    data = json.loads(plan.read_text())
+    data["framework"] = "autoplan"
+    (tmp_path / "edited.json").write_text(json.dumps(data))
+    with pytest.raises(AutoplanError, match=re.escape(rule)):
+        PlanDocument.load(tmp_path / "edited.json")

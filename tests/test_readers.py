@@ -174,7 +174,7 @@ def test_memory_honours_the_sequence_parallel_flag_without_a_layout(capsys, flag
     (["cluster", "--model", "llama-2-7b", "--train-tokens", "2T", "--deadline-days", "1e300"],
      ["--deadline-days", "at most"]),
     (["cluster", "--model", "llama-2-7b", "--train-tokens", "2T", "--deadline-days", "30", "--seq-len", "32768"],
-     ["seq_len=32768", "max_seq_len=4096"]),
+     ["training.seq_len", "max_seq_len=4096", "got 32768"]),
 ])
 def test_numbers_are_refused_with_their_bound(capsys, argv, words):
     line = refusal(*run(capsys, *argv)[::2])

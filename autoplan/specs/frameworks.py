@@ -182,12 +182,20 @@ FRAMEWORKS = {f.name: f for f in (
         description="PyTorch torchtitan: FSDP2/HSDP + TP/SP + torch.distributed.pipelining + CP, "
                     "op-level selective activation checkpointing",
         states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0,
-        selective_recompute="ops", fused_cross_entropy=False, dtypes=("bf16", "fp8", "fp32"),
-        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True,
+        selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
+        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True, tied_embeddings_with_pp=False,
         sources={"states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
+                 "tied_embeddings_with_pp": "torchtitan 0.3.0 models/common/decoder.py lines 139-142, "
+                                            "Decoder.Config.update_from_config: NotImplementedError('Weight tying "
+                                            "is not supported with Pipeline Parallel.')",
                  "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py line 185: SelectiveAC "
                                         "saves compute/comm op outputs except every second matmul",
-                 "fused_cross_entropy": "torchtitan's loss: F.cross_entropy over fp32-cast logits",
+                 "fused_cross_entropy": "torchtitan 0.3.0 components/loss.py line 32 cross_entropy_loss: "
+                                        "F.cross_entropy over fp32-cast logits (10 B per logit of a chunk)",
+                 "loss_chunks": "torchtitan 0.3.0 components/loss.py line 610: ChunkedLossWrapper.Config num_chunks "
+                                "= 8, head + loss + backward per chunk, fp32 GradAccumulator of the hidden states "
+                                "(line 705); the loss of every 0.3.0 llama3/qwen3/deepseek_v3 recipe "
+                                "(models/llama3/config_registry.py line 187) and of autoplan's export",
                  "dtypes": "torchtitan 0.3.0 config/configs.py TrainingConfig: mixed_precision_param is bfloat16 "
                            "or float32, no fp16 with loss scaling",
                  "zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py line 70: every data-parallel layout "

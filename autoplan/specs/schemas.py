@@ -86,8 +86,10 @@ def validate_parallel(data: dict, issues: Issues, prefix: str = "parallel") -> N
     take_str(data, "recompute", issues, prefix, RECOMPUTE_POLICIES, required=False)
 
 
-def validate_plan(data: dict, issues: Issues) -> None:
-    """A whole plan file: its four sections, the alternatives, and the rules across sections."""
+def validate_plan(data: dict, issues: Issues, framework=None) -> None:
+    """A whole plan file: its four sections, the alternatives, and the rules across sections; the
+    context rule is `framework`'s (autoplan.specs.framework.Framework.context_rule, the one search
+    applies), skipped without one."""
     sections = {}
     for key, check in (("model", validate_model), ("training", validate_training),
                        ("cluster", validate_cluster), ("parallel", validate_parallel)):
@@ -119,8 +121,10 @@ def validate_plan(data: dict, issues: Issues) -> None:
     _degrees_match_gpus(sections.get("parallel", {}), sections.get("cluster", {}), issues, "parallel")
     model, training = sections.get("model", {}), sections.get("training", {})
     max_seq, seq = model.get("max_seq_len"), training.get("seq_len")
-    if _ints(max_seq, seq) and 0 < max_seq < seq <= MAX_SEQ_LEN:
-        issues.add("training.seq_len", f"must be at most the model's context model.max_seq_len={max_seq}", seq)
+    if framework is not None and _ints(max_seq, seq) and 0 < max_seq < seq <= MAX_SEQ_LEN:
+        rule = framework.context_rule(max_seq, model.get("position", "rope"), seq)
+        if rule:
+            issues.add("training.seq_len", f"must be {rule.removeprefix('to be ')} for framework {framework.name}", seq)
 
 
 def _degrees_match_gpus(parallel: dict, cluster: dict, issues: Issues, prefix: str) -> None:
