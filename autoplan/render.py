@@ -167,7 +167,12 @@ def search_lines(search: dict, width: int = 120) -> list:
     seed = f", seed {search['seed']}" if search.get("seed") is not None else ""
     extra = "".join(f" + {search[k]} {what}" for k, what in (("num_polish_moves", "polish moves"),
                                                              ("num_resumed_trials", "resumed trials")) if search.get(k))
-    lines = [f"search   {search['sampler']}, {search['num_trials']} trials{extra}{seed}, {search['wall_time_s']:.2f} s",
+    pruned = search.get("num_plans_pruned", 0)
+    how = (f"exhaustive, {search['num_trials']:,} plans scored and {pruned:,} ruled out unscored by a lower bound on "
+           f"step time (exact)" if search["sampler"] == "exhaustive" and pruned else
+           f"exhaustive, every one of {search['num_trials']:,} plans scored (exact)" if search["sampler"] == "exhaustive"
+           else f"{search['sampler']}, {search['num_trials']} trials{extra}{seed}")
+    lines = [f"search   {how}, {search['wall_time_s']:.2f} s",
              f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} run + "
              f"{sum(counts.values()):,} rejected" + (":" if counts else "")]
     items = [f"{n:,} {tag}" for tag, n in counts.items()]
