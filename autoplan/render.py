@@ -64,7 +64,9 @@ def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float 
     room = (f"{usable / GIB:.1f} GiB usable, {headroom_bytes / GIB:.1f} GiB headroom" if headroom_bytes
             else f"{capacity_bytes / GIB:.1f} GiB")
     if peak_bytes <= usable:
-        return f"fits ({peak_bytes / GIB:.1f} of {room})"
+        margin = capacity_bytes - peak_bytes
+        return (f"fits ({peak_bytes / GIB:.1f} of {room}; margin {margin / GIB:.1f} GiB = "
+                f"{margin / capacity_bytes:.1%} of the device left free)")
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
 
 
