@@ -411,7 +411,7 @@ def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_tri
     if sampler == AUTO:
         from autoplan.bounded import bounded_search, supports_bounds
 
-        if storage is None and not exhaustive and supports_bounds(scorer.estimator):
+        if storage is None and num_trials is None and not exhaustive and supports_bounds(scorer.estimator):
             return bounded_search(space, scorer)
         sampler = "tpe"
     budget = num_trials if num_trials is not None else DEFAULT_TRIALS.get(sampler, 0)
