@@ -40,7 +40,8 @@ class PlanRequest:
     dtype: str = "bf16"
     pins: Pins = field(default_factory=Pins)
     allow_tp_across_nodes: bool = False
-    sampler: str = "tpe"
+    sampler: str = "auto"
+    """auto: exact (branch and bound) where the cost model allows, else TPE; tpe; nsga2."""
     num_trials: int | None = None
     seed: int = 0
     exhaustive: bool = False

@@ -54,7 +54,9 @@ def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float 
     room = (f"{usable / GIB:.1f} GiB usable, {headroom_bytes / GIB:.1f} GiB headroom" if headroom_bytes
             else f"{capacity_bytes / GIB:.1f} GiB")
     if peak_bytes <= usable:
-        return f"fits ({peak_bytes / GIB:.1f} of {room})"
+        margin = capacity_bytes - peak_bytes
+        return (f"fits ({peak_bytes / GIB:.1f} of {room}; margin {margin / GIB:.1f} GiB = "
+                f"{margin / capacity_bytes:.1%} of the device left free)")
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
 
 
@@ -149,7 +151,12 @@ def search_lines(search: dict, width: int = 120) -> list:
     seed = f", seed {search['seed']}" if search.get("seed") is not None else ""
     extra = "".join(f" + {search[k]} {what}" for k, what in (("num_polish_moves", "polish moves"),
                                                              ("num_resumed_trials", "resumed trials")) if search.get(k))
-    lines = [f"search   {search['sampler']}, {search['num_trials']} trials{extra}{seed}, {search['wall_time_s']:.2f} s",
+    pruned = search.get("num_plans_pruned", 0)
+    how = (f"exhaustive, {search['num_trials']:,} plans scored and {pruned:,} ruled out unscored by a lower bound on "
+           f"step time (exact)" if search["sampler"] == "exhaustive" and pruned else
+           f"exhaustive, every one of {search['num_trials']:,} plans scored (exact)" if search["sampler"] == "exhaustive"
+           else f"{search['sampler']}, {search['num_trials']} trials{extra}{seed}")
+    lines = [f"search   {how}, {search['wall_time_s']:.2f} s",
              f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} run + "
              f"{sum(counts.values()):,} rejected" + (":" if counts else "")]
     items = [f"{n:,} {tag}" for tag, n in counts.items()]
