@@ -8,9 +8,10 @@ the best plan of any layout the runners-up are picked from, so it is never score
 the one `exhaustive_search` gives, best plan and runners-up alike, from a few per cent of the
 scores. Two bounds: a loose one from the layer times alone for every group, then, for the groups
 that survive it, the time terms of the group's plans without recompute (no memory model).
+`autoplan.search` (bounded_search) makes the scores its SearchResult; this module does not import it.
 
 The bounds hold for the analytical Estimator; a calibrated or learned one may scale times down,
-so `search` uses Optuna there. If a scored plan ever comes in under its group's bound, the search
+so `search` uses Optuna there. If a scored plan ever comes in under its group's bound, `search`
 scores every plan instead (and the tests fail: tests/test_bounded_search.py).
 """
 from __future__ import annotations
@@ -18,9 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import time
 
-from autoplan.search import PlanScorer, SearchResult, _collect, exhaustive_search
 from autoplan.space import SearchSpace
 from autoplan.specs import InfeasiblePlan, ParallelPlan
 
@@ -40,7 +39,7 @@ def supports_bounds(estimator) -> bool:
 def _groups(space: SearchSpace, rejections: dict):
     """(knobs without zero/recompute, zero stages, recompute policies) per group, folded like
     SearchSpace.plan; degree and batch products that cannot work are counted and skipped."""
-    d, pinned = space.domains, space._pinned
+    d, pinned = space.domains, space.pins.pinned()
     n, gb = space.cluster.num_gpus, space.training.global_batch_size
     recomputes = d["recompute"]
     for tp, pp, cp, ep in itertools.product(d["tp"], d["pp"], d["cp"], d["ep"]):
@@ -98,10 +97,11 @@ def _never_fits(est, plan: ParallelPlan, zeros) -> bool:
     return True
 
 
-def bounded_search(space: SearchSpace, scorer: PlanScorer, keep_layouts: int = KEEP_LAYOUTS) -> SearchResult:
-    """The exhaustive search's answer, scoring only the groups whose bound can still beat the
-    `keep_layouts`-th best layout (see the module docstring)."""
-    started = time.perf_counter()
+def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS) -> tuple | None:
+    """The plans the exhaustive search's answer needs, scored by `scorer` (autoplan.search.PlanScorer):
+    only the groups whose bound can still beat the `keep_layouts`-th best layout (see the module
+    docstring). (scored, rule rejections, plans left unscored), or None when a plan came in under its
+    group's bound: the caller then scores every plan."""
     est, rejections, heap = scorer.estimator, {}, []
     for i, (knobs, zeros, recomputes) in enumerate(_groups(space, rejections)):
         try:
@@ -140,13 +140,11 @@ def bounded_search(space: SearchSpace, scorer: PlanScorer, keep_layouts: int = K
             s = scorer.score(plan)
             scored.append(s)
             if s.estimate is not None and s.step_time_s < bound:  # the bound is broken: be exact the slow way
-                return exhaustive_search(space, scorer)
+                return None
             if s.feasible:
                 layout = (s.plan.dp, s.plan.tp, s.plan.pp, s.plan.cp, s.plan.ep)
                 if s.step_time_s < best_by_layout.get(layout, math.inf):
                     best_by_layout[layout] = s.step_time_s
                     if len(best_by_layout) >= keep_layouts:
                         threshold = heapq.nsmallest(keep_layouts, best_by_layout.values())[-1]
-    result = _collect(scored, "exhaustive", len(scored), None, started, scorer.num_evaluated, rejections)
-    result.num_pruned = pruned + pruned_memory
-    return result
+    return scored, rejections, pruned + pruned_memory

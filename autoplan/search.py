@@ -159,6 +159,21 @@ def exhaustive_search(space: SearchSpace, scorer: PlanScorer) -> SearchResult:
     return _collect(scored, "exhaustive", len(plans), None, started, scorer.num_evaluated, rejections)
 
 
+def bounded_search(space: SearchSpace, scorer: PlanScorer) -> SearchResult:
+    """The exhaustive search's answer from the plans a lower bound on step time cannot rule out
+    (autoplan.bounded); every plan scored if a bound is ever broken."""
+    from autoplan.bounded import bounded_scores
+
+    started = time.perf_counter()
+    found = bounded_scores(space, scorer)
+    if found is None:
+        return exhaustive_search(space, scorer)
+    scored, rejections, pruned = found
+    result = _collect(scored, "exhaustive", len(scored), None, started, scorer.num_evaluated, rejections)
+    result.num_pruned = pruned
+    return result
+
+
 def _import_optuna():
     import optuna
 
@@ -409,7 +424,7 @@ def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_tri
     space with no more knob combinations than the trial budget (heavily pinned) is enumerated
     instead: exact, and cheaper than sampling it with repeats. `exhaustive` scores every plan."""
     if sampler == AUTO:
-        from autoplan.bounded import bounded_search, supports_bounds
+        from autoplan.bounded import supports_bounds
 
         if storage is None and num_trials is None and not exhaustive and supports_bounds(scorer.estimator):
             return bounded_search(space, scorer)
