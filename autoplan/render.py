@@ -48,15 +48,16 @@ def breakdown_lines(prediction: dict) -> list:
 
 
 def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float = 0) -> str:
-    """'fits (68.1 of 77.1 GiB usable, 2.0 GiB headroom)' or 'does NOT fit (... 12.3 GiB over)':
-    "fits" judged against the capacity less the user's --memory-headroom, both shown."""
+    """'fits (68.1 of 77.1 GiB usable, 2.0 GiB headroom), margin 11.0 GiB = 13.9% of the device left free'
+    or 'does NOT fit (... 12.3 GiB over)': "fits" judged against the capacity less the user's
+    --memory-headroom, both shown, and the margin the plan leaves of the whole device."""
     usable = capacity_bytes - headroom_bytes
     room = (f"{usable / GIB:.1f} GiB usable, {headroom_bytes / GIB:.1f} GiB headroom" if headroom_bytes
             else f"{capacity_bytes / GIB:.1f} GiB")
     if peak_bytes <= usable:
         margin = capacity_bytes - peak_bytes
-        return (f"fits ({peak_bytes / GIB:.1f} of {room}; margin {margin / GIB:.1f} GiB = "
-                f"{margin / capacity_bytes:.1%} of the device left free)")
+        return (f"fits ({peak_bytes / GIB:.1f} of {room}), margin {margin / GIB:.1f} GiB = "
+                f"{margin / capacity_bytes:.1%} of the device left free")
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
 
 
