@@ -9,6 +9,9 @@ reports ~90% effective training time over 54 days, arXiv:2407.21783 section 3.3.
 """
 from __future__ import annotations
 
+from autoplan.text import human_count
+
+
 def training_run(tokens_per_s: float, num_gpus: int, train_tokens: float, gpu_hour_price: float | None = None) -> dict:
     """{"days", "gpu_hours", "cost"} of training `train_tokens` at `tokens_per_s` (cost None without a price)."""
     seconds = train_tokens / tokens_per_s
@@ -18,8 +21,6 @@ def training_run(tokens_per_s: float, num_gpus: int, train_tokens: float, gpu_ho
 
 
 def describe(run: dict, train_tokens: float, num_gpus: int, gpu_hour_price: float | None) -> str:
-    from autoplan.render import human_count
-
     text = (f"  train {human_count(train_tokens)} tokens: {run['days']:,.1f} days on {num_gpus:,} GPUs, "
             f"{run['gpu_hours']:,.0f} GPU-hours")
     if run["cost"] is not None:

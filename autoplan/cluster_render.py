@@ -6,7 +6,8 @@ Days, GPU-hours and cost in every row come from that row's predicted tokens/s th
 """
 from __future__ import annotations
 
-from autoplan.render import GIB, _table, _wrap, headline_lines, human_count, plan_line, setup_lines
+from autoplan.render import GIB, headline_lines, plan_line, setup_lines
+from autoplan.text import human_count, text_table, wrap_line
 
 NO_PRICE = ("cost     unknown: no --gpu-hour-price (autoplan ships no price list: prices depend on the provider, the "
             "commitment and the date); ranked by GPU-hours, which is the cost at one price for every type, not "
@@ -32,9 +33,9 @@ def goal_lines(outcome) -> list:
     lines = [f"goal     {', '.join(parts)}: {rule}"]
     if outcome.priced:
         prices = ", ".join(f"{o.name} ${o.price:,.2f}" for o in outcome.request.options)
-        lines += _wrap(f"prices   per GPU-hour (given): {prices}", 9)
+        lines += wrap_line(f"prices   per GPU-hour (given): {prices}", 9)
     else:
-        lines += _wrap(NO_PRICE, 9)
+        lines += wrap_line(NO_PRICE, 9)
     return lines
 
 
@@ -50,9 +51,9 @@ def _run_line(p, goal) -> str:
 def _point_block(title: str, p, goal) -> list:
     c = p.cluster
     pred = p.best.estimate.to_prediction()
-    return [*_wrap(f"{title}: {_cluster_name(p)} ({c.num_nodes:,} node{'s' if c.num_nodes > 1 else ''} of "
-                   f"{c.gpus_per_node}, profile {c.profile})", 2),
-            f"  plan: {plan_line(p.best.plan.to_dict())}", *headline_lines(pred), *_wrap(_run_line(p, goal), 4)]
+    return [*wrap_line(f"{title}: {_cluster_name(p)} ({c.num_nodes:,} node{'s' if c.num_nodes > 1 else ''} of "
+                       f"{c.gpus_per_node}, profile {c.profile})", 2),
+            f"  plan: {plan_line(p.best.plan.to_dict())}", *headline_lines(pred), *wrap_line(_run_line(p, goal), 4)]
 
 
 def _miss_lines(outcome) -> list:
@@ -77,7 +78,7 @@ def _miss_lines(outcome) -> list:
         over = cheapest.run["cost"] - goal.budget
         lines.append(f"  the cheapest found, {_cluster_name(cheapest)}, costs {_money(cheapest.run['cost'])}: "
                      f"{_money(over)} ({100 * over / goal.budget:.0f}%) over the budget")
-    return [w for line in lines for w in _wrap(line, 4)] + [""] + _point_block("fastest found", fastest, goal)
+    return [w for line in lines for w in wrap_line(line, 4)] + [""] + _point_block("fastest found", fastest, goal)
 
 
 def _versus(p, chosen, priced: bool) -> str:
@@ -92,7 +93,7 @@ def runners_up_lines(outcome) -> list:
         return ["runners-up at other sizes: none (no other type or count searched meets it)"]
     rows = [[str(i), _cluster_name(p), f"{p.run['days']:,.1f}", f"{p.run['gpu_hours']:,.0f}", _money(p.run["cost"]),
              _versus(p, outcome.chosen, outcome.priced)] for i, p in enumerate(outcome.runners_up, 1)]
-    header, *table = _table(["#", "cluster", "days", "GPU-hours", "cost", "against the chosen"], rows, "rlrrrl")
+    header, *table = text_table(["#", "cluster", "days", "GPU-hours", "cost", "against the chosen"], rows, "rlrrrl")
     lines = ["runners-up at other sizes (they meet it too; the best plan found at each)", header]
     for line, p in zip(table, outcome.runners_up):
         lines += [line, f"     plan: {plan_line(p.best.plan.to_dict())}"]
@@ -114,14 +115,15 @@ def scaling_lines(outcome) -> list:
         capacity = next((p.best.estimate.memory_capacity_bytes for p in points if p.best), None)
         first = points[0]
         source = first.cluster.profile if first.cluster else (first.option.profile_path or f"builtin:{name}")
-        lines += ["", *_wrap(f"{name} ({source}" + (f", {capacity / GIB:.1f} GiB per GPU)" if capacity else ")"), 2)]
+        per_gpu = f", {capacity / GIB:.1f} GiB per GPU)" if capacity else ")"
+        lines += ["", *wrap_line(f"{name} ({source}{per_gpu}", 2)]
         rows, notes, missing = [], [], {}
         for i, p in enumerate(points):
             if p.best is None:
                 missing[i] = _STATUS.get(p.status, "cannot be planned (below)")
                 rows.append([f"{p.num_gpus:,}"] + [""] * (len(headers) - 1))
                 if p.status not in _STATUS:  # a reason the count cannot be planned: wrapped under the table
-                    notes += _wrap(f"  {p.num_gpus:,} GPUs: {p.status}", 4)
+                    notes += wrap_line(f"  {p.num_gpus:,} GPUs: {p.status}", 4)
             else:
                 e = p.best.estimate
                 rows.append([f"{p.num_gpus:,}", f"{e.step_time_s:.3f}", f"{e.tokens_per_s_per_gpu:,.0f}",
@@ -129,7 +131,7 @@ def scaling_lines(outcome) -> list:
                              *([_money(p.run["cost"])] if outcome.priced else []), "yes" if p.meets else "no"])
             if p.stop:
                 notes.append(f"  {p.stop}")
-        header, *table = _table(headers, rows, "r" * (len(headers) - 1) + "l")
+        header, *table = text_table(headers, rows, "r" * (len(headers) - 1) + "l")
         width = len(table[0]) - len(table[0].lstrip()) + max(len(r[0]) for r in rows)
         lines += [header] + [line[:width] + "  " + missing[i] if i in missing else line
                              for i, line in enumerate(table)]
@@ -143,9 +145,9 @@ def render_cluster(outcome) -> str:
     lines = []
     if any_doc is not None:
         doc = outcome.document(any_doc)
-        lines += [w for line in setup_lines(doc) if not line.startswith("cluster") for w in _wrap(line, 9)]
+        lines += [w for line in setup_lines(doc) if not line.startswith("cluster") for w in wrap_line(line, 9)]
     for d in outcome.defaults:
-        lines += _wrap(f"default  {d}", 9)
+        lines += wrap_line(f"default  {d}", 9)
     lines += goal_lines(outcome) + [""]
     if outcome.chosen is not None:
         basis = "cost" if outcome.priced else "GPU-hours"

@@ -292,6 +292,7 @@ def cluster_search(request: ClusterRequest) -> ClusterOutcome:
     # One global batch for every point: the default is the one for a power-of-two cluster (~4M tokens).
     training, defaults = training_shape(model, ClusterSpec("any", DEFAULT_GPUS_PER_NODE, DEFAULT_GPUS_PER_NODE),
                                         request.seq_len, request.global_batch_size, request.dtype)
+    framework.check_problem(model, training)  # a seq_len beyond the model's: no cluster can help
     if request.global_batch_size is None:
         defaults[-1] = (f"global batch {training.global_batch_size} sequences = "
                         f"{training.global_batch_size * training.seq_len / 1e6:.2f}M tokens (default: ~4M tokens, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autoplan.specs import AutoplanError, ClusterSpec, HardwareProfile, read_json
+from autoplan.specs import AutoplanError, ClusterSpec, HardwareProfile
 from autoplan.specs.compat import check_profile_hosts
 
 DEFAULT_GPU = "h100-80gb"
@@ -28,11 +28,8 @@ def builtin_gpu_names() -> tuple:
 
 def load_profile_file(path: str | Path) -> HardwareProfile:
     """A measured HardwareProfile JSON; any defect (unreadable, wrong schema, bad field) is one line."""
-    data = read_json(path, "hardware profile")
     try:
-        return HardwareProfile.from_dict(data, f"hardware profile {str(path)!r}")
-    except AutoplanError:
-        raise
+        return HardwareProfile.load(path)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise AutoplanError(f"hardware profile {str(path)!r} is malformed ({type(exc).__name__}: {exc}); "
                             f"regenerate it with `autoplan profile`") from None

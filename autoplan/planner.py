@@ -40,7 +40,8 @@ class PlanRequest:
     dtype: str = "bf16"
     pins: Pins = field(default_factory=Pins)
     allow_tp_across_nodes: bool = False
-    sampler: str = "tpe"
+    sampler: str = "auto"
+    """auto: exact (branch and bound) where the cost model allows, else TPE; tpe; nsga2."""
     num_trials: int | None = None
     seed: int = 0
     exhaustive: bool = False
@@ -266,7 +267,9 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
 
         calibration = load_calibration(request.calibration_path)
     framework = get_framework(request.framework).name
-    get_framework(framework).check_model(model)  # an architecture the framework lacks: no plan at all
+    # An architecture, dtype or seq_len the framework cannot take rejects every plan: name it before the
+    # search, not whichever plan rule each candidate happened to break first.
+    get_framework(framework).check_problem(model, training)
     headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,
                                        framework, headroom),

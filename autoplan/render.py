@@ -8,20 +8,10 @@ from __future__ import annotations
 import textwrap
 
 from autoplan.specs import get_framework
+from autoplan.text import WIDTH, human_count, text_table, wrap_line
 from cost_model.terms import meaning as term_meaning
 
 GIB = 2**30
-
-
-def _table(headers: list, rows: list, align: str) -> list:
-    """Left/right aligned columns ('l'/'r' per column), two spaces apart."""
-    cells = [headers] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    out = []
-    for row in cells:
-        parts = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align)]
-        out.append("  " + "  ".join(parts).rstrip())
-    return out
 
 
 def plan_line(parallel: dict) -> str:
@@ -45,7 +35,7 @@ def breakdown_lines(prediction: dict) -> list:
     total_s = sum(time_s.values())
     rows = [[k, f"{v:.3f}", f"{100 * v / total_s:.1f}", term_meaning(k)] for k, v in time_s.items() if v > 0]
     rows.append(["total (step time)", f"{total_s:.3f}", "100.0", "the sum of the terms above"])
-    lines = ["time per step", *_table(["term", "s", "%", "what it is"], rows, "lrrl")]
+    lines = ["time per step", *text_table(["term", "s", "%", "what it is"], rows, "lrrl")]
     mem = prediction["memory_breakdown_bytes"]
     total_b = sum(mem.values())
     rows = [[k, f"{v / GIB:.2f}", f"{100 * v / total_b:.1f}", term_meaning(k, memory=True)] for k, v in mem.items() if v > 0]
@@ -53,18 +43,21 @@ def breakdown_lines(prediction: dict) -> list:
     cap, headroom = prediction.get("memory_capacity_bytes"), prediction.get("memory_headroom_bytes", 0)
     margin = f", {headroom / GIB:.1f} GiB headroom kept free" if cap and headroom else ""
     lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB{margin}" if cap else ""),
-              *_table(["term", "GiB", "%", "what it is"], rows, "lrrl")]
+              *text_table(["term", "GiB", "%", "what it is"], rows, "lrrl")]
     return lines
 
 
 def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float = 0) -> str:
-    """'fits (68.1 of 77.1 GiB usable, 2.0 GiB headroom)' or 'does NOT fit (... 12.3 GiB over)':
-    "fits" judged against the capacity less the user's --memory-headroom, both shown."""
+    """'fits (68.1 of 77.1 GiB usable, 2.0 GiB headroom), margin 11.0 GiB = 13.9% of the device left free'
+    or 'does NOT fit (... 12.3 GiB over)': "fits" judged against the capacity less the user's
+    --memory-headroom, both shown, and the margin the plan leaves of the whole device."""
     usable = capacity_bytes - headroom_bytes
     room = (f"{usable / GIB:.1f} GiB usable, {headroom_bytes / GIB:.1f} GiB headroom" if headroom_bytes
             else f"{capacity_bytes / GIB:.1f} GiB")
     if peak_bytes <= usable:
-        return f"fits ({peak_bytes / GIB:.1f} of {room})"
+        margin = capacity_bytes - peak_bytes
+        return (f"fits ({peak_bytes / GIB:.1f} of {room}), margin {margin / GIB:.1f} GiB = "
+                f"{margin / capacity_bytes:.1%} of the device left free")
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
 
 
@@ -74,14 +67,6 @@ def headline_lines(prediction: dict) -> list:
     return [f"  step time {p['step_time_s']:.3f} s   tokens/s {p['tokens_per_s']:,.0f}   "
             f"tokens/s/GPU {p['tokens_per_s_per_gpu']:,.0f}   MFU {100 * p['mfu']:.1f}%",
             f"  memory {p['peak_memory_bytes'] / GIB:.1f} GiB per GPU: {fits}"]
-
-
-def human_count(n: float) -> str:
-    """1.23B / 45.6M / 7.8K / 12: large counts in the unit that keeps them readable (base 10)."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= scale:
-            return f"{n / scale:.{1 if n >= 10 * scale else 2}f}{suffix}"
-    return f"{n:.0f}"
 
 
 def setup_lines(doc) -> list:
@@ -138,10 +123,10 @@ def alternatives_lines(doc) -> list:
         return ["runners-up: none (no other plan runs)"]
     b = doc.extra.get("train_budget") or {}
     extra = (["days"] if b else []) + (["cost"] if b.get("gpu_hour_price") else [])
-    header, *table = _table(["#", "plan", "step s", "tok/s/GPU", "GiB", *extra], rows, "rlrrr" + "r" * len(extra))
+    header, *table = text_table(["#", "plan", "step s", "tok/s/GPU", "GiB", *extra], rows, "rlrrr" + "r" * len(extra))
     lines = ["runners-up (why each lost)", header]
     for line, alt in zip(table, doc.alternatives):  # the reason under its plan: rows stay within 120 columns
-        lines += [line, *(_wrap(f"     why not: {alt['why_not']}", 14) if alt.get("why_not") else [])]
+        lines += [line, *(wrap_line(f"     why not: {alt['why_not']}", 14) if alt.get("why_not") else [])]
     return lines
 
 
@@ -157,7 +142,7 @@ def pareto_lines(front: list) -> list:
     rows = [[plan_line(f["parallel"]), f"{f['step_time_s']:.3f}", f"{f['peak_memory_bytes'] / GIB:.1f}"] for f in shown]
     more = f", {len(shown)} shown; all in the plan file's pareto_front" if len(shown) < len(front) else ""
     return [f"Pareto front, step time vs memory ({len(front)} plans{more})",
-            *_table(["plan", "step s", "GiB"], rows, "lrr")]
+            *text_table(["plan", "step s", "GiB"], rows, "lrr")]
 
 
 def search_lines(search: dict, width: int = 120) -> list:
@@ -167,7 +152,12 @@ def search_lines(search: dict, width: int = 120) -> list:
     seed = f", seed {search['seed']}" if search.get("seed") is not None else ""
     extra = "".join(f" + {search[k]} {what}" for k, what in (("num_polish_moves", "polish moves"),
                                                              ("num_resumed_trials", "resumed trials")) if search.get(k))
-    lines = [f"search   {search['sampler']}, {search['num_trials']} trials{extra}{seed}, {search['wall_time_s']:.2f} s",
+    pruned = search.get("num_plans_pruned", 0)
+    how = (f"exhaustive, {search['num_trials']:,} plans scored and {pruned:,} ruled out unscored by a lower bound on "
+           f"step time (exact)" if search["sampler"] == "exhaustive" and pruned else
+           f"exhaustive, every one of {search['num_trials']:,} plans scored (exact)" if search["sampler"] == "exhaustive"
+           else f"{search['sampler']}, {search['num_trials']} trials{extra}{seed}")
+    lines = [f"search   {how}, {search['wall_time_s']:.2f} s",
              f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} run + "
              f"{sum(counts.values()):,} rejected" + (":" if counts else "")]
     items = [f"{n:,} {tag}" for tag, n in counts.items()]
@@ -180,24 +170,16 @@ def search_lines(search: dict, width: int = 120) -> list:
     return lines
 
 
-WIDTH = 120
-"""Columns the prose lines are wrapped to (tables keep their rows whole)."""
-
-
-def _wrap(line: str, indent: int) -> list:
-    return textwrap.wrap(line, WIDTH, subsequent_indent=" " * indent, break_on_hyphens=False) or [line]
-
-
 def render_document(doc, defaults: list = (), title: str = "best plan", with_search: bool = True) -> str:
-    lines = [w for line in setup_lines(doc) for w in _wrap(line, 9)]
+    lines = [w for line in setup_lines(doc) for w in wrap_line(line, 9)]
     for d in defaults:
-        lines += _wrap(f"default  {d}", 9)
+        lines += wrap_line(f"default  {d}", 9)
     par = doc.parallel
     lines += ["", f"{title}: {plan_line(par.to_dict())}",
-              *_wrap(f"  (mbs={par.micro_batch_size}x{par.num_microbatches}: micro-batches of {par.micro_batch_size} "
-                     f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per "
-                     f"data-parallel replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp)", 3),
-              *headline_lines(doc.prediction), *[w for line in budget_lines(doc) for w in _wrap(line, 4)], ""]
+              *wrap_line(f"  (mbs={par.micro_batch_size}x{par.num_microbatches}: micro-batches of {par.micro_batch_size} "
+                         f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per "
+                         f"data-parallel replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp)", 3),
+              *headline_lines(doc.prediction), *[w for line in budget_lines(doc) for w in wrap_line(line, 4)], ""]
     lines += breakdown_lines(doc.prediction)
     if doc.search and with_search:
         lines += ["", *alternatives_lines(doc)]
@@ -214,8 +196,8 @@ def render_models(rows: list) -> str:
         moe = f"{m.num_experts}x top-{m.num_experts_per_token}" if m.is_moe else "-"
         table.append([name, f"{m.num_params / 1e9:.1f}B", str(m.num_layers), str(m.hidden_size),
                       f"{m.num_heads}/{m.num_kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size), m.mlp, moe, source])
-    return "\n".join(_table(["model", "params", "L", "hidden", "heads/kv", "ffn", "vocab", "mlp", "experts", "source"],
-                            table, "lrrrrrrlll")) + "\n"
+    headers = ["model", "params", "L", "hidden", "heads/kv", "ffn", "vocab", "mlp", "experts", "source"]
+    return "\n".join(text_table(headers, table, "lrrrrrrlll")) + "\n"
 
 
 def comparison_lines(before: dict, after: dict) -> list:
@@ -232,7 +214,7 @@ def comparison_lines(before: dict, after: dict) -> list:
     if before.get("step_time_s") and after.get("step_time_s"):
         rows.append(["change", "", "", f"{100 * (after['step_time_s'] / before['step_time_s'] - 1):+.1f}%", "", "",
                      f"{100 * (after['peak_memory_bytes'] / before['peak_memory_bytes'] - 1):+.1f}%", ""])
-    return ["prediction: the plan file's and now", *_table(
+    return ["prediction: the plan file's and now", *text_table(
         ["", "framework", "profile", "step s", "tok/s/GPU", "MFU %", "GiB", "fits"], rows, "lllrrrrl")]
 
 
@@ -268,6 +250,8 @@ def _can_run(f) -> str:
         limits.append("micro-batches >= pp")
     if f.tied_embeddings_one_stage:
         limits.append("tied embeddings without tp/pp")
+    if not f.tied_embeddings_with_pp:
+        limits.append("tied embeddings without pp")
     if not f.learned_positions_split_sequence:
         limits.append("learned positions without cp/sp")
     if f.seq_len_within_model:
@@ -295,8 +279,8 @@ def render_frameworks(frameworks: list) -> str:
                      "/".join(per_stage), _loss_kind(f),
                      f.selective_recompute, "yes" if f.flash_attention else "no", _can_run(f)])
     # The last column ("can run") wraps within WIDTH columns, its continuation lines under it.
-    lines = _table(["framework", "B/param", "unsharded z0/z3", "loss", "selective", "flash", ""],
-                   [row[:-1] + [""] for row in rows], "lrrllll")
+    lines = text_table(["framework", "B/param", "unsharded z0/z3", "loss", "selective", "flash", ""],
+                       [row[:-1] + [""] for row in rows], "lrrllll")
     indent = max(len(line) for line in lines) + 2
     out = [lines[0].ljust(indent) + "can run"]
     for line, row in zip(lines[1:], rows):
@@ -310,7 +294,7 @@ def render_frameworks(frameworks: list) -> str:
 
 def _loss_kind(f) -> str:
     if not f.fused_cross_entropy:
-        return "unfused"
+        return "unfused" if f.loss_chunks == 1 else f"unfused, x{f.loss_chunks} chunks"
     return "fused" if f.fused_cross_entropy_max_tp >= 1 << 20 else f"fused at tp<={f.fused_cross_entropy_max_tp}"
 
 
@@ -318,11 +302,12 @@ def render_framework(f, fitted: dict | None = None) -> str:
     """`autoplan frameworks NAME`: every fact of one framework with its source; `fitted` names the
     efficiency values the cost model fitted on published runs (already merged into `f`)."""
     lines = [f"{f.name}: {f.description}", f"  facts of: {f.version}", "", "stores (bytes per parameter)"]
-    lines += _table(["state", "bytes", "sharded from ZeRO", "what"],
-                    [[k, f"{t.bytes_per_param:g}", str(t.sharded_from_zero) if t.sharded_from_zero <= 3 else "never",
-                      t.what] for k, t in f.states.items()], "lrrl")
+    lines += text_table(["state", "bytes", "sharded from ZeRO", "what"],
+                        [[k, f"{t.bytes_per_param:g}", str(t.sharded_from_zero) if t.sharded_from_zero <= 3 else "never",
+                          t.what] for k, t in f.states.items()], "lrrl")
     lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {f.activation_bytes} B "
-              f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}, "
+              f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}"
+              f"{f' over {f.loss_chunks} sequence chunks, one at a time' if f.loss_chunks > 1 else ''}, "
               f"selective recompute = {f.selective_recompute}",
               f"  activations saved as: {f.activation_recipe}; outside the allocator: "
               f"{f.runtime_bytes / 2 ** 30:.2f} GiB (CUDA context, cuBLAS/NCCL)",
@@ -336,4 +321,4 @@ def render_framework(f, fitted: dict | None = None) -> str:
     lines += ["", "sources"]
     lines += [f"  {k}: {v}" for k, v in f.sources.items()] or ["  (none beyond the field docs)"]
     # Long lines (sources, the "what" of a state) continue 4 columns further in than they start.
-    return "\n".join(w for line in lines for w in _wrap(line, len(line) - len(line.lstrip()) + 4)) + "\n"
+    return "\n".join(w for line in lines for w in wrap_line(line, len(line) - len(line.lstrip()) + 4)) + "\n"

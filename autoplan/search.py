@@ -18,6 +18,9 @@ from autoplan.specs import AutoplanError, CostEstimate, InfeasiblePlan, Parallel
 
 GIB = 2**30
 SAMPLERS = ("tpe", "nsga2")
+AUTO = "auto"
+"""The default: the exact branch-and-bound enumeration (autoplan.bounded) where the cost model has
+a lower bound and no study is stored, else TPE."""
 DEFAULT_TRIALS = {"tpe": 200, "nsga2": 600}
 NSGA2_POPULATION = 40
 POLISH_ROUNDS = 20
@@ -118,6 +121,9 @@ class SearchResult:
     """Trials a stored study already held."""
     pareto: list = field(default_factory=list)
     """NSGA-II only: the non-dominated plans (step time vs memory), fastest first."""
+    num_pruned: int = 0
+    """Exhaustive search only: plans never scored because a lower bound on their step time
+    exceeded the best found (autoplan.bounded); 0 when every plan was scored."""
 
     @property
     def best(self) -> Scored | None:
@@ -132,6 +138,7 @@ class SearchResult:
                 "wall_time_s": round(self.wall_time_s, 4),
                 "num_plans_scored": len(self.ranked) + sum(count for count, _ in self.rejections.values()),
                 "num_feasible": len(self.ranked),
+                "num_plans_pruned": self.num_pruned,
                 "rejected": {tag: count for tag, (count, _) in sorted(self.rejections.items())}}
 
 
@@ -155,6 +162,21 @@ def exhaustive_search(space: SearchSpace, scorer: PlanScorer) -> SearchResult:
     plans, rejections = space.enumerate()
     scored = [scorer.score(p) for p in plans]
     return _collect(scored, "exhaustive", len(plans), None, started, scorer.num_evaluated, rejections)
+
+
+def bounded_search(space: SearchSpace, scorer: PlanScorer) -> SearchResult:
+    """The exhaustive search's answer from the plans a lower bound on step time cannot rule out
+    (autoplan.bounded); every plan scored if a bound is ever broken."""
+    from autoplan.bounded import bounded_scores
+
+    started = time.perf_counter()
+    found = bounded_scores(space, scorer)
+    if found is None:
+        return exhaustive_search(space, scorer)
+    scored, rejections, pruned = found
+    result = _collect(scored, "exhaustive", len(scored), None, started, scorer.num_evaluated, rejections)
+    result.num_pruned = pruned
+    return result
 
 
 def _import_optuna():
@@ -402,8 +424,16 @@ def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_tri
            seed: int = 0, exhaustive: bool = False, storage: str | None = None,
            study_name: str | None = None, log=None, polish_starts: int = POLISH_STARTS,
            first_knobs: tuple = ()) -> SearchResult:
-    """The search the user asked for. A space with no more knob combinations than the trial budget
-    (heavily pinned) is enumerated instead: exact, and cheaper than sampling it with repeats."""
+    """The search the user asked for. `auto` (the default) is exact: branch and bound over the whole
+    space (autoplan.bounded) for the analytical cost model without a stored study, else TPE. A
+    space with no more knob combinations than the trial budget (heavily pinned) is enumerated
+    instead: exact, and cheaper than sampling it with repeats. `exhaustive` scores every plan."""
+    if sampler == AUTO:
+        from autoplan.bounded import supports_bounds
+
+        if storage is None and num_trials is None and not exhaustive and supports_bounds(scorer.estimator):
+            return bounded_search(space, scorer)
+        sampler = "tpe"
     budget = num_trials if num_trials is not None else DEFAULT_TRIALS.get(sampler, 0)
     if exhaustive or (storage is None and space.size <= budget):
         result = exhaustive_search(space, scorer)

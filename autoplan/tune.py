@@ -14,7 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoplan.render import _table, plan_line
+from autoplan.render import plan_line
+from autoplan.text import text_table
 from autoplan.specs import AutoplanError, Measurement, PlanDocument
 
 GIB = 2**30
@@ -52,37 +53,48 @@ def _predicted_s(prediction: dict) -> float:
     return float(prediction.get("step_time_s") or math.inf)
 
 
-def plans_of(doc: PlanDocument) -> list[tuple[str, PlanDocument | None, str, float]]:
+def _does_not_fit(prediction: dict) -> str:
+    """Why a plan predicted not to fit is not run ("" when it fits or says nothing)."""
+    if prediction.get("fits") is not False:
+        return ""
+    need, have = prediction.get("peak_memory_bytes", 0), prediction.get("memory_capacity_bytes", 0)
+    return f"predicted not to fit: {need / GIB:.1f} GiB per GPU > {have / GIB:.1f} GiB (--force runs it anyway)"
+
+
+def plans_of(doc: PlanDocument, force: bool = False, score=None) -> list[tuple[str, PlanDocument | None, str, float]]:
     """(source, document, why not runnable, predicted step time) for the chosen plan and every
-    alternative, in file order. An alternative predicted not to fit, or whose block cannot be read,
-    has no document."""
+    alternative, in file order. A plan predicted not to fit is not runnable unless `force`; an
+    alternative whose block cannot be read has no document. `score(doc)` gives an alternative that
+    carries no prediction one (the chosen plan's was made when the file was read)."""
     from autoplan.exporters.common import with_alternative
 
-    found = [("plan", doc, "", _predicted_s(doc.prediction))]
-    for i, alternative in enumerate(doc.alternatives, 1):
-        prediction = (alternative.get("prediction") or {}) if isinstance(alternative, dict) else {}
-        if prediction.get("fits") is False:
-            need, have = prediction.get("peak_memory_bytes", 0), prediction.get("memory_capacity_bytes", 0)
-            found.append((f"alt {i}", None, f"predicted not to fit: {need / GIB:.1f} GiB per GPU > {have / GIB:.1f} GiB",
-                          _predicted_s(prediction)))
-            continue
+    found = [("plan", doc, "" if force else _does_not_fit(doc.prediction), _predicted_s(doc.prediction))]
+    for i in range(1, len(doc.alternatives) + 1):
         try:
-            found.append((f"alt {i}", with_alternative(doc, i), "", _predicted_s(prediction)))
+            plan = with_alternative(doc, i, force=True)
         except AutoplanError as exc:
-            found.append((f"alt {i}", None, str(exc), _predicted_s(prediction)))
+            found.append((f"alt {i}", None, str(exc), math.inf))
+            continue
+        if not plan.prediction and score is not None:
+            plan = score(plan)
+        found.append((f"alt {i}", plan, "" if force else _does_not_fit(plan.prediction),
+                      _predicted_s(plan.prediction)))
     return found
 
 
-def pick_candidates(doc: PlanDocument, top: int, refuse) -> tuple[list[Candidate], list[tuple[str, str]]]:
+def pick_candidates(doc: PlanDocument, top: int, refuse, force: bool = False,
+                    score=None) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """The first `top` runnable plans by predicted step time, and (source, why) for each plan passed
-    over on the way. `refuse(doc)` raises AutoplanError when the executor cannot run a plan."""
+    over on the way. `refuse(doc)` raises AutoplanError when the executor cannot run a plan; plans
+    predicted not to fit are passed over unless `force`."""
     chosen, skipped, seen = [], [], {}
-    for source, plan, why, _ in sorted(plans_of(doc), key=lambda p: p[3]):  # stable: file order breaks ties
+    # sorted() is stable: file order breaks ties
+    for source, plan, why, _ in sorted(plans_of(doc, force, score), key=lambda p: p[3]):
         if len(chosen) == top:
             break
-        if plan is not None and plan.plan_id in seen:
+        if not why and plan is not None and plan.plan_id in seen:
             why = f"the same plan as {seen[plan.plan_id]}"
-        elif plan is not None:
+        elif not why and plan is not None:
             try:
                 refuse(plan)
             except AutoplanError as exc:
@@ -118,7 +130,7 @@ def table_lines(rows: list[Candidate]) -> list[str]:
         cells.append([str(rank) if ok else "-", c.label, f"{c.predicted_s:.3f}" if math.isfinite(c.predicted_s) else "-",
                       f"{c.measured_s:.3f}" if ok else "-", error,
                       _gib(c.doc.prediction.get("peak_memory_bytes", 0)), _gib(measured_memory), c.status])
-    return _table(["#", "plan", "pred s", "meas s", "error", "GiB pred", "GiB meas", "status"], cells, "rlrrrrrl")
+    return text_table(["#", "plan", "pred s", "meas s", "error", "GiB pred", "GiB meas", "status"], cells, "rlrrrrrl")
 
 
 def memory_note(rows: list[Candidate]) -> str:

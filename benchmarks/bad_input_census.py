@@ -12,8 +12,11 @@ Classes of a case meant to be refused ("bad"):
   traceback  a traceback on stderr, or an exit code other than 0/2
   silent     exit 0: the bad input was accepted
   hang       still running after --timeout seconds
-A case meant to be accepted ("edge") is `accepted` on exit 0, else one of the classes above.
-`damaged` counts cases whose failure changed an output file that existed before.
+A case meant to be accepted ("edge") is `accepted` on exit 0, else one of the classes above, or
+  unsafe     exit 0, but the generated script or module does not parse (bash -n, compile()) or a
+             model name ran as a command.
+`damaged` counts cases whose failure changed an output file that existed before, or that changed an
+input, a FIFO, a folder or /dev/null at all (issue 27's classes: outputs, scripts, readers, rules).
 
 Each case runs in a child forked from a parent that has imported the heavy libraries once (so a
 case costs milliseconds, not an interpreter start); the child is killed at the timeout.
@@ -94,10 +97,13 @@ def _leaf_paths(doc, prefix=(), skip=()):
 
 
 class Case:
-    def __init__(self, kind, label, argv, expected, files=None, output=None):
+    def __init__(self, kind, label, argv, expected, files=None, output=None, nodes=None, keep=(), verify=None):
         self.kind, self.label, self.argv, self.expected = kind, label, argv, expected
         self.files = files or {}      # name -> str | bytes, written into the case folder
         self.output = output          # name of a file that exists before the command and must survive a failure
+        self.nodes = nodes or {}      # name -> "fifo" | "folder" | "symlink:<target>", made before the command
+        self.keep = keep              # names of files that must be byte-identical afterwards, whatever the exit
+        self.verify = verify          # (language, file name): a generated file that must parse ("bash", "python")
 
 
 def _dump(doc):
@@ -321,13 +327,151 @@ def generate(base: dict, rng: random.Random) -> list[Case]:
         ("profile --nproc 0", ["profile", "--device", "cpu", "--nproc", "0", "--out", "{d}/p.json"]),
     ]:
         cases.append(Case("argv", label, argv, "bad", {"plan.json": _dump(plan)}))
+    cases += _issue27_cases(plan)
     return cases
+
+
+HOSTILE_NAMES = {"quotes": "it's \"q\" \\ x", "dollar": "$(touch pwned)", "backtick": "`touch pwned`",
+                 "triple quotes": 'x"""; import os #', "unicode": "模型-é ✓"}
+CONTROL_NAMES = {"newline": "a\ntouch pwned", "tab": "a\tb", "escape": "a\x1bb", "line separator": "a\u2028b"}
+
+
+def _issue27_cases(plan: dict) -> list:
+    """Issue 27's classes: outputs (devices, FIFOs, folders, inputs as outputs, stdout, symlinks),
+    generated scripts for hostile names, the same plan file read by every command, rules and numbers."""
+    cases = []
+    small = ["--model", "llama-2-7b", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]
+    writers = {
+        "search": ["search", *small, "--trials", "5", "-o", "{out}"],
+        "estimate": ["estimate", "{d}/plan.json", "-o", "{out}"],
+        "memory": ["memory", *small, "--tp", "2", "--zero", "1", "-o", "{out}"],
+        "export": ["export", "{d}/plan.json", "--to", "megatron", "-o", "{out}"],
+        "export --launch": ["export", "{d}/plan.json", "--to", "torchtitan", "--launch", "slurm", "-o", "{out}"],
+        "calibrate": ["calibrate", "{d}/runs.jsonl", "-o", "{out}"],
+        "tune": ["tune", "{d}/plan.json", "--device", "cpu", "-o", "{out}"],
+        "tune --records": ["tune", "{d}/plan.json", "--device", "cpu", "--records", "{out}"],
+        "run": ["run", "{d}/plan.json", "--device", "cpu", "-o", "{out}"],
+        "profile": ["profile", "--device", "cpu", "--quick", "-o", "{out}"],
+        "cluster": ["cluster", "--model", "llama-2-7b", "--train-tokens", "2T", "--deadline-days", "60", "-o", "{out}"],
+    }
+    targets = {"fifo": ("{d}/pipe.md", {"pipe.md": "fifo"}), "folder": ("{d}/sub", {"sub": "folder"}),
+               "/dev/null": ("/dev/null", {}), "the plan input": ("{d}/plan.json", {}),
+               "a symlink to the input": ("{d}/link.json", {"link.json": "symlink:plan.json"}),
+               "a symlink loop": ("{d}/loop.json", {"loop.json": "symlink:loop.json"})}
+    files = {"plan.json": _dump(plan), "runs.jsonl": _dump({"schema": "autoplan.measurement/v1"}) + "\n"}
+    for command, argv in writers.items():
+        for label, (out, nodes) in targets.items():
+            if "plan.json" not in " ".join(argv) and "input" in label:
+                continue
+            cases.append(Case("outputs", f"{command} -o {label}", [a.replace("{out}", out) for a in argv], "bad",
+                              files, nodes=nodes, keep=("plan.json",)))
+    for command in ("estimate", "export", "memory"):
+        cases.append(Case("outputs", f"{command} -o -", [a.replace("{out}", "-") for a in writers[command]], "edge",
+                          files, keep=("plan.json",)))
+        cases.append(Case("outputs", f"{command} -o a symlink to a new file",
+                          [a.replace("{out}", "{d}/link.md") for a in writers[command]], "edge", files,
+                          nodes={"link.md": "symlink:target.md"}, keep=("plan.json",)))
+
+    # generated scripts and modules: the model name of a plan file, hostile
+    exports = [(["export", "{d}/plan.json", "--to", "megatron", "--launch", "torchrun", "-o", "{d}/x.sh"], "bash"),
+               (["export", "{d}/plan.json", "--to", "torchtitan", "-o", "{d}/x.py"], "python"),
+               (["export", "{d}/plan.json", "--to", "torchtitan", "--launch", "slurm", "-o", "{d}/x.sh"], "bash"),
+               (["export", "{d}/plan.json", "--to", "deepspeed", "--launch", "torchrun", "-o", "{d}/x.sh"], "bash"),
+               (["run", "{d}/plan.json", "--print-launch", "torchrun"], "bash-stdout")]
+    for names, verdict in ((HOSTILE_NAMES, "edge"), (CONTROL_NAMES, "bad")):
+        for label, name in names.items():
+            doc = copy.deepcopy(plan)
+            doc["model"]["name"] = name
+            for argv, language in exports:
+                target = argv[-1].rsplit("/", 1)[-1] if language != "bash-stdout" else "_stdout"
+                cases.append(Case("scripts", f"{argv[0]} {argv[3] if argv[0] == 'export' else 'launch'} name={label}",
+                                  argv, verdict, {"plan.json": _dump(doc)}, keep=("plan.json",),
+                                  verify=(language.removesuffix("-stdout"), target)))
+
+    # one reader: the same edited plan file, for every command that reads plans
+    readers = [["estimate", "{d}/plan.json"], ["export", "{d}/plan.json", "--to", "megatron"],
+               ["compare", "{d}/plan.json", "{d}/good.json"], ["tune", "{d}/plan.json", "--nproc", "999"],
+               ["run", "{d}/plan.json", "--print-launch", "slurm"]]
+    edits = [("degrees off the GPU count", "bad", lambda d: d["parallel"].update(dp=d["parallel"]["dp"] * 2)),
+             ("tokens/s per GPU 0", "bad", lambda d: d["prediction"].update(tokens_per_s_per_gpu=0)),
+             ("MFU 5.0", "bad", lambda d: d["prediction"].update(mfu=5.0)),
+             ("no breakdowns", "edge", lambda d: [d["prediction"].pop(k) for k in
+                                                  ("time_breakdown_s", "memory_breakdown_bytes")]),
+             ("empty prediction", "edge", lambda d: d.update(prediction={})),
+             ("no prediction", "edge", lambda d: d.pop("prediction")),
+             ("does not fit", "bad", lambda d: d["prediction"].update(fits=False))]
+    for label, verdict, edit in edits:
+        doc = copy.deepcopy(plan)
+        edit(doc)
+        for argv in readers:
+            expected = verdict
+            if argv[0] in ("tune", "run") and verdict == "edge":
+                expected = "bad" if argv[0] == "tune" else "edge"  # tune --nproc 999 is refused once read
+            if label == "does not fit" and argv[0] in ("estimate", "compare", "run"):
+                continue  # they answer about such a plan; export and tune refuse it without --force
+            cases.append(Case("readers", f"{argv[0]} {label}", argv, expected,
+                              {"plan.json": _dump(doc), "good.json": _dump(plan)}, keep=("plan.json", "good.json")))
+
+    # rules and numbers
+    for label, argv in [
+        ("deepspeed MoE ZeRO-3", ["estimate", "--model", "mixtral-8x7b", "--gpus", "64", "--framework", "deepspeed",
+                                  "--zero", "3", "--ep", "8"]),
+        ("--budget 1,5M", ["cluster", "--model", "llama-2-7b", "--train-tokens", "2T", "--budget", "1,5M",
+                           "--gpu-hour-price", "2"]),
+        ("--budget 1_5M", ["cluster", "--model", "llama-2-7b", "--train-tokens", "2T", "--budget", "1_5M",
+                           "--gpu-hour-price", "2"]),
+        ("--train-tokens 1e300", ["search", *small, "--train-tokens", "1e300"]),
+        ("--gpu-hour-price 1e308", ["estimate", *small, "--train-tokens", "2T", "--gpu-hour-price", "1e308"]),
+        ("--deadline-days 1e300", ["cluster", "--model", "llama-2-7b", "--train-tokens", "2T", "--deadline-days",
+                                   "1e300"]),
+        ("cluster --seq-len above context", ["cluster", "--model", "llama-2-7b", "--train-tokens", "2T",
+                                             "--deadline-days", "30", "--seq-len", "32768"]),
+        ("export not fitting", ["export", "{d}/nofit.json", "--to", "megatron"]),
+    ]:
+        nofit = copy.deepcopy(plan)
+        nofit["prediction"]["fits"] = False
+        cases.append(Case("rules", label, argv, "bad", {"nofit.json": _dump(nofit)}))
+    return cases
+
+
+def _make_nodes(case: Case, folder: Path) -> None:
+    for name, kind in case.nodes.items():
+        if kind == "fifo":
+            os.mkfifo(folder / name)
+        elif kind == "folder":
+            (folder / name).mkdir()
+        elif kind.startswith("symlink:"):
+            (folder / name).symlink_to(kind.split(":", 1)[1])
+
+
+def _verify(case: Case, folder: Path) -> bool:
+    """A generated file parses in its language and no name ran as a command (no pwned file)."""
+    language, name = case.verify
+    text = (folder / name).read_text(errors="replace")
+    if language == "bash":
+        if subprocess.run(["bash", "-n", str(folder / name)], capture_output=True).returncode != 0:
+            return False
+    else:
+        try:
+            compile(text, name, "exec")
+        except SyntaxError:
+            return False
+    return not (folder / "pwned").exists()
+
+
+def _node_damaged() -> bool:
+    """/dev/null must stay a character device (as root a rename would make it a regular file)."""
+    import stat
+
+    return not stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
 # -- running ---------------------------------------------------------------------------------------
 def _run_forked(case: Case, folder: Path, timeout_s: float) -> tuple[str, int, str]:
     for name, body in case.files.items():
         (folder / name).write_bytes(body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass"))
+    _make_nodes(case, folder)
+    kept = {name: (folder / name).read_bytes() for name in case.keep}
     if case.output:
         (folder / case.output).write_text("sentinel\n")
     argv = [a.replace("{d}", str(folder)) for a in case.argv]
@@ -368,7 +512,14 @@ def _run_forked(case: Case, folder: Path, timeout_s: float) -> tuple[str, int, s
     rc = os.waitstatus_to_exitcode(status)
     err = err_path.read_text(errors="replace")
     damaged = bool(case.output) and rc != 0 and (folder / case.output).read_text(errors="replace") != "sentinel\n"
-    return ("damaged:" if damaged else "") + classify(case, rc, err), rc, err
+    damaged = damaged or any((folder / name).read_bytes() != body for name, body in kept.items()) or _node_damaged()
+    for name, kind in case.nodes.items():  # a FIFO or folder replaced by a file
+        damaged = damaged or (kind == "fifo" and not (folder / name).is_fifo()) or (
+            kind == "folder" and not (folder / name).is_dir())
+    cls = classify(case, rc, err)
+    if cls == "accepted" and case.verify is not None and not _verify(case, folder):
+        cls = "unsafe"
+    return ("damaged:" if damaged else "") + cls, rc, err
 
 
 def classify(case: Case, rc: int, err: str) -> str:
@@ -436,7 +587,7 @@ def census(limit: int | None, timeout_s: float, seed: int) -> dict:
             counts[cls] += 1
             counts["damaged"] += damaged
             by_kind[case.kind][cls] += 1
-            if cls in ("traceback", "silent", "hang", "messy") and len(examples[cls]) < 400:
+            if (cls in ("traceback", "silent", "hang", "messy", "unsafe") or damaged) and len(examples[cls]) < 400:
                 tail = err.strip().splitlines()[-1][:200] if err.strip() else ""
                 examples[cls].append(f"[{case.kind}] {case.label} (rc {rc}): {tail}")
             if (i + 1) % 100 == 0:

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoplan.specs import HardwareProfile, PlanDocument, read_json, read_measurements
+from autoplan.specs import HardwareProfile, PlanDocument, read_measurements
 from autoplan.specs.compat import record_framework
 from cost_model.constants import Constants, load_constants
 from cost_model.estimator import Estimator
@@ -33,6 +33,23 @@ class RunPrediction:
     measured_peak_bytes: int
     predicted_peak_bytes: float
     predicted_fits: bool
+    predicted_allocated_bytes: float = 0.0
+    """The prediction without the device terms: what max_memory_allocated measures."""
+    measured_reserved_bytes: int | None = None
+    predicted_reserved_bytes: float = 0.0
+    """max_memory_reserved, in records written since the executor keeps it (None before)."""
+
+    @property
+    def allocated_error(self) -> float:
+        return (self.predicted_allocated_bytes - self.measured_peak_bytes) / self.measured_peak_bytes
+
+    @property
+    def reserved_error(self) -> float | None:
+        """The reserved peak against the prediction less the CUDA context (which is outside the
+        allocator): states, activations and the allocator's largest block."""
+        if not self.measured_reserved_bytes:
+            return None
+        return (self.predicted_reserved_bytes - self.measured_reserved_bytes) / self.measured_reserved_bytes
 
     @property
     def step_error(self) -> float:
@@ -43,7 +60,7 @@ def load_profile(ref: str) -> HardwareProfile:
     """`builtin:NAME` or the path of a measured profile JSON."""
     if ref.startswith("builtin:"):
         return builtin_profile(ref.split(":", 1)[1])
-    return HardwareProfile.from_dict(read_json(ref, "hardware profile"), f"hardware profile {ref!r}")
+    return HardwareProfile.load(ref)
 
 
 def predict_measurements(path, profile: HardwareProfile, framework: str | None = None,
@@ -68,7 +85,10 @@ def predict_measurements(path, profile: HardwareProfile, framework: str | None =
             status=rec.status,
             measured_step_time_s=rec.median_step_time_s if ok else float("nan"),
             predicted_step_time_s=e.step_time_s, measured_peak_bytes=rec.peak_memory_bytes,
-            predicted_peak_bytes=e.peak_memory_bytes, predicted_fits=e.fits))
+            predicted_peak_bytes=e.peak_memory_bytes, predicted_fits=e.fits,
+            predicted_allocated_bytes=e.details.get("memory_allocated_peak_bytes", e.peak_memory_bytes),
+            measured_reserved_bytes=rec.extra.get("peak_memory_reserved_bytes"),
+            predicted_reserved_bytes=e.peak_memory_bytes - e.memory_breakdown_bytes.get("cuda_context", 0.0)))
     return out
 
 
@@ -78,6 +98,18 @@ def step_time_mape(predictions: list) -> float:
 
 
 H100_PROFILES = ("builtin:h100-80gb", "profile-full.json", "profile-quick.json")
+
+
+def memory_errors(predictions: list) -> dict:
+    """MAPE and worst under-prediction of the allocated and, where the records keep it, the reserved
+    peak, over the records that trained: {"allocated": {...}, "reserved": {...} or None}."""
+    ok = [p for p in predictions if p.status == "ok" and p.measured_peak_bytes]
+    out = {}
+    for name, errors in (("allocated", [p.allocated_error for p in ok]),
+                         ("reserved", [e for e in (p.reserved_error for p in ok) if e is not None])):
+        out[name] = {"num_runs": len(errors), "mape": statistics.fmean(abs(e) for e in errors),
+                     "worst_under": min(0.0, min(errors))} if errors else None
+    return out
 
 
 def h100_summary(constants: Constants | None = None) -> dict:
@@ -90,5 +122,6 @@ def h100_summary(constants: Constants | None = None) -> dict:
         errors = [p.step_error for p in preds if p.status == "ok"]
         out[ref] = {"num_runs": len(errors), "mape": statistics.fmean(abs(e) for e in errors),
                     "mean_error": statistics.fmean(errors), "max": max(abs(e) for e in errors),
-                    "oom_predicted_to_fit": sum(1 for p in preds if p.status == "oom" and p.predicted_fits)}
+                    "oom_predicted_to_fit": sum(1 for p in preds if p.status == "oom" and p.predicted_fits),
+                    "memory": memory_errors(preds)}
     return out

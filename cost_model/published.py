@@ -33,8 +33,10 @@ SOURCES = {
                   linear_bias=True, framework="megatron-deepspeed", nic_bytes_per_s=4 * 100e9 / 8 / 8),
     "LLMFOUNDRY": dict(source="llm-foundry", norm="layernorm", position="alibi", tied_embeddings=True,
                        linear_bias=False, framework="llm-foundry"),
+    # The torchtitan paper's runs (2024) predate 0.3.0's chunked loss (0.2.0 has no ChunkedLossWrapper):
+    # F.cross_entropy over the whole fp32-cast logits.
     "TORCHTITAN": dict(source="torchtitan", norm="rmsnorm", position="rope", tied_embeddings=False,
-                       linear_bias=False, framework="torchtitan"),
+                       linear_bias=False, framework="torchtitan", framework_then={"loss_chunks": 1}),
     # The sources added in 2026-11 state their software and architecture per row (columns framework,
     # norm, position, tied_embeddings, linear_bias, gpus_per_node): only the source key lives here,
     # and the scale-out network where it is not a DGX's (each row's notes cite it).
@@ -110,12 +112,14 @@ class PublishedRun:
     notes: str = ""
     sweep: str = field(default="")
     """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
+    framework_then: tuple = ()
+    """(fact, value) pairs of the framework as it was when the run was made (SOURCES' framework_then)."""
 
     def framework_facts(self, constants: Constants | None = None, name: str | None = None) -> Framework:
         """The run's framework (or framework `name`) under the given (fitted) constants, with the
         run's own switches (torch.compile, async TP, row-wise fp8)."""
         framework = (constants or load_constants()).framework(name or self.framework)
-        overrides = {}
+        overrides = dict(self.framework_then)
         if self.compiled:
             overrides["fused_elementwise"] = framework.compiled_elementwise_factor
         if self.async_tp:
@@ -255,6 +259,10 @@ def row_to_run(row: dict) -> PublishedRun:
         reported_peak_memory_bytes=reported_memory,
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         assumptions=tuple(assumptions), notes=notes,
+        # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
+        # another FSDP stack with its own whole-logit loss), so none takes that fact.
+        framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
+                              **facts.get("framework_then", {})}.items()),
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
 
 

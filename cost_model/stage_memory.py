@@ -30,6 +30,12 @@ from cost_model.memory import (
 
 DEVICE_TERMS = ("cuda_context", "allocator_overhead")
 """Memory terms outside what torch.cuda.max_memory_allocated counts."""
+CPU_DEVICE_TERMS = 0.0
+"""On a CPU profile (`autoplan profile --device cpu`, device_kind "cpu") both device terms are 0: a
+CPU process has no CUDA context, and PyTorch's CPU allocator (c10/core/impl/alloc_cpu.cpp) hands
+each request to the C library's malloc/free without a caching pool, so there is no cached block to
+predict; what the process holds beyond its tensors (interpreter, libraries, glibc arenas) is not
+modelled, and the measured figure, the resident-set high water, includes it."""
 FOREACH_ADAMW_TEMP_BYTES = 4
 """fp32 sqrt(exp_avg_sq) per parameter, alive during the for-each AdamW update."""
 
@@ -83,6 +89,8 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     zero = {"weight_copies": 0.0, "activations": 0.0, "activation_working": 0.0, "logits": 0.0,
             "comm_buffers": 0.0, "optimizer_working": 0.0}
     device = {"allocator_overhead": block, "cuda_context": fw.runtime_bytes}
+    if getattr(est.profile, "device_kind", "gpu") == "cpu":
+        device = dict.fromkeys(DEVICE_TERMS, 0.0)  # see CPU_DEVICE_TERMS
     candidates = []
     for activations, working, logits, grads_absent, _ in phases:
         candidates.append({**states, **({"grads": 0.0} if grads_absent and "grads" in states else {}),
@@ -138,8 +146,11 @@ def _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, 
     fw = est.framework
     fused_loss = fw.fused_cross_entropy and plan.tp <= fw.fused_cross_entropy_max_tp
     per_logit = fw.loss_bytes_per_logit or (BYTES_LOGITS if fused_loss else BYTES_LOGITS_UNFUSED)
-    logit_elems = b * s * est.model.vocab_size / plan.tp
-    logits = per_logit * logit_elems if last else 0.0
+    # A chunked loss holds one chunk's logits at a time, and the fp32 gradient of the final hidden
+    # states it accumulates over the chunks (torchtitan components/loss.py ChunkedLossWrapper).
+    logit_elems = b * s * est.model.vocab_size / plan.tp / fw.loss_chunks
+    hidden_grad = BYTES_GRAD * b * s * est.model.hidden_size if fw.loss_chunks > 1 else 0.0
+    logits = per_logit * logit_elems + hidden_grad if last else 0.0
     block = max(BYTES_ACT * logit_elems if last else 0.0, BYTES_ACT * b * s * est.model.ffn_hidden_size / plan.tp)
     return [(stored * in_flight, working, logits, False, block)]
 

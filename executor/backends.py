@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from autoplan.specs import AutoplanError, PlanDocument
+from autoplan.specs import AutoplanError
 
 BACKENDS = {
     "torch": "executor.torch_backend",
@@ -28,22 +28,3 @@ def get_backend(name: str) -> ModuleType:
         if not callable(getattr(module, attr, None)):
             raise AutoplanError(f"backend {name!r} ({BACKENDS[name]}) has no {attr}() yet")
     return module
-
-
-def check_framework(doc: PlanDocument, accepted: tuple) -> None:
-    """A plan made for another framework was costed and bounded by that framework's facts and rules:
-    refuse it in one line naming both (re-planning or re-scoring it is the user's call)."""
-    if doc.framework not in accepted:
-        raise AutoplanError(
-            f"plan {doc.plan_id} was made for framework {doc.framework!r}; this backend runs plans made for "
-            f"{' or '.join(map(repr, accepted))}: re-plan with --framework {accepted[0]} or re-score it with "
-            f"`autoplan estimate PLAN --framework {accepted[0]}`")
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a run of several plans: still a KeyboardInterrupt (the CLI ends with exit 130),
-    carrying the Measurements of the plans that finished before it, so the caller can keep them."""
-
-    def __init__(self, records: list):
-        super().__init__(f"interrupted after {len(records)} finished plan(s)")
-        self.records = list(records)

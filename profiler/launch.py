@@ -52,16 +52,14 @@ def resolve_nproc(device_type: str, nproc: int | None) -> int:
 
 def check_output_path(out: str | os.PathLike) -> Path:
     """Fail before measuring, not after minutes of it, when the profile could not be written."""
-    path = Path(out)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise AutoplanError(f"--out {str(path)!r} is a folder; give a file name such as {str(path / 'profile.json')!r}")
-    if not folder.is_dir():
-        raise AutoplanError(f"cannot write {str(path)!r}: the folder {str(folder)!r} does not exist; create it first")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise AutoplanError(f"cannot write {str(path)!r}: the folder {str(folder)!r} is not writable; "
-                            f"choose another --out")
-    return path
+    from autoplan.specs import check_output, is_stdout
+
+    if is_stdout(out):  # the samples CSV is written beside the profile: a file is needed
+        raise AutoplanError(f"-o {out}: the profile is written with its samples (OUT.samples.csv) beside it; "
+                            f"give a file name such as cluster.json")
+    check_output(out)
+    check_output(f"{out}.samples.csv")  # profiler.build.samples_path
+    return Path(out)
 
 
 def _free_port() -> int:

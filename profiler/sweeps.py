@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-from autoplan.specs.hardware import MEMORY_OPS  # noqa: F401 - re-exported; defined beside the profile's fields
+from autoplan.specs.choices import MEMORY_OPS  # noqa: F401 - re-exported for profiler.runner
 from profiler.timing import TimingPolicy
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

@@ -56,7 +56,7 @@ def test_plan_file_is_the_json_and_loads(plan_file, capsys):
     assert data["schema"] == PLAN_SCHEMA
     doc = PlanDocument.load(plan_file)
     assert doc.to_dict() == data
-    assert len(doc.alternatives) >= 3 and doc.search["sampler"] == "tpe"
+    assert len(doc.alternatives) >= 3 and doc.search["sampler"] == "exhaustive"  # the default is exact
     assert doc.cluster.profile == "builtin:h100-80gb"
 
 

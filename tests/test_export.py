@@ -153,8 +153,10 @@ def test_torchtitan_03_config_module():
     assert export.suffix == ".py" and export.text.startswith("# torchtitan 0.3.0 (Python config module)")
     compile(export.text, "autoplan_job.py", "exec")  # valid Python
     text = export.text
-    # llama-2-70b has the shape of torchtitan's 70B: its own recipe, the plan's parallelism on top
-    assert "from torchtitan.models.llama3.config_registry import llama3_70b" in text and "_model_spec" not in text
+    # llama-2-70b has the blocks of torchtitan's 70B but a 32000-row vocabulary: the module builds it
+    # (68.98B parameters; the 70B flavor would be 70.55B), on the 8B recipe's loss and optimizer
+    assert "config.model_spec = _model_spec()" in text and "vocab_size = 8192, 32000" in text
+    assert "model_registry" not in text
     for line in ("tensor_parallel_degree=8,", "pipeline_parallel_schedule='Interleaved1F1B',",
                  "pipeline_parallel_layers_per_stage=4,", "pipeline_parallel_first_stage_less_layers=0,",
                  "local_batch_size=128,", "global_batch_size=512,", "disable_cuda_graphs=True,",
@@ -168,6 +170,27 @@ def test_torchtitan_03_config_module():
     assert "enable_sequence_parallel=False," in no_sp and "config.activation_checkpoint = None" in no_sp
     with pytest.raises(InfeasiblePlan, match="torchtitan 0.3.0 has no model for the mixture of experts"):
         export_plan(MOE, "torchtitan")
+
+
+def test_torchtitan_03_flavor_only_for_its_whole_shape_and_the_plans_precision():
+    from tests.export_plans import LLAMA3_405B, LLAMA3_8B, PLANS
+
+    from dataclasses import replace
+    llama3_70b = PlanDocument(model=replace(LLAMA2_70B, name="llama-3-70b", vocab_size=128256),
+                              training=TP_PP_VPP_SP.training, cluster=TP_PP_VPP_SP.cluster,
+                              parallel=TP_PP_VPP_SP.parallel)
+    text = export_plan(llama3_70b, "torchtitan").text
+    assert "config.model_spec = model_registry('70B')" in text and "_model_spec" not in text
+    # a bf16 405B plan on llama3_405b(): no Float8Linear, compile or async TP from the recipe
+    doc = PLANS["uneven 405b (first/last lighter)"]
+    assert doc.model == LLAMA3_405B and doc.training.dtype == "bf16"
+    export = export_plan(doc, "torchtitan")
+    assert "config.model_spec = model_registry('405B')\n" in export.text and "Float8LinearConverter.Config" not in export.text
+    assert "config.compile = CompileConfig(enable=False, enable_async_tensor_parallel=False)" in export.text
+    assert any(note.startswith("llama3_405b() turns on Float8LinearConverter") for note in export.notes)
+    fp8 = export_plan(PLANS["fp8 dense tp+pp"], "torchtitan").text
+    assert PLANS["fp8 dense tp+pp"].model == LLAMA3_8B
+    assert "model_registry('8B', converters=[Float8LinearConverter.Config(model_compile_enabled=False)])" in fp8
 
 
 def test_deepspeed_json():

@@ -20,7 +20,7 @@ def small_oracle():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_tpe_finds_the_exhaustive_optimum(small_oracle, seed):
-    found = plan_search(PlanRequest(seed=seed, **SMALL))
+    found = plan_search(PlanRequest(sampler="tpe", seed=seed, **SMALL))
     assert found.best.step_time_s == pytest.approx(small_oracle.best.step_time_s, rel=1e-9)
     assert found.result.num_evaluated < small_oracle.result.num_evaluated
 
@@ -42,7 +42,7 @@ def test_tpe_alone_finds_the_optimum_of_a_small_space_given_trials():
 
 def test_moe_search_uses_expert_parallelism_and_matches_the_oracle():
     oracle = plan_search(PlanRequest(exhaustive=True, pins=Pins(cp=1, micro_batch_size=1), **MOE))
-    found = plan_search(PlanRequest(seed=0, pins=Pins(cp=1, micro_batch_size=1), **MOE))
+    found = plan_search(PlanRequest(sampler="tpe", seed=0, pins=Pins(cp=1, micro_batch_size=1), **MOE))
     assert found.best.step_time_s == pytest.approx(oracle.best.step_time_s, rel=0.01)
     assert {s.plan.ep for s in oracle.result.ranked} >= {1, 2, 4, 8}
 
@@ -132,7 +132,7 @@ def test_stored_study_resumes_and_refuses_another_problem(tmp_path):
 
 def test_a_space_smaller_than_the_trial_budget_is_enumerated():
     pins = Pins(tp=2, pp=2, cp=1, vpp=1, zero_stage=1, micro_batch_size=1)
-    outcome = plan_search(PlanRequest(pins=pins, **SMALL))
+    outcome = plan_search(PlanRequest(sampler="tpe", pins=pins, **SMALL))
     oracle = plan_search(PlanRequest(pins=pins, exhaustive=True, **SMALL))
     assert outcome.result.sampler == "exhaustive" and outcome.best.plan == oracle.best.plan
 
@@ -172,3 +172,16 @@ def test_interleaving_with_uneven_stages_is_in_the_space():
                            sequence_parallel=True))
     assert (plan.pp, plan.vpp, plan.dp) == (8, 8, 8)
     assert plan.virtual_stage_num_layers(model.num_layers) == [1] + [2] * 62 + [1]
+
+
+@pytest.mark.parametrize("extra", [[], ["--global-batch", "8"], ["--global-batch", "8", "--exhaustive"], ["--tp", "2"]])
+def test_a_seq_len_beyond_the_model_is_named_not_the_rule_each_plan_broke_first(capsys, extra):
+    # Every plan breaks the seq_len rule, but each used to be counted under the first rule it broke:
+    # with --global-batch 8 the batch rule (dp*micro_batch_size) was blamed, with --tp 2 the GPU count.
+    from autoplan.cli.main import main
+
+    assert main(["search", "--model", "llama-2-7b", "--gpus", "8", "--seq-len", "32768", *extra]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert "model.max_seq_len=4096" in err and "got 32768 for 'llama-2-7b'" in err and "--seq-len" in err
+    assert "global_batch_size" not in err and "tp*pp*cp" not in err

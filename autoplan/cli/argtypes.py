@@ -7,6 +7,7 @@ Standard library and autoplan.specs only: every command imports this at start-up
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 # Upper bounds on counts, far above any real run, so that a typo (an extra zero run, a pasted
@@ -19,14 +20,34 @@ MAX_TRIALS = 10**6
 MAX_SEED = 2**32 - 1  # numpy's RandomState, which Optuna's samplers seed, takes 0 .. 2**32-1
 
 
-def _positive(text: str, convert, what: str):
-    """`text` as a number > 0 (and finite) by `convert`; else "must be <what>, got ..."."""
+# Upper bounds on amounts: what a real run could need, with ample headroom, so that a slip of the
+# exponent (1e300 tokens, a price of 1e308) is refused with its bound instead of printing a 300-digit
+# day count or "$inf".
+MAX_TRAIN_TOKENS = 1e15
+"""Tokens of one training run: the largest published runs train on ~4e13 (Llama 4, Qwen3: 30-40T)."""
+MAX_GPU_HOUR_PRICE = 1e4
+"""USD per GPU-hour: cloud H100/B200 list prices are ~2-10."""
+MAX_BUDGET = 1e12
+"""USD for one training run: the largest announced clusters cost ~1e10."""
+MAX_DAYS = 36500.0
+"""A deadline of a hundred years."""
+
+
+def _positive(text: str, convert, what: str, upper: float = float("inf"), shown: str | None = None):
+    """`text` as a number > 0, finite and at most `upper`, by `convert`; else "must be <what>, got ...".
+    Underscores (which Python's float() reads as digit separators) are refused: "1_5" is not 15.
+    `shown`: the text as the user typed it, for the message (default `text`)."""
+    shown = text if shown is None else shown
     try:
+        if "_" in text:
+            raise ValueError
         value = convert(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {shown!r}") from None
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
+        raise argparse.ArgumentTypeError(f"must be {what}, got {shown!r}")
+    if value > upper:
+        raise argparse.ArgumentTypeError(f"must be at most {upper:g} ({what}), got {shown!r}")
     return value
 
 
@@ -56,36 +77,85 @@ def seed_int(text: str) -> int:
 
 
 def output_path(text: str) -> str:
-    """A file to write: not empty and not an existing folder (checked before any work is done)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("is empty; give a file name")
-    path = Path(text).expanduser()
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name inside it")
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"cannot write {text!r}: the folder {str(path.parent)!r} does not exist")
+    """A file to write, checked by the one writer's rules (autoplan.specs.output) before any work:
+    - or /dev/stdout, or a regular file (new or not) in a writable folder."""
+    from autoplan.specs import AutoplanError, check_output
+
+    try:
+        check_output(text)
+    except AutoplanError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+# Where a parsed command line names the files it reads and writes (every command's spelling), so that
+# one check before the command starts refuses an output that is also an input: `calibrate runs.jsonl
+# -o runs.jsonl` would replace the measurements by their calibration, `tune plan.json --records
+# plan.json` append a measurement to the plan.
+INPUT_FLAGS = ("plan", "plans", "model", "profile", "calibration", "measurements", "compare", "data", "inputs")
+OUTPUT_FLAGS = {"output": "-o/--output", "out": "-o/--output", "calibration_out": "--calibration-out",
+                "records": "--records"}
+FOLDER_OUTPUTS = {"report"}
+"""Commands whose -o is a folder they fill (checked by the command itself)."""
+
+
+def input_paths(args) -> list:
+    """The existing files among the command's inputs (a catalog model name is not a file)."""
+    found = []
+    for name in INPUT_FLAGS:
+        value = getattr(args, name, None)
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, str) and item and "\x00" not in item and os.path.exists(item):
+                found.append(item)
+    return found
+
+
+def check_command_paths(args) -> None:
+    """Every output of the command checked up front, against its inputs and the other outputs:
+    before `tune`, `run` or `profile` train or measure for minutes, and before any command reads."""
+    from autoplan.specs import AutoplanError, check_output, is_stdout
+
+    if getattr(args, "command", None) in FOLDER_OUTPUTS or getattr(args, "print_launch", None):
+        return  # report fills a folder; a printed launch script's -o is a path on the cluster
+    inputs = input_paths(args)
+    seen = []
+    for name, flag in OUTPUT_FLAGS.items():
+        value = getattr(args, name, None)
+        if not isinstance(value, str) or not value:
+            continue
+        appended = name == "records" or (name == "out" and getattr(args, "command", None) == "run")
+        check_output(value, inputs, flag, "runs.jsonl" if appended else "out.json")
+        for other_flag, other in seen:
+            if not is_stdout(value) and Path(value).expanduser().resolve() == Path(other).expanduser().resolve():
+                raise AutoplanError(f"{flag} and {other_flag} are the same file {value!r}; give each its own")
+        seen.append((flag, value))
 
 
 TOKEN_SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
-def token_count(text: str) -> float:
-    """--train-tokens: 2e12, 2T, 300B, 15M (base 10)."""
+def _amount(text: str, what: str, upper: float, currency: bool = False) -> float:
+    """A number with an optional base-10 suffix (K, M, B/G, T) and, for money, a leading $. One
+    documented form: no thousands separators, since "1,5M" means 1.5M in half the world and 15M in the
+    other half."""
     raw = text.strip().upper()
+    raw = raw[1:] if currency and raw.startswith("$") else raw
+    if "," in raw:
+        raise argparse.ArgumentTypeError(f"must be {what} without thousands separators or decimal commas, got "
+                                         f"{text!r}")
     scale = TOKEN_SUFFIXES.get(raw[-1:], 1.0)
-    try:
-        value = float(raw[:-1] if raw[-1:] in TOKEN_SUFFIXES else raw) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a token count such as 2e12, 2T or 300B, got {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive token count, got {text!r}")
-    return value
+    number = raw[:-1] if raw[-1:] in TOKEN_SUFFIXES else raw
+    return _positive(number, lambda t: float(t) * scale, what, upper, shown=text)
+
+
+def token_count(text: str) -> float:
+    """--train-tokens: 2e12, 2T, 300B, 15M (base 10), at most MAX_TRAIN_TOKENS."""
+    return _amount(text, "a token count such as 2e12, 2T or 300B", MAX_TRAIN_TOKENS)
 
 
 def price(text: str) -> float:
     """--gpu-hour-price: a positive amount per GPU-hour."""
-    return _positive(text, float, "a positive price per GPU-hour such as 2.50")
+    return _positive(text.strip(), float, "a positive price per GPU-hour in USD such as 2.50", MAX_GPU_HOUR_PRICE)
 
 
 def memory_headroom(text: str):
@@ -141,12 +211,14 @@ def framework_name(text: str) -> str:
 
 
 
+def days(text: str) -> float:
+    """--deadline-days: a positive number of days, whole or not, at most MAX_DAYS."""
+    return _positive(text.strip(), float, "a positive number of days such as 30 or 7.5", MAX_DAYS)
+
+
 def money(text: str) -> float:
-    """--budget: a positive amount, e.g. 1500000, 1.5M, $250K (suffixes base 10)."""
-    raw = text.strip().replace(",", "").lstrip("$").upper()
-    scale = TOKEN_SUFFIXES.get(raw[-1:], 1.0)
-    return _positive(raw[:-1] if raw[-1:] in TOKEN_SUFFIXES else raw, lambda t: float(t) * scale,
-                     "a positive amount such as 1500000, 1.5M or $250K")
+    """--budget: a positive amount, e.g. 1500000, 1.5M, $250K (suffixes base 10), at most MAX_BUDGET."""
+    return _amount(text, "a positive amount in USD such as 1500000, 1.5M or $250K", MAX_BUDGET, currency=True)
 
 
 def gpu_hour_prices(text: str):

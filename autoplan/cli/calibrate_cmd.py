@@ -41,24 +41,26 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from autoplan.specs import is_stdout
     from cost_model.learned.calibrate import build_calibration
 
     calibration, lines = build_calibration(args.measurements, args.published, args.profile, args.kind,
                                            args.framework, args.include_mismatched)
     calibration.save(args.output)
+    out = sys.stderr if is_stdout(args.output) else sys.stdout  # `-o -`: stdout holds the calibration only
     for line in lines:  # warnings reach the user in --json mode too
         if line.startswith("warning:"):
             sys.stderr.write(f"autoplan calibrate: {line}\n")
     lines = [line for line in lines if not line.startswith("warning:")]
     if args.json:
         json.dump({"output": args.output, "training": calibration.training, "op_models": calibration.op_models},
-                  sys.stdout, indent=2)
-        sys.stdout.write("\n")
+                  out, indent=2)
+        out.write("\n")
     else:
         for line in lines:
-            print(line)
+            print(line, file=out)
         parts = (["correction"] if calibration.correction is not None else []) + \
                 (["memory correction"] if calibration.memory_correction is not None else []) + \
                 (["learned profile"] if calibration.profile is not None else [])
-        print(f"wrote {args.output} ({' + '.join(parts)})")
+        print(f"wrote {args.output} ({' + '.join(parts)})", file=out)
     return 0

@@ -10,15 +10,9 @@ from __future__ import annotations
 import sys
 
 from autoplan.cli.argtypes import (
-    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, framework_name, gpu_hour_prices,
-    int_at_most, money, output_path, seed_int, token_count,
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, days, framework_name,
+    gpu_hour_prices, int_at_most, money, output_path, seed_int, token_count,
 )
-
-
-def _days(text: str) -> float:
-    from autoplan.cli.argtypes import _positive
-
-    return _positive(text, float, "a positive number of days such as 30 or 7.5")
 
 
 def register(subparsers) -> None:
@@ -32,7 +26,7 @@ def register(subparsers) -> None:
                    help="catalog name (see `autoplan models`), a Hugging Face config.json, or a folder holding one")
     g.add_argument("--train-tokens", type=token_count, required=True, metavar="N",
                    help="tokens to train on (2e12, 2T, 300B)")
-    g.add_argument("--deadline-days", type=_days, default=None, metavar="D",
+    g.add_argument("--deadline-days", type=days, default=None, metavar="D",
                    help="train within D days (steady-state throughput): picks the cheapest cluster that meets it")
     g.add_argument("--budget", type=money, default=None, metavar="USD",
                    help="spend at most this much (1.5M, $250K); needs --gpu-hour-price; alone it picks the fastest "
@@ -76,7 +70,7 @@ def run(args) -> int:
     from autoplan.cli.progress import Progress
     from autoplan.cluster_render import render_cluster
     from autoplan.cluster_search import ClusterRequest, Goal, cluster_search, gpu_options
-    from autoplan.specs import DEFAULT_FRAMEWORK, write_json_atomic
+    from autoplan.specs import DEFAULT_FRAMEWORK, is_stdout, write_json_atomic
     from autoplan.specs.jsonio import dumps
 
     gpus = [g for item in args.gpu for g in item.split(",") if g.strip()] if args.gpu else None
@@ -98,6 +92,10 @@ def run(args) -> int:
     shown = outcome.chosen or outcome.fastest
     if outcome.chosen is not None and args.output is not None:
         write_json_atomic(args.output, outcome.document(outcome.chosen).to_dict())
+    if args.output is not None and is_stdout(args.output):
+        if outcome.chosen is None:  # no plan file to write: the table says why, on stderr
+            sys.stderr.write(text)
+        return 0 if outcome.chosen is not None else 1
     if args.json:
         # With no plan anywhere there is no plan file to print: the table alone says so.
         doc = outcome.document(shown).to_dict() if shown else {"cluster_search": outcome.summary(False)}

@@ -1,8 +1,10 @@
 """`autoplan compare A.json B.json`: two plan files side by side, term by term, and why one wins.
 
-Reads the predictions the files carry (re-score either first with `autoplan estimate PLAN -o`
-to compare them under today's cost model or another framework/GPU). Tokens/s per GPU decides
-between plans on different GPU counts; step time between plans of the same job.
+Reads the predictions the files carry, through the plan reader every command uses: a file without
+one is scored with today's cost model, a file the checker refuses is refused here too (re-score
+either first with `autoplan estimate PLAN -o` to compare them under today's cost model or another
+framework/GPU). Tokens/s per GPU decides between plans on different GPU counts; step time between
+plans of the same job.
 """
 from __future__ import annotations
 
@@ -28,6 +30,11 @@ def _rows(a: dict, b: dict, scale: float, fmt: str) -> list:
     return rows
 
 
+def _terms(prediction: dict, key: str) -> dict:
+    """A breakdown of a prediction; a hand-edited file may leave it out (the plan checker allows it)."""
+    return prediction.get(key) or {}
+
+
 def verdict(a, b) -> str:
     """Which plan wins and the terms that make the difference (largest first)."""
     pa, pb = a.prediction, b.prediction
@@ -36,8 +43,8 @@ def verdict(a, b) -> str:
     better_b = pb[key] < pa[key] if same_job else pb[key] > pa[key]
     win, lose, wn, ln = (b, a, "B", "A") if better_b else (a, b, "A", "B")
     ratio = abs(pb[key] / pa[key] - 1)
-    diffs = {t: win.prediction["time_breakdown_s"].get(t, 0.0) - lose.prediction["time_breakdown_s"].get(t, 0.0)
-             for t in set(pa["time_breakdown_s"]) | set(pb["time_breakdown_s"])}
+    win_terms, lose_terms = _terms(win.prediction, "time_breakdown_s"), _terms(lose.prediction, "time_breakdown_s")
+    diffs = {t: win_terms.get(t, 0.0) - lose_terms.get(t, 0.0) for t in set(win_terms) | set(lose_terms)}
     biggest = sorted((d for d in diffs.items() if abs(d[1]) > 0), key=lambda d: -abs(d[1]))[:3]
     why = ", ".join(f"{d * 1e3:+.3f} ms {t}" if abs(d) < 1 else f"{d:+.3f} s {t}" for t, d in biggest)
     mem = (win.prediction["peak_memory_bytes"] - lose.prediction["peak_memory_bytes"]) / GIB
@@ -51,7 +58,8 @@ def verdict(a, b) -> str:
 
 def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
-    from autoplan.render import _table, plan_line
+    from autoplan.render import plan_line
+    from autoplan.text import text_table
 
     a, b = (load_plan(path) for path in args.plans)
     pa, pb = a.prediction, b.prediction
@@ -66,16 +74,18 @@ def run(args) -> int:
             ["MFU", f"{pa['mfu']:.1%}", f"{pb['mfu']:.1%}", f"{(pb['mfu'] - pa['mfu']) * 100:+.1f} pt"],
             ["peak memory (GiB)", f"{pa['peak_memory_bytes'] / GIB:.1f}", f"{pb['peak_memory_bytes'] / GIB:.1f}",
              f"{(pb['peak_memory_bytes'] - pa['peak_memory_bytes']) / GIB:+.1f}"]]
-    lines += _table(["", "A", "B", "B - A"], head, "lrrr")
+    lines += text_table(["", "A", "B", "B - A"], head, "lrrr")
     # Each breakdown in the unit that reads at its scale (a tiny model's step is milliseconds).
     t_unit, t_scale = ("s", 1.0) if max(pa["step_time_s"], pb["step_time_s"]) >= 1 else ("ms", 1e-3)
     m_unit, m_scale = ("GiB", GIB) if max(pa["peak_memory_bytes"], pb["peak_memory_bytes"]) >= GIB else ("MiB", 2 ** 20)
     lines += ["", f"time per step ({t_unit})",
-              *_table(["term", "A", "B", "B - A"], _rows(pa["time_breakdown_s"], pb["time_breakdown_s"], t_scale, ".3f"),
-                      "lrrr")]
+              *text_table(["term", "A", "B", "B - A"],
+                          _rows(_terms(pa, "time_breakdown_s"), _terms(pb, "time_breakdown_s"), t_scale, ".3f"),
+                          "lrrr")]
     lines += ["", f"memory per GPU ({m_unit})",
-              *_table(["term", "A", "B", "B - A"],
-                      _rows(pa["memory_breakdown_bytes"], pb["memory_breakdown_bytes"], m_scale, ".2f"), "lrrr")]
+              *text_table(["term", "A", "B", "B - A"],
+                          _rows(_terms(pa, "memory_breakdown_bytes"), _terms(pb, "memory_breakdown_bytes"), m_scale,
+                                ".2f"), "lrrr")]
     lines += ["", verdict(a, b)]
     print("\n".join(lines))
     return 0

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
     p.add_argument("--alternative", type=int, default=0, metavar="K",
                    help="export the K-th ranked alternative the search wrote into the plan file (default 0: the chosen plan)")
     p.add_argument("--force", action="store_true",
-                   help="export an alternative the plan file marks as not fitting in memory (refused otherwise)")
+                   help="export a plan (or alternative) the plan file marks as not fitting in memory (refused otherwise)")
     p.add_argument("--launch", choices=("torchrun", "slurm"),
                    help="write a bash script that starts the export with torchrun on every node, or as an sbatch job; "
                         "it refuses to run until its data/tokenizer placeholders are set")
@@ -30,12 +30,13 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
     from autoplan.exporters import export_launch, export_plan, target_framework, with_alternative
-    from autoplan.specs import write_text_atomic
+    from autoplan.specs import is_stdout, write_text_atomic
 
     doc = with_alternative(load_plan(args.plan), args.alternative, force=args.force)
-    if doc.prediction.get("fits") is False:
-        sys.stderr.write(f"autoplan export: warning: --alternative {args.alternative} is predicted NOT to fit in "
-                         f"memory; exported because of --force\n")
+    if doc.prediction.get("fits") is False:  # with_alternative refuses it without --force
+        which = f"--alternative {args.alternative}" if args.alternative else "the plan"
+        sys.stderr.write(f"autoplan export: warning: {which} is predicted NOT to fit in memory; exported because "
+                         f"of --force\n")
     # Both re-check the plan against the target framework's rules.
     export = export_launch(doc, args.target, args.launch) if args.launch else export_plan(doc, args.target)
     framework = target_framework(args.target)
@@ -47,7 +48,7 @@ def run(args) -> int:
         sys.stdout.write(export.text)
     for note in export.notes:
         sys.stderr.write(f"autoplan export: {args.target}: {note}\n")
-    if args.output:
+    if args.output and not is_stdout(args.output):
         sys.stderr.write(f"autoplan export: wrote {args.output}\n")
     return 0
 

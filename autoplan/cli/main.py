@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        from autoplan.cli.argtypes import check_command_paths
+
+        check_command_paths(args)  # outputs refused before any work: devices, folders, inputs
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return _interrupted(command)

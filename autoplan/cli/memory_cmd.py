@@ -47,12 +47,15 @@ def _layout(args, model, training, cluster, profile, framework):
     given = {f: getattr(args, f) for f in LAYOUT_FLAGS if getattr(args, f) is not None}
     if not given:
         from autoplan.planner import PlanRequest, plan_search
+        from autoplan.space import Pins
         from autoplan.specs import InfeasiblePlan
 
+        # --sequence-parallel / --no-sequence-parallel alone pins the searched layout (not dropped)
         request = PlanRequest(model=args.model, num_gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
                               profile_path=args.profile, global_batch_size=training.global_batch_size,
                               seq_len=training.seq_len, dtype=training.dtype, framework=framework,
-                              memory_headroom=args.memory_headroom)
+                              memory_headroom=args.memory_headroom,
+                              pins=Pins(sequence_parallel=args.sequence_parallel))
         try:
             p = plan_search(request).best.plan
         except InfeasiblePlan as exc:
@@ -61,7 +64,9 @@ def _layout(args, model, training, cluster, profile, framework):
             return Layout(dp=cluster.num_gpus, tp=1, pp=1), ("no plan fits, so plain data parallelism; "
                                                               "set --tp/--pp to see others")
         layout = Layout(p.dp, p.tp, p.pp, p.cp, p.vpp, p.ep, p.sequence_parallel)
-        return layout, "the one `autoplan search` picks; set --tp/--pp/--cp/--vpp/--ep to choose another"
+        pinned = "" if args.sequence_parallel is None else \
+            f" with {'--sequence-parallel' if args.sequence_parallel else '--no-sequence-parallel'}"
+        return layout, f"the one `autoplan search` picks{pinned}; set --tp/--pp/--cp/--vpp/--ep to choose another"
     tp, pp, cp = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1)
     if cluster.num_gpus % (tp * pp * cp):
         raise AutoplanError(f"tp*pp*cp must divide --gpus, got tp={tp} * pp={pp} * cp={cp} = {tp * pp * cp}, "
@@ -79,11 +84,11 @@ def run(args) -> int:
     from autoplan.clusters import resolve_cluster
     from autoplan.memory_table import DTYPES, ZERO_STAGES, memory_rows
     from autoplan.planner import make_estimator, training_shape
-    from autoplan.specs import DEFAULT_FRAMEWORK, RECOMPUTE_POLICIES, AutoplanError, resolve_headroom
+    from autoplan.specs import DEFAULT_FRAMEWORK, RECOMPUTE_POLICIES, AutoplanError, is_stdout, resolve_headroom
 
-    if args.output is not None and not args.output.lower().endswith((".csv", ".md")):
+    if args.output is not None and not is_stdout(args.output) and not args.output.lower().endswith((".csv", ".md")):
         raise AutoplanError(f"-o {args.output}: give a file ending in .csv or .md (the table's format follows the "
-                            f"extension)")
+                            f"extension), or - for the Markdown table on stdout")
     model = resolve_model(args.model)
     cluster, profile = resolve_cluster(args.gpus, args.gpu, args.gpus_per_node, args.profile)
     framework = args.framework or DEFAULT_FRAMEWORK
@@ -112,6 +117,8 @@ def run(args) -> int:
              "memory_headroom_bytes": headroom}
     if args.output is not None:
         _write(args.output, shown)
+    if args.output is not None and is_stdout(args.output):
+        return 0  # the table went to stdout: nothing else there
     if args.json:
         from autoplan.specs.jsonio import dumps
 
@@ -136,7 +143,7 @@ HEADERS = ["dtype", "zero", "recompute", "mbs", "weights", "grads", "optim", "ac
 
 
 def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, args) -> str:
-    from autoplan.render import _table, _wrap
+    from autoplan.text import text_table, wrap_line
 
     cap, headroom = facts["memory_capacity_bytes"], facts["memory_headroom_bytes"]
     usable = f"{(cap - headroom) / GIB:.1f} GiB usable ({cap / GIB:.1f} GiB less {headroom / GIB:.1f} GiB headroom)" \
@@ -145,8 +152,8 @@ def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, ar
             f"global batch {facts['global_batch_size']} x seq {facts['seq_len']}",
             *[f"default  {d}" for d in defaults], f"layout   {facts['layout']} ({where})",
             f"memory   per GPU in GiB (worst pipeline stage); fits = peak <= {usable}; full recompute = every layer"]
-    lines = [w for line in head for w in _wrap(line, 9)] + [""]
-    lines += _table(HEADERS, [_cells(r) for r in shown], "lrlrrrrrrrlr") if shown else ["  (no row fits)"]
+    lines = [w for line in head for w in wrap_line(line, 9)] + [""]
+    lines += text_table(HEADERS, [_cells(r) for r in shown], "lrlrrrrrrrlr") if shown else ["  (no row fits)"]
     refused: dict = {}
     for r in rows:
         if r.refused:
@@ -156,15 +163,15 @@ def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, ar
     if refused:
         summary += (f", {sum(refused.values())} refused and left out ("
                     + ", ".join(f"{n} {tag}" for tag, n in sorted(refused.items())) + "; --json lists why)")
-    lines += ["", *_wrap(summary, 2),
-              *_wrap("columns: weights = params + compute-dtype copy; optim = optimizer states + step temporaries; "
-                     "activ = saved activations + backward working set + logits; other = CUDA context, allocator, "
-                     "comm buffers. Each row sums to its peak.", 9)]
+    lines += ["", *wrap_line(summary, 2),
+              *wrap_line("columns: weights = params + compute-dtype copy; optim = optimizer states + step temporaries; "
+                         "activ = saved activations + backward working set + logits; other = CUDA context, allocator, "
+                         "comm buffers. Each row sums to its peak.", 9)]
     return "\n".join(lines) + "\n"
 
 
 def _write(path: str, rows: list) -> None:
-    from autoplan.specs import AutoplanError, write_text_atomic
+    from autoplan.specs import AutoplanError, is_stdout, write_text_atomic
 
     if path.lower().endswith(".csv"):
         import csv
@@ -180,7 +187,7 @@ def _write(path: str, rows: list) -> None:
                            f"{r.peak_bytes / GIB:.3f}", "yes" if r.fits else "no", f"{r.step_time_s:.4f}"]
                           for r in rows])
         write_text_atomic(path, buf.getvalue())
-    elif path.lower().endswith(".md"):
+    elif path.lower().endswith(".md") or is_stdout(path):
         lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
         lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows]
         write_text_atomic(path, "\n".join(lines) + "\n")

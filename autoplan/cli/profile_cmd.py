@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from autoplan.specs import AutoplanError, HardwareProfile, read_json
+from autoplan.specs import AutoplanError, HardwareProfile
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -46,8 +46,7 @@ def load_profile_ref(ref: str) -> HardwareProfile:
         from cost_model import builtin_profile
 
         return builtin_profile(ref[len(BUILTIN_PREFIX):])
-    data = read_json(ref, "hardware profile")
-    return HardwareProfile.from_dict(data, f"hardware profile {ref!r}")
+    return HardwareProfile.load(ref)
 
 
 def run(args) -> int:

@@ -63,7 +63,7 @@ def run_and_record(backend, docs: list, base_dirs: list, options, command: str =
     them) and any hardware-mismatch warning. A Ctrl-C
     keeps the records of the plans that finished before it (appended, then the interruption goes on)."""
     from autoplan.specs import append_measurement
-    from executor.backends import RunInterrupted
+    from executor.backend_common import RunInterrupted
 
     # Starting processes, importing torch and forming the process group take seconds before the
     # first step line: say what is happening meanwhile.
@@ -89,9 +89,11 @@ def run_and_record(backend, docs: list, base_dirs: list, options, command: str =
         for record in exc.records:
             keep(record)
         raise
+    from autoplan.specs import is_stdout
+
     for record in records:
-        if summaries:
-            print(summary(record, options.out))
+        if summaries:  # `-o -`: the records alone on stdout
+            print(summary(record, options.out), file=sys.stderr if is_stdout(options.out) else sys.stdout)
         warning = mismatch_warning(record, *by_id.get(record.plan_id, (None, None)))
         if warning:
             sys.stderr.write(f"autoplan {command}: warning: {warning}\n")
@@ -102,7 +104,7 @@ def print_launch(docs: list, args, options) -> int:
     """The cluster launch script of one plan for the executor; checked like a run (framework, rules)."""
     from autoplan.exporters.launch import executor_launch
     from autoplan.specs import AutoplanError, get_framework
-    from executor.backends import check_framework
+    from executor.backend_common import check_framework
 
     if len(docs) != 1:
         raise AutoplanError(f"--print-launch writes the script of one plan, got {len(docs)}; run it once per plan")
@@ -121,13 +123,10 @@ def print_launch(docs: list, args, options) -> int:
 def check_paths(options, out_flag: str = "-o/--output") -> None:
     """Paths the executor would trip over only after starting its processes (a traceback each);
     `out_flag` is how the command spells the flag of options.out."""
-    from autoplan.specs import AutoplanError
+    from autoplan.specs import AutoplanError, check_output
 
-    if options.out and not Path(options.out).resolve().parent.is_dir():
-        raise AutoplanError(f"{out_flag} {options.out!r}: the folder {str(Path(options.out).parent)!r} does not exist")
-    if options.out and Path(options.out).is_dir():
-        raise AutoplanError(f"{out_flag} {options.out!r} is a folder; give the JSONL file to append to, "
-                            f"e.g. {str(Path(options.out) / 'runs.jsonl')!r}")
+    if options.out:  # the one writer's rules (a folder, device or FIFO refused; - is stdout)
+        check_output(options.out, flag=out_flag, example="runs.jsonl")
     if options.data and Path(options.data).is_file() and Path(options.data).stat().st_size == 0:
         raise AutoplanError(f"--data {options.data!r} is empty; pass a flat {options.data_dtype} token-id file "
                             f"or leave out --data for synthetic tokens")

@@ -110,12 +110,15 @@ def add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def emit(doc, text: str, args) -> None:
-    """Write the plan file first (so a bad -o path fails before anything is printed), then print."""
-    from autoplan.specs import write_json_atomic
+    """Write the plan file first (so a bad -o path fails before anything is printed), then print;
+    `-o -` puts the plan file on stdout and nothing else there."""
+    from autoplan.specs import is_stdout, write_json_atomic
     from autoplan.specs.jsonio import dumps
 
     if args.output is not None:
         write_json_atomic(args.output, doc.to_dict())
+        if is_stdout(args.output):
+            return
     if args.json:
         sys.stdout.write(dumps(doc.to_dict()))
     else:
@@ -130,8 +133,10 @@ def register(subparsers) -> None:
     add_problem_arguments(p)
     add_pin_arguments(p)
     s = p.add_argument_group("search")
-    s.add_argument("--sampler", choices=("tpe", "nsga2"), default="tpe",
-                   help="tpe: fastest plan; nsga2: step-time/memory Pareto front")
+    s.add_argument("--sampler", choices=("auto", "tpe", "nsga2"), default="auto",
+                   help="auto: the exact optimum, every plan enumerated and those a lower bound on step time "
+                        "rules out left unscored (TPE with --storage or --calibration); tpe: Optuna's TPE "
+                        "sampler and a local polish; nsga2: step-time/memory Pareto front")
     s.add_argument("--trials", type=int_at_most(MAX_TRIALS, "trials"), default=None, metavar="N",
                    help="Optuna trials (default: 200 for tpe, then a local polish; 600 for nsga2)")
     s.add_argument("--seed", type=seed_int, default=0, help="sampler seed, 0 to 2**32-1 (default: 0)")

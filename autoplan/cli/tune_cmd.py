@@ -3,7 +3,7 @@
     autoplan tune plan.json --top 5 --steps 5 -o best.json --calibration-out calibration.json
 
 Takes the chosen plan and its ranked alternatives in the order of their predicted step time, skips
-(and says why) those predicted not to fit or that the backend refuses, runs the first --top of the
+(and says why) those predicted not to fit (unless --force) or that the backend refuses, runs the first --top of the
 rest with `autoplan run`'s code path (one launch), appends every measurement to --records, prints
 them ranked by measured step time (median of the timed steps) beside their predictions, writes the
 fastest as a plan file (its `tuning` block says it was chosen by measurement) and, from at least
@@ -14,6 +14,7 @@ finished ones, exit 130.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -37,12 +38,21 @@ def register(subparsers) -> None:
                    help="write the fastest measured plan here (schema autoplan.plan/v2, with a `tuning` block)")
     p.add_argument("--calibration-out", type=output_path, default=None, metavar="CAL.json",
                    help="fit a calibration from these runs (as `autoplan calibrate`) and write it here")
+    p.add_argument("--force", action="store_true",
+                   help="also run plans the plan file predicts not to fit in memory (passed over otherwise)")
     p.add_argument("--records", default="runs.jsonl", metavar="PATH",
                    help="JSONL file every run's measurement is appended to (default %(default)s)")
     add_run_arguments(p, output=False, checkpoints=False)
     # `--warmup W` as the DeepSpeed autotuner spells it; --warmup-steps as `autoplan run` does.
     p.add_argument("--warmup", dest="warmup_steps", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.set_defaults(func=run, steps=5)
+
+
+def _scored(plan, plan_path: str):
+    """An alternative that carries no prediction, scored as `autoplan estimate` would score it."""
+    from autoplan.planner import estimate_document
+
+    return estimate_document(plan, base_dir=Path(plan_path).parent)[0]
 
 
 def run(args) -> int:
@@ -64,9 +74,13 @@ def run(args) -> int:
     doc = load_plan(args.plan)
     backend = get_backend(options.backend)
     check_paths(options, "--records")
-    candidates, skipped = tune.pick_candidates(doc, args.top, lambda plan: check_plan(backend, plan, options))
-    for source, why in skipped:
-        sys.stderr.write(f"autoplan tune: skipped {source}: {why}\n")
+    candidates, skipped = tune.pick_candidates(doc, args.top, lambda plan: check_plan(backend, plan, options),
+                                               force=args.force, score=lambda plan: _scored(plan, args.plan))
+    if candidates or len(skipped) > 1:  # a lone plan's reason is the refusal's own line
+        for source, why in skipped:
+            sys.stderr.write(f"autoplan tune: skipped {source}: {why}\n")
+    if not candidates and len(skipped) == 1:
+        raise AutoplanError(f"the plan in {args.plan!r} cannot run here: {skipped[0][1]}")
     if not candidates:
         raise AutoplanError(f"none of the {len(skipped)} plan(s) in {args.plan!r} can run here (reasons above; the "
                             f"first: {skipped[0][1]})")
@@ -92,7 +106,8 @@ def run(args) -> int:
         sys.stderr.write("autoplan tune: no plan ran to the end (see the status column); no winner written\n")
         return 1
     best = timed[0]
-    print(f"winner: {best.source}, {best.measured_s:.4f} s per step measured ({best.predicted_s:.4f} s predicted)")
+    predicted = f"{best.predicted_s:.4f} s predicted" if math.isfinite(best.predicted_s) else "no prediction"
+    print(f"winner: {best.source}, {best.measured_s:.4f} s per step measured ({predicted})")
     print(f"  {best.label}")
     if args.output:
         tune.winner_document(doc, rows, skipped, options, options.out).save(args.output)
@@ -111,11 +126,11 @@ def run(args) -> int:
                 sys.stderr.write(f"autoplan tune: calibration not written: {exc}\n")
                 return 1
         calibration.save(args.calibration_out)
-        from autoplan.render import _wrap
+        from autoplan.text import wrap_line
 
         for line in lines:  # calibrate's report, wrapped to the output's 120 columns
             warning = line.startswith("warning:")
-            text = "\n".join(_wrap(f"autoplan tune: {line}" if warning else line, 2))
+            text = "\n".join(wrap_line(f"autoplan tune: {line}" if warning else line, 2))
             (sys.stderr if warning else sys.stdout).write(text + "\n")
         print(f"wrote {args.calibration_out} (use it with `autoplan search --calibration {args.calibration_out}`)")
     elif len(timed) >= minimum:

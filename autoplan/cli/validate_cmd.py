@@ -159,6 +159,19 @@ def load_runs(path: str) -> list:
     return runs
 
 
+def memory_lines(memory: dict) -> str:
+    """The allocated and reserved peak errors of measured runs; 'not recorded' where the records
+    predate the reserved peak."""
+    parts = []
+    for name, what in (("allocated", "max_memory_allocated"), ("reserved", "max_memory_reserved")):
+        m = memory.get(name)
+        parts.append(f"{name} peak ({what}) MAPE {m['mape']:.1%} over {m['num_runs']} runs, worst under "
+                     f"{m['worst_under']:+.1%}" if m else f"{name} peak ({what}) not recorded")
+        if not m:
+            break
+    return "; ".join(parts)
+
+
 def run(args) -> int:
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.measured_runs import h100_summary
@@ -226,6 +239,7 @@ def run(args) -> int:
     for ref, h in summary["h100_runs"].items():
         out.write(f"  {ref:28s} {h['num_runs']:3d} runs  MAPE {h['mape']:6.1%}  mean {h['mean_error']:+6.1%}  "
                   f"max {h['max']:6.1%}  out-of-memory runs predicted to fit: {h['oom_predicted_to_fit']}\n")
+        out.write(f"  {'':28s} {memory_lines(h.get('memory', {}))}\n")
     if summary["skipped"]:
         out.write(f"skipped {len(summary['skipped'])} rows whose plan breaks a rule of ours:\n")
         for s in summary["skipped"]:

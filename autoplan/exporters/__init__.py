@@ -4,6 +4,7 @@
 to the framework and the notes on what of the plan does not map onto it. Every option name is the
 framework's own (Megatron-LM `arguments.py`, torchtitan 0.3.0's config dataclasses and 0.2.0's `JobConfig`, DeepSpeed's JSON config).
 """
-from autoplan.exporters.common import Export, export_launch, export_plan, target_framework, target_names, with_alternative
+from autoplan.exporters.common import Export, target_framework, target_names, with_alternative
+from autoplan.exporters.dispatch import export_launch, export_plan
 
 __all__ = ["Export", "export_launch", "export_plan", "target_framework", "target_names", "with_alternative"]

@@ -1,10 +1,12 @@
-"""What every exporter shares: the result type, the target table and the checks on the plan."""
+"""What every exporter shares: the result type, the target table and the checks on the plan.
+
+The exporters import this module; the dispatch that imports them by name is autoplan.exporters.dispatch.
+"""
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 
-from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, get_framework
+from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument
 
 # target name -> (module under autoplan.exporters, file suffix of what it writes, framework whose rules
 # apply, the release the export is written for and checked against: tests/test_export_acceptance.py)
@@ -33,6 +35,16 @@ def target_names() -> tuple:
     return tuple(_TARGETS)
 
 
+def target_module(target: str) -> str:
+    """The module under autoplan.exporters that writes an export target's configuration."""
+    return _TARGETS[target][0]
+
+
+def target_suffix(target: str) -> str:
+    """File suffix of what an export target writes."""
+    return _TARGETS[target][1]
+
+
 def target_framework(target: str) -> str:
     """The framework (autoplan.specs.frameworks) an export target runs on."""
     return _TARGETS[target][2]
@@ -43,39 +55,29 @@ def target_version(target: str) -> str:
     return _TARGETS[target][3]
 
 
-def export_plan(doc: PlanDocument, target: str) -> Export:
-    """Translate a checked plan into `target`'s configuration, with the notes on what does not map."""
-    if target not in _TARGETS:
-        raise AutoplanError(
-            f"unknown export target {target!r}; choose one of {', '.join(_TARGETS)}")
-    # A hand-edited plan file may break the rules; the frameworks would fail later and less clearly.
-    # TP across nodes is the user's choice (search has a flag for it), so it is not refused here.
-    doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
-    module_name, suffix, framework, _ = _TARGETS[target]
-    # What the target cannot run is refused with its rule, never written out to fail on the cluster.
-    get_framework(framework).check(doc.model, doc.training, doc.parallel)
-    module = importlib.import_module(f"autoplan.exporters.{module_name}")
-    text, notes = module.export(doc)
-    return Export(target=target, text=text, notes=notes, suffix=suffix)
+def check_names(doc: PlanDocument) -> None:
+    """Refuse a name with a control character before it reaches a generated file: a newline in a
+    comment of a bash script starts a command, in a Python or TOML literal it ends the file's syntax.
+    The plan reader refuses such files already; a document built in memory is checked here too.
+    (Quotes, $(...), backticks and non-ASCII letters are fine: each generator quotes for its language.)"""
+    from autoplan.specs.validation import NAME_RULE, control_characters, show
 
-
-def export_launch(doc: PlanDocument, target: str, launcher: str) -> Export:
-    """`target`'s export wrapped in a bash script that starts it with torchrun on every node or
-    under Slurm (autoplan.exporters.launch); the same checks and notes as export_plan."""
-    export = export_plan(doc, target)
-    module = importlib.import_module(f"autoplan.exporters.{_TARGETS[target][0]}")
-    header = header_lines(doc, target) + [f"note: {note}" for note in export.notes]
-    return Export(target=target, text=module.launch(doc, launcher, header, export.text), notes=export.notes,
-                  suffix=".sh")
+    for what, value in (("model.name", doc.model.name), ("model.family", doc.model.family),
+                        ("cluster.name", doc.cluster.name), ("cluster.profile", doc.cluster.profile)):
+        if isinstance(value, str) and control_characters(value):
+            raise AutoplanError(f"{what} {NAME_RULE}, got {show(value)}; it would be written into a generated "
+                                f"script")
 
 
 def with_alternative(doc: PlanDocument, index: int, force: bool = False) -> PlanDocument:
     """The plan document with its `index`-th ranked alternative (1-based) as the chosen plan; 0 is
     the chosen plan itself. Lets a user export the runner-up the search also wrote down.
 
-    An alternative the search predicted not to fit in memory (the "faster plan that came closest to
-    fitting") is refused unless `force`: exported silently it would run out of memory on the cluster."""
+    A plan predicted not to fit in memory (an alternative that was the "faster plan that came closest
+    to fitting", or a chosen plan re-scored on a smaller GPU) is refused unless `force`: exported
+    silently it would run out of memory on the cluster."""
     if index == 0:
+        _refuse_if_not_fitting(doc.prediction, "the plan", force)
         return doc
     if not 1 <= index <= len(doc.alternatives):
         raise AutoplanError(
@@ -83,16 +85,20 @@ def with_alternative(doc: PlanDocument, index: int, force: bool = False) -> Plan
             f"choose 0 (the chosen plan) to {len(doc.alternatives)}")
     alternative = doc.alternatives[index - 1]
     prediction = (alternative.get("prediction") or {}) if isinstance(alternative, dict) else {}
-    if prediction.get("fits") is False and not force:
-        need, have = prediction.get("peak_memory_bytes", 0), prediction.get("memory_capacity_bytes", 0)
-        raise AutoplanError(
-            f"--alternative {index} does not fit: predicted peak {need / 2**30:.1f} GiB per GPU > "
-            f"{have / 2**30:.1f} GiB; export it anyway with --force, or choose another alternative")
+    _refuse_if_not_fitting(prediction, f"--alternative {index}", force)
     parallel = ParallelPlan.from_dict(alternative.get("parallel") if isinstance(alternative, dict) else None,
                                       f"alternative {index} parallel")
     return PlanDocument(model=doc.model, training=doc.training, cluster=doc.cluster, parallel=parallel,
                         prediction=dict(alternative.get("prediction") or {}), search=doc.search,
                         provenance=doc.provenance, framework=doc.framework)
+
+
+def _refuse_if_not_fitting(prediction: dict, what: str, force: bool) -> None:
+    if prediction.get("fits") is False and not force:
+        need, have = prediction.get("peak_memory_bytes", 0), prediction.get("memory_capacity_bytes", 0)
+        raise AutoplanError(
+            f"{what} does not fit: predicted peak {need / 2**30:.1f} GiB per GPU > {have / 2**30:.1f} GiB; "
+            f"export it anyway with --force, or choose another alternative")
 
 
 def header_lines(doc: PlanDocument, target: str) -> list:

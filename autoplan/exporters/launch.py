@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 
+from autoplan.exporters.common import check_names
 from autoplan.specs import AutoplanError, PlanDocument
 
 LAUNCHERS = ("torchrun", "slurm")
@@ -48,7 +49,8 @@ def launch_script(doc: PlanDocument, header: list, placeholders: dict, env: dict
             "    exit 2", "  fi", "done"] if names else []
     out += ["", 'RUN_DIR="${RUN_DIR:-$PWD}"', 'mkdir -p "$RUN_DIR"']
     for name, text in files.items():
-        out += [f"cat > \"$RUN_DIR/{name}\" <<'AUTOPLAN_EOF'", text.rstrip("\n"), "AUTOPLAN_EOF"]
+        end = _here_doc_end(text)
+        out += [f"cat > \"$RUN_DIR/{name}\" <<'{end}'", text.rstrip("\n"), end]
     out += [f"export {name}={value}" for name, value in env.items()]
     out += list(prelude)
     out.append('MASTER_PORT="${MASTER_PORT:-29500}"')
@@ -70,6 +72,15 @@ def launch_script(doc: PlanDocument, header: list, placeholders: dict, env: dict
     return "\n".join(out) + "\n"
 
 
+def _here_doc_end(text: str) -> str:
+    """A here-document delimiter that no line of `text` equals (a line equal to it would end the
+    document early and run the rest of the file as bash)."""
+    lines, end = set(text.splitlines()), "AUTOPLAN_EOF"
+    while end in lines:
+        end += "_"
+    return end
+
+
 def _word(word: str) -> str:
     """Shell-quote a word, keeping "$VAR"-style references expandable."""
     if word.startswith('"$') and word.endswith('"') and '"' not in word[1:-1]:
@@ -80,6 +91,7 @@ def _word(word: str) -> str:
 def executor_launch(doc: PlanDocument, plan_text: str, launcher: str, run_args: list) -> str:
     """`autoplan run --print-launch`: autoplan's own executor on the plan's GPUs (python -m executor
     under torchrun, one process per GPU), the plan file written next to the run."""
+    check_names(doc)
     header = [f"autoplan executor (torch backend, --device cuda) for plan {doc.plan_id}: {doc.model.name} on "
               f"{doc.cluster.num_gpus} x {doc.cluster.name}",
               "needs autoplan installed on every node (pip install 'autoplan[torch]')"]

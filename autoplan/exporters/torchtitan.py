@@ -17,7 +17,7 @@ import pprint
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import comment_block, header_lines
 from autoplan.exporters.launch import launch_script
-from autoplan.exporters.torchtitan_02 import DEEPSEEK_V3_FLAVORS, LLAMA3_FLAVORS, flavor, pipeline_stages
+from autoplan.exporters.torchtitan_02 import DEEPSEEK_V3_FLAVORS, flavor, pipeline_stages
 from autoplan.specs import InfeasiblePlan, PlanDocument
 
 CONFIG_FUNCTION = "autoplan_job"
@@ -30,8 +30,16 @@ MODULE = "autoplan_job"
 _RECIPES = {("llama3", "8B"): "llama3_8b", ("llama3", "70B"): "llama3_70b", ("llama3", "405B"): "llama3_405b",
             ("deepseek_v3", "16B"): "deepseek_v3_16b", ("deepseek_v3", "236B"): "deepseek_v3_16b",
             ("deepseek_v3", "671B"): "deepseek_v3_671b"}
-_NO_RECIPE = {("deepseek_v3", "236B"), ("qwen3", "4B"), ("qwen3", "8B"), ("qwen3", "235B-A22B")}
-"""Shipped flavors without a recipe of their own: the recipe named for them runs another flavor."""
+# torchtitan 0.3.0's llama3 flavors (torchtitan/models/llama3/__init__.py: _8b line 236, _70b 277, _405b 318):
+# dim, layers, heads, kv heads, FFN width (compute_ffn_hidden_dim of its multiple_of and multiplier),
+# vocabulary (128256: the flavor builds its embedding and head that size) and tied embeddings. A model is
+# built from a flavor only when its whole shape is that flavor's: Llama-2-70B has the 70B's blocks but a
+# 32000-row vocabulary (68.98B parameters, the 70B flavor 70.55B), so the module builds it.
+LLAMA3_03_FLAVORS = {
+    "8B": (4096, 32, 32, 8, 14336, 128256, False),
+    "70B": (8192, 80, 64, 8, 28672, 128256, False),
+    "405B": (16384, 126, 128, 8, 53248, 128256, False),
+}
 # mixed_precision_param accepts bfloat16 or float32 (configs.py TrainingConfig); fp8 runs the GEMMs
 # through the float8 converter on top of bfloat16 parameters.
 _MODEL_SPEC_IMPORTS = [
@@ -61,6 +69,12 @@ QWEN3_FLAVORS = {
     "30B-A3B": ((2048, 48, 32, 4, 128, 768, 128, 8, False), "qwen3_30b_a3b"),
     "235B-A22B": ((4096, 94, 64, 4, 128, 1536, 128, 8, False), "qwen3_30b_a3b"),
 }
+_RECIPE_SWITCHES = {
+    "llama3_405b": "Float8LinearConverter, compile and async TP (models/llama3/config_registry.py line 295)",
+    "deepseek_v3_16b": "compile of the loss (models/deepseek_v3/config_registry.py line 169)",
+    "deepseek_v3_671b": "compile of the loss (models/deepseek_v3/config_registry.py line 241)",
+}
+"""Recipes that change precision or compile behind the plan's back."""
 _PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
 
 
@@ -68,7 +82,7 @@ def export(doc: PlanDocument) -> tuple:
     """The config module's text and the notes on what does not map."""
     model, notes = doc.model, []
     name = "deepseek_v3" if model.is_moe or model.is_mla else "llama3"
-    shipped = flavor(model)
+    shipped = flavor(model) if name == "deepseek_v3" else llama3_flavor(model)
     qwen3 = qwen3_flavor(model)
     if qwen3:
         name, shipped = "qwen3", qwen3
@@ -82,25 +96,29 @@ def export(doc: PlanDocument) -> tuple:
     if name == "deepseek_v3" and shipped not in DEEPSEEK_V3_FLAVORS:
         raise InfeasiblePlan(f"torchtitan 0.3.0's deepseek_v3 ships the shapes {', '.join(DEEPSEEK_V3_FLAVORS)} "
                              f"only, {model.name!r} is none of them; export it to megatron", "export_torchtitan_mla")
-    custom = name == "llama3" and shipped not in LLAMA3_FLAVORS
+    custom = name == "llama3" and shipped not in LLAMA3_03_FLAVORS
     recipe = QWEN3_FLAVORS[shipped][1] if qwen3 else _RECIPES[(name, "8B" if custom else shipped)]
     _model_notes(doc, name, custom, notes)
-    imports = [("torchtitan.config", "ParallelismConfig, TrainingConfig"),
+    imports = [("torchtitan.config", "CompileConfig, ParallelismConfig, TrainingConfig"),
                (f"torchtitan.models.{name}.config_registry", recipe),
                ("torchtitan.trainer", "Trainer")]
-    body = [f"    config = {recipe}()  # torchtitan's own recipe: loss, optimizer, data loader, checkpointing"]
+    body = [f"    config = {recipe}()  # torchtitan's own recipe: loss, optimizer, data loader, checkpointing",
+            "    # The plan's precision and switches, whatever the recipe turns on (llama3_405b: Float8Linear,",
+            "    # compile, async TP): the model is rebuilt without converters unless the plan trains in fp8.",
+            "    config.compile = CompileConfig(enable=False, enable_async_tensor_parallel=False)"]
+    _switch_notes(recipe, notes)
     converters = ""
     if doc.training.dtype == "fp8":
-        # torchao Float8Linear, rowwise scaling, as in the llama3/deepseek_v3 float8 recipes
+        # torchao Float8Linear, rowwise scaling, as in the llama3/deepseek_v3 float8 recipes (eager: the
+        # torchtitan entry's facts are eager kernels without compile)
         imports.append(("torchtitan.components.quantization", "Float8LinearConverter"))
-        body.append('    compiled = config.compile.enable and "model" in config.compile.components')
-        converters = "converters=[Float8LinearConverter.Config(model_compile_enabled=compiled)]"
+        converters = "converters=[Float8LinearConverter.Config(model_compile_enabled=False)]"
     if custom:
         imports += _MODEL_SPEC_IMPORTS
         body += [f"    config.model_spec = _model_spec({converters})",
                  "    config.loss = ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(",
                  "        global_vocab_size=decoder_vocab_size(config.model_spec)))"]
-    elif converters or (name, shipped) in _NO_RECIPE:
+    else:
         imports.append((f"torchtitan.models.{name}", "model_registry"))
         body.append(f"    config.model_spec = model_registry({shipped!r}{', ' + converters if converters else ''})")
     body += _call("config.parallelism = ParallelismConfig", _parallelism(doc, notes))
@@ -115,9 +133,26 @@ def export(doc: PlanDocument) -> tuple:
     if custom:
         text += ["", _model_spec_source(doc), ""]
     text += ["", f"def {CONFIG_FUNCTION}() -> Trainer.Config:",
-             f'    """autoplan plan {doc.plan_id}: {model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}."""',
+             # a string literal by repr: quotes, backslashes and \"\"\" in a name cannot end it early
+             f"    {f'autoplan plan {doc.plan_id}: {model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}.'!r}",
              *body]
     return "\n".join(text) + "\n", notes
+
+
+def llama3_flavor(model) -> str:
+    """The name of torchtitan 0.3.0's llama3 flavor whose whole shape is the plan's model, else ""."""
+    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size,
+             model.vocab_size, model.tied_embeddings)
+    if model.is_moe or model.is_mla or (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
+        return ""
+    return next((name for name, dims in LLAMA3_03_FLAVORS.items() if dims == shape), "")
+
+
+def _switch_notes(recipe: str, notes: list) -> None:
+    """What the recipe turns on that the plan does not (torchtitan 0.3.0 config_registry.py files)."""
+    if recipe in _RECIPE_SWITCHES:
+        notes.append(f"{recipe}() turns on {_RECIPE_SWITCHES[recipe]}: exported off, as planned (the torchtitan "
+                     f"entry's facts are eager kernels without async TP); fp8 only where the plan trains in fp8")
 
 
 def qwen3_flavor(model) -> str:
@@ -150,11 +185,9 @@ def _call(target: str, values: dict) -> list:
 def _model_notes(doc: PlanDocument, name: str, custom: bool, notes: list) -> None:
     model = doc.model
     if custom:
-        notes.append(f"model shape: torchtitan 0.3.0 ships the llama3 flavors {', '.join(LLAMA3_FLAVORS)}; "
+        notes.append(f"model shape: torchtitan 0.3.0 ships the llama3 flavors {', '.join(LLAMA3_03_FLAVORS)}; "
                      f"{model.name!r} is built in this module as llama3's own flavors are (rope theta "
                      f"10000, torchtitan's default: set yours in _model_spec)")
-    elif name == "llama3":
-        notes.append(f"vocabulary: the flavor's own ({flavor(model)}); the plan assumes {model.vocab_size} rows")
     if name == "llama3" and (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
         notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
                      f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
@@ -175,7 +208,7 @@ def _model_spec_source(doc: PlanDocument) -> str:
     heads = model.num_heads
     return "\n".join([
         "def _model_spec(converters=None) -> ModelSpec:",
-        f'    """{model.name}: the plan\'s shape as a torchtitan llama3 model (its private builders, 0.3.0)."""',
+        f"    {f'{model.name}: the shape of the plan as a torchtitan llama3 model (its private builders, 0.3.0).'!r}",
         f"    dim, vocab_size = {model.hidden_size}, {model.vocab_size}",
         "    model = Llama3Model.Config(",
         f"        dim=dim, vocab_size=vocab_size, enable_weight_tying={model.tied_embeddings},",

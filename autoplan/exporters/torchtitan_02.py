@@ -6,6 +6,8 @@ autoplan/exporters/torchtitan.py) configures jobs in Python. The rules 0.3.0 rel
 here: 0.2.0's DDP is one-dimensional, and its tensor parallelism always shards on the sequence."""
 from __future__ import annotations
 
+import json
+
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import (
     comment_block, full_recompute_every_k, header_lines, stages_text,
@@ -263,8 +265,8 @@ def _toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, str):  # a TOML basic string: JSON's escapes are a subset of TOML's
+        return json.dumps(value, ensure_ascii=False)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML form for {value!r}")

@@ -97,6 +97,11 @@ class Framework:
     fused_cross_entropy: bool = True
     """Loss over the logits in place (Megatron's vocab-parallel cross-entropy: 6 B per logit) or
     unfused (F.cross_entropy also materializes the fp32 gradient of the logits: 10 B per logit)."""
+    loss_chunks: int = 1
+    """Sequence chunks the head and loss run over one at a time, each chunk's backward before the next
+    (torchtitan's ChunkedLossWrapper: 8), so the loss path holds its bytes per logit for one chunk, plus
+    the fp32 gradient of the final hidden states it accumulates. Read by the "megatron" activation
+    recipe; the eager recipes count their own loss tensors."""
     fused_cross_entropy_max_tp: int = 1 << 20
     """Highest tp at which the fused loss runs; above it the loss is unfused (autoplan's chunked
     head + loss needs the whole head weight on a rank)."""
@@ -177,6 +182,8 @@ class Framework:
     """Highest ZeRO stage it combines with pipeline parallelism."""
     max_zero_with_ep: int = 3
     """Highest ZeRO stage it combines with expert parallelism."""
+    max_zero_with_moe: int = 3
+    """Highest ZeRO stage it runs a mixture-of-experts model with (whatever ep is)."""
     zero3_tied_embeddings: bool = True
     """ZeRO-3 (parameter sharding) with tied embedding/head weights."""
     zero3_dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
@@ -202,10 +209,13 @@ class Framework:
     """The 1F1B schedule needs at least as many micro-batches as pipeline stages."""
     tied_embeddings_one_stage: bool = False
     """Tied embedding/head weights only without tp and pp."""
+    tied_embeddings_with_pp: bool = True
+    """Tied embedding/head weights under pipeline parallelism (the first and last stage share them)."""
     learned_positions_split_sequence: bool = True
     """Learned position embeddings under cp or sequence parallelism."""
     seq_len_within_model: bool = False
-    """seq_len may not exceed the model's max_seq_len (position tables are built that long)."""
+    """seq_len may not exceed the model's max_seq_len (position tables are built that long). Learned
+    position tables bound it in every framework (`context_rule`)."""
     tp_with_block_extras: bool = True
     """Tensor parallelism of blocks with q/k norms, post/sandwich norms or parallel attention/MLP."""
     cp_with_masked_attention: bool = True
@@ -227,10 +237,15 @@ class Framework:
     def _refuse(self, rule: str, tag: str, fix: str) -> None:
         raise InfeasiblePlan(f"framework {self.name} {rule}; {fix}", f"framework_{tag}")
 
-    def check_model(self, model: ModelSpec) -> None:
+    def check_model(self, model: ModelSpec, training: TrainingSpec | None = None) -> None:
         """Raise InfeasiblePlan when no plan of this framework can run the model (an architecture
-        feature it lacks); the planner asks this once, before searching."""
+        feature it lacks) or, given the training shape, its sequence length; the planner asks this
+        once, before searching."""
         refuse = self._refuse
+        rule = self.context_rule(model.max_seq_len, model.position, training.seq_len) if training else ""
+        if rule:
+            refuse(f"needs training.seq_len {rule}, got {training.seq_len} for {model.name!r}", "seq_len",
+                   "plan a shorter --seq-len")
         if model.is_mla and not self.mla:
             refuse(f"has no multi-head latent attention, which {model.name!r} uses (kv_lora_rank="
                    f"{model.kv_lora_rank})", "mla", "plan it for a framework that has it (--framework megatron-core)")
@@ -238,14 +253,23 @@ class Framework:
             refuse(f"runs dense models only, got {model.name!r} with {model.num_experts} experts", "moe",
                    "pick a framework that runs mixtures of experts (--framework megatron-core)")
 
-    def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
-        """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
-        the plan breaks. Structural rules every framework shares are ParallelPlan.check's."""
+    def check_problem(self, model: ModelSpec, training: TrainingSpec) -> None:
+        """Raise InfeasiblePlan when no plan of this framework can train the model this way: the rules
+        that depend on the problem alone (architecture, dtype, sequence length), not on the plan. The
+        planner asks this once, before searching, so a search that cannot succeed names the problem
+        rather than whichever plan rule each candidate happened to break first."""
         refuse = self._refuse
-        self.check_model(model)
+        self.check_model(model, training)  # the architecture and the context rule (context_rule)
         if training.dtype not in self.dtypes:
             refuse(f"trains in {', '.join(self.dtypes)}, not dtype={training.dtype}", "dtype",
                    f"plan with --dtype {self.dtypes[0]}")
+
+    def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
+        """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
+        the plan breaks, the problem's own rules (check_problem) first. Structural rules every
+        framework shares are ParallelPlan.check's."""
+        refuse = self._refuse
+        self.check_problem(model, training)
         if plan.zero_stage not in self.zero_stages:
             refuse(f"has ZeRO stages {', '.join(map(str, self.zero_stages))}, got zero_stage={plan.zero_stage}",
                    "zero_stage", "pick one of those (--zero)")
@@ -262,6 +286,10 @@ class Framework:
             refuse(f"does not combine ZeRO stage {plan.zero_stage} with expert parallelism (at most "
                    f"{self.max_zero_with_ep} with ep > 1), got ep={plan.ep}", "zero_with_ep",
                    f"plan with --zero {self.max_zero_with_ep} or ep=1")
+        if model.is_moe and plan.zero_stage > self.max_zero_with_moe:
+            refuse(f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
+                   f"{self.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "
+                   f"{model.num_experts} experts", "zero_with_moe", f"plan with --zero {self.max_zero_with_moe}")
         if plan.zero_stage == 3 and model.tied_embeddings and not self.zero3_tied_embeddings:
             refuse(f"does not shard tied embedding/head weights (ZeRO-3), got zero_stage=3 for {model.name!r} "
                    "with tied_embeddings", "zero3_tied_embeddings", "plan with --zero 2 or less")
@@ -294,6 +322,9 @@ class Framework:
         if self.tied_embeddings_one_stage and model.tied_embeddings and (plan.tp > 1 or plan.pp > 1):
             refuse(f"runs tied embedding/head weights only with tp=1 and pp=1, got tp={plan.tp}, pp={plan.pp} "
                    f"for {model.name!r}", "tied_embeddings", "plan with --tp 1 --pp 1")
+        if not self.tied_embeddings_with_pp and model.tied_embeddings and plan.pp > 1:
+            refuse(f"does not tie embedding and head weights across pipeline stages, got pp={plan.pp} for "
+                   f"{model.name!r} with tied_embeddings", "tied_embeddings_pp", "plan with --pp 1")
         if not self.learned_positions_split_sequence and model.position == "learned" and (
                 plan.cp > 1 or plan.sequence_parallel):
             refuse(f"does not split learned position embeddings over the sequence, got cp={plan.cp}, "
@@ -307,6 +338,15 @@ class Framework:
             refuse(f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
                    f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
                    "cp_masked_attention", "plan with --cp 1")
-        if self.seq_len_within_model and training.seq_len > model.max_seq_len:
-            refuse(f"builds position tables of the model's length, got seq_len={training.seq_len} > "
-                   f"max_seq_len={model.max_seq_len} of {model.name!r}", "seq_len", "plan a shorter --seq-len")
+
+    def context_rule(self, max_seq_len: int, position: str, seq_len: int) -> str:
+        """The one rule on a sequence longer than the model's context, for search, export, run and the
+        plan-file validation alike: "" when this framework runs it, else what seq_len must be. A learned
+        position table is the model's length in every framework; a framework with
+        `seq_len_within_model` builds its RoPE tables that long too; the others size RoPE for the run
+        (torchtitan 0.3.0 models/common/decoder.py update_from_config; the exports write
+        max(max_seq_len, seq_len))."""
+        if seq_len <= max_seq_len or not (self.seq_len_within_model or position == "learned"):
+            return ""
+        why = "learned position embeddings" if position == "learned" else "position tables of the model's length"
+        return f"to be at most the model's context model.max_seq_len={max_seq_len} ({why})"

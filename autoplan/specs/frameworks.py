@@ -196,12 +196,20 @@ FRAMEWORKS = {f.name: f for f in (
         description="PyTorch torchtitan: FSDP2/HSDP + TP/SP + torch.distributed.pipelining + CP, "
                     "op-level selective activation checkpointing",
         states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0,
-        selective_recompute="ops", fused_cross_entropy=False, dtypes=("bf16", "fp8", "fp32"),
-        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True,
+        selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
+        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True, tied_embeddings_with_pp=False,
         sources={"states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
+                 "tied_embeddings_with_pp": "torchtitan 0.3.0 models/common/decoder.py lines 139-142, "
+                                            "Decoder.Config.update_from_config: NotImplementedError('Weight tying "
+                                            "is not supported with Pipeline Parallel.')",
                  "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py line 185: SelectiveAC "
                                         "saves compute/comm op outputs except every second matmul",
-                 "fused_cross_entropy": "torchtitan's loss: F.cross_entropy over fp32-cast logits",
+                 "fused_cross_entropy": "torchtitan 0.3.0 components/loss.py line 32 cross_entropy_loss: "
+                                        "F.cross_entropy over fp32-cast logits (10 B per logit of a chunk)",
+                 "loss_chunks": "torchtitan 0.3.0 components/loss.py line 610: ChunkedLossWrapper.Config num_chunks "
+                                "= 8, head + loss + backward per chunk, fp32 GradAccumulator of the hidden states "
+                                "(line 705); the loss of every 0.3.0 llama3/qwen3/deepseek_v3 recipe "
+                                "(models/llama3/config_registry.py line 187) and of autoplan's export",
                  "dtypes": "torchtitan 0.3.0 config/configs.py TrainingConfig: mixed_precision_param is bfloat16 "
                            "or float32, no fp16 with loss scaling",
                  "zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py line 70: every data-parallel layout "
@@ -218,8 +226,11 @@ FRAMEWORKS = {f.name: f for f in (
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
         states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8,
-        pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1, max_vpp=1, mla=False,
+        pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
+                 "max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
+                                      "DeepSpeedEngine._configure_zero_optimizer, the ZeroStageEnum.weights "
+                                      "branch: assert not self.has_moe_layers, \"MoE not supported with Stage 3\"",
                  "states": "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py: 16-bit grads, fp32 partitions",
                  "zero3_max_live_params": "DeepSpeed config docs: stage3_max_live_parameters 1e9, "
                                           "reduce_bucket_size 5e8 (defaults)",
@@ -255,9 +266,12 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="megatron-deepspeed", version="Megatron-DeepSpeed as BigScience ran BLOOM (2022)",
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
-        states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, max_cp=1,
-        max_vpp=1, sequence_parallel="never", mla=False,
-        sources={"states": "DeepSpeed ZeRO-1 (deepspeed/runtime/zero/stage_1_and_2.py): fp16 grads, fp32 partitions",
+        states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1,
+        max_zero_with_moe=2, max_cp=1, max_vpp=1, sequence_parallel="never", mla=False,
+        sources={"max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
+                                      "DeepSpeedEngine._configure_zero_optimizer, the ZeroStageEnum.weights "
+                                      "branch: assert not self.has_moe_layers, \"MoE not supported with Stage 3\"",
+                 "states": "DeepSpeed ZeRO-1 (deepspeed/runtime/zero/stage_1_and_2.py): fp16 grads, fp32 partitions",
                  "flash_attention": "BLOOM training (2022) predates flash attention in Megatron-DeepSpeed",
                  "pp_scatter_gather": "DeepSpeed's pipeline engine sends whole activations"}),
     _AUTOPLAN_91EE867,

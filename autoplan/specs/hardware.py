@@ -8,17 +8,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from autoplan.specs.choices import COLLECTIVE_OPS, MEMORY_OPS, SCOPES
 from autoplan.specs.errors import SchemaError
-from autoplan.specs.jsonio import check_schema, require
+from autoplan.specs.jsonio import check_schema, read_json, require
 from autoplan.specs.schemas import validate_profile
 from autoplan.specs.validation import Issues
 
 PROFILE_SCHEMA = "autoplan.profile/v1"
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-SCOPES = ("intra_node", "inter_node")
-MEMORY_OPS = ("copy", "add", "activation", "norm")
-"""Memory-bound ops the profiler times for achieved bandwidth (the elementwise traffic of a transformer
-layer); a profile's memory_ops rows name one of them."""
 
 
 @dataclass(frozen=True)
@@ -113,6 +109,11 @@ class HardwareProfile:
         d["attention"] = [{**{k: v for k, v in a.items() if k != "pass_"}, "pass": a["pass_"]}
                           for a in d["attention"]]
         return d
+
+    @classmethod
+    def load(cls, path) -> "HardwareProfile":
+        """The one reader of a profile file: every command that takes one gets the same answer."""
+        return cls.from_dict(read_json(path, "hardware profile"), f"hardware profile {str(path)!r}")
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "hardware profile") -> "HardwareProfile":

@@ -1,15 +1,15 @@
-"""JSON reading and writing shared by every spec: schema checks, field checks, atomic writes."""
+"""JSON reading and writing shared by every spec: schema checks, field checks; writes go through
+autoplan.specs.output (atomic, stdout for -, devices and inputs refused)."""
 from __future__ import annotations
 
 import json
 import math
 import os
-import signal
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from autoplan.specs.errors import AutoplanError, SchemaError
+from autoplan.specs.output import write_text_atomic
 from autoplan.specs.validation import MAX_JSON_BYTES, parse_json_text, show
 
 
@@ -102,60 +102,6 @@ def _short(path) -> str:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, sort_keys=False) + "\n"
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write through a temporary file in the same folder and rename it into place.
-
-    A run killed mid-write leaves the previous file (or none), never a half-written one.
-    """
-    p = Path(path)
-    if not str(path).strip():
-        raise AutoplanError("the output path is empty; give a file name such as plan.json")
-    if p.is_dir():
-        raise AutoplanError(f"cannot write {str(p)!r}: it is a folder; give a file name such as "
-                            f"{str(p / 'plan.json')!r}")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.exists():
-        raise AutoplanError(f"cannot write {str(p)!r}: the folder {str(parent)!r} does not exist")
-    # Ctrl-C and SIGTERM (a stopped profiling rank) are held while the temporary file is created and
-    # its name kept, then delivered inside the `try`, whose cleanup removes it: no exit path leaves one.
-    held = _hold_signals()
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=parent)
-    except BaseException:
-        _release_signals(held)
-        raise
-    try:
-        _release_signals(held)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp creates 0600; give the file the mode a plain open() would (0666 minus umask).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _hold_signals():
-    """Block SIGINT and SIGTERM in this thread; returns the mask to restore (None where the platform
-    has no pthread_sigmask, e.g. Windows: there the window stays, a few bytecodes wide)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-def _release_signals(held) -> None:
-    if held is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:

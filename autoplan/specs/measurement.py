@@ -10,13 +10,14 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autoplan.specs.choices import STATUSES
 from autoplan.specs.errors import AutoplanError, SchemaError
 from autoplan.specs.jsonio import check_schema
+from autoplan.specs.output import append_output
 from autoplan.specs.schemas import validate_measurement
 from autoplan.specs.validation import MAX_JSONL_BYTES, Issues, parse_json_text
 
 MEASUREMENT_SCHEMA = "autoplan.measurement/v1"
-STATUSES = ("ok", "oom", "error")
 
 
 @dataclass
@@ -73,9 +74,9 @@ class Measurement:
 
 
 def append_measurement(path, record: Measurement) -> None:
-    """Append one JSON line; a single write() keeps concurrent appenders from interleaving lines."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(record.to_json_line())
+    """Append one JSON line through the one writer (a single write(): concurrent appenders never
+    interleave lines; - is stdout; a device, FIFO or folder is refused)."""
+    append_output(path, record.to_json_line())
 
 
 def read_measurements(path) -> tuple[list[Measurement], list[str]]:

@@ -16,15 +16,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from autoplan.specs.choices import MLP_KINDS, NORM_KINDS, NORM_PLACEMENTS, POSITION_KINDS, QK_NORM_KINDS
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.schemas import MODEL_INTS, validate_model, validate_model_shape
 from autoplan.specs.validation import Issues, require_object, take_int, take_str
 
-MLP_KINDS = ("swiglu", "geglu", "gelu")
-NORM_KINDS = ("rmsnorm", "layernorm")
-POSITION_KINDS = ("rope", "alibi", "learned")
-QK_NORM_KINDS = ("", "head", "full")
-NORM_PLACEMENTS = ("pre", "post", "sandwich")
 _REQUIRED = ("name", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 
 
@@ -297,6 +293,7 @@ class ModelSpec:
         (autoplan.specs.schemas): for a catalog entry, a config.json and a plan file alike."""
         issues = Issues(f"model {self.name!r}")
         values = {f.name: getattr(self, f.name) for f in fields(self)}
+        take_str(values, "name", issues, "", name=True)  # it is written into generated scripts
         for key, (high, _) in MODEL_INTS.items():
             take_int(values, key, issues, "", 1, high)
         for key, kinds in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from autoplan.specs.choices import RECOMPUTE_POLICIES
 from autoplan.specs.errors import InfeasiblePlan, SchemaError
 from autoplan.specs.schemas import validate_parallel
 from autoplan.specs.validation import Issues
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import ClusterSpec, TrainingSpec
 
-RECOMPUTE_POLICIES = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)

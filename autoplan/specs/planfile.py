@@ -85,7 +85,7 @@ class PlanDocument:
             check_schema(data, PLAN_SCHEMA, what)
             framework = get_framework(require(data, "framework", str, what)).name
         issues = Issues(what)
-        validate_plan(data, issues)  # every field and cross-section rule, all problems at once
+        validate_plan(data, issues, get_framework(framework))  # every field and cross-section rule, at once
         issues.raise_if_any()
         known = {"schema", "plan_id", "framework", "model", "training", "cluster", "parallel", "prediction",
                  "alternatives", "search", "provenance"}

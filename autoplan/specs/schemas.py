@@ -8,6 +8,9 @@ Bounds and the field readers are in `autoplan.specs.validation`.
 """
 from __future__ import annotations
 
+from autoplan.specs.choices import (
+    COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, POSITION_KINDS, RECOMPUTE_POLICIES, SCOPES, STATUSES,
+)
 from autoplan.specs.validation import (
     MAX_BYTES_PER_S, MAX_EXPERTS, MAX_FFN, MAX_FLOPS_PER_S, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_HEAD_DIM,
     MAX_HEADS, MAX_HIDDEN, MAX_LATENCY_S, MAX_LAYERS, MAX_MEMORY_BYTES, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_VOCAB,
@@ -47,21 +50,17 @@ MAX_SAMPLE_TIME_S = 3600.0
 
 
 def validate_model(data: dict, issues: Issues, prefix: str = "model") -> None:
-    from autoplan.specs.model import MLP_KINDS, NORM_KINDS, POSITION_KINDS
-
-    take_str(data, "name", issues, prefix)
+    take_str(data, "name", issues, prefix, name=True)
     for key, (high, required) in MODEL_INTS.items():
         take_int(data, key, issues, prefix, 1, high, required)
     for key, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
         take_str(data, key, issues, prefix, choices, required=False)
-    take_str(data, "family", issues, prefix, required=False)
+    take_str(data, "family", issues, prefix, required=False, name=True)
     for key in ("tied_embeddings", "qkv_bias", "linear_bias"):
         take_bool(data, key, issues, prefix, required=False)
 
 
 def validate_training(data: dict, issues: Issues, prefix: str = "training") -> None:
-    from autoplan.specs.training import DTYPES
-
     take_int(data, "global_batch_size", issues, prefix, 1, MAX_GLOBAL_BATCH)
     take_int(data, "seq_len", issues, prefix, 1, MAX_SEQ_LEN)
     take_str(data, "dtype", issues, prefix, DTYPES, required=False)
@@ -69,28 +68,28 @@ def validate_training(data: dict, issues: Issues, prefix: str = "training") -> N
 
 
 def validate_cluster(data: dict, issues: Issues, prefix: str = "cluster") -> None:
-    if take_str(data, "name", issues, prefix) == "":
+    if take_str(data, "name", issues, prefix, name=True) == "":
         issues.add(f"{prefix}.name", "must name the GPU type or cluster (e.g. 'h100-80gb')", "")
     gpus = take_int(data, "num_gpus", issues, prefix, 1, MAX_NUM_GPUS)
     per_node = take_int(data, "gpus_per_node", issues, prefix, 1, MAX_GPUS_PER_NODE, required=False, default=8)
     if data.get("profile") is not None:  # "" = the cluster's built-in profile (ClusterSpec's default)
-        take_str(data, "profile", issues, prefix, required=False)
+        take_str(data, "profile", issues, prefix, required=False, name=True)
     if gpus and per_node and gpus > per_node and gpus % per_node:
         issues.add(f"{prefix}.num_gpus", f"must be a whole number of nodes of {prefix}.gpus_per_node="
                    f"{per_node} GPUs (or at most one node)", gpus)
 
 
 def validate_parallel(data: dict, issues: Issues, prefix: str = "parallel") -> None:
-    from autoplan.specs.plan import RECOMPUTE_POLICIES
-
     for key, (low, high, required) in PARALLEL_INTS.items():
         take_int(data, key, issues, prefix, low, high, required)
     take_bool(data, "sequence_parallel", issues, prefix, required=False)
     take_str(data, "recompute", issues, prefix, RECOMPUTE_POLICIES, required=False)
 
 
-def validate_plan(data: dict, issues: Issues) -> None:
-    """A whole plan file: its four sections, the alternatives, and the rules across sections."""
+def validate_plan(data: dict, issues: Issues, framework=None) -> None:
+    """A whole plan file: its four sections, the alternatives, and the rules across sections; the
+    context rule is `framework`'s (autoplan.specs.framework.Framework.context_rule, the one search
+    applies), skipped without one."""
     sections = {}
     for key, check in (("model", validate_model), ("training", validate_training),
                        ("cluster", validate_cluster), ("parallel", validate_parallel)):
@@ -113,22 +112,37 @@ def validate_plan(data: dict, issues: Issues) -> None:
         parallel = take_object(alternative, "parallel", issues, path)
         if parallel is not None:
             validate_parallel(parallel, issues, f"{path}.parallel")
+            _degrees_match_gpus(parallel, sections.get("cluster", {}), issues, f"{path}.parallel")
         if alternative.get("prediction") is not None:
             validate_prediction(take_object(alternative, "prediction", issues, path, required=False), issues,
                                 f"{path}.prediction")
     if data.get("tuning") is not None:
         validate_tuning(take_object(data, "tuning", issues, required=False), issues, "tuning")
+    _degrees_match_gpus(sections.get("parallel", {}), sections.get("cluster", {}), issues, "parallel")
     model, training = sections.get("model", {}), sections.get("training", {})
     max_seq, seq = model.get("max_seq_len"), training.get("seq_len")
-    if _ints(max_seq, seq) and 0 < max_seq < seq <= MAX_SEQ_LEN:
-        issues.add("training.seq_len", f"must be at most the model's context model.max_seq_len={max_seq}", seq)
+    if framework is not None and _ints(max_seq, seq) and 0 < max_seq < seq <= MAX_SEQ_LEN:
+        rule = framework.context_rule(max_seq, model.get("position", "rope"), seq)
+        if rule:
+            issues.add("training.seq_len", f"must be {rule.removeprefix('to be ')} for framework {framework.name}", seq)
+
+
+def _degrees_match_gpus(parallel: dict, cluster: dict, issues: Issues, prefix: str) -> None:
+    """dp * tp * pp * cp must be the cluster's GPU count: every reader refuses a hand-edited plan
+    that breaks it, as the cost model and the executor would (ParallelPlan.check says the same)."""
+    degrees = [parallel.get(key, 1) for key in ("dp", "tp", "pp", "cp")]
+    gpus = cluster.get("num_gpus")
+    if not _ints(*degrees, gpus) or not all(0 < d <= MAX_NUM_GPUS for d in degrees):
+        return  # a bad degree or count is reported by its own field
+    dp, tp, pp, cp = degrees
+    if dp * tp * pp * cp != gpus:
+        issues.add(prefix, f"dp*tp*pp*cp must equal the GPU count, got dp={dp} * tp={tp} * pp={pp} * cp={cp} = "
+                   f"{dp * tp * pp * cp}, cluster.num_gpus={gpus}", show_value=False)
 
 
 def validate_tuning(data: dict | None, issues: Issues, prefix: str) -> None:
     """The optional `tuning` block of a plan `autoplan tune` chose by measurement: how the candidates
     were run and what each measured (a record of the choice; the plan fields stay the plan)."""
-    from autoplan.specs.measurement import STATUSES
-
     if data is None:
         return
     take_str(data, "chosen_by", issues, prefix, ("measurement",))
@@ -157,8 +171,11 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
         return
     take_float(data, "step_time_s", issues, prefix, 0.0)
     take_float(data, "peak_memory_bytes", issues, prefix, 0.0, MAX_PREDICTED_BYTES)
-    for key, required in (("tokens_per_s_per_gpu", True), ("mfu", True), ("tokens_per_s", False), ("hfu", False)):
-        take_float(data, key, issues, prefix, 0.0, positive=False, required=required)
+    # Throughput divides (compare's ratios): a trained step moves tokens. MFU is a share of the peak.
+    take_float(data, "tokens_per_s_per_gpu", issues, prefix, 0.0)
+    take_float(data, "mfu", issues, prefix, 0.0, 1.0)
+    for key in ("tokens_per_s", "hfu"):
+        take_float(data, key, issues, prefix, 0.0, positive=False, required=False)
     take_float(data, "memory_capacity_bytes", issues, prefix, 0.0, MAX_PREDICTED_BYTES, positive=False,
                required=False)
     take_bool(data, "fits", issues, prefix, required=False)
@@ -201,8 +218,6 @@ def validate_model_shape(issues: Issues, name_values: dict) -> None:
 
 def validate_profile(data: dict, issues: Issues) -> None:
     """A hardware profile: every figure positive and finite, the sample tables well formed."""
-    from autoplan.specs.hardware import COLLECTIVE_OPS, SCOPES
-
     take_str(data, "name", issues)
     take_str(data, "device_name", issues)
     per_node = take_int(data, "gpus_per_node", issues, "", 1, MAX_GPUS_PER_NODE)
@@ -238,9 +253,6 @@ def validate_profile(data: dict, issues: Issues) -> None:
 
 
 def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, scopes: tuple) -> None:
-    from autoplan.specs.hardware import MEMORY_OPS
-    from autoplan.specs.training import DTYPES
-
     if not isinstance(row, dict):
         issues.add(path, "must be a JSON object", row)
         return
@@ -276,8 +288,6 @@ def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, sco
 
 def validate_measurement(data: dict, issues: Issues) -> None:
     """One line of runs.jsonl. Losses may be NaN (a diverged run is data); times may not."""
-    from autoplan.specs.measurement import STATUSES
-
     take_str(data, "status", issues, choices=STATUSES)
     take_str(data, "plan_id", issues)
     take_str(data, "backend", issues)

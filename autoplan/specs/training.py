@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from autoplan.specs.choices import DTYPES
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.jsonio import require
 from autoplan.specs.schemas import validate_cluster, validate_training
 from autoplan.specs.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NUM_GPUS, MAX_SEQ_LEN, Issues, \
     require_object
 
-DTYPES = ("bf16", "fp16", "fp8", "fp32")
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
 

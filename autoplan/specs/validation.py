@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from typing import Any
 
 from autoplan.specs.errors import SchemaError
@@ -195,9 +196,25 @@ def _take(data: dict, key: str, issues: Issues, prefix: str, required: bool, kin
     return value
 
 
+def control_characters(text: str) -> str:
+    """The characters of `text` that break a line or a generated file: C0/C1 controls (newline, tab,
+    NUL, ESC, NEL, DEL), line and paragraph separators and lone surrogates. Spaces, quotes and
+    non-ASCII letters are fine: every generator quotes them for its language."""
+    return "".join(sorted({c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")}))
+
+
+NAME_RULE = "must be one line without control characters (newline, tab, NUL, ...)"
+"""The rule of a name that reaches a message, a launch script, a Python module or a TOML file."""
+
+
 def take_str(data: dict, key: str, issues: Issues, prefix: str = "", choices: tuple | None = None,
-             required: bool = True, default: str | None = None) -> str | None:
+             required: bool = True, default: str | None = None, name: bool = False) -> str | None:
+    """data[key] as a string (one of `choices` when given; one line without control characters when
+    `name`: it is written into generated scripts and modules)."""
     value = _take(data, key, issues, prefix, required, str, "must be a string", default)
+    if isinstance(value, str) and name and control_characters(value):
+        issues.add(_path(prefix, key), NAME_RULE, value)
+        return default
     if isinstance(value, str) and choices is not None and value not in choices:
         issues.add(_path(prefix, key), f"must be one of {', '.join(choices)}", value)
         return default

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoplan.specs import AutoplanError, HardwareProfile, read_json, read_measurements
+from autoplan.specs import AutoplanError, HardwareProfile, read_measurements
 from cost_model.learned.correction import make_correction
 from cost_model.learned.dataset import CalibrationData, measurement_data, published_data
 from cost_model.learned.evaluate import evaluate_calibration
@@ -26,7 +26,7 @@ MIN_CV_GROUPS = 3
 
 
 def load_measured_profile(path) -> HardwareProfile:
-    profile = HardwareProfile.from_dict(read_json(path, "hardware profile"), f"hardware profile {str(path)!r}")
+    profile = HardwareProfile.load(path)
     return profile_with_raw_samples(profile, path)
 
 

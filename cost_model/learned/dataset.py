@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autoplan.specs import AutoplanError, HardwareProfile, InfeasiblePlan, PlanDocument, read_json
+from autoplan.specs import AutoplanError, HardwareProfile, InfeasiblePlan, PlanDocument
 from autoplan.specs.compat import measurement_mismatch, record_framework
 from cost_model.learned.features import plan_record
 from cost_model.learned.memory_correction import MemoryRow
@@ -81,7 +81,7 @@ def _profile_for(cluster, learned: HardwareProfile | None, base_dir: Path) -> Ha
         path = Path(ref)
         if not path.exists() and (base_dir / path.name).exists():
             path = base_dir / path.name
-        profile = HardwareProfile.from_dict(read_json(path, "hardware profile"), f"hardware profile {str(path)!r}")
+        profile = HardwareProfile.load(path)
     if learned is not None and learned.device_name == profile.device_name:
         return learned
     return profile

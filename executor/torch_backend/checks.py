@@ -6,7 +6,7 @@ import os
 
 from autoplan.specs import AutoplanError, PlanDocument, get_framework
 
-from executor.backends import check_framework
+from executor.backend_common import check_framework
 from executor.data import open_tokens
 from executor.model import check_buildable
 from executor.options import RunOptions

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autoplan.specs import AutoplanError, Measurement, PlanDocument
 
-from executor.backends import RunInterrupted
+from executor.backend_common import RunInterrupted
 from executor.options import RunOptions
 
 GRACE_S = 10.0

@@ -289,6 +289,22 @@ class PlanRunner:
         dist.all_reduce(value)
         return value.item() / self.num_replicas
 
+    def allocator_peaks(self) -> dict:
+        """The caching allocator's reserved peak and fragmentation statistics (max over ranks) on a
+        GPU; on a CPU an empty dict: its allocator reserves nothing beyond malloc (the record's peak
+        is then the process's RSS high water)."""
+        if self.device.type != "cuda":
+            return {}
+        stats = torch.cuda.memory_stats(self.device)
+        local = {"peak_memory_reserved_bytes": torch.cuda.max_memory_reserved(self.device),
+                 "allocator_inactive_split_peak_bytes": stats.get("inactive_split_bytes.all.peak", 0),
+                 "allocator_num_alloc_retries": stats.get("num_alloc_retries", 0),
+                 "allocator_num_ooms": stats.get("num_ooms", 0),
+                 "allocator_segments_peak": stats.get("segment.all.peak", 0)}
+        values = torch.tensor(list(local.values()), dtype=torch.int64, device=self.device)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        return dict(zip(local, (int(v) for v in values.tolist())))
+
     def peak_memory_bytes(self) -> int:
         local = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else cpu_peak_rss_bytes()
         value = torch.tensor([local], dtype=torch.int64, device=self.device)
@@ -355,7 +371,7 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
     extra = {**run_extra(options, grad_norms, learning_rates, start,
                          "cuda_max_memory_allocated" if device.type == "cuda" else "cpu_rss_high_water",
                          model_notes(doc.model)),
-             "pid": os.getpid(), "runtime": runner.describe()}
+             "pid": os.getpid(), "runtime": runner.describe(), **runner.allocator_peaks()}
     return build_measurement(doc, "torch", "ok", step_times_s=step_times, losses=losses,
                              peak_memory_bytes=peak_memory, env=env,
                              num_warmup_steps=min(options.warmup_steps, len(losses)), peak=peak, extra=extra)

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from autoplan.specs import AutoplanError, Measurement, PlanDocument, get_framework, write_json_atomic
-from executor.backends import check_framework
+from executor.backend_common import check_framework
 from executor.data import open_tokens
 from executor.model import check_buildable
 from executor.options import RunOptions

@@ -1,0 +1,29 @@
+"""The fixed choices of the vocabulary's fields: the one place each tuple is written.
+
+A leaf: it imports nothing, so the spec classes (model, training, plan, hardware, measurement) and the
+schema checks in `autoplan.specs.schemas` all read it without importing one another.
+"""
+from __future__ import annotations
+
+# ModelSpec
+MLP_KINDS = ("swiglu", "geglu", "gelu")
+NORM_KINDS = ("rmsnorm", "layernorm")
+POSITION_KINDS = ("rope", "alibi", "learned")
+QK_NORM_KINDS = ("", "head", "full")
+NORM_PLACEMENTS = ("pre", "post", "sandwich")
+
+# TrainingSpec
+DTYPES = ("bf16", "fp16", "fp8", "fp32")
+
+# ParallelPlan
+RECOMPUTE_POLICIES = ("none", "selective", "full")
+
+# Measurement
+STATUSES = ("ok", "oom", "error")
+
+# HardwareProfile
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+SCOPES = ("intra_node", "inter_node")
+MEMORY_OPS = ("copy", "add", "activation", "norm")
+"""Memory-bound ops the profiler times for achieved bandwidth (the elementwise traffic of a transformer
+layer); a profile's memory_ops rows name one of them."""

@@ -1,0 +1,198 @@
+"""Where autoplan writes: the one writer every command's output goes through.
+
+What it guarantees, for every command (search, cluster, estimate, memory, export, calibrate, tune,
+run, profile):
+- `-` and `/dev/stdout` are standard output, never a file named "-" or a replaced device;
+- a target that is a folder, a FIFO, a device (/dev/null included) or a socket is refused with one
+  line: replacing it by rename would destroy the node as root and fail as anyone else;
+- a symlink is written through: the file it points to is replaced, the link stays;
+- an output that is one of the command's inputs (compared resolved, symlinks followed, and by inode)
+  is refused before anything is read or run, so `calibrate runs.jsonl -o runs.jsonl` keeps the runs;
+- a regular file is written to a temporary file beside it and renamed into place, so a failure or
+  Ctrl-C leaves the previous file (or none), never half of one;
+- an unwritable folder, a full disk or a read-only file system is one line, not a traceback.
+
+`check_output` is the up-front half: argparse runs it on every `-o` and the CLI runs it with the
+command's inputs before the command starts, so `tune`, `run` and `profile` refuse a bad target before
+minutes of training or measuring. Standard library only, like the rest of autoplan.specs.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from autoplan.specs.errors import AutoplanError
+
+STDOUT_NAMES = ("-", "/dev/stdout")
+"""Output names that mean standard output (the shell's and Linux's spellings)."""
+
+
+def is_stdout(path) -> bool:
+    return str(path) in STDOUT_NAMES
+
+
+def _quote(path) -> str:
+    text = repr(str(path))
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-57:]}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def resolve_target(path, example: str = "out.json") -> Path:
+    """The file a write to `path` lands in (symlinks followed), after refusing every target that is
+    not a regular file in a writable folder (`example`: the file name a refusal suggests). Does not
+    create anything."""
+    text = str(path)
+    if not text.strip():
+        raise AutoplanError("the output path is empty; give a file name such as plan.json (or - for stdout)")
+    if "\x00" in text:
+        raise AutoplanError(f"the output path {_quote(text)} holds a NUL character; give a file name")
+    try:
+        target = Path(text).expanduser().resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise AutoplanError(f"cannot write {_quote(text)}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        mode = os.stat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # the folder check below names what is missing
+        mode = None
+    except OSError as exc:
+        raise AutoplanError(f"cannot write {_quote(text)}: {exc.strerror or exc}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise AutoplanError(f"cannot write {_quote(text)}: it is a folder; give a file name inside it such as "
+                            f"{_quote(Path(text) / example)}")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise AutoplanError(f"cannot write {_quote(text)}: it is {_kind(mode)}, and autoplan writes regular files "
+                            f"only (give - for standard output)")
+    folder = target.parent
+    if not folder.is_dir():
+        raise AutoplanError(f"cannot write {_quote(text)}: the folder {_quote(folder)} does not exist; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise AutoplanError(f"cannot write {_quote(text)}: the folder {_quote(folder)} is not writable")
+    if mode is not None and not os.access(target, os.W_OK):
+        raise AutoplanError(f"cannot write {_quote(text)}: the file is read-only")
+    return target
+
+
+def check_output(path, inputs=(), flag: str | None = None, example: str = "out.json") -> None:
+    """Refuse, before any work, an output that cannot be written or that is one of `inputs` (the
+    paths the command reads; those that do not exist are ignored). `flag` (e.g. "--records") starts
+    the message where no parser has named the flag already."""
+    if is_stdout(path):
+        return
+    try:
+        target = resolve_target(path, example)
+    except AutoplanError as exc:
+        if flag is None:
+            raise
+        raise AutoplanError(f"{flag}: {exc}") from None
+    for source in inputs:
+        if source is None or is_stdout(source) or not str(source).strip() or "\x00" in str(source):
+            continue
+        if _same_file(target, source):
+            raise AutoplanError(f"{flag or 'the output'} {_quote(path)} is also an input of this command "
+                                f"({_quote(source)}); "
+                                f"writing it would destroy what is read: give another output file")
+
+
+def _same_file(target: Path, source) -> bool:
+    try:
+        other = Path(str(source)).expanduser().resolve()
+        return other == target or (target.exists() and other.exists() and os.path.samefile(target, other))
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def write_output(path, text: str, inputs=(), flag: str | None = None) -> None:
+    """Write `text` to `path` (to stdout for - and /dev/stdout), checked as check_output says."""
+    check_output(path, inputs, flag)
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    write_text_atomic(path, text)
+
+
+def append_output(path, text: str, inputs=(), flag: str | None = None) -> None:
+    """Append `text` (JSON lines of measurements) in a single write(), so that concurrent appenders
+    never interleave lines; the same targets are refused as by write_output."""
+    check_output(path, inputs, flag)
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        with open(resolve_target(path), "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise AutoplanError(f"cannot append to {_quote(path)}: {exc.strerror or exc}") from None
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write through a temporary file in the target's folder and rename it into place.
+
+    A run killed mid-write leaves the previous file (or none), never a half-written one. Every
+    writer ends here, so a device, FIFO or folder is refused even where no command checked first,
+    and - is standard output here too.
+    """
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = resolve_target(path)
+    # Ctrl-C and SIGTERM (a stopped profiling rank) are held while the temporary file is created and
+    # its name kept, then delivered inside the `try`, whose cleanup removes it: no exit path leaves one.
+    held = _hold_signals()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        _release_signals(held)
+        raise AutoplanError(f"cannot write {_quote(path)}: {exc.strerror or exc}") from None
+    except BaseException:
+        _release_signals(held)
+        raise
+    try:
+        _release_signals(held)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp creates 0600; give the file the mode a plain open() would (0666 minus umask).
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        if isinstance(exc, OSError):  # a full disk, a read-only file system: one line
+            raise AutoplanError(f"cannot write {_quote(path)}: {exc.strerror or exc}") from None
+        raise
+
+
+def _hold_signals():
+    """Block SIGINT and SIGTERM in this thread; returns the mask to restore (None where the platform
+    has no pthread_sigmask, e.g. Windows: there the window stays, a few bytecodes wide)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _release_signals(held) -> None:
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

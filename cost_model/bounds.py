@@ -1,0 +1,58 @@
+"""A cheap lower bound on a plan's step time, for an exact search that scores only the plans that
+can still win (autoplan.bounded).
+
+The bound reads the same per-shape layer times as the estimate (`Estimator.stage_costs`, cached
+per (micro-batch, tp, cp, ep, sp)) and keeps only terms that step_time.step_time_terms adds for
+at least that many layers, each term non-negative:
+
+    bound = (m + (p - 1) / v) * L_min * per_layer
+    per_layer = compute + memory-bound + exposed TP/CP/EP + the framework's layer overhead
+
+m micro-batches of the slowest rank (which holds at least L_min layers, the fewest of any rank),
+plus the pipeline bubble, which is at least (p - 1) / v micro-batch times of the other ranks (each
+at least L_min layers) under 1F1B, even or uneven (Narayanan et al. 2021 sec. 2.2). Everything
+else (recompute, extras of the first and last ranks, point-to-point, data-parallel traffic, the
+optimizer step) only adds. Nothing here depends on the ZeRO stage, recompute policy or memory, so
+one bound covers a group of plans sharing (tp, pp, cp, vpp, ep, micro-batch, sp).
+
+The bound is a claim about step_time.py's terms; tests/test_bounded_search.py checks it against
+every plan of several spaces, and the search falls back to scoring every plan if a scored plan
+ever comes in under its bound.
+"""
+from __future__ import annotations
+
+from autoplan.specs import ParallelPlan
+from cost_model.stages import stage_split
+
+SAFETY = 1.0 - 1e-9
+"""The bound and the estimate sum the same floats in different orders."""
+
+
+def step_time_lower_bound(est, plan: ParallelPlan) -> float:
+    """A lower bound on `est.estimate(plan).step_time_s` for any ZeRO stage and recompute policy of
+    `plan`'s shape (Estimator `est`, analytical; a calibrated one can scale times down)."""
+    lt = est.stage_costs(plan).layer
+    sw = est.framework
+    per_layer = (lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
+                 + lt.memory_fwd_s + lt.memory_bwd_s
+                 + (1.0 - sw.tp_comm_overlap) * (lt.tp_fwd_s + lt.tp_bwd_s)
+                 + lt.cp_fwd_s + lt.cp_bwd_s + lt.ep_fwd_s + lt.ep_bwd_s
+                 + sw.layer_overhead_s * sw.fused_elementwise)
+    fewest = min(stage_split(plan, est.model.num_layers).num_layers)
+    microbatch_times = plan.num_microbatches + (plan.pp - 1) / plan.vpp
+    return max(0.0, SAFETY * microbatch_times * fewest * per_layer)
+
+
+def no_recompute_time_s(est, plan: ParallelPlan) -> float:
+    """The step time of `plan` without recompute, from the time terms alone (no memory model): a
+    lower bound for its selective and full recompute variants. Recompute only adds: its own term,
+    a longer micro-batch in the bubble; the ranks that hold the data-parallel states and the
+    optimizer do not depend on it. With uneven stages recompute can move which rank sets the pace;
+    that rank then holds more layers, so the step grows further (checked for every plan of uneven
+    spaces by tests/test_bounded_search.py)."""
+    from cost_model.step_time import step_time_terms
+
+    if plan.recompute != "none":
+        plan = plan.replace(recompute="none", recompute_num_layers=0)
+    time, _, _ = step_time_terms(est, plan, est.stage_costs(plan))
+    return SAFETY * sum(time.values())

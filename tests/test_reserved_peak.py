@@ -1,0 +1,47 @@
+"""Both peaks of a measured run: validate reports the allocated and the reserved error where the
+records keep both (records made here from the shipped H100 ones, a reserved peak added)."""
+import json
+
+from autoplan.cli.validate_cmd import memory_lines
+from cost_model.measured_runs import H100_RUNS_DIR, memory_errors, predict_measurements
+from cost_model.profiles import builtin_profile
+
+
+def test_validate_reports_allocated_and_reserved_errors(tmp_path):
+    lines = (H100_RUNS_DIR / "runs.jsonl").read_text().splitlines()
+    path = tmp_path / "runs.jsonl"
+    with open(path, "w") as f:
+        for line in lines:
+            rec = json.loads(line)
+            rec["peak_memory_reserved_bytes"] = int(rec["peak_memory_bytes"] * 1.10)  # 10% fragmentation
+            f.write(json.dumps(rec) + "\n")
+    preds = predict_measurements(path, builtin_profile("h100-80gb"))
+    errors = memory_errors(preds)
+    assert errors["allocated"]["mape"] < 0.01
+    assert errors["reserved"]["num_runs"] == errors["allocated"]["num_runs"] == 10
+    for p in preds:
+        if p.status == "ok":
+            assert p.predicted_allocated_bytes <= p.predicted_reserved_bytes <= p.predicted_peak_bytes
+    text = memory_lines(errors)
+    assert "allocated peak (max_memory_allocated) MAPE" in text and "reserved peak (max_memory_reserved) MAPE" in text
+    shipped = memory_errors(predict_measurements(H100_RUNS_DIR / "runs.jsonl", builtin_profile("h100-80gb")))
+    assert shipped["reserved"] is None and "not recorded" in memory_lines(shipped)
+
+
+def test_a_cpu_profile_predicts_no_device_terms():
+    from autoplan.specs import ParallelPlan
+    from autoplan.catalog import resolve_model
+    from autoplan.clusters import resolve_cluster
+    from autoplan.planner import make_estimator, training_shape
+    from dataclasses import replace
+
+    model = resolve_model("llama-2-7b")
+    cluster, gpu = resolve_cluster(8)
+    training, _ = training_shape(model, cluster, 2048, 32, "bf16")
+    plan = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=4)
+    cpu = replace(gpu, device_kind="cpu")
+    on_gpu = make_estimator(model, training, cluster, gpu).estimate(plan).memory_breakdown_bytes
+    on_cpu = make_estimator(model, training, cluster, cpu).estimate(plan).memory_breakdown_bytes
+    assert on_gpu["cuda_context"] > 0 and on_gpu["allocator_overhead"] > 0
+    assert on_cpu["cuda_context"] == on_cpu["allocator_overhead"] == 0
+    assert sum(on_cpu.values()) < sum(on_gpu.values())
