@@ -145,7 +145,8 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
          "max_position_embeddings must be >= seq_length (line 830)"),
         (a.get("--recompute-granularity") != "selective" or "--recompute-method" not in a,
          "recompute method is not yet supported for selective recomputing granularity (line 901)"),
-        (not (hopper and (tp > 1 or cp > 1) and not fsdp) or env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
+        (not (hopper and (tp > 1 or cp > 1) and not fsdp and not megatron_fsdp)
+         or env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
          "Using tensor model parallelism or context parallelism require setting the environment variable "
          "CUDA_DEVICE_MAX_CONNECTIONS to 1 (line 951, Hopper and older)"),
         (ep == 1 or ("--num-experts" in a and i("--num-experts") % ep == 0),
