@@ -14,6 +14,7 @@ Each also feeds a planted fault (an export edited the wrong way) and asserts it 
 import json
 import math
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -175,9 +176,8 @@ MEGATRON_MODELS = {
         moe_ffn_hidden_size=32, shared_expert_ffn_size=32, num_dense_layers=1, q_lora_rank=48, kv_lora_rank=32,
         qk_rope_head_dim=8),
 }
-MEGATRON_CONTROL = ("control: --ffn-hidden-size off by one", "llama (swiglu, rmsnorm, rope, untied)",
-                    "--ffn-hidden-size 176", "--ffn-hidden-size 177")
-"""A planted fault (label, model, exported text, replacement): a wrong MLP width in the export."""
+MEGATRON_CONTROL = ("control: --ffn-hidden-size off by one", "llama (swiglu, rmsnorm, rope, untied)")
+"""A planted fault (label, model whose export it edits): the exported MLP width plus one."""
 
 
 def _megatron_plan(model: ModelSpec) -> PlanDocument:
@@ -217,9 +217,10 @@ def test_megatron_core_builds_the_exported_model_of_every_family(tmp_path):
     if not _installed("megatron.core"):
         pytest.skip("megatron-core is not installed (test_export_frameworks_are_installed says so loudly)")
     texts = {label: exported(_megatron_plan(model), "megatron", tmp_path) for label, model in MEGATRON_MODELS.items()}
-    label, plan, old, new = MEGATRON_CONTROL
-    assert old in texts[plan], f"{label}: {old!r} not in the export of {plan!r}"
-    verdicts = run_megatron_core(list(texts.values()) + [texts[plan].replace(old, new)], tmp_path)
+    label, plan = MEGATRON_CONTROL
+    wrong_width = re.sub(r"--ffn-hidden-size (\d+)", lambda m: f"--ffn-hidden-size {int(m[1]) + 1}", texts[plan])
+    assert wrong_width != texts[plan], f"{label}: no --ffn-hidden-size in the export of {plan!r}"
+    verdicts = run_megatron_core(list(texts.values()) + [wrong_width], tmp_path)
     control = megatron_mismatch(MEGATRON_MODELS[plan], verdicts[-1])
     assert "off by" in control, f"{label}: the build should not match the plan, got {verdicts[-1]}"
     failures = [f"{name}: {wrong}" for name, got in zip(texts, verdicts)
