@@ -237,7 +237,10 @@ def _model_args(doc: PlanDocument, notes: list) -> list:
             args.append(("--q-lora-rank", model.q_lora_rank))
     elif model.head_dim * model.num_heads != model.hidden_size:
         args.append(("--kv-channels", model.head_dim))
-    if model.qk_norm == "head":  # Megatron's qk_layernorm normalizes each head, as Qwen3/Gemma 3 do
+    if model.qk_norm == "head" or model.is_mla:
+        # Megatron's qk_layernorm normalizes each head, as Qwen3/Gemma 3 do; under MLA it is what
+        # builds the RMSNorms of the compressed query and key/value latents (DeepSeek's q_a_layernorm
+        # and kv_a_layernorm: MLASelfAttentionSubmodules q_layernorm/kv_layernorm, IdentityOp without it)
         args.append(("--qk-layernorm",))
     if model.rope_dim and model.rope_dim != model.head_dim and not model.is_mla:
         args.append(("--rotary-percent", model.rope_dim / model.head_dim))
