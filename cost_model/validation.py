@@ -140,6 +140,8 @@ def out_of_sample(runs: list, constants: Constants | None = None, framework: str
         results = moe_results(runs, constants, framework) if split == MOE_SPLIT else \
             held_out_results(runs, constants, framework, split)
         doc[split] = {"all": split_summary(results),
+                      **({"peak_memory": memory_summary([r for r in results if not r.skipped])}
+                         if split == MOE_SPLIT else {}),
                       "bf16_fp16": split_summary([r for r in results if r.run.training.dtype != "fp8"]),
                       "fp8": split_summary([r for r in results if r.run.training.dtype == "fp8"])}
     return doc

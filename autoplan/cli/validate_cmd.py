@@ -215,6 +215,9 @@ def run(args) -> int:
                       f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
         out.write("\n")
     out.write(split_table(summary["out_of_sample"]))
+    for name, m in summary["out_of_sample"]["moe"].get("peak_memory", {}).items():
+        out.write(f"  MoE peak memory, {name}: {m['num_rows']} rows  MAPE {m['mape']:.1%}  predicted/reported median "
+                  f"{m['median_ratio']:.2f} (range {m['min_ratio']:.2f}-{m['max_ratio']:.2f})\n")
     held = summary["held_out"]
     out.write("\nleave-one-source-out, per source (each predicted with the constants refitted without it)\n")
     if held.get("num_rows"):
