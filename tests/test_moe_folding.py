@@ -76,7 +76,8 @@ def test_expert_gemms_split_by_etp():
     """Qwen3-235B, 4096 tokens per micro-batch, TP2 (each rank brings 2048 tokens under SP).
     ETP1 x EP32: 4 local experts; the 32 EP ranks share 32 * 2048 tokens x 8 routed copies over 128
     experts = 4096 rows each, and each rank holds the whole expert (3072 = 2 x 1536 gate+up columns).
-    ETP2 x EP16: 8 local experts, 16 * 2 * 2048 * 8 / 128 / ... = 2048 rows x 1536 columns each."""
+    ETP2 x EP16: 8 local experts; the 16 x 2 ranks holding one copy of the experts share 32 * 2048 tokens
+    x 8 copies over 128 experts = 4096 rows per expert, and each rank computes half its columns (1536)."""
     folded = {g.name: g for g in layer_gemms(QWEN3_235B, 4096, tp=2, ep=32, moe=True, etp=1)}
     assert (folded["mlp_in"].m, folded["mlp_in"].n, folded["mlp_in"].k, folded["mlp_in"].count) == (4096, 3072, 4096, 4)
     assert (folded["mlp_out"].m, folded["mlp_out"].n, folded["mlp_out"].k) == (4096, 4096, 1536)
