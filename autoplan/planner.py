@@ -212,7 +212,7 @@ _PIN_RULES = {
            "framework_zero0_mixed"),
     "vpp": ("pp_divides_layers", "vpp_needs_pp", "vpp_microbatches", "framework_vpp_limit",
             "framework_uneven_interleaved"),
-    "ep": ("ep_needs_moe", "ep_divides", "framework_zero_with_ep"),
+    "ep": ("ep_needs_moe", "ep_divides", "etp_divides_ffn", "framework_zero_with_ep", "framework_expert_tp"),
     "micro_batch_size": ("batch_product", "vpp_microbatches", "framework_microbatches_per_stage"),
     "zero_stage": ("zero_stage", "framework_zero_stage", "framework_zero_with_pp", "framework_zero_with_ep",
                    "framework_zero0_mixed"),

@@ -13,7 +13,8 @@ each framework overlaps and at what bandwidth, and the host time per layer. Ther
 term: the model must carry to runs it has never seen. Besides the full fit, one refit per held-out
 group of every out-of-sample split (cost_model/splits.py: each source, each GPU generation, each
 scale band, fp8) is written to constants.json "held_out": `autoplan validate` scores each group with
-the constants that never saw it (the refits take minutes, too slow for validate to redo). Refits
+the constants that never saw it (the refits take minutes, too slow for validate to redo). Rows with
+moe_num_experts are left out of every fit (cost_model.splits.fit_rows): they are validation-only. Refits
 start from the full fit's values: the search is shorter, and what it can still move is what the
 held-out rows pinned.
 
@@ -34,7 +35,7 @@ from scipy.optimize import minimize
 from autoplan.specs import write_json_atomic
 from cost_model.constants import CONSTANTS_PATH, Constants
 from cost_model.published import load_published_runs
-from cost_model.splits import SPLITS, refit_key, split_groups
+from cost_model.splits import SPLITS, fit_rows, refit_key, split_groups
 from cost_model.validation import predict_runs, summarize
 
 # The frameworks whose facts the published rows carry (cost_model/published.py), plus
@@ -132,7 +133,7 @@ def _held_out(runs: list, split: str, group: str) -> tuple:
 
 def _fit_job(job: tuple) -> tuple:
     split, group, max_evals, start = job
-    train, _ = _held_out(load_published_runs(), split, group)
+    train, _ = _held_out(fit_rows(load_published_runs()), split, group)
     return (refit_key(split, group), *fit(train, max_evals, start))
 
 
@@ -156,7 +157,8 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="refits run in parallel")
     args = ap.parse_args(argv)
 
-    runs = load_published_runs()
+    # The MoE rows are validation-only: no fit sees them (`autoplan validate` scores them as the split "moe").
+    runs = fit_rows(load_published_runs())
     if args.holdout:
         train = [r for r in runs if r.source != args.holdout]
         values, objective, evals = fit(train, args.max_evals)

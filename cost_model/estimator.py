@@ -48,7 +48,7 @@ class ParamCounts:
     def local(self, plan: ParallelPlan, layers: int, first: bool, last: bool) -> tuple:
         """(dense, expert) parameters one GPU of a rank with `layers` layers holds before ZeRO sharding."""
         dense = layers * self.dense_per_layer / plan.tp
-        expert = layers * self.expert_per_layer / (plan.tp * plan.ep)
+        expert = layers * self.expert_per_layer / (plan.expert_tp * plan.ep)
         if first:
             dense += self.embedding / plan.tp
         if last and not (first and self.tied):
@@ -119,12 +119,12 @@ class Estimator:
 
     # -- shared pieces -------------------------------------------------------------------------
     def _layer(self, plan: ParallelPlan):
-        key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel)
+        key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel, plan.expert_tp)
         lt = self._layer_cache.get(key)
         if lt is None:
             lt = self._layer_cache[key] = mean_layer_times(
                 self.model, self.tables, self.rates, plan.micro_batch_size, self.training.seq_len,
-                plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node)
+                plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node, plan.expert_tp)
         return lt
 
     def _extras(self, plan: ParallelPlan) -> tuple:

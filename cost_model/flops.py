@@ -28,15 +28,19 @@ class Gemm:
         return 2.0 * self.m * self.n * self.k * self.count
 
 
-def layer_gemms(model: ModelSpec, tokens: int, tp: int, ep: int = 1, moe: bool | None = None) -> tuple:
+def layer_gemms(model: ModelSpec, tokens: int, tp: int, ep: int = 1, moe: bool | None = None, etp: int = 0) -> tuple:
     """Forward GEMMs of one transformer layer on one GPU for `tokens` rows (micro-batch x local seq).
 
     Megatron column/row split (Shoeybi et al. 2019, arXiv 1909.08053): q/k/v and the MLP's first
     matrix split their output columns over tp, the attention output and the MLP's last matrix split
-    their input rows. MoE: each token visits top-k experts; a GPU holds num_experts/ep experts and
-    receives, on average, tokens*k*ep/num_experts rows per local expert (balanced routing); shared
-    experts run on every token, split over tp like a dense MLP (Megatron's shared_experts).
-    `moe` picks the layer kind (default: the model's MoE layer if it has any).
+    their input rows. MoE: each token visits top-k experts; a GPU holds num_experts/ep experts, each
+    split over the etp ranks of its expert-TP group (0 = tp). Each rank brings tokens/tp of the
+    micro-batch (its sequence-parallel share), so the ep*etp ranks holding one copy of every expert
+    share ep*etp*tokens/tp tokens, k routed copies each, and a local expert receives, on average,
+    tokens*k*ep*etp/(tp*num_experts) rows (balanced routing): tokens*k*ep/num_experts when etp = tp.
+    The FLOPs per rank do not depend on etp, the shapes do. Shared experts run on every token, split
+    over tp like a dense MLP (Megatron's shared_experts). `moe` picks the layer kind (default: the
+    model's MoE layer if it has any).
     """
     h = model.hidden_size
     moe = model.is_moe if moe is None else moe
@@ -44,12 +48,13 @@ def layer_gemms(model: ModelSpec, tokens: int, tp: int, ep: int = 1, moe: bool |
     gated = 1 if model.mlp == "gelu" else 2
     if moe:
         width = model.expert_ffn_size
+        etp = etp or tp
         local_experts = model.num_experts // ep
-        rows = max(1, tokens * model.num_experts_per_token * ep // model.num_experts)
+        rows = max(1, tokens * model.num_experts_per_token * ep * etp // (tp * model.num_experts))
         gemms += [
             Gemm("router", tokens, model.num_experts, h),
-            Gemm("mlp_in", rows, gated * width // tp, h, local_experts),
-            Gemm("mlp_out", rows, h, width // tp, local_experts),
+            Gemm("mlp_in", rows, gated * width // etp, h, local_experts),
+            Gemm("mlp_out", rows, h, width // etp, local_experts),
         ]
         if model.shared_expert_ffn_size:
             shared = model.shared_expert_ffn_size

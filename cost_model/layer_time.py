@@ -74,14 +74,15 @@ def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> f
 
 
 def mean_layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
-                     tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int) -> LayerTimes:
+                     tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int,
+                     etp: int = 0) -> LayerTimes:
     """The mean over the model's layers of `layer_times`, each kind of layer (dense/MoE, window/global)
     weighted by how many layers it has: stage totals are layers x mean, exact for the whole model and
     for a stage holding a representative mix (an approximation for the stage that holds
     DeepSeek's leading dense layers)."""
     kinds = model.layer_kinds()
     per_kind = [(count, layer_times(model, tables, rates, micro_batch, seq_len, tp, cp, ep, sequence_parallel,
-                                    gpus_per_node, moe, window)) for (moe, window), count in kinds]
+                                    gpus_per_node, moe, window, etp)) for (moe, window), count in kinds]
     if len(per_kind) == 1:
         return per_kind[0][1]
     return LayerTimes(**{f.name: sum(n * getattr(lt, f.name) for n, lt in per_kind) / model.num_layers
@@ -90,13 +91,15 @@ def mean_layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micr
 
 def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
                 tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int,
-                moe: bool | None = None, window: int = 0) -> LayerTimes:
-    """One layer of the given kind (`moe`: MoE MLP or dense; `window`: sliding-window keys or 0)."""
+                moe: bool | None = None, window: int = 0, etp: int = 0) -> LayerTimes:
+    """One layer of the given kind (`moe`: MoE MLP or dense; `window`: sliding-window keys or 0;
+    `etp`: the expert tensor-parallel degree, 0 = tp)."""
     s_local = seq_len // cp
     tokens = micro_batch * s_local
     h = model.hidden_size
     moe = model.is_moe if moe is None else moe
-    gemms = layer_gemms(model, tokens, tp, ep, moe)
+    etp = etp or tp
+    gemms = layer_gemms(model, tokens, tp, ep, moe, etp)
     gemm_fwd_s, gemm_bwd_s = _gemms_time_s(tables, gemms, rates)
 
     # Attention core (QK^T, softmax, AV).
@@ -174,11 +177,15 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     cp_fwd_s = max(0.0, cp_fwd - attn_fwd_s)
     cp_bwd_s = max(0.0, 2 * cp_fwd - attn_bwd_s)
 
-    # MoE: dispatch + combine all-to-all of the routed tokens, forward and backward.
+    # MoE: dispatch + combine all-to-all of the routed tokens, forward and backward. Megatron's
+    # dispatcher sends each rank's tokens/tp (its sequence-parallel share), k copies, over the ep
+    # group, then gathers them over the etp ranks that split an expert; priced as one all-to-all of
+    # the gathered size (tokens*k*h when etp = tp). The ep group's ranks are etp apart (expert rank
+    # order tp-ep-dp: megatron/core/parallel_state.py core_v0.16.1 RankGenerator, order tp-cp-ep-dp-pp).
     ep_fwd_s = 0.0
     if moe and ep > 1:
-        ep_rpn = max(1, min(ep, gpus_per_node // tp))
-        routed = BYTES_ACT * tokens * model.num_experts_per_token * h
+        ep_rpn = max(1, min(ep, gpus_per_node // etp))
+        routed = BYTES_ACT * tokens * etp / tp * model.num_experts_per_token * h
         ep_fwd_s = 2 * tables.collective_time_s("all_to_all", routed, ep, ep_rpn)
     return LayerTimes(
         gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn_fwd_s, attn_bwd_s=attn_bwd_s,

@@ -57,7 +57,28 @@ SOURCES = {
     "NEOX": dict(source="gpt-neox-20b"),
     "BBGPT": dict(source="bloomberggpt"),
     "DGXC": dict(source="dgxc-jax"),
+    # Mixture-of-experts runs (2026-12, cost_model/data/published_sources/moe.md). They are scored
+    # out of sample only: no constant is fitted on a row with moe_num_experts (cost_model/splits.py).
+    "MOEZOO": dict(source="megatron-moe-modelzoo"),
+    "MCOREMOERM": dict(source="megatron-core-moe-readme"),
+    "KEMPNERMOE": dict(source="kempnerforge-moe"),
+    "FLAGPERF": dict(source="flagperf"),
+    "MLMISSUE": dict(source="megatron-lm-issue"),
 }
+
+MODEL_FACTS = {
+    # model_configs/benchmarking/Qwen3-235B-A22B.yaml (Megatron-MoE-ModelZoo @b0b92ff329df): 64 heads
+    # of kv_channels 128 (q projection 8192 wide at h 4096), qk-layernorm; 94 layers all MoE, no
+    # shared expert, no dense first layers.
+    "Qwen3-235B-A22B": dict(head_dim=128, qk_norm="head"),
+    # FlagPerf's megatron_pai_main.sh (qwen1.5_14B_MoE case): --add-qkv-bias, no other linear bias.
+    "FlagPerf 'qwen1.5_14B_MoE' (Qwen1.5-style 24L h2048, 8 experts top-2, expert ffn 5504)": dict(qkv_bias=True),
+}
+"""Architecture facts of a published row's model that the CSV has no column for (model_name -> ModelSpec
+fields): head width, q/k norms, q/k/v bias, shared experts (shared_expert_ffn_size) and leading dense
+layers (num_dense_layers). None of the MoE rows' models has shared experts or dense layers (Mixtral,
+Qwen3-235B-A22B, KempnerForge's and FlagPerf's test models: every layer MoE, per their notes)."""
+_ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
 
 FRAMEWORK_FACTS = {
     "megatron-core": "megatron-core", "nemo-megatron-core": "megatron-core",
@@ -77,6 +98,8 @@ FRAMEWORK_FACTS = {
     "torchtitan": "torchtitan", "kempnerforge": "torchtitan", "olmo-core": "torchtitan", "fms-fsdp": "torchtitan",
     "flash-attn-training": "torchtitan",
 }
+# The MoE rows name megatron-core (Megatron-LM, Pai-Megatron-Patch, FlagPerf's Megatron cases) and
+# kempnerforge (FSDP2 on PyTorch), both above.
 """The software a published row names (its `framework` column) -> the built-in framework whose facts
 predict it."""
 
@@ -174,13 +197,16 @@ def row_to_run(row: dict) -> PublishedRun:
     facts = {**SOURCES[prefix], **_row_facts(row)}
     assumptions = []
     layers, seq_len = _int(row, "num_layers"), _int(row, "seq_len")
+    experts = _int(row, "moe_num_experts", 1) if "moe_num_experts" in row else 1
+    moe = dict(num_experts=experts, num_experts_per_token=_int(row, "moe_top_k", 1),
+               moe_ffn_hidden_size=_int(row, "moe_ffn_hidden_size", 0)) if experts > 1 else {}
     model = ModelSpec(
         name=row["model_name"], num_layers=layers, hidden_size=_int(row, "hidden_size"),
         num_heads=_int(row, "num_heads"), num_kv_heads=_int(row, "num_kv_heads"),
         ffn_hidden_size=_int(row, "ffn_hidden_size"), vocab_size=_int(row, "vocab_size"),
         mlp=row["mlp"], norm=facts["norm"], position=facts["position"],
         tied_embeddings=facts["tied_embeddings"], linear_bias=facts["linear_bias"],
-        max_seq_len=seq_len)
+        max_seq_len=seq_len, **moe, **MODEL_FACTS.get(row["model_name"], {}))
     training = TrainingSpec(global_batch_size=_int(row, "global_batch"), seq_len=seq_len,
                             dtype=row["precision"])
     cluster = ClusterSpec(name=row["gpu"], num_gpus=_int(row, "num_gpus"), gpus_per_node=facts.get("gpus_per_node", 8),
@@ -209,6 +235,12 @@ def row_to_run(row: dict) -> PublishedRun:
             recompute = "selective"  # torchtitan's llama3_8b.toml default activation checkpointing
         assumptions.append(f"recompute missing: {recompute}")
     vpp = _int(row, "vpp")
+    if vpp and pp > 1 and pp * vpp > layers and "account-for-embedding" in row["notes"]:
+        # Megatron-LM's --account-for-embedding/loss-in-pipeline-split counts the embedding and the
+        # loss as a layer each (PP32 x VPP3 = 96 chunks for 94 layers); autoplan needs a layer in
+        # every virtual stage: the most chunks that have one.
+        vpp = layers // pp
+        assumptions.append(f"vpp: {vpp} (the source's chunks count the embedding and the loss as layers)")
     if vpp is None:
         vpp = 1
         per_stage = layers // pp if pp else layers
@@ -223,15 +255,25 @@ def row_to_run(row: dict) -> PublishedRun:
             vpp = next((v for v in (2, 3, 5) if per_stage % v == 0), 1)
             assumptions.append(f"vpp missing: {vpp} (interleaved per the notes)")
     sp = row["sequence_parallel"].strip().lower() == "true"
+    if sp and tp == 1:
+        # Megatron-LM accepts --sequence-parallel at TP 1 and turns it off (megatron/training/
+        # arguments.py core_v0.16.1 lines 904-913: "Disabling sequence parallelism because tensor
+        # model parallelism is disabled").
+        sp = False
+        assumptions.append("sequence_parallel: false (the flag has no effect at tp = 1)")
     if not row["sequence_parallel"].strip() and tp > 1 and (row.get("framework") or "").strip() and \
             FRAMEWORK_FACTS.get(facts["framework"], facts["framework"]) == "megatron-core":
         # Megatron-Core's recipes (NeMo, Megatron-LM examples) turn sequence parallelism on with TP.
         sp = True
         assumptions.append("sequence_parallel missing: true (Megatron-Core recipes with tp > 1)")
     zero = _int(row, "zero_stage", 0)
+    # Expert TP: what the notes state (Megatron's --expert-tensor-parallel-size, "ETP=1"), else tp
+    # (Megatron's default, and the only choice before core 0.10).
+    etp = next((int(a or b) for a, b in _ETP.findall(row["notes"])), 0) if moe else 0
     plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, sequence_parallel=sp, zero_stage=zero,
                         micro_batch_size=mb, num_microbatches=max(1, m), recompute=recompute,
-                        recompute_num_layers=0)
+                        recompute_num_layers=0, ep=(_int(row, "ep", 1) if moe else 1),
+                        etp=0 if etp == tp else etp)
     if recompute == "full":
         # Every layer of every stage (the largest stage bounds the count).
         plan = plan.replace(recompute_num_layers=plan.layers_per_stage(layers))

@@ -7,6 +7,10 @@ predicted with the constants refitted without it (benchmarks/fit_constants.py sh
 constants.json "held_out", keyed "<split>:<group>"). Beside each figure stands the one-number guess
 a user could make instead: one MFU, fitted on the same training rows (the median measured MFU,
 which minimises the mean |log error| of a constant), applied to the held-out rows.
+
+Mixture-of-experts rows (a `moe_num_experts` cell) are validation-only: no fit ever sees them
+(`fit_rows`), so they are out of sample by construction and are scored as their own split, "moe",
+with the shipped constants and the constant-MFU guess fitted on every non-MoE row.
 """
 from __future__ import annotations
 
@@ -43,10 +47,24 @@ SPLITS = {
 """Split name -> (group of a run, the groups held out in turn; None = every group)."""
 
 
+MOE_SPLIT = "moe"
+"""The split of the validation-only MoE rows (not a key of SPLITS: it has no refits)."""
+
+
+def validation_only(run) -> bool:
+    """A row no constant is fitted on: a mixture-of-experts run (issue 25's evidence)."""
+    return run.model.is_moe
+
+
+def fit_rows(runs: list) -> list:
+    """The rows constants are fitted on (the full fit and every refit): all but the validation-only."""
+    return [r for r in runs if not validation_only(r)]
+
+
 def split_groups(runs: list, split: str) -> list:
-    """The groups of `split` that are held out in turn, in a stable order."""
+    """The groups of `split` that are held out in turn, in a stable order (over the fit rows)."""
     key, only = SPLITS[split]
-    groups = sorted({key(r) for r in runs})
+    groups = sorted({key(r) for r in fit_rows(runs)})
     return [g for g in groups if only is None or g in only]
 
 

@@ -71,7 +71,8 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     fw = est.framework
     states = model_state_bytes(dense, plan.zero_stage, shard, fw.states)
     if expert:
-        for k, v in model_state_bytes(expert, plan.zero_stage, max(1, shard // plan.ep), fw.states).items():
+        # Expert states shard over the expert data-parallel ranks (tp*cp*dp / (etp*ep)).
+        for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, fw.states).items():
             states[k] += v
     # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
     # FSDP2's gathered weights at ZeRO 1/2); at ZeRO 3 only the layers in flight, in comm_buffers.
@@ -167,7 +168,7 @@ def _comm_buffers(est, plan, local_params: float, shard: int) -> float:
         return (BYTES_WEIGHT + BYTES_GRAD) * local_params
     # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's unsharded
     # gradients awaiting reduce-scatter; DeepSpeed bounds both by its buckets.
-    layer = (est.params.dense_per_layer + est.params.expert_per_layer / plan.ep) / plan.tp
+    layer = est.params.dense_per_layer / plan.tp + est.params.expert_per_layer / (plan.ep * plan.expert_tp)
     gathered, grads = 2 * layer, layer
     if fw.zero3_max_live_params:
         gathered = min(gathered, fw.zero3_max_live_params)

@@ -116,7 +116,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     # Optimizer: memory-bound AdamW over the local shard of the stage's parameters, moving the
     # framework's bytes per parameter (fused vs for-each implementation).
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
-    local = dense / shard + expert / max(1, shard // plan.ep if plan.zero_stage >= 1 else 1)
+    local = dense / shard + expert / (plan.expert_dp if plan.zero_stage >= 1 else 1)
     opt_bytes = sw.optimizer_bytes_per_param * local
     optimizer_s = memory_time_s(tables, opt_bytes, opt_bytes)
     # Weight casts and gradient accumulation per micro-batch over the rank's unsharded parameters
@@ -234,7 +234,9 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
         return 0.0, 0.0, 0.0
     tables, sw = est.tables, est.framework
     rpn = _dp_ranks_per_node(plan, est.gpus_per_node)
-    params = dense + expert / max(1, plan.ep)  # expert replicas are fewer; count their share
+    # Expert gradients reduce over the expert data-parallel ranks (tp*cp*dp / (etp*ep)), fewer than
+    # the dense ones' dp*cp: count their share (1/ep when etp = tp).
+    params = dense + expert * plan.expert_dp / group
     grad_bytes = GRAD_REDUCE_BYTES[plan.zero_stage] * params
     weight_bytes = BYTES_WEIGHT * params
     if plan.zero_stage == 0:

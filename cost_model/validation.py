@@ -16,7 +16,9 @@ from cost_model.constants import Constants, load_constants
 from cost_model.estimator import Estimator
 from cost_model.profiles import builtin_profile
 from cost_model.published import PublishedRun
-from cost_model.splits import SPLITS, constant_mfu_guess, predict_with_mfu, refit_key, split_groups
+from cost_model.splits import (
+    MOE_SPLIT, SPLITS, constant_mfu_guess, fit_rows, predict_with_mfu, refit_key, split_groups, validation_only,
+)
 
 CONSTANT_MFU = 0.415
 """The fallback one-number guess when there are no rows to fit it on (summaries fit it: the median
@@ -73,9 +75,11 @@ def held_out_results(runs: list, constants: Constants | None = None, framework: 
     """Out of sample along `split` (cost_model/splits.py): each held-out group's rows predicted with
     the constants refitted without it (shipped in constants.json "held_out" by
     benchmarks/fit_constants.py), each result tagged with the constant-MFU guess fitted on the
-    same training rows. Groups without a refit (a user's own CSV) are left out."""
+    same training rows. Groups without a refit (a user's own CSV) are left out, and so are the
+    validation-only rows (moe_results scores them)."""
     constants = constants or load_constants()
     key = SPLITS[split][0]
+    runs = fit_rows(runs)
     results = []
     for group in split_groups(runs, split):
         refit = refit_key(split, group)
@@ -87,6 +91,16 @@ def held_out_results(runs: list, constants: Constants | None = None, framework: 
                     for r in predict_runs([r for r in runs if key(r) == group], constants.refit_without(refit),
                                           framework=framework)]
     return results
+
+
+def moe_results(runs: list, constants: Constants | None = None, framework: str | None = None) -> list:
+    """The validation-only MoE rows predicted with the shipped constants (fitted without any of them:
+    out of sample by construction), each tagged with the constant-MFU guess fitted on every fit row."""
+    moe = [r for r in runs if validation_only(r)]
+    training = fit_rows(runs)
+    guess = constant_mfu_guess(training) if training else CONSTANT_MFU
+    return [replace(r, baseline_tokens_per_s_per_gpu=predict_with_mfu(r.run, guess), group=MOE_SPLIT)
+            for r in predict_runs(moe, constants, framework=framework)]
 
 
 def split_summary(results: list) -> dict:
@@ -119,11 +133,15 @@ def split_summary(results: list) -> dict:
 
 
 def out_of_sample(runs: list, constants: Constants | None = None, framework: str | None = None) -> dict:
-    """Every split's summary, bf16/fp16 and fp8 rows apart (split name -> {"bf16_fp16", "fp8", "all"})."""
+    """Every split's summary, bf16/fp16 and fp8 rows apart (split name -> {"bf16_fp16", "fp8", "all"}),
+    the validation-only MoE rows as the split "moe"."""
     doc = {}
-    for split in SPLITS:
-        results = held_out_results(runs, constants, framework, split)
+    for split in (*SPLITS, MOE_SPLIT):
+        results = moe_results(runs, constants, framework) if split == MOE_SPLIT else \
+            held_out_results(runs, constants, framework, split)
         doc[split] = {"all": split_summary(results),
+                      **({"peak_memory": memory_summary([r for r in results if not r.skipped])}
+                         if split == MOE_SPLIT else {}),
                       "bf16_fp16": split_summary([r for r in results if r.run.training.dtype != "fp8"]),
                       "fp8": split_summary([r for r in results if r.run.training.dtype == "fp8"])}
     return doc

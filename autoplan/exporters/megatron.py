@@ -103,6 +103,9 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
     if model.is_moe:
         args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.num_experts_per_token),
                  ("--expert-model-parallel-size", par.ep)]
+        if par.etp:
+            # Only when the plan sets it: absent, Megatron takes etp = tp (arguments.py lines 410-411).
+            args.append(("--expert-tensor-parallel-size", par.etp))
         if model.moe_ffn_hidden_size:
             args.append(("--moe-ffn-hidden-size", model.expert_ffn_size))
         if model.shared_expert_ffn_size:

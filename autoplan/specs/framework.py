@@ -205,6 +205,10 @@ class Framework:
     moe: bool = True
     moe_with_tp_pp: bool = True
     """Mixture-of-experts layers under tensor or pipeline parallelism."""
+    expert_tensor_parallel: bool = False
+    """Experts split over their own tensor-parallel degree (etp != tp), so that the expert-parallel
+    group may span tensor- and context-parallel ranks too (Megatron-Core's MoE parallel folding,
+    --expert-tensor-parallel-size). Without it, experts are split over tp and ep divides dp*cp."""
     min_microbatches_per_stage: bool = False
     """The 1F1B schedule needs at least as many micro-batches as pipeline stages."""
     tied_embeddings_one_stage: bool = False
@@ -312,6 +316,9 @@ class Framework:
                    "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")
         if self.sequence_parallel == "never" and plan.sequence_parallel:
             refuse("has no sequence parallelism", "sp_never", "plan with --no-sequence-parallel")
+        if plan.expert_tp != plan.tp and not self.expert_tensor_parallel:
+            refuse(f"splits experts over the tensor-parallel ranks (no expert TP of their own), got etp={plan.etp}, "
+                   f"tp={plan.tp}", "expert_tp", "plan without etp (etp = tp), or for --framework megatron-core")
         if model.is_moe and not self.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
             refuse(f"runs mixtures of experts with data, context and expert parallelism only, got "
                    f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")

@@ -160,6 +160,7 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
         fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
+        expert_tensor_parallel=True,
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
                  "fp8_weight_cast_per_microbatch": "Transformer Engine te.Linear forward(is_first_microbatch): the "
@@ -183,6 +184,10 @@ FRAMEWORKS = {f.name: f for f in (
                                      "lines 671-690; main of 2026-08-22 lines 1118-1170); only PyTorch FSDP2 "
                                      "(--use-torch-fsdp2) refuses pipeline and expert parallelism (core_v0.16.1 "
                                      "lines 603-622), and the export does not use it",
+                 "expert_tensor_parallel": "--expert-tensor-parallel-size (default tp: megatron/training/arguments.py "
+                                           "core_v0.16.1 lines 410-411); the expert ranks are tp*cp*dp regrouped "
+                                           "as etp x ep x edp, so ep*etp must divide tp*cp*dp "
+                                           "(megatron/core/parallel_state.py core_v0.16.1 lines 786-795)",
                  "uneven_stages": "--decoder-first/last-pipeline-num-layers (equal middle ranks), "
                                   "--pipeline-model-parallel-layout for any split (core 0.13)",
                  "uneven_interleaved": "core 0.12 (uneven virtual pipeline parallelism, Feb 2025): "

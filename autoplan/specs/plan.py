@@ -41,7 +41,25 @@ class ParallelPlan:
     recompute_num_layers: int = 0
     """Layers per pipeline stage under full recompute (1..layers per stage); 0 for none/selective."""
     ep: int = 1
-    """Expert-parallel degree for MoE models (a split of the dp*cp ranks); 1 for dense models."""
+    """Expert-parallel degree for MoE models; 1 for dense models. With the default expert TP (etp =
+    tp) it splits the dp*cp ranks; a smaller etp lets it span tensor-parallel ranks too (Megatron-Core's
+    MoE parallel folding)."""
+    etp: int = 0
+    """Expert tensor-parallel degree: how many ranks split each expert's matrices (Megatron-Core
+    --expert-tensor-parallel-size). 0 = tp, Megatron's own default when the flag is absent
+    (megatron/training/arguments.py core_v0.16.1 lines 410-411, parallel_state.py lines 786-787),
+    which is also every plan made before the field existed; only megatron-core runs etp != tp."""
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel degree in effect (etp, or tp when etp is 0)."""
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel replicas per pipeline stage: the tp*cp*dp ranks regrouped as
+        etp x ep x edp (Megatron-Core parallel_state.py core_v0.16.1 line 791, per pp stage)."""
+        return max(1, self.tp * self.cp * self.dp // (self.expert_tp * self.ep))
 
     def degrees(self) -> dict:
         return {"dp": self.dp, "tp": self.tp, "pp": self.pp, "cp": self.cp}
@@ -100,7 +118,11 @@ class ParallelPlan:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field; etp only when set, so the plan files (and plan ids) without it stay as they were."""
+        d = asdict(self)
+        if not d["etp"]:
+            del d["etp"]
+        return d
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "parallel") -> "ParallelPlan":
@@ -119,6 +141,9 @@ class ParallelPlan:
     def check(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
               allow_tp_across_nodes: bool = False) -> None:
         """Raise InfeasiblePlan (with a reason tag) for the first rule this plan breaks."""
+        if self.etp < 0:
+            raise InfeasiblePlan(f"etp must be a positive integer (or 0 for etp = tp), got etp={self.etp}",
+                                 "non_positive")
         for key in ("dp", "tp", "pp", "cp", "vpp", "micro_batch_size", "num_microbatches", "ep"):
             v = getattr(self, key)
             if v < 1:
@@ -185,10 +210,22 @@ class ParallelPlan:
             raise InfeasiblePlan(
                 f"recompute_num_layers counts fully recomputed layers; it must be 0 with "
                 f"recompute={self.recompute!r}, got {self.recompute_num_layers}", "recompute_layers")
-        if self.ep > 1:
-            if not model.is_moe:
-                raise InfeasiblePlan(f"ep={self.ep} needs a mixture-of-experts model", "ep_needs_moe")
-            if model.num_experts % self.ep or (self.dp * self.cp) % self.ep:
+        if (self.ep > 1 or self.expert_tp != self.tp) and not model.is_moe:
+            raise InfeasiblePlan(f"ep={self.ep} and etp={self.etp} need a mixture-of-experts model",
+                                 "ep_needs_moe")
+        if model.is_moe:
+            # Megatron-Core regroups the tp*cp*dp ranks of a pipeline stage as etp x ep x edp
+            # (megatron/core/parallel_state.py core_v0.16.1 lines 788-795: world_size divisible by
+            # etp*ep*pp) and splits the experts over ep (megatron/training/arguments.py lines
+            # 1025-1028). With etp = tp (the default) this is the older rule: ep divides dp*cp.
+            etp, ranks = self.expert_tp, self.tp * self.cp * self.dp
+            if model.num_experts % self.ep or ranks % (self.ep * etp):
                 raise InfeasiblePlan(
-                    f"ep must divide num_experts and dp*cp, got ep={self.ep}, num_experts="
-                    f"{model.num_experts}, dp*cp={self.dp * self.cp}", "ep_divides")
+                    f"ep must divide num_experts and ep*etp must divide tp*cp*dp, got ep={self.ep}, etp={etp}, "
+                    f"num_experts={model.num_experts}, tp*cp*dp={self.tp}*{self.cp}*{self.dp}={ranks}"
+                    + (f" (with etp = tp: ep must divide dp*cp={self.dp * self.cp})" if etp == self.tp else ""),
+                    "ep_divides")
+            if etp != self.tp and model.expert_ffn_size % etp:
+                raise InfeasiblePlan(
+                    f"etp must divide the expert's inner size, got etp={etp}, "
+                    f"expert ffn size={model.expert_ffn_size}", "etp_divides_ffn")

@@ -26,6 +26,7 @@ MODEL_INTS = {  # field -> (upper bound, required)
 PARALLEL_INTS = {  # field -> (low, high, required)
     "dp": (1, MAX_NUM_GPUS, True), "tp": (1, MAX_NUM_GPUS, True), "pp": (1, MAX_NUM_GPUS, True),
     "cp": (1, MAX_NUM_GPUS, False), "vpp": (1, MAX_LAYERS, False), "ep": (1, MAX_NUM_GPUS, False),
+    "etp": (0, MAX_NUM_GPUS, False),
     "zero_stage": (0, 3, False), "micro_batch_size": (1, MAX_GLOBAL_BATCH, True),
     "num_microbatches": (1, MAX_GLOBAL_BATCH, True), "recompute_num_layers": (0, MAX_LAYERS, False),
 }

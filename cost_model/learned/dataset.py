@@ -145,9 +145,10 @@ def published_data(dtypes=("bf16", "fp16")) -> CalibrationData:
     source says, e.g. Jean Zay's for BigScience) and the software stack of its framework.
     The measured step time is the published tokens/s/GPU turned back into seconds per step."""
     from cost_model.published import load_published_runs
+    from cost_model.splits import fit_rows
 
     data = CalibrationData()
-    for run in load_published_runs():
+    for run in fit_rows(load_published_runs()):  # the MoE rows are validation-only
         if run.training.dtype not in dtypes:
             continue
         try:
