@@ -155,6 +155,15 @@ def test_deepspeed_refuses_moe_with_zero3_everywhere(capsys, tmp_path):
     assert "MoE not supported with Stage 3" in get_framework("deepspeed").sources["max_zero_with_moe"]
 
 
+def test_search_with_zero3_on_moe_names_the_moe_rule_not_the_pipeline_one(capsys):
+    # Without --ep the space holds pp > 1 plans too: the refusal must still be the rule that holds
+    # whatever the degrees (DeepSpeed: "MoE not supported with Stage 3"), not ZeRO-with-pipeline.
+    code, _, err = run(capsys, "search", "--model", "mixtral-8x7b", "--gpus", "16", "--framework", "deepspeed",
+                       "--zero", "3")
+    line = refusal(code, err)
+    assert "mixtures of experts with ZeRO stage 3" in line and "pipeline" not in line, line
+
+
 @pytest.mark.parametrize("flag,shown", [("--sequence-parallel", " sp "), ("--no-sequence-parallel", " no-sp ")])
 def test_memory_honours_the_sequence_parallel_flag_without_a_layout(capsys, flag, shown):
     code, out, err = run(capsys, "memory", "--model", "llama-2-70b", "--gpus", "64", flag, "--json")
