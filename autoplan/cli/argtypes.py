@@ -126,7 +126,11 @@ def check_command_paths(args) -> None:
         appended = name == "records" or (name == "out" and getattr(args, "command", None) == "run")
         check_output(value, inputs, flag, "runs.jsonl" if appended else "out.json")
         for other_flag, other in seen:
-            if not is_stdout(value) and Path(value).expanduser().resolve() == Path(other).expanduser().resolve():
+            if is_stdout(value) and is_stdout(other):
+                raise AutoplanError(f"{flag} and {other_flag} both write to standard output ({value!r} and "
+                                    f"{other!r}); give one of them a file")
+            if not is_stdout(value) and not is_stdout(other) and \
+                    Path(value).expanduser().resolve() == Path(other).expanduser().resolve():
                 raise AutoplanError(f"{flag} and {other_flag} are the same file {value!r}; give each its own")
         seen.append((flag, value))
 
