@@ -133,6 +133,19 @@ def test_tune_to_stdout_keeps_stdout_for_the_plan(made, tmp_path):
     assert "winner:" in proc.stderr and "[autoplan run] step 2/2" in proc.stderr
 
 
+@pytest.mark.slow
+def test_run_to_stdout_keeps_the_workers_step_lines_off_it(made, tmp_path):
+    """`run -o -`: the measurement lines alone on stdout; the workers' step lines on stderr."""
+    plan = tiny_plan_file(made, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "autoplan", "run", plan.name, "--steps", "2", "--warmup-steps", "1",
+                           "-o", "-"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["schema"] == "autoplan.measurement/v1", proc.stdout[-2000:]
+    assert "[autoplan run] step 2/2" in proc.stderr
+
+
 def test_two_outputs_on_stdout_are_refused(made, tmp_path, capsys):
     plan = tiny_plan_file(made, tmp_path)
     capsys.readouterr()
