@@ -127,7 +127,8 @@ def check_output_folder(path, inputs=(), flag: str | None = None) -> Path:
         target = Path(text).expanduser().resolve()
         mode = os.stat(target).st_mode if target.exists() else None
     except (OSError, RuntimeError) as exc:  # a symlink loop, a permission error on the way
-        raise AutoplanError(f"{head}cannot write into {_quote(text)}: {getattr(exc, 'strerror', None) or exc}") from None
+        why = getattr(exc, "strerror", None) or exc
+        raise AutoplanError(f"{head}cannot write into {_quote(text)}: {why}") from None
     for source in inputs:
         if source is None or is_stdout(source) or not str(source).strip() or "\x00" in str(source):
             continue
