@@ -107,6 +107,22 @@ def pick_candidates(doc: PlanDocument, top: int, refuse, force: bool = False,
     return chosen, skipped
 
 
+def none_runnable(plan_path, skipped: list[tuple[str, str]]) -> str:
+    """The one line of a refusal when every plan of the file was passed over: how many, why by kind,
+    and the first reason in full (a lone plan's reason is the line)."""
+    if len(skipped) == 1:
+        return f"the plan in {str(plan_path)!r} cannot run here: {skipped[0][1]}"
+    def kind(why: str) -> int:  # 0 refused (no flag helps), 1 predicted not to fit (--force does), 2 repeated
+        return 1 if why.startswith("predicted not to fit") else 2 if why.startswith("the same plan as") else 0
+
+    counts = [sum(kind(why) == k for _, why in skipped) for k in range(3)]
+    words = ("refused", "predicted not to fit, --force runs them", "repeated")
+    kinds = ", ".join(f"{n} {word}" for n, word in zip(counts, words) if n)
+    source, why = min(skipped, key=lambda s: kind(s[1]))  # the first refusal: the reason most worth reading
+    return (f"none of the {len(skipped)} plans in {str(plan_path)!r} can run here ({kinds}); "
+            f"the first {words[kind(why)].split(',')[0]}, {source}: {why}")
+
+
 def ranked(candidates: list[Candidate], records: list[Measurement]) -> list[Candidate]:
     """The candidates with their records, fastest measured first; failed and unrun ones after, in
     their predicted order."""

@@ -511,7 +511,8 @@ def _run_forked(case: Case, folder: Path, timeout_s: float) -> tuple[str, int, s
         time.sleep(0.005)
     rc = os.waitstatus_to_exitcode(status)
     err = err_path.read_text(errors="replace")
-    damaged = bool(case.output) and rc != 0 and (folder / case.output).read_text(errors="replace") != "sentinel\n"
+    damaged = bool(case.output) and rc != 0 and not _answered(case, rc) and \
+        (folder / case.output).read_text(errors="replace") != "sentinel\n"
     damaged = damaged or any((folder / name).read_bytes() != body for name, body in kept.items()) or _node_damaged()
     for name, kind in case.nodes.items():  # a FIFO or folder replaced by a file
         damaged = damaged or (kind == "fifo" and not (folder / name).is_fifo()) or (
@@ -522,7 +523,14 @@ def _run_forked(case: Case, folder: Path, timeout_s: float) -> tuple[str, int, s
     return ("damaged:" if damaged else "") + cls, rc, err
 
 
+def _answered(case: Case, rc: int) -> bool:
+    """`estimate` exits 1 to answer "does not fit" (docs/bad_input.md): an answer, with its -o written."""
+    return rc == 1 and case.argv[0] == "estimate"
+
+
 def classify(case: Case, rc: int, err: str) -> str:
+    if _answered(case, rc):
+        rc = 0
     if "Traceback (most recent call last)" in err or rc not in (0, 2):
         return "traceback"
     if rc == 0:

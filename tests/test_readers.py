@@ -56,6 +56,9 @@ BAD = {
     "tokens/s per GPU 0": (lambda d: d["prediction"].update(tokens_per_s_per_gpu=0), "tokens_per_s_per_gpu"),
     "MFU 5.0": (lambda d: d["prediction"].update(mfu=5.0), "prediction.mfu must be above 0 and at most 1"),
     "MFU 0": (lambda d: d["prediction"].update(mfu=0), "prediction.mfu"),
+    "tokens/s per GPU 1e30": (lambda d: d["prediction"].update(tokens_per_s_per_gpu=1e30),
+                              "prediction.tokens_per_s_per_gpu"),
+    "HFU 0": (lambda d: d["prediction"].update(hfu=0), "prediction.hfu"),
     "alternative off the GPU count": (lambda d: d["alternatives"].append(
         {"parallel": {**d["parallel"], "tp": 4}}), "alternatives[0].parallel dp*tp*pp*cp"),
 }
@@ -153,6 +156,38 @@ def test_deepspeed_refuses_moe_with_zero3_everywhere(capsys, tmp_path):
     from autoplan.specs import get_framework
 
     assert "MoE not supported with Stage 3" in get_framework("deepspeed").sources["max_zero_with_moe"]
+
+
+def test_search_with_zero3_on_moe_names_the_moe_rule_not_the_pipeline_one(capsys):
+    # Without --ep the space holds pp > 1 plans too: the refusal must still be the rule that holds
+    # whatever the degrees (DeepSpeed: "MoE not supported with Stage 3"), not ZeRO-with-pipeline.
+    code, _, err = run(capsys, "search", "--model", "mixtral-8x7b", "--gpus", "16", "--framework", "deepspeed",
+                       "--zero", "3")
+    line = refusal(code, err)
+    assert "mixtures of experts with ZeRO stage 3" in line and "pipeline" not in line, line
+
+
+def test_export_to_a_framework_under_which_the_plan_does_not_fit_needs_force(capsys, tmp_path, good):
+    """The file's prediction was made for another framework: the target's re-score decides, as the
+    file's own "fits" does (here ZeRO-0 in DeepSpeed keeps a full optimizer state per GPU)."""
+    path = edited(tmp_path, good, lambda d: d["parallel"].update(zero_stage=0, tp=1, dp=8, num_microbatches=4))
+    code, _, err = run(capsys, "export", path, "--to", "deepspeed")
+    line = refusal(code, err)
+    assert "does NOT fit" in line and "--force" in line, line
+    code, out, err = run(capsys, "export", path, "--to", "deepspeed", "--force")
+    assert code == 0 and "NOT to fit in memory under deepspeed; exported because of --force" in err
+
+
+def test_a_measurement_line_with_an_absurd_peak_is_refused_by_report(capsys, tmp_path, good):
+    plan = json.loads(good.read_text())
+    line = {"schema": "autoplan.measurement/v1", "plan_id": plan["plan_id"], "plan": plan,
+            "prediction": plan["prediction"], "backend": "torch", "status": "ok", "step_times_s": [1.0, 1.1],
+            "losses": [10.0, 9.5], "peak_memory_bytes": 2**34, "environment": {"device": "cuda"},
+            "num_warmup_steps": 1, "tokens_per_step": 65536, "num_gpus": 8, "peak_flops_per_s": 1e30, "error": ""}
+    runs = tmp_path / "runs.jsonl"
+    runs.write_text(json.dumps(line) + "\n")
+    code, _, err = run(capsys, "report", runs, "-o", tmp_path / "report")
+    assert "peak_flops_per_s must be" in refusal(code, err) and not (tmp_path / "report").exists()
 
 
 @pytest.mark.parametrize("flag,shown", [("--sequence-parallel", " sp "), ("--no-sequence-parallel", " no-sp ")])

@@ -1,5 +1,6 @@
 """`autoplan report`: the files it writes, bad inputs, and a failure that leaves the folder alone."""
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -143,6 +144,86 @@ def test_report_into_a_file_is_refused(tmp_path, runs, capsys):
     target.write_text("x")
     assert main(["report", str(runs), "-o", str(target)]) == 2
     assert "is a file" in capsys.readouterr().err and target.read_text() == "x"
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "stdout", "input", "parent of an input"])
+def test_report_output_goes_through_the_one_writers_checks(tmp_path, runs, capsys, kind):
+    """Where a folder is expected: a FIFO, a device, stdout, an input or a folder holding one are
+    refused with one line before anything is read, and left as they were."""
+    target = {"fifo": tmp_path / "pipe", "device": "/dev/null", "stdout": "-", "input": runs,
+              "parent of an input": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(target)
+    before = runs.read_bytes()
+    assert main(["report", str(runs), "-o", str(target)]) == 2
+    err = _one_line(capsys)
+    assert {"fifo": "FIFO", "device": "a device", "stdout": "standard output", "input": "also an input",
+            "parent of an input": "also an input"}[kind] in err
+    assert runs.read_bytes() == before and Path("/dev/null").is_char_device()
+    assert kind != "fifo" or Path(target).is_fifo()
+
+
+def test_report_into_an_unwritable_folder_is_one_line(tmp_path, runs, capsys, monkeypatch):
+    import autoplan.specs.output as output
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access  # as root every folder is writable: the check is asked, not the file system
+    monkeypatch.setattr(output.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    assert main(["report", str(runs), "-o", str(locked)]) == 2
+    assert "is not writable" in _one_line(capsys)
+    assert main(["report", str(runs), "-o", str(locked / "new")]) == 2
+    assert "is not writable" in _one_line(capsys) and not (locked / "new").exists()
+
+
+def test_a_failing_report_into_a_new_folder_leaves_nothing(runs, tmp_path, capsys):
+    plan = json.loads(runs.read_text().splitlines()[0])["plan"]
+    plan["cluster"]["profile"] = "no-such-profile.json"
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["report", str(runs), str(tmp_path / "plan.json"), "-o", str(tmp_path / "new")]) == 2
+    assert "no-such-profile.json" in _one_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder, no scratch beside it
+
+
+def test_publishing_into_an_existing_folder_is_all_or_none(tmp_path, monkeypatch):
+    """A move that fails half-way (a full disk, say) puts back every file it had replaced."""
+    import autoplan.specs.output as output
+    from autoplan.specs import AutoplanError, publish_folder, staging_folder
+
+    out = tmp_path / "report"
+    out.mkdir()
+    for name in ("index.html", "pareto.png", "mine.txt"):
+        (out / name).write_text(f"old {name}")
+    staged = staging_folder(out)
+    for name in ("index.html", "pareto.png", "scaling.png"):
+        (staged / name).write_text(f"new {name}")
+    real, calls = os.replace, []
+
+    def failing(src, dst):
+        calls.append(dst)
+        if Path(dst).name == "scaling.png" and Path(dst).parent == out:
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+
+    monkeypatch.setattr(output.os, "replace", failing)
+    with pytest.raises(AutoplanError, match="No space left"):
+        publish_folder(staged, out, last="index.html")
+    assert {p.name: p.read_text() for p in out.iterdir() if not p.name.startswith(".")} == {
+        "index.html": "old index.html", "pareto.png": "old pareto.png", "mine.txt": "old mine.txt"}
+    monkeypatch.setattr(output.os, "replace", real)
+    staged = staging_folder(out)
+    for name in ("index.html", "pareto.png", "scaling.png"):
+        (staged / name).write_text(f"new {name}")
+    written = publish_folder(staged, out, last="index.html")
+    assert [p.name for p in written] == ["pareto.png", "scaling.png", "index.html"]  # the index last
+    assert (out / "pareto.png").read_text() == "new pareto.png" and (out / "mine.txt").read_text() == "old mine.txt"
 
 
 def test_pareto_front_keeps_fitting_undominated_plans():

@@ -56,14 +56,17 @@ def test_tune_refuses_before_running(made, tmp_path, capsys):
     capsys.readouterr()
     assert main(["tune", str(plan), "--top", "3", "--calibration-out", str(tmp_path / "cal.json")]) == 2
     err = capsys.readouterr().err
-    assert "skipped alt 3: predicted not to fit" in err
+    assert len(err.strip().splitlines()) == 1, err  # the refusal alone: the skipped plans are counted in it
     assert "--calibration-out needs at least 5 timed runs" in err and "only 3 plan(s) can run" in err
+    assert "1 skipped" in err
     assert main(["tune", str(plan), "--records", str(tmp_path / "no" / "runs.jsonl")]) == 2
     assert "--records" in capsys.readouterr().err
-    # every plan refused by the backend (4 processes for a 2-GPU plan): the reasons, no run
+    # every plan refused (4 processes for a 2-GPU plan; one predicted not to fit): one line that counts
+    # them by kind and gives the first reason, no run
     assert main(["tune", str(plan), "--nproc", "4", "--records", str(tmp_path / "runs.jsonl")]) == 2
     err = capsys.readouterr().err
-    assert err.count("autoplan tune: skipped") == 4 and "none of the 4 plan(s)" in err and "--nproc 2" in err
+    assert len(err.strip().splitlines()) == 1 and "skipped" not in err, err
+    assert "none of the 4 plans" in err and "3 refused, 1 predicted not to fit" in err and "--nproc 2" in err
     assert not (tmp_path / "runs.jsonl").exists() and not (tmp_path / "cal.json").exists()
 
 
@@ -115,6 +118,40 @@ def test_tune_runs_ranks_by_measurement_and_writes_a_runnable_winner(made, tmp_p
 
     check(best, RunOptions(steps=3, warmup_steps=1))  # what `autoplan run best.json` checks before starting
     assert wall_s < 120, f"tune of 3 tiny plans took {wall_s:.0f} s"
+
+
+@pytest.mark.slow
+def test_tune_to_stdout_keeps_stdout_for_the_plan(made, tmp_path):
+    """`tune -o -`: the winner's JSON alone on stdout; the table and the workers' step lines on stderr."""
+    plan = tiny_plan_file(made, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "autoplan", "tune", plan.name, "--top", "1", "--steps", "2",
+                           "--warmup-steps", "1", "--records", "runs.jsonl", "-o", "-"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert PlanDocument.from_dict(json.loads(proc.stdout)).extra["tuning"]["chosen_by"] == "measurement"
+    assert "winner:" in proc.stderr and "[autoplan run] step 2/2" in proc.stderr
+
+
+@pytest.mark.slow
+def test_run_to_stdout_keeps_the_workers_step_lines_off_it(made, tmp_path):
+    """`run -o -`: the measurement lines alone on stdout; the workers' step lines on stderr."""
+    plan = tiny_plan_file(made, tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "autoplan", "run", plan.name, "--steps", "2", "--warmup-steps", "1",
+                           "-o", "-"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["schema"] == "autoplan.measurement/v1", proc.stdout[-2000:]
+    assert "[autoplan run] step 2/2" in proc.stderr
+
+
+def test_two_outputs_on_stdout_are_refused(made, tmp_path, capsys):
+    plan = tiny_plan_file(made, tmp_path)
+    capsys.readouterr()
+    assert main(["tune", str(plan), "-o", "-", "--records", "/dev/stdout"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "both write to standard output" in err, err
 
 
 def earlier_record_line() -> str:

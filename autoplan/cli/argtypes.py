@@ -96,7 +96,7 @@ INPUT_FLAGS = ("plan", "plans", "model", "profile", "calibration", "measurements
 OUTPUT_FLAGS = {"output": "-o/--output", "out": "-o/--output", "calibration_out": "--calibration-out",
                 "records": "--records"}
 FOLDER_OUTPUTS = {"report"}
-"""Commands whose -o is a folder they fill (checked by the command itself)."""
+"""Commands whose -o is a folder they fill (the one writer's folder rules: check_output_folder)."""
 
 
 def input_paths(args) -> list:
@@ -113,11 +113,14 @@ def input_paths(args) -> list:
 def check_command_paths(args) -> None:
     """Every output of the command checked up front, against its inputs and the other outputs:
     before `tune`, `run` or `profile` train or measure for minutes, and before any command reads."""
-    from autoplan.specs import AutoplanError, check_output, is_stdout
+    from autoplan.specs import AutoplanError, check_output, check_output_folder, is_stdout
 
-    if getattr(args, "command", None) in FOLDER_OUTPUTS or getattr(args, "print_launch", None):
-        return  # report fills a folder; a printed launch script's -o is a path on the cluster
+    if getattr(args, "print_launch", None):
+        return  # a printed launch script's -o is a path on the cluster
     inputs = input_paths(args)
+    if getattr(args, "command", None) in FOLDER_OUTPUTS:
+        check_output_folder(args.output, inputs, "-o/--output")
+        return
     seen = []
     for name, flag in OUTPUT_FLAGS.items():
         value = getattr(args, name, None)
@@ -126,7 +129,11 @@ def check_command_paths(args) -> None:
         appended = name == "records" or (name == "out" and getattr(args, "command", None) == "run")
         check_output(value, inputs, flag, "runs.jsonl" if appended else "out.json")
         for other_flag, other in seen:
-            if not is_stdout(value) and Path(value).expanduser().resolve() == Path(other).expanduser().resolve():
+            if is_stdout(value) and is_stdout(other):
+                raise AutoplanError(f"{flag} and {other_flag} both write to standard output ({value!r} and "
+                                    f"{other!r}); give one of them a file")
+            if not is_stdout(value) and not is_stdout(other) and \
+                    Path(value).expanduser().resolve() == Path(other).expanduser().resolve():
                 raise AutoplanError(f"{flag} and {other_flag} are the same file {value!r}; give each its own")
         seen.append((flag, value))
 

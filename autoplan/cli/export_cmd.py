@@ -18,7 +18,8 @@ def register(subparsers) -> None:
     p.add_argument("--alternative", type=int, default=0, metavar="K",
                    help="export the K-th ranked alternative the search wrote into the plan file (default 0: the chosen plan)")
     p.add_argument("--force", action="store_true",
-                   help="export a plan (or alternative) the plan file marks as not fitting in memory (refused otherwise)")
+                   help="export a plan (or alternative) predicted not to fit in memory, by the plan file or by the "
+                        "target framework's re-score (refused otherwise)")
     p.add_argument("--launch", choices=("torchrun", "slurm"),
                    help="write a bash script that starts the export with torchrun on every node, or as an sbatch job; "
                         "it refuses to run until its data/tokenizer placeholders are set")
@@ -30,7 +31,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
     from autoplan.exporters import export_launch, export_plan, target_framework, with_alternative
-    from autoplan.specs import is_stdout, write_text_atomic
+    from autoplan.specs import AutoplanError, is_stdout, write_text_atomic
 
     doc = with_alternative(load_plan(args.plan), args.alternative, force=args.force)
     if doc.prediction.get("fits") is False:  # with_alternative refuses it without --force
@@ -41,7 +42,14 @@ def run(args) -> int:
     export = export_launch(doc, args.target, args.launch) if args.launch else export_plan(doc, args.target)
     framework = target_framework(args.target)
     if doc.framework.split("+")[0] != framework:
-        sys.stderr.write(f"autoplan export: {args.target}: {rescored_note(doc, framework, args.plan)}\n")
+        note, fits = rescored_note(doc, framework, args.plan)
+        if not fits and not args.force:  # the file's prediction was for another framework: today's is the truth
+            raise AutoplanError(f"{args.target}: {note}; the plan does not fit under {framework}: pick another plan "
+                                f"(--alternative N, or `autoplan search --framework {framework}`), or pass --force")
+        sys.stderr.write(f"autoplan export: {args.target}: {note}\n")
+        if not fits:
+            sys.stderr.write(f"autoplan export: warning: the plan is predicted NOT to fit in memory under {framework}; "
+                             f"exported because of --force\n")
     if args.output is not None:
         write_text_atomic(args.output, export.text)
     else:
@@ -53,9 +61,10 @@ def run(args) -> int:
     return 0
 
 
-def rescored_note(doc, framework: str, plan_path) -> str:
+def rescored_note(doc, framework: str, plan_path) -> tuple[str, bool]:
     """A plan made for one framework, exported to another: it passed the target's rules; say how its
-    prediction changes under the target's facts (what it stores, fuses and overlaps)."""
+    prediction changes under the target's facts (what it stores, fuses and overlaps), and whether it
+    fits there."""
     import copy
     from pathlib import Path
 
@@ -67,7 +76,9 @@ def rescored_note(doc, framework: str, plan_path) -> str:
     fits = "fits" if scored.estimate.fits else "does NOT fit"
     if not old.get("step_time_s"):
         return (f"plan made for {doc.framework}, re-checked against {framework}'s rules: accepted; predicted for "
-                f"{framework}: step {new['step_time_s']:.3f} s, {new['peak_memory_bytes'] / 2**30:.1f} GiB ({fits})")
+                f"{framework}: step {new['step_time_s']:.3f} s, {new['peak_memory_bytes'] / 2**30:.1f} GiB ({fits})",
+                scored.estimate.fits)
     return (f"plan made for {doc.framework}, re-checked against {framework}'s rules: accepted; its prediction "
             f"for {framework}: step {old['step_time_s']:.3f} -> {new['step_time_s']:.3f} s, memory "
-            f"{old['peak_memory_bytes'] / 2**30:.1f} -> {new['peak_memory_bytes'] / 2**30:.1f} GiB ({fits})")
+            f"{old['peak_memory_bytes'] / 2**30:.1f} -> {new['peak_memory_bytes'] / 2**30:.1f} GiB ({fits})",
+            scored.estimate.fits)

@@ -14,6 +14,8 @@ finished ones, exit 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import math
 import sys
 from pathlib import Path
@@ -60,7 +62,7 @@ def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
     from autoplan.cli.progress import Progress
     from autoplan.cli.run_cmd import check_paths, check_plan, run_and_record
-    from autoplan.specs import AutoplanError
+    from autoplan.specs import AutoplanError, is_stdout
     from executor.backends import get_backend
     from executor.options import options_from_args
 
@@ -76,42 +78,45 @@ def run(args) -> int:
     check_paths(options, "--records")
     candidates, skipped = tune.pick_candidates(doc, args.top, lambda plan: check_plan(backend, plan, options),
                                                force=args.force, score=lambda plan: _scored(plan, args.plan))
-    if candidates or len(skipped) > 1:  # a lone plan's reason is the refusal's own line
-        for source, why in skipped:
-            sys.stderr.write(f"autoplan tune: skipped {source}: {why}\n")
-    if not candidates and len(skipped) == 1:
-        raise AutoplanError(f"the plan in {args.plan!r} cannot run here: {skipped[0][1]}")
     if not candidates:
-        raise AutoplanError(f"none of the {len(skipped)} plan(s) in {args.plan!r} can run here (reasons above; the "
-                            f"first: {skipped[0][1]})")
+        raise AutoplanError(tune.none_runnable(args.plan, skipped))
     minimum = tune.min_calibration_runs()
     if args.calibration_out and len(candidates) < minimum:
         raise AutoplanError(
             f"--calibration-out needs at least {minimum} timed runs (fewer cannot constrain the correction's ~20 plan "
             f"features), but only {len(candidates)} plan(s) can run (--top {args.top}, {len(skipped)} skipped); "
             f"raise --top or leave out --calibration-out")
-    records = run_and_record(backend, [c.doc for c in candidates], [Path(args.plan).parent] * len(candidates),
-                             options, command="tune", summaries=False)
+    for source, why in skipped:
+        sys.stderr.write(f"autoplan tune: skipped {source}: {why}\n")
+    # A JSON written to stdout (-o -, --calibration-out -, --records -) has stdout to itself: the
+    # report and the workers' step lines go to stderr then, as `run -o -` does.
+    on_stdout = any(is_stdout(p) for p in (args.output, args.calibration_out, options.out) if p)
+    report = sys.stderr if on_stdout else sys.stdout
+    workers_aside = on_stdout and not is_stdout(options.out)  # the launcher itself moves them for --records -
+    with contextlib.redirect_stdout(sys.stderr) if workers_aside else contextlib.nullcontext():
+        records = run_and_record(backend, [c.doc for c in candidates], [Path(args.plan).parent] * len(candidates),
+                                 options, command="tune", summaries=False)
     rows = tune.ranked(candidates, records)
-    print(f"tuned {len(rows)} plan(s) of {Path(args.plan).name} on the {options.backend} backend ({options.device}), "
+    say = functools.partial(print, file=report)
+    say(f"tuned {len(rows)} plan(s) of {Path(args.plan).name} on the {options.backend} backend ({options.device}), "
           f"{options.steps} steps each, ranked by the median of the last {options.steps - options.warmup_steps}")
     for line in tune.table_lines(rows):
-        print(line)
+        say(line)
     note = tune.memory_note(rows)
     if note:
-        print(note)
-    print(f"measurements appended to {options.out}")
+        say(note)
+    say(f"measurements appended to {options.out}")
     timed = [c for c in rows if c.status == "ok"]
     if not timed:
         sys.stderr.write("autoplan tune: no plan ran to the end (see the status column); no winner written\n")
         return 1
     best = timed[0]
     predicted = f"{best.predicted_s:.4f} s predicted" if math.isfinite(best.predicted_s) else "no prediction"
-    print(f"winner: {best.source}, {best.measured_s:.4f} s per step measured ({predicted})")
-    print(f"  {best.label}")
+    say(f"winner: {best.source}, {best.measured_s:.4f} s per step measured ({predicted})")
+    say(f"  {best.label}")
     if args.output:
         tune.winner_document(doc, rows, skipped, options, options.out).save(args.output)
-        print(f"wrote {args.output} (the winner, chosen by measurement: `autoplan run` takes it)")
+        say(f"wrote {args.output} (the winner, chosen by measurement: `autoplan run` takes it)")
     if args.calibration_out:
         if len(timed) < minimum:
             sys.stderr.write(f"autoplan tune: calibration not written: {len(timed)} plan(s) ran to the end, calibrate "
@@ -131,8 +136,8 @@ def run(args) -> int:
         for line in lines:  # calibrate's report, wrapped to the output's 120 columns
             warning = line.startswith("warning:")
             text = "\n".join(wrap_line(f"autoplan tune: {line}" if warning else line, 2))
-            (sys.stderr if warning else sys.stdout).write(text + "\n")
-        print(f"wrote {args.calibration_out} (use it with `autoplan search --calibration {args.calibration_out}`)")
+            (sys.stderr if warning else report).write(text + "\n")
+        say(f"wrote {args.calibration_out} (use it with `autoplan search --calibration {args.calibration_out}`)")
     elif len(timed) >= minimum:
-        print(f"({len(timed)} timed runs: --calibration-out CAL.json would fit a calibration from them)")
+        say(f"({len(timed)} timed runs: --calibration-out CAL.json would fit a calibration from them)")
     return 0

@@ -10,10 +10,8 @@ Two halves, each optional but not both absent:
 """
 from __future__ import annotations
 
-import os
 import shutil
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +21,9 @@ from autoplan.clusters import cluster_for_plan_file
 from autoplan.report import plots, tables
 from autoplan.report.html import Section, write_index
 from autoplan.render import plan_line
-from autoplan.specs import AutoplanError, InfeasiblePlan, ParallelPlan, PlanDocument
+from autoplan.specs import (
+    AutoplanError, InfeasiblePlan, ParallelPlan, PlanDocument, check_output_folder, publish_folder, staging_folder,
+)
 from autoplan.specs.compat import MISMATCH_ADVICE
 
 EXHAUSTIVE_SPACE_SIZE = 200_000
@@ -200,18 +200,16 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
                  calibration_path=None, stage=lambda text: None) -> list[str]:
     """Write the PNGs and index.html into out_dir (created if missing); return the files written.
 
-    Everything is drawn into a scratch folder beside out_dir and moved in only when the whole
-    report is done, so a failure leaves out_dir as it was."""
+    out_dir is checked by the one writer's rules (autoplan.specs.output) before anything is read;
+    everything is drawn into a private folder on its file system and published only when the whole
+    report is done, so a failure leaves out_dir as it was (or absent)."""
     from autoplan.calibration import load_calibration
     from cost_model.learned.calibrate import gather
 
     if not measurement_paths and not published and plan_path is None:
         raise AutoplanError("nothing to report: give measurement files (runs.jsonl), --published, and/or a plan.json")
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise AutoplanError(f"report output {str(out)!r} is a file; give a folder")
-    if not out.parent.is_dir():
-        raise AutoplanError(f"cannot write the report into {str(out)!r}: the folder {str(out.parent)!r} does not exist")
+    inputs = [*measurement_paths, plan_path, calibration_path]
+    out = check_output_folder(out_dir, inputs)  # the one writer's refusals, before anything is read
     calibration = load_calibration(calibration_path) if calibration_path else None
     doc, doc_dir = (PlanDocument.load(plan_path), Path(plan_path).parent) if plan_path else (None, None)
     data = None
@@ -232,7 +230,7 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
                                 f"{len(data.skipped)} skipped (failed runs or malformed lines)")
         if doc is None and data.origins.count("measured"):
             doc, doc_dir = _first_measured_plan(measurement_paths)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    scratch = staging_folder(out)
     try:
         if data is not None:
             stage("accuracy figures (grouped cross-validation of the correction)")
@@ -243,22 +241,10 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
         write_index(scratch, title, sections,
                     footer="Durations in the unit shown (µs, ms, s); tokens/s base 10; memory in MiB / GiB "
                            "(2^20 / 2^30 bytes).")
-        out.mkdir(exist_ok=True)
-        mode = _default_file_mode()
-        written = []
-        for f in sorted(scratch.iterdir(), key=lambda f: f.name == "index.html"):  # index last
-            os.chmod(f, mode)  # atomic writes create 0600 files; a report is meant to be shared
-            os.replace(f, out / f.name)
-            written.append(str(out / f.name))
-        return written
+        # All or none: a new folder appears whole (one rename); in an existing one, index.html is replaced last.
+        return [str(f) for f in publish_folder(scratch, out, last="index.html")]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _default_file_mode() -> int:
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _first_measured_plan(paths) -> tuple[PlanDocument | None, Path | None]:

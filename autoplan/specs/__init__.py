@@ -14,7 +14,10 @@ from autoplan.specs.measurement import (
     MEASUREMENT_SCHEMA, Measurement, append_measurement, read_measurements,
 )
 from autoplan.specs.model import ModelSpec
-from autoplan.specs.output import append_output, check_output, is_stdout, write_output, write_text_atomic
+from autoplan.specs.output import (
+    append_output, check_output, check_output_folder, is_stdout, publish_folder, staging_folder, write_output,
+    write_text_atomic,
+)
 from autoplan.specs.plan import ParallelPlan
 from autoplan.specs.planfile import AUTOPLAN_VERSION, PLAN_SCHEMA, PLAN_SCHEMA_V1, PlanDocument, plan_id
 from autoplan.specs.training import BYTES_PER_ELEMENT, ClusterSpec, TrainingSpec
@@ -27,5 +30,6 @@ __all__ = [
     "PLAN_SCHEMA", "PLAN_SCHEMA_V1", "PROFILE_SCHEMA", "ParallelPlan", "PlanDocument", "RECOMPUTE_POLICIES", "SCOPES",
     "SchemaError", "TrainingSpec", "append_measurement", "parse_headroom", "plan_id", "read_json", "read_measurements",
     "resolve_headroom",
-    "append_output", "check_output", "is_stdout", "write_json_atomic", "write_output", "write_text_atomic",
+    "append_output", "check_output", "check_output_folder", "is_stdout", "publish_folder", "staging_folder",
+    "write_json_atomic", "write_output", "write_text_atomic",
 ]

@@ -277,6 +277,12 @@ class Framework:
         if plan.zero_stage not in self.zero_stages:
             refuse(f"has ZeRO stages {', '.join(map(str, self.zero_stages))}, got zero_stage={plan.zero_stage}",
                    "zero_stage", "pick one of those (--zero)")
+        # Before the degree rules: it holds whatever the degrees, so a pinned --zero on an MoE model is
+        # refused for this reason, not for whichever pp or ep a candidate happened to have.
+        if model.is_moe and plan.zero_stage > self.max_zero_with_moe:
+            refuse(f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
+                   f"{self.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "
+                   f"{model.num_experts} experts", "zero_with_moe", f"plan with --zero {self.max_zero_with_moe}")
         for degree, limit in (("tp", self.max_tp), ("pp", self.max_pp), ("cp", self.max_cp), ("vpp", self.max_vpp)):
             value = getattr(plan, degree)
             if value > limit:
@@ -290,10 +296,6 @@ class Framework:
             refuse(f"does not combine ZeRO stage {plan.zero_stage} with expert parallelism (at most "
                    f"{self.max_zero_with_ep} with ep > 1), got ep={plan.ep}", "zero_with_ep",
                    f"plan with --zero {self.max_zero_with_ep} or ep=1")
-        if model.is_moe and plan.zero_stage > self.max_zero_with_moe:
-            refuse(f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
-                   f"{self.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "
-                   f"{model.num_experts} experts", "zero_with_moe", f"plan with --zero {self.max_zero_with_moe}")
         if plan.zero_stage == 3 and model.tied_embeddings and not self.zero3_tied_embeddings:
             refuse(f"does not shard tied embedding/head weights (ZeRO-3), got zero_stage=3 for {model.name!r} "
                    "with tied_embeddings", "zero3_tied_embeddings", "plan with --zero 2 or less")

@@ -12,6 +12,9 @@ run, profile):
   Ctrl-C leaves the previous file (or none), never half of one;
 - an unwritable folder, a full disk or a read-only file system is one line, not a traceback.
 
+A folder a command fills (`report -o DIR`) has the same refusals (check_output_folder) and is built
+in a private folder on the same file system, then published all at once (publish_folder).
+
 `check_output` is the up-front half: argparse runs it on every `-o` and the CLI runs it with the
 command's inputs before the command starts, so `tune`, `run` and `profile` refuse a bad target before
 minutes of training or measuring. Standard library only, like the rest of autoplan.specs.
@@ -19,6 +22,7 @@ minutes of training or measuring. Standard library only, like the rest of autopl
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -106,6 +110,94 @@ def check_output(path, inputs=(), flag: str | None = None, example: str = "out.j
             raise AutoplanError(f"{flag or 'the output'} {_quote(path)} is also an input of this command "
                                 f"({_quote(source)}); "
                                 f"writing it would destroy what is read: give another output file")
+
+
+def check_output_folder(path, inputs=(), flag: str | None = None) -> Path:
+    """The folder a command fills (`report -o DIR`), resolved, after the same refusals as a file's:
+    standard output, a FIFO, device, socket or regular file where the folder should be, a missing or
+    unwritable parent, an existing folder that is not writable, and a folder that is one of `inputs`
+    or holds one of them (a report replaces its files by name). Creates nothing."""
+    text = str(path)
+    head = f"{flag}: " if flag else ""
+    if is_stdout(text):
+        raise AutoplanError(f"{head}{text!r} is standard output, and a report is a folder of files; give a folder")
+    if not text.strip() or "\x00" in text:
+        raise AutoplanError(f"{head}the output folder {_quote(text)} is not a folder name; give one such as report/")
+    try:
+        target = Path(text).expanduser().resolve()
+        mode = os.stat(target).st_mode if target.exists() else None
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a permission error on the way
+        why = getattr(exc, "strerror", None) or exc
+        raise AutoplanError(f"{head}cannot write into {_quote(text)}: {why}") from None
+    for source in inputs:
+        if source is None or is_stdout(source) or not str(source).strip() or "\x00" in str(source):
+            continue
+        other = Path(str(source)).expanduser().resolve()
+        if other == target or _same_file(target, source) or target in other.parents:
+            raise AutoplanError(f"{head}the output folder {_quote(text)} is also an input of this command, or holds "
+                                f"one ({_quote(source)}); give another folder")
+    if mode is not None and not stat.S_ISDIR(mode):
+        kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
+        raise AutoplanError(f"{head}cannot write into {_quote(text)}: it is {kind}, and a report is a folder; give a "
+                            f"folder (new or existing)")
+    if mode is not None and not os.access(target, os.W_OK | os.X_OK):
+        raise AutoplanError(f"{head}cannot write into {_quote(text)}: the folder is not writable")
+    if mode is None and not target.parent.is_dir():
+        raise AutoplanError(f"{head}cannot write into {_quote(text)}: the folder {_quote(target.parent)} does not "
+                            f"exist; create it first")
+    if mode is None and not os.access(target.parent, os.W_OK | os.X_OK):
+        raise AutoplanError(f"{head}cannot create {_quote(text)}: the folder {_quote(target.parent)} is not writable")
+    return target
+
+
+def staging_folder(target: Path) -> Path:
+    """A new, private folder on the same file system as `target` (inside it when it exists, else beside
+    it) to build its files in before publish_folder moves them into place."""
+    where = target if target.is_dir() else target.parent
+    try:
+        return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=where))
+    except OSError as exc:
+        raise AutoplanError(f"cannot write into {_quote(target)}: {exc.strerror or exc}") from None
+
+
+def publish_folder(staged: Path, target: Path, last: str | None = None) -> list[Path]:
+    """Move the files built in `staged` into `target` all or none: a new folder is one rename; into an
+    existing one each file replaces its namesake (`last`, e.g. index.html, at the end) and a failure
+    puts back every file replaced so far. Other files in `target` stay. Returns the files written."""
+    names = sorted((p.name for p in staged.iterdir()), key=lambda n: (n == last, n))
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in names:  # mkstemp and mkdtemp make 0600/0700; a report is meant to be shared
+        os.chmod(staged / name, 0o666 & ~umask)
+    if not target.exists():
+        try:
+            os.chmod(staged, 0o777 & ~umask)
+            os.rename(staged, target)
+        except OSError as exc:
+            raise AutoplanError(f"cannot write into {_quote(target)}: {exc.strerror or exc}") from None
+        return [target / name for name in names]
+    for name in names:
+        if (target / name).exists() and not (target / name).is_file():
+            raise AutoplanError(f"cannot write {_quote(target / name)}: it is {_kind(os.stat(target / name).st_mode)}; "
+                                f"move it away or give another folder")
+    saved = staging_folder(target)
+    replaced, moved = [], []
+    try:
+        for name in names:
+            if (target / name).exists():
+                os.replace(target / name, saved / name)
+                replaced.append(name)
+            os.replace(staged / name, target / name)
+            moved.append(name)
+    except OSError as exc:
+        for name in moved:
+            os.unlink(target / name)
+        for name in replaced:
+            os.replace(saved / name, target / name)
+        raise AutoplanError(f"cannot write into {_quote(target)}: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(saved, ignore_errors=True)
+    return [target / name for name in names]
 
 
 def _same_file(target: Path, source) -> bool:

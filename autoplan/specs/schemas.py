@@ -172,11 +172,14 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
         return
     take_float(data, "step_time_s", issues, prefix, 0.0)
     take_float(data, "peak_memory_bytes", issues, prefix, 0.0, MAX_PREDICTED_BYTES)
-    # Throughput divides (compare's ratios): a trained step moves tokens. MFU is a share of the peak.
-    take_float(data, "tokens_per_s_per_gpu", issues, prefix, 0.0)
+    # Throughput divides (compare's ratios): a trained step moves tokens. A token costs more than one
+    # FLOP, so no GPU moves more tokens a second than the largest peak FLOP/s a profile may hold.
+    # MFU is a share of the peak; HFU (MFU plus recomputation) is one too, above 0 when given.
+    take_float(data, "tokens_per_s_per_gpu", issues, prefix, 0.0, MAX_FLOPS_PER_S)
     take_float(data, "mfu", issues, prefix, 0.0, 1.0)
-    for key in ("tokens_per_s", "hfu"):
-        take_float(data, key, issues, prefix, 0.0, positive=False, required=False)
+    take_float(data, "tokens_per_s", issues, prefix, 0.0, MAX_FLOPS_PER_S * MAX_NUM_GPUS, positive=False,
+               required=False)
+    take_float(data, "hfu", issues, prefix, 0.0, required=False)
     take_float(data, "memory_capacity_bytes", issues, prefix, 0.0, MAX_PREDICTED_BYTES, positive=False,
                required=False)
     take_bool(data, "fits", issues, prefix, required=False)
@@ -310,7 +313,8 @@ def validate_measurement(data: dict, issues: Issues) -> None:
     for key, high in (("num_warmup_steps", 2**31), ("tokens_per_step", MAX_GLOBAL_BATCH * MAX_SEQ_LEN),
                       ("num_gpus", MAX_NUM_GPUS)):
         take_int(data, key, issues, "", 0, high, required=False)
-    take_float(data, "peak_flops_per_s", issues, "", 0.0, None, positive=False, required=False)
+    # the device's peak (0: unknown, as a CPU run records); at most what a profile may hold
+    take_float(data, "peak_flops_per_s", issues, "", 0.0, MAX_FLOPS_PER_S, positive=False, required=False)
     take_str(data, "error", issues, required=False)
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 from pathlib import Path
 
-from autoplan.specs import AutoplanError, Measurement, PlanDocument
+from autoplan.specs import AutoplanError, Measurement, PlanDocument, is_stdout
 
 from executor.backend_common import RunInterrupted
 from executor.options import RunOptions
@@ -152,8 +152,10 @@ def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> l
             for rank in range(nproc):
                 procs.append(subprocess.Popen(cmd, env=_worker_env(rank, nproc, port, options), stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True, start_new_session=True))
+            # The workers' step lines go to stderr when the records themselves are on stdout (-o -).
+            out = sys.stderr if is_stdout(options.out) else sys.stdout
             forwarders = [threading.Thread(target=_forward, args=(stream, sink), daemon=True)
-                          for p in procs for stream, sink in ((p.stdout, sys.stdout), (p.stderr, sys.stderr))]
+                          for p in procs for stream, sink in ((p.stdout, out), (p.stderr, sys.stderr))]
             for thread in forwarders:
                 thread.start()
             codes = _wait(procs)
