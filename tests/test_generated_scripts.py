@@ -13,7 +13,7 @@ import tomllib
 
 import pytest
 
-from autoplan.cli.main import main
+from tests.cli_run import run_cli
 
 TINY = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 192, "num_attention_heads": 6,
         "num_key_value_heads": 2, "intermediate_size": 520, "vocab_size": 1000, "max_position_embeddings": 512}
@@ -34,12 +34,7 @@ BASH = shutil.which("bash")
 
 
 def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def make_plan(capsys, folder, name):

@@ -8,19 +8,14 @@ import json
 
 import pytest
 
-from autoplan.cli.main import main
+from tests.cli_run import run_cli
 
 GIB = 2**30
 MODEL_32 = ["--model", "llama-2-70b", "--gpus", "32"]
 
 
 def run(capsys, argv) -> tuple:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def table(capsys, *extra) -> dict:

@@ -9,17 +9,13 @@ import os
 import pytest
 
 from autoplan.cli.main import main
+from tests.cli_run import run_cli
 
 SMALL = ["--model", "llama-2-7b", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]
 
 
 def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def refused(code, err, *words):

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from autoplan.cli.main import main
+from tests.cli_run import run_cli
 
 SMALL = ["--model", "llama-2-7b", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]
 READERS = {  # every command that reads a plan file, as a user would call it (nothing trains)
@@ -21,12 +22,7 @@ READERS = {  # every command that reads a plan file, as a user would call it (no
 
 
 def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(capsys, *argv)
 
 
 def refusal(code, err) -> str:
