@@ -17,7 +17,8 @@ import time
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ModelSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, builtin_profile
 from cost_model.published import load_published_runs
-from cost_model.validation import constant_mfu_prediction, memory_summary, predict_runs, summarize
+from cost_model.splits import predict_with_mfu
+from cost_model.validation import memory_summary, predict_runs, summarize
 
 
 
@@ -46,7 +47,7 @@ def accuracy() -> list:
     for r in done:
         by_source.setdefault(r.run.source, []).append(r)
     for name, rows in sorted(by_source.items()):
-        apes = [abs(constant_mfu_prediction(r.run) - r.run.measured_tokens_per_s_per_gpu)
+        apes = [abs(predict_with_mfu(r.run, base["mfu"]) - r.run.measured_tokens_per_s_per_gpu)
                 / r.run.measured_tokens_per_s_per_gpu for r in rows]
         print(f"  {name:22s} n={len(apes):3d}  MAPE {statistics.fmean(apes):6.1%}")
     print(_line("all", base))

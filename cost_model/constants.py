@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from autoplan.specs import AutoplanError, Framework, get_framework
+from autoplan.specs.frameworks import base_framework_name
 
 CONSTANTS_PATH = Path(__file__).parent / "data" / "constants.json"
 
@@ -35,7 +36,7 @@ class Constants:
         per-run overrides (e.g. torch.compile on) merged over its documented facts."""
         framework = get_framework(name)
         # Fitted values belong to the built-in framework, options or not ("megatron-core+tp-comm-overlap").
-        fitted = self.frameworks.get(framework.name.split("+")[0], {})
+        fitted = self.frameworks.get(base_framework_name(framework.name), {})
         return framework.with_overrides(**{**fitted, **overrides})
 
     def refit_without(self, key: str) -> "Constants":

@@ -147,11 +147,6 @@ def out_of_sample(runs: list, constants: Constants | None = None, framework: str
     return doc
 
 
-def constant_mfu_prediction(run: PublishedRun) -> float:
-    peak = builtin_profile(run.gpu).peak(run.training.dtype)
-    return CONSTANT_MFU * peak / model_flops_per_token(run.model, run.training.seq_len)
-
-
 def _ranks(values: list) -> list:
     order = sorted(range(len(values)), key=lambda i: values[i])
     ranks = [0.0] * len(values)

@@ -28,8 +28,9 @@ def _local(t):
     return t
 
 
-def _from_parameter(t) -> bool:
-    """A weight or its cast (a chain of casts/views ending at a leaf's AccumulateGrad)."""
+def from_parameter(t) -> bool:
+    """A weight or its cast (a chain of casts/views ending at a leaf's AccumulateGrad); the
+    single-process count (tests/test_memory_counting.py) uses it too."""
     fn = t.grad_fn
     if fn is None and t.requires_grad:  # the leaf itself
         return True
@@ -86,7 +87,7 @@ def count_plan(spec, plan, policy: str, b: int, s: int, device) -> dict:
     def pack(t):
         local = _local(t)
         ptr = local.untyped_storage().data_ptr()
-        if ptr not in seen and ptr not in states and not _from_parameter(t):
+        if ptr not in seen and ptr not in states and not from_parameter(t):
             seen.add(ptr)
             per_scope[scope[0]] += local.untyped_storage().nbytes()
         return t

@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch")
 
 from autoplan.specs import ModelSpec  # noqa: E402
 from cost_model import eager_activations as eager  # noqa: E402
+from tests.memory_counting_ranks import from_parameter  # noqa: E402
 
-_CAST_OR_VIEW = {"TBackward0", "ToCopyBackward0", "ViewBackward0", "PermuteBackward0", "ExpandBackward0"}
 
 LLAMA_LIKE = ModelSpec(name="llama-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=2,
                        ffn_hidden_size=704, vocab_size=1000, mlp="swiglu", norm="rmsnorm", position="rope",
@@ -33,19 +33,6 @@ GEGLU_LIKE = ModelSpec(name="geglu-like", num_layers=2, hidden_size=256, num_hea
 GPT_LIKE = ModelSpec(name="gpt-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=8,
                      ffn_hidden_size=1024, vocab_size=1000, mlp="gelu", norm="layernorm", position="learned",
                      tied_embeddings=True, linear_bias=True, max_seq_len=512)
-
-
-def _from_parameter(t) -> bool:
-    """A weight or its autocast cast (a chain of casts/views ending at a leaf's AccumulateGrad)."""
-    fn = t.grad_fn
-    while fn is not None:
-        name = type(fn).__name__
-        if name == "AccumulateGrad":
-            return True
-        if name not in _CAST_OR_VIEW or not fn.next_functions:
-            return False
-        fn = fn.next_functions[0][0]
-    return False
 
 
 def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str, kernels=None, bf16_weights: bool = False) -> dict:
@@ -75,7 +62,7 @@ def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str, kernels=None, bf16
 
     def pack(t):
         storage = t.untyped_storage()
-        if storage.data_ptr() not in seen and storage.data_ptr() not in states and not _from_parameter(t):
+        if storage.data_ptr() not in seen and storage.data_ptr() not in states and not from_parameter(t):
             seen.add(storage.data_ptr())
             per_scope[scope[0]] += storage.nbytes()
         return t

@@ -32,6 +32,7 @@ def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
     from autoplan.exporters import export_launch, export_plan, target_framework, with_alternative
     from autoplan.specs import AutoplanError, is_stdout, write_text_atomic
+    from autoplan.specs.frameworks import base_framework_name
 
     doc = with_alternative(load_plan(args.plan), args.alternative, force=args.force)
     if doc.prediction.get("fits") is False:  # with_alternative refuses it without --force
@@ -41,7 +42,7 @@ def run(args) -> int:
     # Both re-check the plan against the target framework's rules.
     export = export_launch(doc, args.target, args.launch) if args.launch else export_plan(doc, args.target)
     framework = target_framework(args.target)
-    if doc.framework.split("+")[0] != framework:
+    if base_framework_name(doc.framework) != framework:
         note, fits = rescored_note(doc, framework, args.plan)
         if not fits and not args.force:  # the file's prediction was for another framework: today's is the truth
             raise AutoplanError(f"{args.target}: {note}; the plan does not fit under {framework}: pick another plan "

@@ -14,12 +14,13 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from autoplan.render import render_framework, render_frameworks
     from autoplan.specs import FRAMEWORKS, get_framework
+    from autoplan.specs.frameworks import base_framework_name
 
     if args.name is not None:
         from cost_model import load_constants
 
         constants, name = load_constants(), get_framework(args.name).name
-        sys.stdout.write(render_framework(constants.framework(name), constants.frameworks.get(name.split("+")[0], {})))
+        sys.stdout.write(render_framework(constants.framework(name), constants.frameworks.get(base_framework_name(name), {})))
         return 0
     sys.stdout.write(render_frameworks(list(FRAMEWORKS.values())))
     sys.stdout.write("\n`autoplan frameworks NAME` prints one with its sources; plan for one with "
