@@ -101,7 +101,8 @@ class Estimator:
             fp8_scale=fw.fp8_gemm_efficiency * (fw.fp8_rowwise_efficiency if fw.fp8_rowwise else 1.0),
             attention_scale=fw.attention_efficiency,
             memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
-            flash_attention=fw.flash_attention)
+            flash_attention=fw.flash_attention, moe_load_imbalance=fw.moe_load_imbalance,
+            moe_a2a_overlap=fw.moe_a2a_overlap)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
         # Parameter counts (whole model; stages and TP divide them below), per layer on average over

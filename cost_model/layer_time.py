@@ -13,9 +13,12 @@ from dataclasses import dataclass, fields
 from autoplan.specs import ModelSpec
 from cost_model.flops import Gemm, attention_core_fwd_flops, backward_shapes, layer_gemms, logits_gemm
 from cost_model.memory import mlp_activation_elems
+from cost_model.moe_time import moe_layer_times
 from cost_model.tables import ProfileTables
 
 BYTES_ACT = 2
+EXPERT_GEMMS = ("mlp_in", "mlp_out")
+"""The routed experts' GEMMs in a MoE layer's `layer_gemms` (the router and shared experts run on every token)."""
 ATTN_BWD_FLOPS_RATIO = 2.5  # flash-attention backward does 2.5x the forward's matmul FLOPs (FA2 paper)
 
 
@@ -54,6 +57,10 @@ class Rates:
     attention_scale: float
     memory_scale: float
     flash_attention: bool
+    moe_load_imbalance: float = 0.0
+    """Framework.moe_load_imbalance (cost_model/moe_time.py)."""
+    moe_a2a_overlap: bool = False
+    """Framework.moe_a2a_overlap (cost_model/moe_time.py)."""
 
 
 def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
@@ -182,15 +189,25 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     # group, then gathers them over the etp ranks that split an expert; priced as one all-to-all of
     # the gathered size (tokens*k*h when etp = tp). The ep group's ranks are etp apart (expert rank
     # order tp-ep-dp: megatron/core/parallel_state.py core_v0.16.1 RankGenerator, order tp-cp-ep-dp-pp).
-    ep_fwd_s = 0.0
-    if moe and ep > 1:
-        ep_rpn = max(1, min(ep, gpus_per_node // etp))
-        routed = BYTES_ACT * tokens * etp / tp * model.num_experts_per_token * h
-        ep_fwd_s = 2 * tables.collective_time_s("all_to_all", routed, ep, ep_rpn)
+    ep_fwd_s = ep_bwd_s = 0.0
+    if moe:
+        a2a_s = 0.0
+        if ep > 1:
+            ep_rpn = max(1, min(ep, gpus_per_node // etp))
+            routed = BYTES_ACT * tokens * etp / tp * model.num_experts_per_token * h
+            a2a_s = 2 * tables.collective_time_s("all_to_all", routed, ep, ep_rpn)
+        # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
+        expert_fwd_s, expert_bwd_s = _gemms_time_s(tables, [g for g in gemms if g.name in EXPERT_GEMMS], rates)
+        mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn_fwd_s,
+                             gemm_bwd_s + attn_bwd_s, tokens, tp, ep, etp, rates.memory_scale,
+                             rates.moe_load_imbalance, rates.moe_a2a_overlap)
+        gemm_fwd_s, gemm_bwd_s = gemm_fwd_s + mt.imbalance_gemm_fwd_s, gemm_bwd_s + mt.imbalance_gemm_bwd_s
+        memory_fwd_s, memory_bwd_s = memory_fwd_s + mt.permute_fwd_s, memory_bwd_s + mt.permute_bwd_s
+        ep_fwd_s, ep_bwd_s = mt.a2a_fwd_s, mt.a2a_bwd_s
     return LayerTimes(
         gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn_fwd_s, attn_bwd_s=attn_bwd_s,
         memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_pass_s, tp_bwd_s=tp_pass_s,
-        cp_fwd_s=cp_fwd_s, cp_bwd_s=cp_bwd_s, ep_fwd_s=ep_fwd_s, ep_bwd_s=ep_fwd_s,
+        cp_fwd_s=cp_fwd_s, cp_bwd_s=cp_bwd_s, ep_fwd_s=ep_fwd_s, ep_bwd_s=ep_bwd_s,
         gemm_fwd_flops=sum(g.flops for g in gemms), attn_fwd_flops=attn_flops, tp_bytes=tp_bytes,
         fp8_weight_cast_s=fp8_weight_cast_s)
 

@@ -15,6 +15,7 @@ from autoplan.specs import (
     AutoplanError, ClusterSpec, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
 )
 from cost_model.constants import Constants, load_constants
+from cost_model.moe_time import moe_run_facts
 from cost_model.profiles import builtin_profile
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
@@ -304,7 +305,7 @@ def row_to_run(row: dict) -> PublishedRun:
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
         # another FSDP stack with its own whole-logit loss), so none takes that fact.
         framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
-                              **facts.get("framework_then", {})}.items()),
+                              **facts.get("framework_then", {}), **(moe_run_facts(notes) if moe else {})}.items()),
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
 
 

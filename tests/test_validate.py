@@ -69,8 +69,8 @@ SPLIT_BOUNDS = {
     ("scale", "fp8"): (0.13, 0.88),                   # 11.9%, +0.93
     ("precision", "fp8"): (0.14, 0.88),               # 13.0%, +0.93
     # The MoE rows no fit ever saw (issue 25), 2026-12: far from issue 25's target (<= 10%, >= 0.8);
-    # the bound keeps them from getting worse.
-    ("moe", "bf16_fp16"): (0.695, -0.15),             # 68.3%, -0.09
+    # the bound keeps them from getting worse (68.3%, -0.09 before cost_model/moe_time.py).
+    ("moe", "bf16_fp16"): (0.65, 0.05),               # 63.9%, +0.11
 }
 MIN_GAIN_OVER_CONSTANT_MFU = {("moe", "bf16_fp16"): 1.25}
 """How much better than the constant-MFU guess a split must be (1.5x unless named here)."""

@@ -124,6 +124,14 @@ class Framework:
     """fp8: weights cast to fp8 in every micro-batch's forward and again for its backward (torchao
     Float8Linear), or once per step, with the transpose, and reused by later micro-batches
     (Transformer Engine: te.Linear's is_first_microbatch caches the fp8 weight)."""
+    moe_a2a_overlap: bool = False
+    """The expert-parallel dispatch/combine all-to-all of one micro-batch's forward runs under another
+    micro-batch's backward and the reverse (Megatron-Core --overlap-moe-expert-parallel-comm
+    --delay-wgrad-compute; cost_model/moe_time.py)."""
+    moe_load_imbalance: float = 0.0
+    """Routed tokens of the busiest expert-parallel rank over the mean (a measured max/mean load);
+    0: the published default of cost_model/moe_time.py (dropless, auxiliary-loss router); 1: balanced
+    routing (Megatron-Core --moe-router-force-load-balancing, a benchmark setting)."""
     dp_comm_overlap: float = 0.8
     """Fraction of the overlappable compute window the DP/FSDP collectives can hide behind."""
     dp_param_gather_overlap: bool = False

@@ -1,0 +1,124 @@
+"""The time terms only a mixture-of-experts layer has, on the busiest rank of its expert-parallel group.
+
+Layer time (cost_model/layer_time.py) prices the expert GEMMs at their per-expert shape from the
+profile's GEMM table (grouped-GEMM efficiency at those token counts is the table's) for balanced
+routing. This module adds what balanced routing leaves out, each a named term:
+
+* routed-token imbalance: a dropless router gives some experts more tokens than the mean, and the
+  expert-parallel rank holding them sets the pace of the layer (its expert GEMMs and the all-to-all
+  it receives). `expert_load_imbalance` is the max/mean load; forced balanced routing makes it 1.
+* token permutation: the dispatcher copies every routed token into expert order before the
+  all-to-all and back after it, and with several local experts sorts the received tokens by expert
+  and unsorts them before the combine (Megatron-Core core_v0.16.1 megatron/core/transformer/moe/
+  token_dispatcher.py: MoEAlltoAllTokenDispatcher.dispatch_preprocess `permute`, dispatch_postprocess
+  `sort_chunks_by_idxs` when num_local_experts > 1, combine_preprocess and combine_postprocess the
+  reverse; the flex/DeepEP dispatcher permutes the received tokens the same way): memory-bound bytes.
+* the dispatch and combine all-to-all, inside or across NVLink domains, and what the framework hides
+  of it: Megatron-Core's --overlap-moe-expert-parallel-comm merges the forward of one micro-batch
+  with the backward of another, so each pass's all-to-all runs under the other pass's compute
+  (megatron/core/transformer/moe/README.md core_v0.16.1, "EP A2A Overlap").
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from autoplan.specs import ModelSpec
+from cost_model.tables import ProfileTables
+
+BYTES_ACT = 2
+
+DEFAULT_EXPERT_LOAD_IMBALANCE = 1.25
+"""Max/mean routed tokens per expert of a dropless router trained with an auxiliary balance loss.
+Switch Transformer (Fedus et al. 2022, JMLR 23, arXiv 2101.03961, sec. 2.2 and Table 1) trains with
+expert capacity factors 1.0-1.25 (capacity = factor x mean load) and finds few tokens overflow at
+1.25: the busiest expert stays near 1.25x the mean. Applied to the busiest expert-parallel rank
+(conservative: it may hold more than one busy expert, or none)."""
+
+FORCED_BALANCE = 1.0
+"""Megatron-Core --moe-router-force-load-balancing (benchmark routing: every expert the same count)."""
+
+
+@dataclass(frozen=True)
+class MoeTimes:
+    """Seconds one MoE layer adds per micro-batch on the busiest expert-parallel rank."""
+    imbalance_gemm_fwd_s: float
+    """Expert GEMMs the busiest rank runs beyond the mean rank's (forward)."""
+    imbalance_gemm_bwd_s: float
+    permute_fwd_s: float
+    """Token permutation into and out of expert order (memory-bound), forward."""
+    permute_bwd_s: float
+    a2a_fwd_s: float
+    """Dispatch + combine all-to-all of the forward, the part compute does not hide."""
+    a2a_bwd_s: float
+    a2a_hidden_s: float
+    """All-to-all seconds hidden under the other pass's compute (overlap on); not in the sum."""
+
+
+def expert_load_imbalance(setting: float, ep: int) -> float:
+    """The busiest expert-parallel rank's routed tokens over the mean rank's.
+
+    `setting` is the framework's `moe_load_imbalance` (0: DEFAULT_EXPERT_LOAD_IMBALANCE). With ep = 1
+    every rank holds every expert and runs all routed tokens of its micro-batch, so the imbalance
+    changes which expert gets the rows, not how many the rank runs: 1."""
+    if ep <= 1:
+        return 1.0
+    return setting if setting > 0 else DEFAULT_EXPERT_LOAD_IMBALANCE
+
+
+def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> float:
+    """Elements one rank reads and writes permuting one micro-batch's routed tokens (forward).
+
+    Each rank routes its sequence-parallel share t = tokens/tp, k copies each: `permute` reads
+    and writes the k copies (2k t h), `unpermute` reads them and writes the summed token
+    ((k + 1) t h). With ep > 1 and several local experts the received tokens (t k etp after the
+    expert-TP all-gather) are sorted by expert and unsorted again: a read and a write each way
+    (4 t k etp h)."""
+    h, k = model.hidden_size, model.num_experts_per_token
+    t = tokens / tp
+    elems = (3 * k + 1) * t * h
+    if ep > 1 and model.num_experts // ep > 1:
+        elems += 4 * t * k * etp * h
+    return elems
+
+
+def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: float,
+                    expert_gemm_bwd_s: float, a2a_s: float, other_fwd_s: float, other_bwd_s: float,
+                    tokens: int, tp: int, ep: int, etp: int, memory_scale: float,
+                    load_imbalance: float, a2a_overlap: bool) -> MoeTimes:
+    """The MoE terms of one layer.
+
+    `expert_gemm_*_s`: the expert GEMMs at balanced routing; `a2a_s`: one pass's dispatch + combine
+    at balanced routing; `other_*_s`: the pass's compute the all-to-all of the opposite pass can run
+    under (attention and GEMMs); `load_imbalance`: the framework's moe_load_imbalance."""
+    f = expert_load_imbalance(load_imbalance, ep)
+    permute_bytes = BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
+    op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
+    permute_fwd_s = permute_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))
+    # The busiest rank receives f x the mean rank's tokens, and its link carries them.
+    a2a_fwd_s = a2a_bwd_s = f * a2a_s
+    hidden = 0.0
+    if a2a_overlap and ep > 1:
+        # Forward all-to-all under the other micro-batch's backward compute, and the reverse.
+        exposed_fwd, exposed_bwd = max(0.0, a2a_fwd_s - other_bwd_s), max(0.0, a2a_bwd_s - other_fwd_s)
+        hidden = a2a_fwd_s + a2a_bwd_s - exposed_fwd - exposed_bwd
+        a2a_fwd_s, a2a_bwd_s = exposed_fwd, exposed_bwd
+    return MoeTimes(imbalance_gemm_fwd_s=(f - 1.0) * expert_gemm_fwd_s,
+                    imbalance_gemm_bwd_s=(f - 1.0) * expert_gemm_bwd_s,
+                    permute_fwd_s=permute_fwd_s, permute_bwd_s=permute_fwd_s,
+                    a2a_fwd_s=a2a_fwd_s, a2a_bwd_s=a2a_bwd_s, a2a_hidden_s=hidden)
+
+
+_FORCED = re.compile(r"force-load-balancing|force balance assumed")
+_A2A_OVERLAP = re.compile(r"--overlap-moe-expert-parallel-comm")
+
+
+def moe_run_facts(notes: str) -> dict:
+    """Framework facts a published MoE run states in its notes: forced balanced routing
+    (--moe-router-force-load-balancing) and the EP all-to-all overlap (--overlap-moe-expert-parallel-comm)."""
+    facts = {}
+    if _FORCED.search(notes):
+        facts["moe_load_imbalance"] = FORCED_BALANCE
+    if _A2A_OVERLAP.search(notes):
+        facts["moe_a2a_overlap"] = True
+    return facts

@@ -1,0 +1,102 @@
+"""MoE time terms (cost_model/moe_time.py): worked examples, and the published twins they separate."""
+from dataclasses import replace
+
+import pytest
+
+from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
+from cost_model import Estimator, builtin_profile
+from cost_model.constants import load_constants
+from cost_model.moe_time import (
+    DEFAULT_EXPERT_LOAD_IMBALANCE, expert_load_imbalance, moe_layer_times, moe_run_facts, permute_elems,
+)
+from cost_model.published import load_published_runs
+from cost_model.tables import ProfileTables
+
+# Qwen3-235B-A22B's MoE shape: h 4096, 128 experts, top-8.
+QWEN3 = ModelSpec(name="q3", num_layers=4, hidden_size=4096, num_heads=64, num_kv_heads=4, ffn_hidden_size=1536,
+                  vocab_size=151936, head_dim=128, num_experts=128, num_experts_per_token=8,
+                  moe_ffn_hidden_size=1536)
+
+
+def test_permute_elements_worked_example():
+    # 4096 tokens over tp 4: t = 1024 routed 8 ways. permute + unpermute: (3*8 + 1) * 1024 * 4096
+    # = 104,857,600; with ep 8 and 16 local experts the received 1024*8 copies are sorted and
+    # unsorted (read + write each): 4 * 1024 * 8 * 4096 = 134,217,728.
+    assert permute_elems(QWEN3, 4096, tp=4, ep=8, etp=1) == 104_857_600 + 134_217_728
+    assert permute_elems(QWEN3, 4096, tp=4, ep=1, etp=1) == 104_857_600
+    # One local expert per rank (128 experts over ep 128): nothing to sort.
+    assert permute_elems(QWEN3, 4096, tp=4, ep=128, etp=1) == 104_857_600
+    # Expert TP 2 gathers twice the rows onto each rank before the sort.
+    assert permute_elems(QWEN3, 4096, tp=4, ep=8, etp=2) == 104_857_600 + 2 * 134_217_728
+
+
+def test_imbalance_only_with_expert_parallelism():
+    assert expert_load_imbalance(0.0, ep=1) == 1.0
+    assert expert_load_imbalance(0.0, ep=8) == DEFAULT_EXPERT_LOAD_IMBALANCE == 1.25
+    assert expert_load_imbalance(1.0, ep=8) == 1.0
+    assert expert_load_imbalance(1.4, ep=8) == 1.4
+
+
+def test_layer_terms_worked_example():
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    common = dict(model=QWEN3, tables=tables, expert_gemm_fwd_s=2.0, expert_gemm_bwd_s=4.0, a2a_s=1.0,
+                  other_fwd_s=2.0, other_bwd_s=1.0, tokens=4096, tp=4, ep=8, etp=1, memory_scale=1.0)
+    t = moe_layer_times(**common, load_imbalance=0.0, a2a_overlap=False)
+    # The busiest rank runs 1.25x the mean rank's expert rows and receives 1.25x its tokens.
+    assert (t.imbalance_gemm_fwd_s, t.imbalance_gemm_bwd_s) == (0.5, 1.0)
+    assert (t.a2a_fwd_s, t.a2a_bwd_s, t.a2a_hidden_s) == (1.25, 1.25, 0.0)
+    # Overlap: the forward's 1.25 s runs under the other micro-batch's 1.0 s backward (0.25 s left);
+    # the backward's 1.25 s fits under the 2.0 s forward.
+    o = moe_layer_times(**common, load_imbalance=0.0, a2a_overlap=True)
+    assert (o.a2a_fwd_s, o.a2a_bwd_s) == pytest.approx((0.25, 0.0))
+    assert o.a2a_hidden_s == pytest.approx(2.25)
+    # Forced balance: no imbalance terms, the mean all-to-all.
+    b = moe_layer_times(**common, load_imbalance=1.0, a2a_overlap=False)
+    assert (b.imbalance_gemm_fwd_s, b.a2a_fwd_s) == (0.0, 1.0)
+    # The permutation is memory-bound bytes at the profile's copy bandwidth: 2 B per element.
+    elems = permute_elems(QWEN3, 4096, 4, 8, 1)
+    op_bytes = 2 * 1024 * 8 * 4096
+    assert t.permute_fwd_s == pytest.approx(2 * elems / tables.memory_bytes_per_s(op_bytes))
+
+
+@pytest.mark.parametrize("notes, facts", [
+    ("Router: --moe-router-force-load-balancing (forced balanced routing, benchmark-only).",
+     {"moe_load_imbalance": 1.0}),
+    ("Router force balance assumed (script).", {"moe_load_imbalance": 1.0}),
+    ("Router: normal aux-loss routing, dropless (no force-balance flag).", {}),
+    ("A2A_OVERLAP=1 -> --overlap-moe-expert-parallel-comm --delay-wgrad-compute", {"moe_a2a_overlap": True}),
+    ("No 1F1B A2A overlap.", {}),
+])
+def test_run_facts_from_notes(notes, facts):
+    assert moe_run_facts(notes) == facts
+
+
+def _estimate(model, plan, **framework):
+    constants = load_constants()
+    fw = constants.framework("megatron-core").with_overrides(**framework)
+    est = Estimator(model, TrainingSpec(global_batch_size=64, seq_len=4096),
+                    ClusterSpec(name="h100-80gb", num_gpus=64), builtin_profile("h100-80gb"),
+                    framework=fw, constants=constants)
+    return est.estimate(plan)
+
+
+def test_imbalance_slows_only_expert_parallel_plans():
+    ep8 = ParallelPlan(dp=16, tp=4, pp=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                       num_microbatches=4, ep=8, etp=1)
+    dropless, forced = _estimate(QWEN3, ep8), _estimate(QWEN3, ep8, moe_load_imbalance=1.0)
+    assert dropless.time_breakdown_s["compute"] > forced.time_breakdown_s["compute"]
+    assert dropless.time_breakdown_s["ep_comm"] == pytest.approx(1.25 * forced.time_breakdown_s["ep_comm"])
+    ep1 = replace(ep8, ep=1, etp=0)
+    assert _estimate(QWEN3, ep1).step_time_s == _estimate(QWEN3, ep1, moe_load_imbalance=1.0).step_time_s
+
+
+def test_published_twins_rank_as_measured():
+    """The Megatron MoE model zoo ran each long-context plan twice, forced-balance and dropless routing:
+    the model must rank each pair as measured (balanced faster), from the routing fact alone."""
+    from cost_model.validation import predict_runs
+    runs = {r.id: r for r in load_published_runs() if r.id.startswith("MOEZOO-q3235b-1")}
+    pred = {r.run.id: r.predicted_tokens_per_s_per_gpu for r in predict_runs(list(runs.values()))}
+    for forced, dropless in (("11", "12"), ("13", "14"), ("15", "16"), ("17", "18")):
+        f, d = f"MOEZOO-q3235b-{forced}", f"MOEZOO-q3235b-{dropless}"
+        assert runs[f].measured_tokens_per_s_per_gpu > runs[d].measured_tokens_per_s_per_gpu
+        assert pred[f] > pred[d], (f, pred[f], d, pred[d])
