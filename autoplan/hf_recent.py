@@ -54,16 +54,17 @@ def qwen3(f, model_type: str) -> dict:
     return spec
 
 
-def _qwen3_moe_layers(f, num_layers: int) -> dict:
-    """Qwen3-MoE: every layer MoE unless listed in mlp_only_layers or off the decoder_sparse_step."""
+def _qwen3_moe_layers(f, num_layers: int, experts: int = 128, top_k: int = 8, width: int = 768) -> dict:
+    """Qwen3-MoE (and Qwen2-MoE, with its own defaults): every layer MoE unless listed in
+    mlp_only_layers or off the decoder_sparse_step."""
     step = f.get_int("decoder_sparse_step", default=1)
     dense = f.get_list("mlp_only_layers")
     if step != 1 or dense != list(range(len(dense))):
         raise f.fail("mlp_only_layers", f"with decoder_sparse_step={step} is {dense!r}; only a leading run of "
                                         "dense layers (0, 1, ..., k-1) with decoder_sparse_step 1 is modeled")
-    return dict(num_experts=f.get_int("num_experts", default=128),
-                num_experts_per_token=f.get_int("num_experts_per_tok", default=8),
-                moe_ffn_hidden_size=f.get_int("moe_intermediate_size", default=768), num_dense_layers=len(dense))
+    return dict(num_experts=f.get_int("num_experts", default=experts),
+                num_experts_per_token=f.get_int("num_experts_per_tok", default=top_k),
+                moe_ffn_hidden_size=f.get_int("moe_intermediate_size", default=width), num_dense_layers=len(dense))
 
 
 def deepseek(f, model_type: str) -> dict:
