@@ -23,6 +23,7 @@ from autoplan.specs import (
 from autoplan.specs.flops import model_flops_per_token
 from cost_model.constants import Constants, load_constants
 from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
+from cost_model.layer_mix import layer_seconds, mixes_dense_and_moe, pacing_layer_kinds
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
 from cost_model.stage_memory import allocated_peak_bytes, min_full_recompute_layers, stage_memory
@@ -120,12 +121,19 @@ class Estimator:
 
     # -- shared pieces -------------------------------------------------------------------------
     def _layer(self, plan: ParallelPlan):
-        key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel, plan.expert_tp)
+        # Dense and MoE layers on different pipeline ranks: the mean layer of the costliest rank
+        # (cost_model/layer_mix.py); otherwise the model's mean layer.
+        mixed = plan.pp > 1 and mixes_dense_and_moe(self.model)
+        key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel, plan.expert_tp,
+               (plan.pp, plan.vpp) if mixed else None)
         lt = self._layer_cache.get(key)
         if lt is None:
-            lt = self._layer_cache[key] = mean_layer_times(
-                self.model, self.tables, self.rates, plan.micro_batch_size, self.training.seq_len,
-                plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node, plan.expert_tp)
+            def times(kinds: tuple = ()) -> LayerTimes:
+                return mean_layer_times(
+                    self.model, self.tables, self.rates, plan.micro_batch_size, self.training.seq_len,
+                    plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node, plan.expert_tp, kinds)
+            kinds = pacing_layer_kinds(self.model, plan, lambda k: layer_seconds(times(k))) if mixed else None
+            lt = self._layer_cache[key] = times(kinds or ())
         return lt
 
     def _extras(self, plan: ParallelPlan) -> tuple:

@@ -82,17 +82,17 @@ def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> f
 
 def mean_layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
                      tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int,
-                     etp: int = 0) -> LayerTimes:
-    """The mean over the model's layers of `layer_times`, each kind of layer (dense/MoE, window/global)
-    weighted by how many layers it has: stage totals are layers x mean, exact for the whole model and
-    for a stage holding a representative mix (an approximation for the stage that holds
-    DeepSeek's leading dense layers)."""
-    kinds = model.layer_kinds()
+                     etp: int = 0, kinds: tuple = ()) -> LayerTimes:
+    """The mean over the model's layers (or over `kinds`, ((is_moe, window), count) pairs: one pipeline
+    rank's layers, cost_model/layer_mix.py) of `layer_times`, each kind of layer (dense/MoE,
+    window/global) weighted by how many layers it has: stage totals are layers x mean."""
+    kinds = kinds or model.layer_kinds()
     per_kind = [(count, layer_times(model, tables, rates, micro_batch, seq_len, tp, cp, ep, sequence_parallel,
                                     gpus_per_node, moe, window, etp)) for (moe, window), count in kinds]
     if len(per_kind) == 1:
         return per_kind[0][1]
-    return LayerTimes(**{f.name: sum(n * getattr(lt, f.name) for n, lt in per_kind) / model.num_layers
+    total = sum(n for n, _ in per_kind)
+    return LayerTimes(**{f.name: sum(n * getattr(lt, f.name) for n, lt in per_kind) / total
                          for f in fields(LayerTimes)})
 
 
