@@ -260,7 +260,8 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     cluster, profile = resolve_cluster(request.num_gpus, request.gpu, request.gpus_per_node, request.profile_path)
     check_dtype(profile, request.dtype)
     training, defaults = training_shape(model, cluster, request.seq_len, request.global_batch_size, request.dtype)
-    space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes)
+    space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes,
+                        expert_tp=get_framework(request.framework).expert_tensor_parallel)
     calibration = None
     if request.calibration_path:
         from autoplan.calibration import load_calibration

@@ -231,8 +231,8 @@ def _score_knobs(space: SearchSpace, scorer: PlanScorer, knobs: dict) -> Scored:
         return Scored(ParallelPlan(), None, str(exc), exc.reason)
 
 
-LAYOUT_KNOBS = ("tp", "pp", "cp", "ep")
-"""dp is what the GPU count leaves after tp*pp*cp (and ep splits dp*cp), so moving one of these alone also moves dp;
+LAYOUT_KNOBS = ("tp", "pp", "cp", "ep", "etp")
+"""dp is what the GPU count leaves after tp*pp*cp (and ep*etp regroups tp*cp*dp), so moving one of these alone also moves dp;
 trading a factor between two of them (or changing one with a knob it interacts with) keeps the
 rest of the plan valid. The polish step therefore also tries pair moves that involve them."""
 
@@ -288,7 +288,7 @@ def _polish_starts(study, space: SearchSpace, scorer: PlanScorer, count: int) ->
         s = _score_knobs(space, scorer, t.params)
         if not s.feasible:
             continue
-        layout = (s.plan.dp, s.plan.tp, s.plan.pp, s.plan.cp, s.plan.ep)
+        layout = (s.plan.dp, s.plan.tp, s.plan.pp, s.plan.cp, s.plan.ep, s.plan.expert_tp)
         if layout not in best_by_layout or s.step_time_s < best_by_layout[layout][0]:
             best_by_layout[layout] = (s.step_time_s, t.params)
     return [params for _, params in sorted(best_by_layout.values(), key=lambda v: v[0])[:count]]

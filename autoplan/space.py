@@ -19,7 +19,7 @@ from autoplan.specs import (
 )
 
 # Order matters only for display and for the enumeration order of `--exhaustive`.
-KNOBS = ("tp", "pp", "cp", "vpp", "ep", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel")
+KNOBS = ("tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel")
 MAX_MICRO_BATCH = 16
 MIN_CP_CHUNK_TOKENS = 256
 """Context parallelism splits each sequence into 2*cp load-balanced chunks; below a few hundred
@@ -35,6 +35,7 @@ class Pins:
     cp: int | None = None
     vpp: int | None = None
     ep: int | None = None
+    etp: int | None = None
     micro_batch_size: int | None = None
     zero_stage: int | None = None
     recompute: str | None = None
@@ -64,8 +65,11 @@ class SearchSpace:
     """The discrete plan space for one (model, training, cluster), with the user's pins applied."""
 
     def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-                 pins: Pins = Pins(), allow_tp_across_nodes: bool = False):
+                 pins: Pins = Pins(), allow_tp_across_nodes: bool = False, expert_tp: bool = False):
         self.model, self.training, self.cluster = model, training, cluster
+        # The framework splits experts over their own TP degree (Framework.expert_tensor_parallel):
+        # etp is searched jointly with tp and ep; otherwise it stays tp (0).
+        self.expert_tp = expert_tp
         self.pins = pins
         # once, not per plan: `plan()` runs for every knob combination (a report enumerates ~200,000),
         # and dataclasses.asdict per call was half of a report's time
@@ -92,6 +96,10 @@ class SearchSpace:
                            for per_rank in {m.num_layers // p, -(-m.num_layers // p)}
                            for v in divisors(per_rank) if p * v <= m.num_layers} | {1}),
             "ep": divisors(m.num_experts) if m.is_moe else [1],
+            # 0 = tp; an expert TP degree of its own within a node (Megatron-Core's MoE parallel
+            # folding, where etp = 1 is the common choice): ParallelPlan.check bounds it further.
+            "etp": [0] + [d for d in divisors(c.gpus_per_node) if m.expert_ffn_size % d == 0]
+                   if m.is_moe and self.expert_tp else [0],
             "micro_batch_size": [d for d in divisors(t.global_batch_size) if d <= MAX_MICRO_BATCH],
             "zero_stage": [0, 1, 2, 3],
             "recompute": list(RECOMPUTE_POLICIES),
@@ -117,6 +125,7 @@ class SearchSpace:
         m, t, c = self.model, self.training, self.cluster
         pinned = self._pinned
         k = dict(knobs)
+        k.setdefault("etp", 0)  # callers that name no expert TP mean etp = tp
         model_parallel = k["tp"] * k["pp"] * k["cp"]
         if c.num_gpus % model_parallel:
             raise InfeasiblePlan(
@@ -137,6 +146,8 @@ class SearchSpace:
             k["vpp"] = 1
         if not m.is_moe and "ep" not in pinned:
             k["ep"] = 1
+        if k["etp"] == k["tp"] and "etp" not in pinned:
+            k["etp"] = 0
         per_replica = dp * k["micro_batch_size"]
         if t.global_batch_size % per_replica:
             raise InfeasiblePlan(
@@ -144,7 +155,7 @@ class SearchSpace:
                 f"{t.global_batch_size}, dp={dp} * micro_batch_size={k['micro_batch_size']} = {per_replica}",
                 "batch_product")
         plan = ParallelPlan(
-            dp=dp, tp=k["tp"], pp=k["pp"], cp=k["cp"], vpp=k["vpp"], ep=k["ep"],
+            dp=dp, tp=k["tp"], pp=k["pp"], cp=k["cp"], vpp=k["vpp"], ep=k["ep"], etp=k["etp"],
             sequence_parallel=k["sequence_parallel"], zero_stage=k["zero_stage"],
             micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
             recompute=k["recompute"],
