@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autoplan.hf_moe import MOE_FAMILIES, SUPPORTED_MOE
 from autoplan.hf_recent import RECENT_FAMILIES, SUPPORTED_RECENT
 from autoplan.specs import AutoplanError, ModelSpec, SchemaError, read_json
 from autoplan.specs.validation import (
@@ -17,7 +16,7 @@ from autoplan.specs.validation import (
 )
 
 SUPPORTED_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen", "gpt2", "gpt_neox", "bloom", "falcon",
-                   *SUPPORTED_RECENT, *SUPPORTED_MOE)
+                   *SUPPORTED_RECENT)
 
 
 # Upper bound of each integer field of a config.json, by the size it names (autoplan.specs.validation).
@@ -216,7 +215,7 @@ def _falcon(f: _Fields, model_type: str) -> dict:
 _FAMILIES = {
     "llama": _llama_like, "mistral": _llama_like, "mixtral": _llama_like, "qwen2": _llama_like,
     "qwen": _qwen_v1, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "bloom": _bloom, "falcon": _falcon,
-    **RECENT_FAMILIES, **MOE_FAMILIES,
+    **RECENT_FAMILIES,
 }
 
 

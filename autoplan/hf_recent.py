@@ -1,5 +1,6 @@
-"""config.json readers for the 2024-2025 families: Qwen3 (dense and MoE), DeepSeek-V2/V3, Gemma 2/3,
-OLMo 2, Phi-3, StarCoder2 and GPT-J. `autoplan.hf_config` dispatches to them by `model_type`.
+"""config.json readers for the 2024-2025 families: Qwen3 (dense and MoE), Qwen2-MoE, DeepSeek-V2/V3,
+gpt-oss, Gemma 2/3, OLMo 2, Phi-3, StarCoder2 and GPT-J. `autoplan.hf_config` dispatches to them by
+`model_type`.
 
 Each reader takes `f`, the typed view of one config.json (`autoplan.hf_config._Fields`), and returns
 ModelSpec keyword arguments. Defaults for absent fields are those of the matching `transformers`
@@ -10,8 +11,8 @@ and query_pre_attn_scalar) is read past; what it cannot represent is refused nam
 """
 from __future__ import annotations
 
-SUPPORTED_RECENT = ("qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma2", "gemma3_text", "gemma3",
-                    "olmo2", "phi3", "starcoder2", "gptj")
+SUPPORTED_RECENT = ("qwen3", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "gemma2",
+                    "gemma3_text", "gemma3", "olmo2", "phi3", "starcoder2", "gptj")
 
 
 def _base(f, *, hidden_default=None, heads_default=None, layers_default=None, ffn_default=None, vocab_default=None,
@@ -65,6 +66,42 @@ def _qwen3_moe_layers(f, num_layers: int, experts: int = 128, top_k: int = 8, wi
     return dict(num_experts=f.get_int("num_experts", default=experts),
                 num_experts_per_token=f.get_int("num_experts_per_tok", default=top_k),
                 moe_ffn_hidden_size=f.get_int("moe_intermediate_size", default=width), num_dense_layers=len(dense))
+
+
+def qwen2_moe(f, model_type: str) -> dict:
+    """Qwen2-MoE (Qwen2 technical report, arXiv 2407.10671 sec. 2.2.2; the Qwen1.5-MoE blog):
+    Qwen2's attention (bias on q/k/v), fine-grained routed experts and one shared expert of
+    `shared_expert_intermediate_size` every token passes through, every layer MoE unless listed in
+    `mlp_only_layers`. Not counted: the shared expert's sigmoid gate (h weights per layer)."""
+    _silu(f, model_type)
+    _no_sliding(f, model_type)
+    spec = _base(f, hidden_default=2048, heads_default=16, layers_default=24, ffn_default=5632,
+                 vocab_default=151936, seq_default=32768)
+    spec.update(qkv_bias=f.get_bool("qkv_bias", True),
+                shared_expert_ffn_size=f.get_int("shared_expert_intermediate_size", default=5632,
+                                                 allow_null_as_zero=True),
+                **_qwen3_moe_layers(f, spec["num_layers"], experts=60, top_k=4, width=1408))
+    return spec
+
+
+def gpt_oss(f, model_type: str) -> dict:
+    """gpt-oss (OpenAI gpt-oss model card, arXiv 2508.10925, sec. 2.1): GQA with 64-wide heads and a
+    bias on every attention projection, sliding-window layers of 128 tokens alternating with global
+    ones, routed SwiGLU experts with biases, no shared expert, untied unembedding. Not counted: the
+    router bias (num_experts per layer) and the per-head attention sinks (num_heads per layer); the
+    clamped SwiGLU and YaRN RoPE scaling change no shape."""
+    _silu(f, model_type)
+    spec = _base(f, hidden_default=2880, heads_default=64, layers_default=36, ffn_default=2880,
+                 vocab_default=201088, kv_default=8, seq_default=131072)
+    spec.update(head_dim=f.get_int("head_dim", default=64),
+                # attention_bias puts a bias on q, k, v and o; the experts' gate/up and down
+                # projections always carry one (GptOssExperts gate_up_proj_bias, down_proj_bias).
+                linear_bias=f.get_bool("attention_bias", True), mlp_bias=True,
+                num_experts=f.get_int("num_local_experts", default=128),
+                num_experts_per_token=f.get_int("num_experts_per_tok", default=4),
+                sliding_window=f.get_int("sliding_window", default=128),
+                global_attention_every=_global_every(f, spec["num_layers"], default=2, pattern_key=""))
+    return spec
 
 
 def deepseek(f, model_type: str) -> dict:
@@ -197,7 +234,8 @@ def _window(f, max_seq_len: int) -> dict:
 
 
 RECENT_FAMILIES = {
-    "qwen3": qwen3, "qwen3_moe": qwen3, "deepseek_v2": deepseek, "deepseek_v3": deepseek,
+    "qwen3": qwen3, "qwen3_moe": qwen3, "qwen2_moe": qwen2_moe, "deepseek_v2": deepseek, "deepseek_v3": deepseek,
+    "gpt_oss": gpt_oss,
     "gemma2": gemma, "gemma3_text": gemma, "gemma3": gemma, "olmo2": olmo2, "phi3": phi3,
     "starcoder2": starcoder2, "gptj": gptj,
 }

@@ -22,6 +22,8 @@ def plan_line(parallel: dict) -> str:
         parts.append(f"vpp={p['vpp']}")
     if p.get("ep", 1) > 1:
         parts.append(f"ep={p['ep']}")
+    if p.get("etp"):  # an expert TP degree of its own (absent: etp = tp)
+        parts.append(f"etp={p['etp']}")
     parts.append("sp" if p.get("sequence_parallel") else "no-sp")
     parts.append(f"zero={p.get('zero_stage', 0)}")
     parts.append(f"mbs={p['micro_batch_size']}x{p['num_microbatches']}")

@@ -1,4 +1,4 @@
-"""Qwen2-MoE and gpt-oss config.json readers (autoplan/hf_moe.py): hand-written configs with the
+"""Qwen2-MoE and gpt-oss config.json readers (autoplan/hf_recent.py): hand-written configs with the
 architecture fields of the released checkpoints, counted against the sizes their authors publish."""
 import json
 
