@@ -167,10 +167,10 @@ class Estimator:
         (cost_model.stage_memory)."""
         return stage_memory(self, plan, stage, recompute, num_recompute, per_stage)
 
-    def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool) -> tuple:
+    def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool, etp: int = 0) -> tuple:
         """Per layer and micro-batch, cached: (stored without recompute, stored under selective
-        recompute, stored under full recompute, backward working set)."""
-        key = ("act", b, s_local, tp, sp)
+        recompute, stored under full recompute, backward working set). `etp`: the expert TP degree."""
+        key = ("act", b, s_local, tp, sp, etp)
         hit = self._layer_cache.get(key)
         if hit is None:
             flash, model = self.framework.flash_attention, self.model
@@ -178,12 +178,12 @@ class Estimator:
             # Mean over the layers: MoE and dense layers (DeepSeek's first k) store different MLP tensors.
             for moe, share in ((True, self._moe_layer_share), (False, 1.0 - self._moe_layer_share)):
                 if share:
-                    parts = activation_bytes_per_layer(model, b, s_local, tp, sp, flash, moe=moe)
+                    parts = activation_bytes_per_layer(model, b, s_local, tp, sp, flash, moe=moe, etp=etp)
                     stored += share * sum(parts.values())
                     selective += share * selective_kept_bytes(parts, self.framework.selective_recompute, model,
                                                               b, s_local, tp, sp, moe=moe)
                     working += share * sum(activation_bytes_per_layer(model, b, s_local, tp, False, flash,
-                                                                      moe=moe).values())
+                                                                      moe=moe, etp=etp).values())
             hit = self._layer_cache[key] = (stored, selective,
                                             full_recompute_layer_bytes(model, b, s_local, tp, sp), working)
         return hit

@@ -32,7 +32,7 @@ def mlp_activation_elems(model: ModelSpec, moe: bool) -> float:
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
                                sequence_parallel: bool, flash_attention: bool = True,
-                               dropout: bool = False, moe: bool | None = None) -> dict:
+                               dropout: bool = False, moe: bool | None = None, etp: int = 0) -> dict:
     """Stored activations of one layer for one micro-batch (seq_len already divided by cp).
 
     Returns the named parts (bytes). `dropout=True` with a GPT shape reproduces Korthikanti's
@@ -54,6 +54,14 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
         "mlp_input": BYTES_ACT * sb * h / outside,
         "mlp_activation": BYTES_ACT * sb * mlp_activation_elems(model, moe) / tp,
     }
+    if moe:
+        # Megatron-Core's grouped experts save their input, the routed token copies (TEGroupedMLP's
+        # GroupedLinear fc1 keeps it for the weight gradient): tokens*k*etp/tp rows of h per rank
+        # (cost_model.flops.layer_gemms), etp 0 = tp. The router keeps its fp32 scores over the
+        # experts for the softmax backward, on the rank's sequence share (router.py, moe_router_dtype).
+        etp = etp or tp
+        parts["expert_inputs"] = BYTES_ACT * sb * model.num_experts_per_token * h * etp / tp
+        parts["router_scores"] = 4.0 * sb * model.num_experts / outside
     if model.qk_norm:  # the un-normed q and k, inputs of their norms
         parts["qk_norm_inputs"] = BYTES_ACT * sb * (model.q_size + model.kv_size) / tp
     if model.is_mla:  # the compressed latents, inputs of the up-projections (unsplit over tp)

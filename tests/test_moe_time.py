@@ -100,3 +100,16 @@ def test_published_twins_rank_as_measured():
         f, d = f"MOEZOO-q3235b-{forced}", f"MOEZOO-q3235b-{dropless}"
         assert runs[f].measured_tokens_per_s_per_gpu > runs[d].measured_tokens_per_s_per_gpu
         assert pred[f] > pred[d], (f, pred[f], d, pred[d])
+
+
+def test_expert_inputs_and_router_scores_are_stored():
+    from cost_model.memory import activation_bytes_per_layer
+    # 4096 tokens, tp 4 with SP, experts unsplit (etp 1): each rank's grouped GEMMs keep 4096*8/4
+    # routed copies of h = 4096 in bf16; the router keeps fp32 scores over 128 experts for its
+    # sequence share of 1024 tokens.
+    parts = activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=True, etp=1)
+    assert parts["expert_inputs"] == 2 * 4096 * 8 * 4096 / 4 == 67_108_864
+    assert parts["router_scores"] == 4 * 1024 * 128
+    # etp = tp (0): every TP rank holds all the micro-batch's routed copies.
+    assert activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=True)["expert_inputs"] == 2 * 4096 * 8 * 4096
+    assert "expert_inputs" not in activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=False)
