@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from autoplan.specs import RECOMPUTE_POLICIES, InfeasiblePlan, ParallelPlan, TrainingSpec
+from cost_model.moe_memory import expert_state_bytes
 
 DTYPES = ("bf16", "fp16", "fp8")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -64,6 +65,8 @@ class MemoryRow:
     peak_bytes: int = 0
     fits: bool = False
     step_time_s: float = 0.0
+    experts_bytes: int = 0
+    """The routed experts' weights, grads and optimizer states (a part of those columns; 0: dense)."""
     refused: str = ""
     """The rule tag when the framework or the plan rules refuse the row."""
     reason: str = ""
@@ -74,7 +77,8 @@ class MemoryRow:
         if self.refused:
             return {**out, "refused": self.refused, "reason": self.reason}
         return {**out, **{f"{k}_bytes": int(v) for k, v in self.columns.items()}, "peak_bytes": self.peak_bytes,
-                "fits": self.fits, "step_time_s": self.step_time_s}
+                "fits": self.fits, "step_time_s": self.step_time_s,
+                **({"experts_bytes": self.experts_bytes} if self.experts_bytes else {})}
 
 
 def micro_batches(global_batch_size: int, dp: int) -> list:
@@ -125,5 +129,6 @@ def _row(est, model, training, layout: Layout, dtype: str, zero: int, recompute:
         row.refused, row.reason = exc.reason, str(exc)
         return row
     row.columns = group_breakdown(estimate.memory_breakdown_bytes)
+    row.experts_bytes = int(sum(expert_state_bytes(est, plan).values()))
     row.peak_bytes, row.fits, row.step_time_s = estimate.peak_memory_bytes, estimate.fits, estimate.step_time_s
     return row

@@ -113,3 +113,22 @@ def test_expert_inputs_and_router_scores_are_stored():
     # etp = tp (0): every TP rank holds all the micro-batch's routed copies.
     assert activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=True)["expert_inputs"] == 2 * 4096 * 8 * 4096
     assert "expert_inputs" not in activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=False)
+
+
+def test_expert_states_per_gpu_worked_example():
+    from autoplan.catalog import catalog_model
+    from cost_model.moe_memory import expert_state_bytes
+    mixtral = catalog_model("mixtral-8x7b")
+    constants = load_constants()
+    est = Estimator(mixtral, TrainingSpec(global_batch_size=64, seq_len=4096), ClusterSpec(name="h100-80gb", num_gpus=16),
+                    builtin_profile("h100-80gb"), framework=constants.framework("megatron-core"), constants=constants)
+    # 32 layers x 8 experts x 3 x 4096 x 14336 over ep 8 x etp 2: 2,818,572,288 per GPU. The 16 ranks
+    # regroup as etp 2 x ep 8 x edp 1, so ZeRO 1 shards nothing: 2 + 4 + 12 B per parameter.
+    plan = ParallelPlan(dp=8, tp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1, num_microbatches=8, ep=8)
+    per_gpu = 32 * 8 * 3 * 4096 * 14336 // 16
+    assert expert_state_bytes(est, plan) == {"params": 2 * per_gpu, "grads": 4 * per_gpu, "optimizer": 12 * per_gpu}
+    # etp 1: the experts unsplit (twice the parameters), edp 2 shards the optimizer states in half.
+    folded = expert_state_bytes(est, plan.replace(etp=1))
+    assert folded == {"params": 4 * per_gpu, "grads": 8 * per_gpu, "optimizer": 12 * per_gpu}
+    dense = Estimator(catalog_model("llama-2-7b"), est.training, est.cluster, est.profile)
+    assert expert_state_bytes(dense, ParallelPlan(dp=16, num_microbatches=4)) == {}

@@ -163,6 +163,11 @@ def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, ar
     if refused:
         summary += (f", {sum(refused.values())} refused and left out ("
                     + ", ".join(f"{n} {tag}" for tag, n in sorted(refused.items())) + "; --json lists why)")
+    experts = {r.zero_stage: r.experts_bytes for r in shown if r.experts_bytes}
+    if experts:  # a MoE model: how much of weights + grads + optim the routed experts are
+        lines += ["", *wrap_line("experts  routed experts' weights + grads + optimizer states per GPU (part of those "
+                                 "columns): " + ", ".join(f"zero {z} {b / GIB:.1f} GiB" for z, b in sorted(experts.items())),
+                                 9)]
     lines += ["", *wrap_line(summary, 2),
               *wrap_line("columns: weights = params + compute-dtype copy; optim = optimizer states + step temporaries; "
                          "activ = saved activations + backward working set + logits; other = CUDA context, allocator, "
