@@ -112,6 +112,12 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
             args.append(("--moe-shared-expert-intermediate-size", model.shared_expert_ffn_size))
         if model.num_moe_layers != model.num_layers:
             args.append(("--moe-layer-freq", moe_layer_pattern(model)))
+        if par.ep > 1 and get_framework(doc.framework).moe_a2a_overlap:
+            # A plan made for megatron-core+overlap-moe-expert-parallel-comm was costed with each
+            # micro-batch's all-to-all under another's compute; Megatron runs that with these flags
+            # and an all-to-all (not all-gather) dispatcher.
+            args += [("--moe-token-dispatcher-type", "alltoall"), ("--overlap-moe-expert-parallel-comm",),
+                     ("--delay-wgrad-compute",)]
     return args
 
 

@@ -329,6 +329,12 @@ class Framework:
         if plan.expert_tp != plan.tp and not self.expert_tensor_parallel:
             refuse(f"splits experts over the tensor-parallel ranks (no expert TP of their own), got etp={plan.etp}, "
                    f"tp={plan.tp}", "expert_tp", "plan without etp (etp = tp), or for --framework megatron-core")
+        if self.moe_a2a_overlap and model.is_moe and plan.ep > 1 and (
+                plan.recompute == "full" or (plan.pp > 1 and plan.vpp == 1)):
+            # Megatron-Core transformer_config.py core_v0.16.1 lines 1857-1879.
+            refuse(f"overlaps the expert all-to-all only without full recompute and, with a pipeline, with "
+                   f"interleaving, got recompute={plan.recompute}, pp={plan.pp}, vpp={plan.vpp}", "moe_a2a_overlap",
+                   "plan with --recompute none/selective and --vpp > 1 under --pp, or without the option")
         if model.is_moe and not self.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
             refuse(f"runs mixtures of experts with data, context and expert parallelism only, got "
                    f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")

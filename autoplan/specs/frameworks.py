@@ -161,7 +161,8 @@ FRAMEWORKS = {f.name: f for f in (
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
         fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
         expert_tensor_parallel=True,
-        options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True}},
+        options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
+                 "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
                  "fp8_weight_cast_per_microbatch": "Transformer Engine te.Linear forward(is_first_microbatch): the "
                                                    "fp8 weight and its transpose are cast on the first micro-batch "
@@ -178,6 +179,11 @@ FRAMEWORKS = {f.name: f for f in (
                                          "arguments.py validate_args), for SP plans with tp > 1, and its Megatron "
                                          "export passes the flag; a published run says in its column "
                                          "tp_comm_overlap whether it ran it",
+                 "moe_a2a_overlap": "off, as Megatron-LM's --overlap-moe-expert-parallel-comm defaults; the framework "
+                                    "megatron-core+overlap-moe-expert-parallel-comm turns it on and its export passes "
+                                    "it with --delay-wgrad-compute and the alltoall dispatcher (megatron/core/"
+                                    "transformer/moe/README.md core_v0.16.1 'EP A2A Overlap'; transformer_config.py "
+                                    "lines 1852-1879: ep > 1, alltoall/flex dispatcher, no full recompute, vpp with pp)",
                  "max_zero_with_pp": "ZeRO-3 is Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-"
                                      "strategy optim_grads_params), which validate_args does not restrict to pp = 1, "
                                      "ep = 1, untied embeddings or bf16 (megatron/training/arguments.py core_v0.16.1 "
