@@ -141,6 +141,13 @@ class Framework:
     rank sends the whole activation (DeepSpeed's pipeline engine)."""
     dp_bandwidth_scale: float = 1.0
     """Fraction of the profile's bus bandwidth its DP/ZeRO collectives reach."""
+    dp_bucket_params: float = 0.0
+    """Parameters per data-parallel gradient bucket at ZeRO 0-2: each bucket is its own collective
+    (and pays its own latency). 0: one bucket per layer (FSDP wraps each block as a unit);
+    math.inf: the whole gradient in one collective. ZeRO-3 gathers and reduces per layer always."""
+    dp_bucket_params_per_rank: float = 0.0
+    """Parameters added to the bucket per data-parallel rank (Megatron-Core grows its buckets with
+    dp so that rings at large dp stay bandwidth-bound)."""
     layer_overhead_s: float = 0.0
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
