@@ -282,9 +282,9 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
 def dp_collective_calls(sw, zero_stage: int, group: int, params: float, per_stage: int) -> int:
     """How many collectives of each kind one reduction of a rank's `params` gradients takes: one per
     layer for ZeRO-3 and for frameworks that wrap each block as a unit (FSDP), else one per bucket of
-    Framework.dp_bucket_params (+ dp_bucket_params_per_rank x the group), at least one."""
+    max(Framework.dp_bucket_params, dp_bucket_params_per_rank x the group), at least one."""
     layers = max(1, per_stage)
     if zero_stage >= 3 or sw.dp_bucket_params <= 0:
         return layers
-    bucket = sw.dp_bucket_params + sw.dp_bucket_params_per_rank * group
+    bucket = max(sw.dp_bucket_params, sw.dp_bucket_params_per_rank * group)
     return 1 if math.isinf(bucket) else max(1, math.ceil(params / bucket))

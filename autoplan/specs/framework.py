@@ -146,8 +146,8 @@ class Framework:
     (and pays its own latency). 0: one bucket per layer (FSDP wraps each block as a unit);
     math.inf: the whole gradient in one collective. ZeRO-3 gathers and reduces per layer always."""
     dp_bucket_params_per_rank: float = 0.0
-    """Parameters added to the bucket per data-parallel rank (Megatron-Core grows its buckets with
-    dp so that rings at large dp stay bandwidth-bound)."""
+    """Parameters per data-parallel rank a bucket holds at least (Megatron-Core: max(40M, 1M x dp),
+    so that rings at large dp stay bandwidth-bound)."""
     layer_overhead_s: float = 0.0
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
