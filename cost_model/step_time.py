@@ -270,6 +270,7 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
             # The weights' all-gather hides under the next step's first forward, layer by layer
             # (NeMo docs, "Communication Overlap": one chunk stays exposed).
             window += per_stage * (lt.gemm_fwd_s + lt.attn_fwd_s)
+        window *= interleaved_window_factor(sw, plan.pp, plan.vpp, m)
     total /= sw.dp_bandwidth_scale
     tail = total / calls
     hidden = min(total, sw.dp_comm_overlap * window)
@@ -288,3 +289,16 @@ def dp_collective_calls(sw, zero_stage: int, group: int, params: float, per_stag
         return layers
     bucket = max(sw.dp_bucket_params, sw.dp_bucket_params_per_rank * group)
     return 1 if math.isinf(bucket) else max(1, math.ceil(params / bucket))
+
+
+def interleaved_window_factor(sw, p: int, v: int, m: int) -> float:
+    """How many micro-batches' worth of a stage's compute the DP collectives of ZeRO 0-2 hide under
+    when each virtual stage syncs on its own (Framework.dp_sync_per_virtual_stage): virtual stage c's
+    gradients are final after its last micro-batch's backward, and the interleaved schedule runs the
+    last min(m, p) micro-batches' backward virtual stage by virtual stage (v-1 first, 0 last), so
+    stage c's reduction overlaps the c/v that follows; the first virtual stage's reduction overlaps its
+    own last backward only, as without interleaving. The weights' gather mirrors it over the next
+    step's first forwards. Summed: (v-1)/v x min(m, p) + 1/v; 1 without interleaving."""
+    if v <= 1 or not sw.dp_sync_per_virtual_stage:
+        return 1.0
+    return (v - 1) / v * min(m, p) + 1 / v

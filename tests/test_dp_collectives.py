@@ -58,7 +58,7 @@ def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
 
     profile = builtin_profile("h100-80gb")
     tables = ProfileTables(profile)
-    plan = SimpleNamespace(dp=1024, cp=1, tp=1, zero_stage=1, expert_dp=1024, pp=1)
+    plan = SimpleNamespace(dp=1024, cp=1, tp=1, zero_stage=1, expert_dp=1024, pp=1, vpp=1)
     lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
     framework = get_framework("megatron-core").with_overrides(
         dp_bucket_params=2 ** 22, dp_bucket_params_per_rank=0.0, dp_param_gather_overlap=False)
@@ -80,3 +80,17 @@ def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
                       0.0, lt, 0.0, 1)[1]
     assert expected - single > 0.9 * 99 * (nccl_inter_node_latency_s("reduce_scatter", 1024)
                                             + nccl_inter_node_latency_s("all_gather", 1024))
+
+
+def test_interleaved_virtual_stages_hide_their_reductions_under_each_other():
+    from cost_model.step_time import interleaved_window_factor
+
+    megatron = get_framework("megatron-core")
+    # p = 6, v = 8, m = 6 (GPT-3 175B in MLPerf v4.0): virtual stages 7..1 reduce under the backward of
+    # the ones after them, over the last 6 micro-batches: 7/8 x 6 + 1/8 = 5.375 micro-batches of compute.
+    assert interleaved_window_factor(megatron, 6, 8, 6) == pytest.approx(7 / 8 * 6 + 1 / 8)
+    # Fewer micro-batches than stages: only m of them follow.
+    assert interleaved_window_factor(megatron, 8, 2, 4) == pytest.approx(1 / 2 * 4 + 1 / 2)
+    # No interleaving, or a framework that syncs the whole rank at once: one micro-batch, as before.
+    assert interleaved_window_factor(megatron, 8, 1, 64) == 1.0
+    assert interleaved_window_factor(get_framework("torchtitan"), 8, 2, 64) == 1.0

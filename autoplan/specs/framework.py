@@ -131,6 +131,10 @@ class Framework:
     per layer (per virtual stage with a pipeline), so the forward adds to the window the gradient
     reduce-scatter has in the last backward (Megatron-Core --overlap-param-gather with
     --overlap-grad-reduce: only one chunk stays exposed, NeMo docs "Communication Overlap")."""
+    dp_sync_per_virtual_stage: bool = False
+    """With an interleaved schedule, each virtual stage's gradients are reduced (and its weights
+    gathered) as soon as its own last micro-batch is done, under the other virtual stages' compute
+    (cost_model.step_time.interleaved_window_factor); else the whole rank's after its last backward."""
     pp_p2p_overlap: bool = False
     """Interleaved schedules send each virtual stage's activation while the next one computes
     (Megatron-Core overlap_p2p_comm, on by default with vpp > 1: megatron/core/pipeline_parallel/

@@ -163,6 +163,7 @@ FRAMEWORKS = {f.name: f for f in (
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
         fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
         expert_tensor_parallel=True, dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
+        dp_sync_per_virtual_stage=True,
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
                  "fp8_weight_cast_per_microbatch": "Transformer Engine te.Linear forward(is_first_microbatch): the "
@@ -175,6 +176,11 @@ FRAMEWORKS = {f.name: f for f in (
                  "dp_bucket_params": "megatron/core/distributed/distributed_data_parallel.py core_v0.16.1 line "
                                      "65: bucket_size = max(40000000, 1000000 * dp_group.size()) parameters "
                                      "(one bucket without --overlap-grad-reduce, which its recipes turn on)",
+                 "dp_sync_per_virtual_stage": "megatron/core/pipeline_parallel/schedules.py core_v0.16.1 "
+                                              "forward_backward_pipelining_with_interleaving: grad_sync_func"
+                                              "[chunk] when a model chunk's last micro-batch backward ends "
+                                              "(lines 1257-1290), param_sync_func[chunk] before its first "
+                                              "forward (lines 1176-1186); each chunk is its own DDP",
                  "pp_p2p_overlap": "megatron/core/pipeline_parallel/schedules.py: overlap_p2p_comm with the "
                                    "interleaved schedule (--no-overlap-p2p-communication turns it off)",
                  "tp_comm_gemm_overlap": "off, as Megatron-LM's --tp-comm-overlap defaults; the framework "
