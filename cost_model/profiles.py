@@ -113,7 +113,14 @@ _HBM_COPY_EFF = 0.90       # assumption: STREAM-style copies reach ~90% of datas
 _KERNEL_LAUNCH_S = 2e-6    # measured: fixed per-kernel cost of the memory ops in the shipped H100 profile-full.json
                            # (64 MiB at 2.78 TB/s vs 4 GiB at 3.02 TB/s: ~1.9 us; launches overlap in a stream)
 _NIC_EFF = 0.90            # assumption: collectives reach ~90% of InfiniBand line rate
-_RING_HOP_S = 2e-6         # assumption: per-step latency of a ring collective across nodes
+# NCCL's own latency model for its Simple protocol (src/graph/tuning.cc, NCCL 2.18-2.21: baseLat,
+# hwLat; ncclTopoTuneModel): a ring of n ranks on N nodes takes n-1 steps, N-1 of them across the
+# network; a tree all-reduce climbs (ranks per node - 1) NVLink hops and log2(N) network hops, down
+# and up. In microseconds, per step.
+_NCCL_BASE_LAT_S = 8.4e-6          # baseLat Ring and Tree, Simple
+_NCCL_RING_NVLINK_STEP_S = 3.4e-6  # hwLat NVLINK Ring Simple
+_NCCL_TREE_NVLINK_STEP_S = 4.0e-6  # hwLat NVLINK Tree Simple
+_NCCL_NET_STEP_S = 14.0e-6         # hwLat NET Ring and Tree Simple
 # cuBLAS picks, per shape, the tile that quantizes best; smaller tiles reuse operands less
 # (assumption: 5% and 15% lower per-SM throughput for 128x128 and 128x64 than for 256x128).
 _GEMM_TILES = ((256, 128, 1.0), (128, 128, 0.95), (128, 64, 0.85))
@@ -175,23 +182,36 @@ def _memory_table(spec: dict) -> tuple:
     return tuple(MemoryOpSample("copy", b, b / (_KERNEL_LAUNCH_S + b / bw)) for b in _MEMORY_SIZES)
 
 
+def nccl_inter_node_latency_s(op: str, num_ranks: int, ranks_per_node: int = 8) -> float:
+    """NCCL's modelled latency of one collective over `num_ranks` ranks filling nodes of
+    `ranks_per_node` (Simple protocol, src/graph/tuning.cc): all-gather and reduce-scatter run as
+    rings (n-1 steps, N-1 across the network), all-reduce as a tree (2 x (ranks per node - 1)
+    NVLink hops + 2 x log2(N) network hops)."""
+    nodes = max(2, math.ceil(num_ranks / ranks_per_node))
+    if op in ("all_gather", "reduce_scatter"):
+        return (_NCCL_BASE_LAT_S + (num_ranks - nodes) * _NCCL_RING_NVLINK_STEP_S
+                + (nodes - 1) * _NCCL_NET_STEP_S)
+    return _NCCL_BASE_LAT_S + 2 * ((ranks_per_node - 1) * _NCCL_TREE_NVLINK_STEP_S
+                                   + math.log2(nodes) * _NCCL_NET_STEP_S)
+
+
 def _collective_table(spec: dict) -> tuple:
     samples = []
     intra_latency_s, inter_latency_s = 8e-6, 15e-6  # assumption: NCCL small-message latencies
     node_nic = 8 * spec["nic_bytes_per_s"] * _NIC_EFF
     for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"):
-        for scope, groups in (("intra_node", (2, 4, 8)), ("inter_node", (16, 64, 256, 1024, 4096))):
+        for scope, groups in (("intra_node", (2, 4, 8)), ("inter_node", (16, 64, 256, 1024, 4096, 16384))):
             for n in groups:
                 if scope == "intra_node":
                     peak = spec["allreduce_busbw"] if op != "send_recv" else 0.8 * spec["nvlink_bytes_per_s"]
                     latency = intra_latency_s
                 else:
                     peak = node_nic
-                    if op in ("all_gather", "reduce_scatter"):
-                        # Rings only: n-1 dependent steps, each paying a network hop.
-                        latency = inter_latency_s + _RING_HOP_S * (n - 1)
+                    if op in ("all_gather", "reduce_scatter", "all_reduce"):
+                        latency = nccl_inter_node_latency_s(op, n)
                     else:
-                        # All-reduce can use NCCL's trees: depth grows with log2 of the nodes.
+                        # Point-to-point based (all-to-all, pipeline sends): one network hop, plus a
+                        # slowly growing fan-out (assumption).
                         latency = inter_latency_s * (1.0 + math.log2(n / 8) / 4)
                 for e in range(12, 33, 2):
                     size = 2 ** e

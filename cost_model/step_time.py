@@ -9,6 +9,8 @@ all-gather updated weights (same 2*Psi), stage 3 adds a weight all-gather in for
 """
 from __future__ import annotations
 
+import math
+
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT
@@ -239,19 +241,23 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     params = dense + expert * plan.expert_dp / group
     grad_bytes = GRAD_REDUCE_BYTES[plan.zero_stage] * params
     weight_bytes = BYTES_WEIGHT * params
+    # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
+    calls = dp_collective_calls(sw, plan.zero_stage, group, params, per_stage)
+
+    def collectives_s(op: str, num_bytes: float) -> float:
+        return calls * tables.collective_time_s(op, num_bytes / calls, group, rpn)
+
     if plan.zero_stage == 0:
-        total = tables.collective_time_s("all_reduce", grad_bytes, group, rpn)
+        total = collectives_s("all_reduce", grad_bytes)
         wire = 2.0 * grad_bytes
     elif plan.zero_stage in (1, 2):
-        total = (tables.collective_time_s("reduce_scatter", grad_bytes, group, rpn)
-                 + tables.collective_time_s("all_gather", weight_bytes, group, rpn))
+        total = collectives_s("reduce_scatter", grad_bytes) + collectives_s("all_gather", weight_bytes)
         wire = grad_bytes + weight_bytes
     else:
         # Weights re-gathered for forward and backward of every micro-batch; with a pipeline they
         # stay gathered across micro-batches (torchtitan: no reshard after forward under PP).
         rounds = 1 if plan.pp > 1 else m
-        per_round = (2 * tables.collective_time_s("all_gather", weight_bytes, group, rpn)
-                     + tables.collective_time_s("reduce_scatter", grad_bytes, group, rpn))
+        per_round = 2 * collectives_s("all_gather", weight_bytes) + collectives_s("reduce_scatter", grad_bytes)
         total = rounds * per_round
         wire = rounds * (2 * weight_bytes + grad_bytes)
     # Overlap: ZeRO 0-2 reduce during the last micro-batch's backward; ZeRO-3 prefetches during
@@ -264,10 +270,35 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
             # The weights' all-gather hides under the next step's first forward, layer by layer
             # (NeMo docs, "Communication Overlap": one chunk stays exposed).
             window += per_stage * (lt.gemm_fwd_s + lt.attn_fwd_s)
+        window *= interleaved_window_factor(sw, plan.pp, plan.vpp, m)
     total /= sw.dp_bandwidth_scale
-    tail = total / max(1, per_stage)
+    tail = total / calls
     hidden = min(total, sw.dp_comm_overlap * window)
     # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
     # so a fitted fraction of the overlapped time still lands on the step.
     exposed = max(total - hidden, tail) + sw.overlap_contention * hidden
     return exposed, total, wire
+
+
+def dp_collective_calls(sw, zero_stage: int, group: int, params: float, per_stage: int) -> int:
+    """How many collectives of each kind one reduction of a rank's `params` gradients takes: one per
+    layer for ZeRO-3 and for frameworks that wrap each block as a unit (FSDP), else one per bucket of
+    max(Framework.dp_bucket_params, dp_bucket_params_per_rank x the group), at least one."""
+    layers = max(1, per_stage)
+    if zero_stage >= 3 or sw.dp_bucket_params <= 0:
+        return layers
+    bucket = max(sw.dp_bucket_params, sw.dp_bucket_params_per_rank * group)
+    return 1 if math.isinf(bucket) else max(1, math.ceil(params / bucket))
+
+
+def interleaved_window_factor(sw, p: int, v: int, m: int) -> float:
+    """How many micro-batches' worth of a stage's compute the DP collectives of ZeRO 0-2 hide under
+    when each virtual stage syncs on its own (Framework.dp_sync_per_virtual_stage): virtual stage c's
+    gradients are final after its last micro-batch's backward, and the interleaved schedule runs the
+    last min(m, p) micro-batches' backward virtual stage by virtual stage (v-1 first, 0 last), so
+    stage c's reduction overlaps the c/v that follows; the first virtual stage's reduction overlaps its
+    own last backward only, as without interleaving. The weights' gather mirrors it over the next
+    step's first forwards. Summed: (v-1)/v x min(m, p) + 1/v; 1 without interleaving."""
+    if v <= 1 or not sw.dp_sync_per_virtual_stage:
+        return 1.0
+    return (v - 1) / v * min(m, p) + 1 / v

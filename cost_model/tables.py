@@ -44,6 +44,20 @@ def _interp_log(xs: list, ys: list, x: float) -> float:
     return ys[i - 1] * (1.0 - w) + ys[i] * w
 
 
+def _interp_loglog(xs: list, ys: list, x: float) -> float:
+    """Piecewise-linear interpolation of log(ys) over log(xs) (positive ys); flat outside. A
+    latency-bound collective's bus bandwidth grows in proportion to its size, a straight line here,
+    so a size between two samples gets the time latency + bytes / bandwidth would give it."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    x0, x1 = math.log(xs[i - 1]), math.log(xs[i])
+    w = (math.log(x) - x0) / (x1 - x0)
+    return math.exp(math.log(ys[i - 1]) * (1.0 - w) + math.log(ys[i]) * w)
+
+
 def _idw(points: list, values: list, query: tuple) -> float:
     """Inverse-distance weighting (power 2) over the nearest samples, in log space."""
     dists = []
@@ -186,13 +200,13 @@ class ProfileTables:
             return message_bytes / (latency + message_bytes / nominal)
         sizes = sorted(groups)
         if group_size <= sizes[0]:
-            return _interp_log(*groups[sizes[0]], message_bytes)
+            return _interp_loglog(*groups[sizes[0]], message_bytes)
         if group_size >= sizes[-1]:
-            return _interp_log(*groups[sizes[-1]], message_bytes)
+            return _interp_loglog(*groups[sizes[-1]], message_bytes)
         i = bisect.bisect_right(sizes, group_size)
         lo, hi = sizes[i - 1], sizes[i]
-        y0 = _interp_log(*groups[lo], message_bytes)
-        y1 = _interp_log(*groups[hi], message_bytes)
+        y0 = _interp_loglog(*groups[lo], message_bytes)
+        y1 = _interp_loglog(*groups[hi], message_bytes)
         w = (math.log(group_size) - math.log(lo)) / (math.log(hi) - math.log(lo))
         return y0 * (1.0 - w) + y1 * w
 

@@ -139,6 +139,10 @@ class Framework:
     per layer (per virtual stage with a pipeline), so the forward adds to the window the gradient
     reduce-scatter has in the last backward (Megatron-Core --overlap-param-gather with
     --overlap-grad-reduce: only one chunk stays exposed, NeMo docs "Communication Overlap")."""
+    dp_sync_per_virtual_stage: bool = False
+    """With an interleaved schedule, each virtual stage's gradients are reduced (and its weights
+    gathered) as soon as its own last micro-batch is done, under the other virtual stages' compute
+    (cost_model.step_time.interleaved_window_factor); else the whole rank's after its last backward."""
     pp_p2p_overlap: bool = False
     """Interleaved schedules send each virtual stage's activation while the next one computes
     (Megatron-Core overlap_p2p_comm, on by default with vpp > 1: megatron/core/pipeline_parallel/
@@ -149,6 +153,13 @@ class Framework:
     rank sends the whole activation (DeepSpeed's pipeline engine)."""
     dp_bandwidth_scale: float = 1.0
     """Fraction of the profile's bus bandwidth its DP/ZeRO collectives reach."""
+    dp_bucket_params: float = 0.0
+    """Parameters per data-parallel gradient bucket at ZeRO 0-2: each bucket is its own collective
+    (and pays its own latency). 0: one bucket per layer (FSDP wraps each block as a unit);
+    math.inf: the whole gradient in one collective. ZeRO-3 gathers and reduces per layer always."""
+    dp_bucket_params_per_rank: float = 0.0
+    """Parameters per data-parallel rank a bucket holds at least (Megatron-Core: max(40M, 1M x dp),
+    so that rings at large dp stay bandwidth-bound)."""
     layer_overhead_s: float = 0.0
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0

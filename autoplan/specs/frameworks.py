@@ -6,6 +6,8 @@ line that lists the known ones.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 
 from autoplan.specs.errors import AutoplanError
@@ -160,7 +162,8 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
         fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
-        expert_tensor_parallel=True,
+        expert_tensor_parallel=True, dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
+        dp_sync_per_virtual_stage=True,
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
@@ -171,6 +174,14 @@ FRAMEWORKS = {f.name: f for f in (
                                             "distributed optimizer's reduce-scatter and all-gather overlap per "
                                             "layer (per virtual stage under PP), one chunk exposed; on in its "
                                             "recipes (overlap_grad_sync, overlap_param_gather)",
+                 "dp_bucket_params": "megatron/core/distributed/distributed_data_parallel.py core_v0.16.1 line "
+                                     "65: bucket_size = max(40000000, 1000000 * dp_group.size()) parameters "
+                                     "(one bucket without --overlap-grad-reduce, which its recipes turn on)",
+                 "dp_sync_per_virtual_stage": "megatron/core/pipeline_parallel/schedules.py core_v0.16.1 "
+                                              "forward_backward_pipelining_with_interleaving: grad_sync_func"
+                                              "[chunk] when a model chunk's last micro-batch backward ends "
+                                              "(lines 1257-1290), param_sync_func[chunk] before its first "
+                                              "forward (lines 1176-1186); each chunk is its own DDP",
                  "pp_p2p_overlap": "megatron/core/pipeline_parallel/schedules.py: overlap_p2p_comm with the "
                                    "interleaved schedule (--no-overlap-p2p-communication turns it off)",
                  "tp_comm_gemm_overlap": "off, as Megatron-LM's --tp-comm-overlap defaults; the framework "
@@ -236,7 +247,7 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
-        states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8,
+        states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8, dp_bucket_params=5e8,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
                  "max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
@@ -245,6 +256,8 @@ FRAMEWORKS = {f.name: f for f in (
                  "states": "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py: 16-bit grads, fp32 partitions",
                  "zero3_max_live_params": "DeepSpeed config docs: stage3_max_live_parameters 1e9, "
                                           "reduce_bucket_size 5e8 (defaults)",
+                 "dp_bucket_params": "deepspeed/runtime/zero/config.py: reduce_bucket_size and "
+                                     "allgather_bucket_size default 5e8 elements (ZeRO 1/2)",
                  "max_zero_with_pp": "deepspeed/runtime/pipe/engine.py: ZeRO-2/3 are incompatible with "
                                      "pipeline parallelism",
                  "max_cp": "DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads), not the "
@@ -266,9 +279,11 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-2021", version="Megatron-LM of Narayanan et al. 2021 (arXiv 2104.04473)",
         description="historical: Megatron-LM as in the 2021 scaling paper (no flash attention, no CP/SP)",
         flash_attention=False, dp_comm_overlap=0.0, max_cp=1, sequence_parallel="never", zero_stages=(0,), mla=False,
-        uneven_stages=False, uneven_interleaved=False,
+        uneven_stages=False, uneven_interleaved=False, dp_bucket_params=math.inf,
         sources={"flash_attention": "2021: fused softmax, scores stored", "dp_comm_overlap":
-                 "2021: gradient all-reduce after the pipeline flush", "sequence_parallel":
+                 "2021: gradient all-reduce after the pipeline flush", "dp_bucket_params":
+                 "Megatron-LM v2.5 megatron/model/distributed.py (DDP-impl local): one all-reduce of the "
+                 "contiguous gradient buffer", "sequence_parallel":
                  "introduced by Korthikanti et al. 2022",
                  "uneven_stages": "Megatron-LM v2.5 megatron/model/transformer.py: 'num_layers must be "
                                   "divisible by pipeline_model_parallel_size'",
@@ -277,7 +292,7 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="megatron-deepspeed", version="Megatron-DeepSpeed as BigScience ran BLOOM (2022)",
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
-        states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1,
+        states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, dp_bucket_params=5e8,
         max_zero_with_moe=2, max_cp=1, max_vpp=1, sequence_parallel="never", mla=False,
         sources={"max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
                                       "DeepSpeedEngine._configure_zero_optimizer, the ZeroStageEnum.weights "

@@ -15,6 +15,7 @@ so the plan files (and plan ids) of models that do not use them stay as they wer
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 
 from autoplan.specs.choices import MLP_KINDS, NORM_KINDS, NORM_PLACEMENTS, POSITION_KINDS, QK_NORM_KINDS
 from autoplan.specs.errors import SchemaError
@@ -178,11 +179,7 @@ class ModelSpec:
 
     def layer_kinds(self) -> tuple:
         """((is_moe, window), number of layers) for each kind of layer, in order of first use."""
-        counts: dict = {}
-        for i in range(self.num_layers):
-            key = (self.is_moe_layer(i), self.layer_window(i))
-            counts[key] = counts.get(key, 0) + 1
-        return tuple(counts.items())
+        return _layer_kinds(self)
 
     @property
     def num_moe_layers(self) -> int:
@@ -355,3 +352,13 @@ _LATER_FIELDS = frozenset(f.name for f in fields(ModelSpec)
                                             "ffn_hidden_size", "vocab_size", "mlp", "norm", "position",
                                             "tied_embeddings", "qkv_bias", "linear_bias", "max_seq_len", "head_dim",
                                             "num_experts", "num_experts_per_token", "family"})
+
+
+@lru_cache(maxsize=512)
+def _layer_kinds(model: ModelSpec) -> tuple:
+    # Cached: the estimator asks for every plan it scores, and the answer is the model's alone.
+    counts: dict = {}
+    for i in range(model.num_layers):
+        key = (model.is_moe_layer(i), model.layer_window(i))
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(counts.items())

@@ -1,0 +1,96 @@
+"""Data-parallel collectives at scale, from worked examples: how many collectives a framework issues
+per gradient reduction (its buckets) and what each costs in latency across nodes (NCCL's own model),
+so that a plan at a thousand GPUs pays the ring's n-1 steps once per bucket, not once per step."""
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from autoplan.specs import get_framework
+from cost_model.profiles import builtin_profile, nccl_inter_node_latency_s
+from cost_model.step_time import dp_collective_calls
+from cost_model.tables import ProfileTables
+
+
+def test_nccl_ring_and_tree_latencies_follow_its_tuning_model():
+    # NCCL src/graph/tuning.cc, Simple protocol: baseLat 8.4 us; a ring step 3.4 us over NVLink and
+    # 14 us over the network; a tree step 4.0 us over NVLink and 14 us over the network.
+    # 1,024 ranks on 128 nodes: the ring takes 1,023 steps, 127 of them across nodes.
+    assert nccl_inter_node_latency_s("all_gather", 1024) == pytest.approx((8.4 + 896 * 3.4 + 127 * 14.0) * 1e-6)
+    assert nccl_inter_node_latency_s("reduce_scatter", 16) == pytest.approx((8.4 + 14 * 3.4 + 1 * 14.0) * 1e-6)
+    # The tree all-reduce: 7 NVLink hops and log2(128) = 7 network hops, down and up.
+    assert nccl_inter_node_latency_s("all_reduce", 1024) == pytest.approx((8.4 + 2 * (7 * 4.0 + 7 * 14.0)) * 1e-6)
+
+
+def test_the_builtin_profile_prices_a_small_all_gather_at_its_latency():
+    # 4 KiB over 1,024 ranks: the bytes are nothing, the 1,023 ring steps are everything (within the
+    # table's interpolation between its sampled sizes).
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    t = tables.collective_time_s("all_gather", 4096, 1024, 8)
+    assert t == pytest.approx(nccl_inter_node_latency_s("all_gather", 1024), rel=0.02)
+    # Within a node the ring does not pay network steps: two orders of magnitude less.
+    assert tables.collective_time_s("all_gather", 4096, 8, 8) < t / 100
+
+
+def _fw(bucket, per_rank=0.0):
+    return SimpleNamespace(dp_bucket_params=bucket, dp_bucket_params_per_rank=per_rank)
+
+
+def test_buckets_per_framework():
+    megatron = get_framework("megatron-core")
+    # Megatron-Core: bucket = max(40M, 1M x dp) parameters. A 7B-parameter rank at dp=8: 40M buckets,
+    # ceil(7e9 / 4e7) = 175 of them; at dp=1,024 the bucket is 1.024e9: ceil(7e9 / 1.024e9) = 7.
+    assert dp_collective_calls(megatron, 1, 8, 7e9, 32) == 175
+    assert dp_collective_calls(megatron, 1, 1024, 7e9, 32) == 7
+    # DeepSpeed ZeRO-1/2: reduce_bucket_size 5e8 elements: 14 buckets for 7B.
+    assert dp_collective_calls(get_framework("deepspeed"), 2, 64, 7e9, 32) == 14
+    # Megatron-LM 2021: one all-reduce of the contiguous buffer, however large.
+    assert dp_collective_calls(get_framework("megatron-2021"), 0, 64, 7e9, 32) == 1
+    # FSDP (torchtitan, llm-foundry) wraps each block: one collective per layer of the stage, and so
+    # does every framework at ZeRO-3.
+    assert dp_collective_calls(get_framework("torchtitan"), 1, 64, 7e9, 32) == 32
+    assert dp_collective_calls(megatron, 3, 64, 7e9, 20) == 20
+    assert dp_collective_calls(_fw(math.inf), 3, 64, 7e9, 0) == 1
+
+
+def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
+    from cost_model.step_time import _dp_time
+
+    profile = builtin_profile("h100-80gb")
+    tables = ProfileTables(profile)
+    plan = SimpleNamespace(dp=1024, cp=1, tp=1, zero_stage=1, expert_dp=1024, pp=1, vpp=1)
+    lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
+    framework = get_framework("megatron-core").with_overrides(
+        dp_bucket_params=2 ** 22, dp_bucket_params_per_rank=0.0, dp_param_gather_overlap=False)
+    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8)
+    # 100 buckets of 2^22 parameters: a reduce-scatter of 16 MiB of fp32 gradients and an all-gather of
+    # 8 MiB of bf16 weights each. Each collective: NCCL's ring latency at 1,024 ranks plus its bytes
+    # x (n-1)/n over the node's eight NICs at the built-in 90% of line rate.
+    node_bytes_per_s = 8 * profile.inter_node_bandwidth_bytes_per_s * 0.90
+
+    def ring_s(op, num_bytes):
+        return nccl_inter_node_latency_s(op, 1024) + num_bytes * 1023 / 1024 / node_bytes_per_s
+
+    expected = 100 * (ring_s("reduce_scatter", 2 ** 24) + ring_s("all_gather", 2 ** 23))
+    # 16 MiB is a sampled size of the built-in table; 8 MiB lies between two (log-log interpolation).
+    assert _dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)[1] == pytest.approx(expected, rel=2e-3)
+    # The same bytes in one collective pay the latency once: ~0.95 s less.
+    one = get_framework("megatron-core").with_overrides(dp_bucket_params=math.inf, dp_param_gather_overlap=False)
+    single = _dp_time(SimpleNamespace(tables=tables, framework=one, gpus_per_node=8), plan, 32, 100 * 2 ** 22,
+                      0.0, lt, 0.0, 1)[1]
+    assert expected - single > 0.9 * 99 * (nccl_inter_node_latency_s("reduce_scatter", 1024)
+                                            + nccl_inter_node_latency_s("all_gather", 1024))
+
+
+def test_interleaved_virtual_stages_hide_their_reductions_under_each_other():
+    from cost_model.step_time import interleaved_window_factor
+
+    megatron = get_framework("megatron-core")
+    # p = 6, v = 8, m = 6 (GPT-3 175B in MLPerf v4.0): virtual stages 7..1 reduce under the backward of
+    # the ones after them, over the last 6 micro-batches: 7/8 x 6 + 1/8 = 5.375 micro-batches of compute.
+    assert interleaved_window_factor(megatron, 6, 8, 6) == pytest.approx(7 / 8 * 6 + 1 / 8)
+    # Fewer micro-batches than stages: only m of them follow.
+    assert interleaved_window_factor(megatron, 8, 2, 4) == pytest.approx(1 / 2 * 4 + 1 / 2)
+    # No interleaving, or a framework that syncs the whole rank at once: one micro-batch, as before.
+    assert interleaved_window_factor(megatron, 8, 1, 64) == 1.0
+    assert interleaved_window_factor(get_framework("torchtitan"), 8, 2, 64) == 1.0
