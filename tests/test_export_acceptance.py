@@ -100,6 +100,9 @@ TORCHTITAN_03_CONTROLS = {
                                "unexpected keyword argument 'layers'"),
     "control: misspelt config attribute": ("zero1 tp+sp+pp+vpp", "config.model_spec = ", "config.modle_spec = ",
                                            "has no attribute 'modle_spec'"),
+    # reaches fully_shard: the default spmd backend's plain local tensors, which torch 2.13.0's FSDP refuses
+    "control: spmd_types backend": ("fsdp (zero3, selective)", "spmd_backend='partial_dtensor'",
+                                    "spmd_backend='spmd_types'", "all parameters must be DTensors"),
     "control: cuda graphs": ("zero1 pp 1f1b partial recompute", "disable_cuda_graphs=True",
                              "disable_cuda_graphs=False", "CUDA graphs"),
 }
@@ -123,7 +126,8 @@ def run_torchtitan_03(exports: list) -> list:
 def torchtitan_03_verdicts() -> dict:
     """Plan label -> verdict of every `torchtitan` export, taken by the real torchtitan 0.3.0: its own
     complaint, or a model that is not the plan's (parameters within 0.5%, layers, fp8 only when planned,
-    compile and async TP off as the torchtitan entry's facts assume)."""
+    compile and async TP off as the torchtitan entry's facts assume), or a parallelized model (on a fake
+    process group of the plan's world) that is not split the plan's way."""
     verdicts, exports = {}, []
     for label, doc in PLANS.items():
         try:
@@ -154,6 +158,17 @@ def model_mismatch(doc, got: dict) -> str:
         wrong.append(f"{got['float8_linears']} Float8Linear modules for dtype={doc.training.dtype}")
     if got["compile"] or got["async_tp"]:
         wrong.append(f"compile={got['compile']} async_tp={got['async_tp']}, planned without")
+    par = doc.parallel
+    if got["model_parts"] != (par.vpp if par.pp > 1 else 1):
+        wrong.append(f"rank 0 holds {got['model_parts']} model parts, the plan has vpp={par.vpp}")
+    # Every weight is split over the planned ranks: FSDP over dp (ZeRO 0: replicated, unless the experts
+    # borrow dp_shard), TP over tp, CP ranks join FSDP; routed experts over ep x (dp*cp*tp/ep), the same
+    # product. Only the norms stay whole under TP, and FSDP pads rank 0's chunk: within 0.5%.
+    shards = par.tp * par.cp * (par.dp if par.zero_stage > 0 or par.ep > 1 else 1)
+    held = got["part_params"] / max(got["local_params"], 1)
+    if abs(held - shards) > 0.005 * shards:
+        wrong.append(f"rank 0 holds 1/{held:.2f} of its stage's {got['part_params']} parameters, the plan "
+                     f"shards them {shards} ways")
     return "; ".join(wrong)
 
 

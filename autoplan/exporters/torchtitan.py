@@ -270,7 +270,14 @@ def _parallelism(doc: PlanDocument, notes: list) -> dict:
         raise InfeasiblePlan(f"torchtitan 0.3.0 takes expert ranks from dp_shard * cp * tp = "
                              f"{shard * par.cp * par.tp}, which ep={par.ep} does not divide (parallel_dims.py "
                              f"line 279)", "export_torchtitan_ep")
-    out = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+    # spmd_backend: 0.3.0's default "spmd_types" hands fully_shard plain local tensors with SPMD type
+    # annotations and a DataParallelMeshDims (distributed/full_dtensor.py resolve_fsdp_mesh), which the
+    # fully_shard of torch 2.13.0, the newest release 0.3.0 imports on, refuses ("When dp_mesh_dims is
+    # provided, all parameters must be DTensors", fsdp/_fully_shard/_fsdp_param.py line 346) for any
+    # world above one rank; "partial_dtensor" is FSDP2 over (dp_replicate, fsdp) with DTensor TP/EP/CP
+    # (models/llama3/parallelize.py lines 47-85), what the torchtitan entry's facts describe.
+    out = {"spmd_backend": "partial_dtensor",
+           "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": par.tp,
            "enable_sequence_parallel": bool(par.sequence_parallel or par.tp == 1),
            "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp}
