@@ -9,6 +9,7 @@ and torch 2.9.0 never meet it. Where one cannot be installed the per-target test
 test_export_frameworks_are_installed fails loudly, naming what is missing (set
 AUTOPLAN_EXPORT_TEST_OPTIONAL=1 to accept the gap knowingly).
 """
+import functools
 import importlib.util
 import json
 import os
@@ -21,7 +22,8 @@ import pytest
 from autoplan.exporters import export_plan
 from autoplan.exporters.deepspeed import megatron_deepspeed_flags
 from autoplan.exporters.torchtitan_02 import flavor_module
-from autoplan.specs import InfeasiblePlan
+from autoplan.specs import InfeasiblePlan, ModelSpec
+from cost_model.memory import ops_saved_elems
 from tests import framework_acceptance as fa
 from tests.export_plans import PLANS
 
@@ -123,11 +125,17 @@ def run_torchtitan_03(exports: list) -> list:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def torchtitan_03_verdicts() -> dict:
-    """Plan label -> verdict of every `torchtitan` export, taken by the real torchtitan 0.3.0: its own
-    complaint, or a model that is not the plan's (parameters within 0.5%, layers, fp8 only when planned,
-    compile and async TP off as the torchtitan entry's facts assume), or a parallelized model (on a fake
-    process group of the plan's world) that is not split the plan's way."""
+SAC_TRACE_SHAPE = (256, 8, 2, 768)
+"""dim, heads, kv heads, FFN width of the one-block llama3 whose matmuls 0.3.0's SelectiveAC is traced on."""
+
+
+@functools.cache
+def torchtitan_03_run() -> tuple:
+    """(plan label -> verdict of every `torchtitan` export, the SelectiveAC trace of SAC_TRACE_SHAPE),
+    from one subprocess of torchtitan 0.3.0. A verdict is "refused: <rule>", torchtitan's own
+    complaint, a model that is not the plan's (parameters within 0.5%, layers, fp8 only when planned,
+    compile and async TP off as the torchtitan entry's facts assume), a parallelized model (on a fake
+    process group of the plan's world) that is not split the plan's way, or "" (taken)."""
     verdicts, exports = {}, []
     for label, doc in PLANS.items():
         try:
@@ -138,13 +146,35 @@ def torchtitan_03_verdicts() -> dict:
     for label, (plan, old, new, _) in TORCHTITAN_03_CONTROLS.items():
         assert old in texts[plan]["text"], f"{label}: {old!r} not in the export of {plan!r}"
         exports.append((label, {**texts[plan], "text": texts[plan]["text"].replace(old, new)}))
-    for (label, _), got in zip(exports, run_torchtitan_03([item for _, item in exports])):
+    *results, traced = run_torchtitan_03([item for _, item in exports] + [{"sac_trace": list(SAC_TRACE_SHAPE)}])
+    for (label, _), got in zip(exports, results):
         if label in TORCHTITAN_03_CONTROLS:
             said = TORCHTITAN_03_CONTROLS[label][3]
             assert said in got["error"], f"{label}: torchtitan 0.3.0 should say {said!r}, got {got}"
             continue
         verdicts[label] = got["error"] or model_mismatch(PLANS[label], got)
-    return verdicts
+    return verdicts, traced["sac_trace"]
+
+
+def torchtitan_03_verdicts() -> dict:
+    return torchtitan_03_run()[0]
+
+
+@pytest.mark.slow
+def test_torchtitan_selective_ac_keeps_what_the_memory_model_counts():
+    """0.3.0's SelectiveAC, traced on a one-block llama3 (wqkv, wo, w1, w3, w2), keeps the 1st, 3rd and
+    5th matmul outputs; with the block input and the attention output that is what the torchtitan
+    entry's memory model counts per token (cost_model/memory.py ops_saved_elems)."""
+    if not _installed(PACKAGES["torchtitan"]):
+        pytest.skip("torchtitan 0.3.0 is not installed (test_export_frameworks_are_installed says so loudly)")
+    dim, heads, kv_heads, ffn = SAC_TRACE_SHAPE
+    trace = torchtitan_03_run()[1]
+    qkv = dim + 2 * dim // heads * kv_heads
+    assert [width for width, _ in trace] == [qkv, dim, ffn, ffn, dim]
+    kept = sum(width for width, saved in trace if saved)  # the outputs of wqkv, w1, w2: 384 + 768 + 256
+    model = ModelSpec(name="sac-trace", num_layers=1, hidden_size=dim, num_heads=heads, num_kv_heads=kv_heads,
+                      ffn_hidden_size=ffn, vocab_size=64)
+    assert ops_saved_elems(model, tp=1, sequence_parallel=False) == dim + kept + dim == 1920
 
 
 def model_mismatch(doc, got: dict) -> str:

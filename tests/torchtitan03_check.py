@@ -2,7 +2,8 @@
 
 Run with the python of the side venv that holds torchtitan 0.3.0 on torch 2.13.0+cpu (`make
 torchtitan-0.3`, default ../side-venvs/tt03 beside the repository):
-`python tests/torchtitan03_check.py EXPORTS.json`. EXPORTS.json is a list of {"text", "num_gpus"};
+`python tests/torchtitan03_check.py EXPORTS.json`. EXPORTS.json is a list of {"text", "num_gpus"}
+(or {"sac_trace": [dim, heads, kv_heads, ffn]}: the matmuls SelectiveAC keeps, `sac_trace`);
 the last line printed is a JSON list with one verdict per export: {"error": "" (taken) or the first
 complaint, "params": parameters of the model built on the meta device, "layers": its blocks,
 "float8_linears": its Float8Linear modules, "compile"/"async_tp": the CompileConfig switches}.
@@ -136,6 +137,51 @@ def parallelize(config, dims: ParallelDims, model, loss) -> dict:
             "local_params": sum((t.to_local() if isinstance(t, DTensor) else t).numel() for t in params)}
 
 
+def sac_trace(dim: int, heads: int, kv_heads: int, ffn: int) -> list:
+    """The matmuls of one llama3 block, in order, as (output width, kept?) under 0.3.0's SelectiveAC
+    policy: a one-layer model of this shape, its forward and backward on the CPU with the policy
+    function spied on. Flex attention has no CPU backward, so plain causal SDPA runs in its place (the
+    attention op is not a matmul; on a GPU its output is kept, activation_checkpoint.py line 49)."""
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import CheckpointPolicy
+    from torchtitan.distributed import activation_checkpoint as ac
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.common.attention import FlexAttention
+    from torchtitan.models.llama3 import (_EMBEDDING_INIT, _NORM_INIT, Llama3Model, _build_llama3_layers,
+                                          _output_linear_init)
+    matmuls, spied = [], ac.create_selective_checkpoint_contexts
+
+    def spy(policy):
+        def policy_seen(ctx, func, *args, **kwargs):
+            verdict = policy(ctx, func, *args, **kwargs)
+            if func == torch.ops.aten.mm.default and not ctx.is_recompute:
+                matmuls.append((args[1].shape[1], verdict == CheckpointPolicy.MUST_SAVE))
+            return verdict
+        return spied(policy_seen)
+
+    vocab, seq = 64, 16
+    config = Llama3Model.Config(
+        dim=dim, vocab_size=vocab, norm=RMSNorm.Config(normalized_shape=dim, param_init=_NORM_INIT),
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_output_linear_init(dim)),
+        layers=_build_llama3_layers(n_layers=1, dim=dim, n_heads=heads, n_kv_heads=kv_heads, hidden_dim=ffn,
+                                    rope=ComplexRoPE.Config(dim=dim // heads, max_seq_len=seq, theta=1e4),
+                                    attn_backend="flex"))
+    flex = FlexAttention.forward
+    FlexAttention.forward = lambda self, q, k, v, *args, **kwargs: F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True).transpose(1, 2)
+    ac.create_selective_checkpoint_contexts = spy
+    try:
+        model = config.build()
+        ac.SelectiveAC.Config().build(dump_folder=".").apply(model)
+        positions = torch.arange(seq).repeat(1, 1)
+        model(torch.zeros(1, seq, dtype=torch.long), positions=positions,
+              attention_masks=model.get_attention_masks(positions)).sum().backward()
+    finally:
+        FlexAttention.forward, ac.create_selective_checkpoint_contexts = flex, spied
+    return matmuls  # the head runs outside the checkpointed block: the policy never sees it
+
+
 def main() -> None:
     # The Float8 converter asks the GPU it runs on (components/quantization/float8.py line 85): here,
     # the H100 the plans are made for (sm90) stands in for the absent CUDA device.
@@ -145,7 +191,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sys.path.insert(0, tmp)
         with contextlib.redirect_stdout(io.StringIO()):  # torchtitan's logger and tyro's help go to stderr
-            verdicts = [check(item["text"], item["num_gpus"], Path(tmp), index) for index, item in enumerate(exports)]
+            verdicts = [{"sac_trace": sac_trace(*item["sac_trace"])} if "sac_trace" in item else
+                        check(item["text"], item["num_gpus"], Path(tmp), index) for index, item in enumerate(exports)]
     print(json.dumps(verdicts))
 
 

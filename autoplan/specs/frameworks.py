@@ -207,8 +207,11 @@ FRAMEWORKS = {f.name: f for f in (
                  "tied_embeddings_with_pp": "torchtitan 0.3.0 models/common/decoder.py lines 139-142, "
                                             "Decoder.Config.update_from_config: NotImplementedError('Weight tying "
                                             "is not supported with Pipeline Parallel.')",
-                 "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py line 185: SelectiveAC "
-                                        "saves compute/comm op outputs except every second matmul",
+                 "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py lines 31-93 and "
+                                        "257-295 (SelectiveAC): keeps the outputs of mm, attention, reduce-scatter "
+                                        "and all-to-all except every second mm of a block; a llama3 block keeps "
+                                        "wqkv's, w1's and w2's outputs and the attention's (traced: "
+                                        "cost_model/memory.py ops_saved_elems)",
                  "fused_cross_entropy": "torchtitan 0.3.0 components/loss.py line 32 cross_entropy_loss: "
                                         "F.cross_entropy over fp32-cast logits (10 B per logit of a chunk)",
                  "loss_chunks": "torchtitan 0.3.0 components/loss.py line 610: ChunkedLossWrapper.Config num_chunks "
