@@ -97,9 +97,11 @@ def ops_saved_elems(model: ModelSpec, tp: int, sequence_parallel: bool, moe: boo
     policy (tests/torchtitan03_check.py sac_trace), it keeps wqkv's, w1's and w2's outputs and the
     attention's. Under tp > 1, w2 is row-parallel: its mm yields the whole-width partial sums on each
     rank (h, not h/tp), and with sequence parallelism the two reduce-scatters after wo and w2 keep their
-    h/tp outputs. Mixture-of-experts and MLA layers run other matmuls (grouped expert GEMMs, the latent
-    projections): for them half of every matmul output is kept, the policy's every-other rule on average.
-    """
+    h/tp outputs (read from the code; the trace runs tp = 1). (torchtitan 0.2.0's llama3 ran wq, wk, wv apart, models/llama3/model/model.py line 224,
+    so the same policy kept wq's and wv's outputs, not wk's: the published torchtitan rows, made with it,
+    are counted with 0.3.0's block, k's width more: 1024 of 32768 elements for Llama-3-8B.)
+    Mixture-of-experts and MLA layers run other matmuls (grouped expert GEMMs, the latent projections):
+    for them half of every matmul output is kept, the policy's every-other rule on average (not traced)."""
     outside = tp if sequence_parallel else 1
     moe = model.is_moe if moe is None else moe
     gated = model.mlp != "gelu"

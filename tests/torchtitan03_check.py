@@ -6,7 +6,8 @@ torchtitan-0.3`, default ../side-venvs/tt03 beside the repository):
 (or {"sac_trace": [dim, heads, kv_heads, ffn]}: the matmuls SelectiveAC keeps, `sac_trace`);
 the last line printed is a JSON list with one verdict per export: {"error": "" (taken) or the first
 complaint, "params": parameters of the model built on the meta device, "layers": its blocks,
-"float8_linears": its Float8Linear modules, "compile"/"async_tp": the CompileConfig switches}.
+"float8_linears": its Float8Linear modules, "compile"/"async_tp": the CompileConfig switches,
+"model_parts"/"part_params"/"local_params": what rank 0 holds once parallelized, see below}.
 tests/test_export_acceptance.py runs it in a subprocess, so 0.3.0 never meets the main venv's torch.
 
 Per export, the steps Trainer.__init__ takes before it touches a device or a process group
