@@ -88,7 +88,7 @@ def selective_kept_bytes(parts: dict, policy: str, model: ModelSpec, micro_batch
 def ops_saved_elems(model: ModelSpec, tp: int, sequence_parallel: bool, moe: bool | None = None) -> float:
     """Elements per token one layer keeps under torchtitan 0.3.0's op-level selective checkpointing.
 
-    Its policy (distributed/activation_checkpoint.py lines 257-295, SelectiveAC._wrap_block) keeps the
+    Its policy (distributed/activation_checkpoint.py lines 243-276, SelectiveAC._wrap_block) keeps the
     outputs of the compute ops it lists (lines 40-58 and torch's compute_intensive_ops: mm, the flash and
     flex attention ops) and of reduce_scatter / all_to_all (lines 61-70), except every second mm of the
     block, counted from one (the 2nd, 4th, ... are recomputed); everything else is recomputed from the

@@ -24,7 +24,7 @@ Per export, the steps Trainer.__init__ takes before it touches a device or a pro
   the first step) and the batch-size rule (trainer.py lines 410-440);
 - with pp > 1, the stage split pipeline_llm makes: _get_pipeline_metadata and
   _generate_llm_fqn_per_model_part (distributed/pipeline_parallel.py lines 194, 366);
-- then the model parallelized as the trainer's model_parallelism_init does (trainer.py lines 443-500):
+- then the model parallelized as the trainer's model_parallelism_init does (trainer.py lines 442-509):
   a process group of the plan's world on torch's "fake" backend (rank 0: every collective returns at
   once, nothing is sent), the spmd backend set (line 319), ParallelDims.build_mesh, and the model
   spec's pipelining_fn (pipeline_llm: stages, the per-stage parallelize_fn, the schedule) or
@@ -36,7 +36,7 @@ Where 0.3.0 stops on a CPU, and what stands in: torchtitan picks the device type
 accelerator is found (tools/utils.py line 55) and fully_shard asks torch.cuda for the mesh's device
 (torch 2.13.0 fsdp/_fully_shard/_fsdp_init.py line 223), so the mesh is built on "cpu" (the one
 module-level name parallel_dims.py reads, set in main()); the weights are never materialized
-(to_empty and init_weights, trainer.py lines 474-478 and 502-507, would allocate every rank's shard).
+(to_empty and init_weights, trainer.py lines 474-478 and 501-505, would allocate every rank's shard).
 """
 from __future__ import annotations
 

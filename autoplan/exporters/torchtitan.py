@@ -79,7 +79,7 @@ FLAVOR_ROPE_POSITIONS = {"llama3": 131072, "qwen3": 40960, "deepseek_v3": 16384}
 """Positions the RoPE cache of torchtitan 0.3.0's shipped flavors holds (models/llama3/__init__.py line 308,
 qwen3/__init__.py line 395, deepseek_v3/__init__.py line 577: 4096 * 4, a tenth of DeepSeek-V3's YaRN
 context of 40 x 4096). Decoder.Config.update_from_config refuses a longer training.seq_len
-(models/common/decoder.py line 168: "Training sequence length ... exceeds attention RoPE maximum
+(models/common/decoder.py line 169: "Training sequence length ... exceeds attention RoPE maximum
 supported sequence length"); the export sizes the cache for the plan, as the torchtitan entry's
 context rule says torchtitan does (its modelled shapes are built that long too)."""
 _PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
