@@ -27,7 +27,8 @@ $(VENV)/.export-test: pyproject.toml $(VENV)/.all
 # venv of its own outside the repository: torch 2.13.0+cpu (pip takes the CPU wheel on this machine's
 # disk), torchao and triton, which its modules import. tests/torchtitan03_check.py runs in it, in a
 # subprocess (tests/test_export_acceptance.py). Measured on the 2-core machine: 2 min 9 s without a pip
-# cache (about 1 min with one), 2.5 GB; its check of every torchtitan export takes about 15 s.
+# cache (about 1 min with one), 2.5 GB; its check of every torchtitan export (parallelized on a fake
+# process group) and the SelectiveAC trace take about 26 s of CPU.
 TT03_VENV ?= $(abspath $(CURDIR)/..)/side-venvs/tt03
 TORCHTITAN_03 := torchtitan==0.3.0 torchao==0.18.0 triton==3.9.0 tyro==1.0.17
 $(TT03_VENV)/.installed: Makefile

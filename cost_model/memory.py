@@ -85,19 +85,45 @@ def selective_kept_bytes(parts: dict, policy: str, model: ModelSpec, micro_batch
 
     "attention" (Megatron, Korthikanti 2022 sec. 5): the attention core is recomputed, so its
     s x s scores are not stored (nothing changes under flash attention, which never stores them).
-    "ops" (torchtitan's op-level selective checkpointing): the layer input, every other matmul
-    output and the attention output are saved; norms, activations and the rest are recomputed.
+    "ops" (torchtitan 0.3.0's SelectiveAC): `ops_saved_elems`.
     """
     if policy == "ops":
-        sb = micro_batch * seq_len
-        outside = tp if sequence_parallel else 1
-        moe = model.is_moe if moe is None else moe
-        gated = model.mlp != "gelu"
-        mlp_in = mlp_activation_elems(model, moe) * (2 / 3 if gated else 1 / 2)   # the first matmul's output
-        matmul_outputs = (model.q_size + model.kv_size + model.v_size + mlp_in) / tp + 2 * model.hidden_size / outside
-        saved = model.hidden_size / outside + 0.5 * matmul_outputs + model.attn_out_size / tp
-        return BYTES_ACT * sb * saved + parts.get("softmax_stats", 0.0)
+        return BYTES_ACT * micro_batch * seq_len * ops_saved_elems(model, tp, sequence_parallel, moe) + \
+            parts.get("softmax_stats", 0.0)
     return sum(v for k, v in parts.items() if k != "attention_scores")
+
+
+def ops_saved_elems(model: ModelSpec, tp: int, sequence_parallel: bool, moe: bool | None = None) -> float:
+    """Elements per token one layer keeps under torchtitan 0.3.0's op-level selective checkpointing.
+
+    Its policy (distributed/activation_checkpoint.py lines 243-276, SelectiveAC._wrap_block) keeps the
+    outputs of the compute ops it lists (lines 40-58 and torch's compute_intensive_ops: mm, the flash and
+    flex attention ops) and of reduce_scatter / all_to_all (lines 61-70), except every second mm of the
+    block, counted from one (the 2nd, 4th, ... are recomputed); everything else is recomputed from the
+    block's input, which the checkpoint keeps. A dense llama3/qwen3 block (fused wqkv: llama3/__init__.py
+    line 77) runs wqkv, wo, w1, w3, w2 (feed_forward.py line 54): traced on the CPU through 0.3.0's own
+    policy (tests/torchtitan03_check.py sac_trace), it keeps wqkv's, w1's and w2's outputs and the
+    attention's. Under tp > 1, w2 is row-parallel: its mm yields the whole-width partial sums on each
+    rank (h, not h/tp), and with sequence parallelism the two reduce-scatters after wo and w2 keep their
+    h/tp outputs (read from the code; the trace runs tp = 1). (torchtitan 0.2.0's llama3 ran wq, wk, wv apart, models/llama3/model/model.py line 224,
+    so the same policy kept wq's and wv's outputs, not wk's: the published torchtitan rows, made with it,
+    are counted with 0.3.0's block, k's width more: 1024 of 32768 elements for Llama-3-8B.)
+    Mixture-of-experts and MLA layers run other matmuls (grouped expert GEMMs, the latent projections):
+    for them half of every matmul output is kept, the policy's every-other rule on average (not traced)."""
+    outside = tp if sequence_parallel else 1
+    moe = model.is_moe if moe is None else moe
+    gated = model.mlp != "gelu"
+    qkv = (model.q_size + model.kv_size + model.v_size) / tp
+    if moe or model.is_mla:
+        mlp_in = mlp_activation_elems(model, moe) * (2 / 3 if gated else 1 / 2)   # the first matmuls' outputs
+        matmul_outputs = qkv + mlp_in / tp + 2 * model.hidden_size / outside
+        return model.hidden_size / outside + 0.5 * matmul_outputs + model.attn_out_size / tp
+    kept = model.hidden_size / outside + qkv + model.attn_out_size / tp + model.ffn_hidden_size / tp
+    if gated:  # the 5th mm, w2 (the GeLU MLP's down projection is the 4th: recomputed)
+        kept += model.hidden_size
+    if tp > 1 and sequence_parallel:
+        kept += 2 * model.hidden_size / tp
+    return kept
 
 
 def full_recompute_layer_bytes(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,

@@ -2,7 +2,7 @@
 tp with and without sequence parallelism, pp plain / interleaved / uneven (first and last stage
 lighter, and unequal middle stages), cp, ep (Mixtral), GQA, qkv bias, tied embeddings, full /
 partial / selective recompute, bf16 / fp16 / fp8, one node and many; and the newer architectures
-(MLA with shared experts and leading dense layers, per-head q/k norm)."""
+(MLA with shared experts and leading dense layers at 32k, per-head q/k norm)."""
 from autoplan.catalog import catalog_model
 from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec
 
@@ -61,8 +61,9 @@ PLANS = {
     "gpt3 learned positions tp+pp": _doc(GPT3_175B, 1024, 1536, seq_len=2048, dp=16, tp=8, pp=8,
                                          sequence_parallel=True, zero_stage=1, micro_batch_size=1,
                                          num_microbatches=96, recompute="selective"),
-    "deepseek-v3 (mla, moe, uneven pp)": _doc(catalog_model("deepseek-v3"), 256, 1024, dp=32, pp=8, ep=32,
-                                              zero_stage=1, micro_batch_size=1, num_microbatches=32),
+    # seq 32768: within DeepSeek-V3's context, past the 16384 positions torchtitan's flavor caches RoPE for
+    "deepseek-v3 (mla, moe, uneven pp)": _doc(catalog_model("deepseek-v3"), 256, 1024, seq_len=32768, dp=32, pp=8,
+                                              ep=32, zero_stage=1, micro_batch_size=1, num_microbatches=32),
     "qwen3-8b (qk norm) tp+sp": _doc(catalog_model("qwen3-8b"), 8, 64, dp=4, tp=2, sequence_parallel=True,
                                      zero_stage=1, micro_batch_size=1, num_microbatches=16),
     "qwen3-moe (235b-a22b) ep pp": _doc(catalog_model("qwen3-235b-a22b"), 128, 512, dp=64, pp=2, ep=16, zero_stage=1,

@@ -13,6 +13,7 @@ from cost_model import (
     load_constants, narayanan_flops_per_step,
 )
 from cost_model.flops import attention_core_fwd_flops, layer_gemms, logits_gemm
+from cost_model.memory import ops_saved_elems, selective_kept_bytes
 
 # GPT-3 175B as Narayanan 2021 Table 1 lists it: MHA, GeLU MLP with ffn = 4h.
 GPT = ModelSpec(name="gpt-175b", num_layers=96, hidden_size=12288, num_heads=96, num_kv_heads=96,
@@ -80,6 +81,22 @@ def test_flash_attention_drops_the_score_term():
     flash = activation_bytes_per_layer(GPT, 1, 2048, 8, True, flash_attention=True)
     assert "attention_scores" in with_scores and "attention_scores" not in flash
     assert sum(flash.values()) < sum(with_scores.values())
+
+
+@pytest.mark.parametrize("tp,sp,expected", [
+    # Llama-3-8B, per token and layer: block input 4096 + wqkv 6144 + attention out 4096 + w1 14336 + w2 4096
+    (1, False, 32768),
+    # tp=2 with SP: input 4096/2 + wqkv 6144/2 + attention 4096/2 + w1 14336/2 + w2's whole-width partial
+    # sums 4096 + the two reduce-scatter outputs 2 * 4096/2
+    (2, True, 2048 + 3072 + 2048 + 7168 + 4096 + 4096),
+])
+def test_torchtitan_selective_ac_keeps_every_odd_matmul(tp, sp, expected):
+    """torchtitan 0.3.0's SelectiveAC keeps the 1st, 3rd, 5th matmul outputs of a llama3 block (the
+    trace: tests/test_export_acceptance.py), the attention output and the reduce-scatter outputs."""
+    assert ops_saved_elems(LLAMA, tp, sp) == expected
+    parts = activation_bytes_per_layer(LLAMA, 1, 4096, tp, sp)
+    assert selective_kept_bytes(parts, "ops", LLAMA, 1, 4096, tp, sp) == \
+        2 * 4096 * expected + 4 * 4096 * LLAMA.num_heads / tp  # bf16, + the fp32 log-sum-exp per head
 
 
 # -- Invariants --------------------------------------------------------------------------------

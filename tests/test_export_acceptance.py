@@ -9,6 +9,7 @@ and torch 2.9.0 never meet it. Where one cannot be installed the per-target test
 test_export_frameworks_are_installed fails loudly, naming what is missing (set
 AUTOPLAN_EXPORT_TEST_OPTIONAL=1 to accept the gap knowingly).
 """
+import functools
 import importlib.util
 import json
 import os
@@ -21,7 +22,8 @@ import pytest
 from autoplan.exporters import export_plan
 from autoplan.exporters.deepspeed import megatron_deepspeed_flags
 from autoplan.exporters.torchtitan_02 import flavor_module
-from autoplan.specs import InfeasiblePlan
+from autoplan.specs import InfeasiblePlan, ModelSpec
+from cost_model.memory import ops_saved_elems
 from tests import framework_acceptance as fa
 from tests.export_plans import PLANS
 
@@ -100,6 +102,9 @@ TORCHTITAN_03_CONTROLS = {
                                "unexpected keyword argument 'layers'"),
     "control: misspelt config attribute": ("zero1 tp+sp+pp+vpp", "config.model_spec = ", "config.modle_spec = ",
                                            "has no attribute 'modle_spec'"),
+    # reaches fully_shard: the default spmd backend's plain local tensors, which torch 2.13.0's FSDP refuses
+    "control: spmd_types backend": ("fsdp (zero3, selective)", "spmd_backend='partial_dtensor'",
+                                    "spmd_backend='spmd_types'", "all parameters must be DTensors"),
     "control: cuda graphs": ("zero1 pp 1f1b partial recompute", "disable_cuda_graphs=True",
                              "disable_cuda_graphs=False", "CUDA graphs"),
 }
@@ -120,10 +125,17 @@ def run_torchtitan_03(exports: list) -> list:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def torchtitan_03_verdicts() -> dict:
-    """Plan label -> verdict of every `torchtitan` export, taken by the real torchtitan 0.3.0: its own
-    complaint, or a model that is not the plan's (parameters within 0.5%, layers, fp8 only when planned,
-    compile and async TP off as the torchtitan entry's facts assume)."""
+SAC_TRACE_SHAPE = (256, 8, 2, 768)
+"""dim, heads, kv heads, FFN width of the one-block llama3 whose matmuls 0.3.0's SelectiveAC is traced on."""
+
+
+@functools.cache
+def torchtitan_03_run() -> tuple:
+    """(plan label -> verdict of every `torchtitan` export, the SelectiveAC trace of SAC_TRACE_SHAPE),
+    from one subprocess of torchtitan 0.3.0. A verdict is "refused: <rule>", torchtitan's own
+    complaint, a model that is not the plan's (parameters within 0.5%, layers, fp8 only when planned,
+    compile and async TP off as the torchtitan entry's facts assume), a parallelized model (on a fake
+    process group of the plan's world) that is not split the plan's way, or "" (taken)."""
     verdicts, exports = {}, []
     for label, doc in PLANS.items():
         try:
@@ -134,13 +146,35 @@ def torchtitan_03_verdicts() -> dict:
     for label, (plan, old, new, _) in TORCHTITAN_03_CONTROLS.items():
         assert old in texts[plan]["text"], f"{label}: {old!r} not in the export of {plan!r}"
         exports.append((label, {**texts[plan], "text": texts[plan]["text"].replace(old, new)}))
-    for (label, _), got in zip(exports, run_torchtitan_03([item for _, item in exports])):
+    *results, traced = run_torchtitan_03([item for _, item in exports] + [{"sac_trace": list(SAC_TRACE_SHAPE)}])
+    for (label, _), got in zip(exports, results):
         if label in TORCHTITAN_03_CONTROLS:
             said = TORCHTITAN_03_CONTROLS[label][3]
             assert said in got["error"], f"{label}: torchtitan 0.3.0 should say {said!r}, got {got}"
             continue
         verdicts[label] = got["error"] or model_mismatch(PLANS[label], got)
-    return verdicts
+    return verdicts, traced["sac_trace"]
+
+
+def torchtitan_03_verdicts() -> dict:
+    return torchtitan_03_run()[0]
+
+
+@pytest.mark.slow
+def test_torchtitan_selective_ac_keeps_what_the_memory_model_counts():
+    """0.3.0's SelectiveAC, traced on a one-block llama3 (wqkv, wo, w1, w3, w2), keeps the 1st, 3rd and
+    5th matmul outputs; with the block input and the attention output that is what the torchtitan
+    entry's memory model counts per token (cost_model/memory.py ops_saved_elems)."""
+    if not _installed(PACKAGES["torchtitan"]):
+        pytest.skip("torchtitan 0.3.0 is not installed (test_export_frameworks_are_installed says so loudly)")
+    dim, heads, kv_heads, ffn = SAC_TRACE_SHAPE
+    trace = torchtitan_03_run()[1]
+    qkv = dim + 2 * dim // heads * kv_heads
+    assert [width for width, _ in trace] == [qkv, dim, ffn, ffn, dim]
+    kept = sum(width for width, saved in trace if saved)  # the outputs of wqkv, w1, w2: 384 + 768 + 256
+    model = ModelSpec(name="sac-trace", num_layers=1, hidden_size=dim, num_heads=heads, num_kv_heads=kv_heads,
+                      ffn_hidden_size=ffn, vocab_size=64)
+    assert ops_saved_elems(model, tp=1, sequence_parallel=False) == dim + kept + dim == 1920
 
 
 def model_mismatch(doc, got: dict) -> str:
@@ -154,6 +188,17 @@ def model_mismatch(doc, got: dict) -> str:
         wrong.append(f"{got['float8_linears']} Float8Linear modules for dtype={doc.training.dtype}")
     if got["compile"] or got["async_tp"]:
         wrong.append(f"compile={got['compile']} async_tp={got['async_tp']}, planned without")
+    par = doc.parallel
+    if got["model_parts"] != (par.vpp if par.pp > 1 else 1):
+        wrong.append(f"rank 0 holds {got['model_parts']} model parts, the plan has vpp={par.vpp}")
+    # Every weight is split over the planned ranks: FSDP over dp (ZeRO 0: replicated, unless the experts
+    # borrow dp_shard), TP over tp, CP ranks join FSDP; routed experts over ep x (dp*cp*tp/ep), the same
+    # product. Only the norms stay whole under TP, and FSDP pads rank 0's chunk: within 0.5%.
+    shards = par.tp * par.cp * (par.dp if par.zero_stage > 0 or par.ep > 1 else 1)
+    held = got["part_params"] / max(got["local_params"], 1)
+    if abs(held - shards) > 0.005 * shards:
+        wrong.append(f"rank 0 holds 1/{held:.2f} of its stage's {got['part_params']} parameters, the plan "
+                     f"shards them {shards} ways")
     return "; ".join(wrong)
 
 

@@ -183,5 +183,5 @@ def test_a_seq_len_beyond_the_model_is_named_not_the_rule_each_plan_broke_first(
     assert main(["search", "--model", "llama-2-7b", "--gpus", "8", "--seq-len", "32768", *extra]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1, err
-    assert "model.max_seq_len=4096" in err and "got 32768 for 'llama-2-7b'" in err and "--seq-len" in err
+    assert "model.max_seq_len=4096" in err and "for framework autoplan, got 32768" in err and "--seq-len" in err
     assert "global_batch_size" not in err and "tp*pp*cp" not in err

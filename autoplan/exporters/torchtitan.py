@@ -75,6 +75,13 @@ _RECIPE_SWITCHES = {
     "deepseek_v3_671b": "compile of the loss (models/deepseek_v3/config_registry.py line 241)",
 }
 """Recipes that change precision or compile behind the plan's back."""
+FLAVOR_ROPE_POSITIONS = {"llama3": 131072, "qwen3": 40960, "deepseek_v3": 16384}
+"""Positions the RoPE cache of torchtitan 0.3.0's shipped flavors holds (models/llama3/__init__.py line 308,
+qwen3/__init__.py line 395, deepseek_v3/__init__.py line 577: 4096 * 4, a tenth of DeepSeek-V3's YaRN
+context of 40 x 4096). Decoder.Config.update_from_config refuses a longer training.seq_len
+(models/common/decoder.py line 169: "Training sequence length ... exceeds attention RoPE maximum
+supported sequence length"); the export sizes the cache for the plan, as the torchtitan entry's
+context rule says torchtitan does (its modelled shapes are built that long too)."""
 _PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
 
 
@@ -121,6 +128,14 @@ def export(doc: PlanDocument) -> tuple:
     else:
         imports.append((f"torchtitan.models.{name}", "model_registry"))
         body.append(f"    config.model_spec = model_registry({shipped!r}{', ' + converters if converters else ''})")
+    if not custom and doc.training.seq_len > FLAVOR_ROPE_POSITIONS[name]:
+        imports.append(("dataclasses", "replace"))
+        notes.append(f"seq_len={doc.training.seq_len}: torchtitan's {name} flavors cache RoPE for "
+                     f"{FLAVOR_ROPE_POSITIONS[name]} positions; the module sizes the cache for the plan")
+        body += [f"    # the flavor's RoPE cache holds {FLAVOR_ROPE_POSITIONS[name]} positions; update_from_config "
+                 "refuses a longer seq_len",
+                 "    for layer in config.model_spec.model.layers:",
+                 f"        layer.attention.rope = replace(layer.attention.rope, max_seq_len={doc.training.seq_len})"]
     body += _call("config.parallelism = ParallelismConfig", _parallelism(doc, notes))
     body += _call("config.training = TrainingConfig", _training(doc, notes))
     ac = _activation_checkpoint(doc, notes)
@@ -270,7 +285,14 @@ def _parallelism(doc: PlanDocument, notes: list) -> dict:
         raise InfeasiblePlan(f"torchtitan 0.3.0 takes expert ranks from dp_shard * cp * tp = "
                              f"{shard * par.cp * par.tp}, which ep={par.ep} does not divide (parallel_dims.py "
                              f"line 279)", "export_torchtitan_ep")
-    out = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+    # spmd_backend: 0.3.0's default "spmd_types" hands fully_shard plain local tensors with SPMD type
+    # annotations and a DataParallelMeshDims (distributed/full_dtensor.py resolve_fsdp_mesh), which the
+    # fully_shard of torch 2.13.0, the newest release 0.3.0 imports on, refuses ("When dp_mesh_dims is
+    # provided, all parameters must be DTensors", fsdp/_fully_shard/_fsdp_param.py line 346) for any
+    # world above one rank; "partial_dtensor" is FSDP2 over (dp_replicate, fsdp) with DTensor TP/EP/CP
+    # (models/llama3/parallelize.py lines 47-85), what the torchtitan entry's facts describe.
+    out = {"spmd_backend": "partial_dtensor",
+           "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
            "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": par.tp,
            "enable_sequence_parallel": bool(par.sequence_parallel or par.tp == 1),
            "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp}

@@ -266,9 +266,8 @@ class Framework:
         once, before searching."""
         refuse = self._refuse
         rule = self.context_rule(model.max_seq_len, model.position, training.seq_len) if training else ""
-        if rule:
-            refuse(f"needs training.seq_len {rule}, got {training.seq_len} for {model.name!r}", "seq_len",
-                   "plan a shorter --seq-len")
+        if rule:  # the plan-file validation's sentence (autoplan.specs.schemas.validate_plan)
+            raise InfeasiblePlan(f"{rule}; plan a shorter --seq-len", "framework_seq_len")
         if model.is_mla and not self.mla:
             refuse(f"has no multi-head latent attention, which {model.name!r} uses (kv_lora_rank="
                    f"{model.kv_lora_rank})", "mla", "plan it for a framework that has it (--framework megatron-core)")
@@ -374,13 +373,15 @@ class Framework:
                    "cp_masked_attention", "plan with --cp 1")
 
     def context_rule(self, max_seq_len: int, position: str, seq_len: int) -> str:
-        """The one rule on a sequence longer than the model's context, for search, export, run and the
-        plan-file validation alike: "" when this framework runs it, else what seq_len must be. A learned
-        position table is the model's length in every framework; a framework with
-        `seq_len_within_model` builds its RoPE tables that long too; the others size RoPE for the run
-        (torchtitan 0.3.0 models/common/decoder.py update_from_config; the exports write
-        max(max_seq_len, seq_len))."""
+        """The one rule on a sequence longer than the model's context, in the one sentence search, export,
+        run and the plan-file validation say: "" when this framework runs it, else "training.seq_len
+        must be at most the model's context ... for framework <name>, got <seq_len>". A learned position
+        table is the model's length in every framework; a framework with `seq_len_within_model` builds
+        its RoPE tables that long too; the others size RoPE for the run (torchtitan 0.3.0
+        models/common/decoder.py update_from_config; the exports write max(max_seq_len, seq_len), and
+        size a shipped flavor's RoPE cache for the plan)."""
         if seq_len <= max_seq_len or not (self.seq_len_within_model or position == "learned"):
             return ""
         why = "learned position embeddings" if position == "learned" else "position tables of the model's length"
-        return f"to be at most the model's context model.max_seq_len={max_seq_len} ({why})"
+        return (f"training.seq_len must be at most the model's context model.max_seq_len={max_seq_len} ({why}) "
+                f"for framework {self.name}, got {seq_len}")

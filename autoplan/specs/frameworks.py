@@ -224,8 +224,11 @@ FRAMEWORKS = {f.name: f for f in (
                  "tied_embeddings_with_pp": "torchtitan 0.3.0 models/common/decoder.py lines 139-142, "
                                             "Decoder.Config.update_from_config: NotImplementedError('Weight tying "
                                             "is not supported with Pipeline Parallel.')",
-                 "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py line 185: SelectiveAC "
-                                        "saves compute/comm op outputs except every second matmul",
+                 "selective_recompute": "torchtitan 0.3.0 distributed/activation_checkpoint.py lines 31-93 and "
+                                        "243-276 (SelectiveAC): keeps the outputs of mm, attention, reduce-scatter "
+                                        "and all-to-all except every second mm of a block; a llama3 block keeps "
+                                        "wqkv's, w1's and w2's outputs and the attention's (traced: "
+                                        "cost_model/memory.py ops_saved_elems)",
                  "fused_cross_entropy": "torchtitan 0.3.0 components/loss.py line 32 cross_entropy_loss: "
                                         "F.cross_entropy over fp32-cast logits (10 B per logit of a chunk)",
                  "loss_chunks": "torchtitan 0.3.0 components/loss.py line 610: ChunkedLossWrapper.Config num_chunks "
@@ -240,6 +243,10 @@ FRAMEWORKS = {f.name: f for f in (
                  "sequence_parallel": "torchtitan 0.3.0 config/configs.py ParallelismConfig.enable_sequence_parallel "
                                       "(0.2.0 always sequence-parallel: its export notes it)",
                  "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
+                 "seq_len_within_model": "off: torchtitan 0.3.0 resizes each layer's RoPE cache to training.seq_len "
+                                         "(models/common/decoder.py lines 169-181) once seq_len is within the "
+                                         "flavor's cache, which the export sizes for the plan "
+                                         "(autoplan/exporters/torchtitan.py FLAVOR_ROPE_POSITIONS)",
                  "uneven_interleaved": "torchtitan 0.3.0 distributed/pipeline_parallel.py lines 194-264, 366-477: "
                                        "the generated split over pp * stages-per-rank weighs the embedding and the "
                                        "head (pipeline_parallel_first/last_stage_less_layers); "

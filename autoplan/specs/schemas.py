@@ -124,8 +124,8 @@ def validate_plan(data: dict, issues: Issues, framework=None) -> None:
     max_seq, seq = model.get("max_seq_len"), training.get("seq_len")
     if framework is not None and _ints(max_seq, seq) and 0 < max_seq < seq <= MAX_SEQ_LEN:
         rule = framework.context_rule(max_seq, model.get("position", "rope"), seq)
-        if rule:
-            issues.add("training.seq_len", f"must be {rule.removeprefix('to be ')} for framework {framework.name}", seq)
+        if rule:  # the sentence search refuses with (Framework.check_model)
+            issues.add("training.seq_len", rule.removeprefix("training.seq_len "), show_value=False)
 
 
 def _degrees_match_gpus(parallel: dict, cluster: dict, issues: Issues, prefix: str) -> None:
