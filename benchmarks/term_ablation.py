@@ -9,6 +9,7 @@ the figures say what each term does to the prediction, not how well a refit with
 """
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 
@@ -22,6 +23,8 @@ TERMS = {
     "fp8_weight_cast_per_microbatch": ("Transformer Engine's fp8 weight cache (megatron-core): off = cast per micro-batch", True),
     "dp_param_gather_overlap": ("distributed optimizer's weight all-gather under the next forward", False),
     "pp_p2p_overlap": ("interleaved p2p sends under the next virtual stage", False),
+    "dp_bucket_params": ("DP collectives per bucket (each paying its latency): off = one per step", math.inf),
+    "dp_sync_per_virtual_stage": ("Megatron-Core's per-virtual-stage gradient sync under interleaving", False),
 }
 
 
