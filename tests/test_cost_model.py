@@ -274,21 +274,24 @@ def test_uneven_split_bubble_is_the_other_ranks_time():
 #   0da46c2  times (issue 20): one pipeline bubble, sum t - max t over the ranks (it was p - 1 copies of
 #            the slowest; -0.3%, -4.4%, -0.1% on the pp > 1 cases), Megatron-Core's weight all-gather
 #            hidden under the next forward, its interleaved p2p sends under the next virtual stage.
+#   (issue 20, DP at scale) times: DP collectives per Megatron-Core bucket (max(40M, 1M x dp)), NCCL's
+#            ring/tree latencies across nodes in the built-in profile, collective bandwidth interpolated
+#            log-log, per-virtual-stage gradient sync under interleaving: +0.10%, -0.04%, +0.03%, +0.62%.
 GOLDEN_REL = 1e-9
 """Relative tolerance of a golden value: far below any modelling change, above summation-order noise."""
 
 
 @pytest.mark.parametrize("model, training, num_gpus, plan, golden", [
     (LLAMA, TRAIN, 16, dict(dp=2, tp=4, pp=2, zero_stage=1, micro_batch_size=1, num_microbatches=32,
-                            sequence_parallel=True), (1.9451403030680277, 17422614528, 1.3493075699564544e+16)),
+                            sequence_parallel=True), (1.947022613912111, 17422614528, 1.3493075699564544e+16)),
     (LLAMA, TRAIN, 16, dict(dp=2, tp=2, pp=4, vpp=2, zero_stage=2, micro_batch_size=2, num_microbatches=16,
                             recompute="full", recompute_num_layers=3),
-     (2.1007981386968706, 33915207680, 1.4970819327295488e+16)),
+     (2.099981273686837, 33915207680, 1.4970819327295488e+16)),
     (LLAMA, TRAIN, 16, dict(dp=16, zero_stage=3, micro_batch_size=2, num_microbatches=2, recompute="selective"),
-     (1.4225777128934995, 57403871744, 1.37745506762752e+16)),
+     (1.423060417239825, 57403871744, 1.37745506762752e+16)),
     (GPT, TrainingSpec(global_batch_size=1536, seq_len=2048), 1024,
      dict(dp=16, tp=8, pp=8, micro_batch_size=1, num_microbatches=96, recompute="full", recompute_num_layers=12),
-     (10.52656336697039, 56343609344, 4.4958606288790487e+18)),
+     (10.591298806541273, 56343609344, 4.4958606288790487e+18)),
 ])
 def test_golden_even_split_estimates(model, training, num_gpus, plan, golden):
     est = Estimator(model, training, ClusterSpec(name="h100-80gb", num_gpus=num_gpus), H100, constants=Constants(),
