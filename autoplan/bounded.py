@@ -25,8 +25,16 @@ from autoplan.specs import InfeasiblePlan, ParallelPlan
 
 KEEP_LAYOUTS = 5
 """The best plan and the best plans of 4 other layouts (planner.NUM_ALTERNATIVES runners-up)."""
-_PLAN_RULES = ("zero_stage", "recompute_policy", "recompute_layers")
-"""Rules a group's first plan can break that its other ZeRO stages or policies may not."""
+_RECOMPUTE_RULES = ("recompute_policy", "recompute_layers")
+"""Rules (InfeasiblePlan reason tags) that read the recompute policy: ParallelPlan.check's."""
+_ZERO_RULES = ("zero_stage", "framework_zero_stage", "framework_zero_with_moe", "framework_zero_with_pp",
+               "framework_zero_with_ep", "framework_zero3_tied_embeddings", "framework_zero3_dtype",
+               "framework_zero0_mixed")
+"""Rules that read the ZeRO stage: ParallelPlan.check's and Framework.check's. A group's plan that
+breaks any other rule (rules are checked in a fixed order) has every ZeRO stage and policy break one
+too, so the group is rejected whole (tests/test_bounded_search.py checks the split on every plan of
+several spaces)."""
+_MENDABLE_RULES = _RECOMPUTE_RULES + _ZERO_RULES
 
 
 def supports_bounds(estimator) -> bool:
@@ -66,34 +74,46 @@ def _reject(rejections: dict, tag: str, count: int, message: str) -> None:
     rejections[tag] = (before + count, first)
 
 
+def _rule_checked(space: SearchSpace, est, knobs: dict, zero: int, rejections: dict, count: int):
+    """The group's plan at ZeRO stage `zero` without recompute, checked by the plan's and the
+    framework's rules (what Estimator.estimate checks first). None with the `count` plans of that
+    stage rejected when a rule breaks that the recompute policy cannot mend (no framework rule reads
+    it); the plan unchecked (False) when the rule is a recompute one, for scoring to judge per plan."""
+    try:
+        plan = space.plan({**knobs, "zero_stage": zero, "recompute": "none"})
+        est.framework.check(est.model, est.training, plan)
+        return plan
+    except InfeasiblePlan as exc:
+        if exc.reason in _RECOMPUTE_RULES:
+            return False
+        _reject(rejections, exc.reason, count, str(exc))
+        return None
+
+
 def _loose_bound(est, plan: ParallelPlan) -> float:
     from cost_model.bounds import step_time_lower_bound
 
     return step_time_lower_bound(est, plan)
 
 
-def _tight_bound(est, plan: ParallelPlan, zeros) -> float:
+def _tight_bound(est, plan: ParallelPlan) -> float:
     from cost_model.bounds import no_recompute_time_s
 
-    try:
-        return min(no_recompute_time_s(est, plan.replace(zero_stage=z)) for z in zeros)
-    except InfeasiblePlan:
-        return 0.0
+    return no_recompute_time_s(est, plan)
 
 
-def _never_fits(est, plan: ParallelPlan, zeros) -> bool:
-    """No plan of the group fits: the leanest of each ZeRO stage (no recompute, selective, or every
+def _never_fits(est, plan: ParallelPlan) -> bool:
+    """No plan of the stage fits: the leanest of its ZeRO stage (no recompute, selective, or every
     layer recomputed; memory falls with the recomputed layers, min_full_recompute_layers bisects on
     it) is over the usable memory. Such plans would only be scored to learn they do not fit."""
     usable = est.usable_memory_bytes
     every = max(plan.stage_num_layers(est.model.num_layers))
-    for z in sorted(zeros, reverse=True):  # the leanest first: the answer is usually "fits"
-        for recompute, layers in (("full", every), ("selective", 0), ("none", 0)):
-            try:
-                if sum(est.memory(plan.replace(zero_stage=z), recompute, layers).values()) <= usable:
-                    return False
-            except Exception:  # a shape the memory model cannot price: let scoring say why
+    for recompute, layers in (("full", every), ("selective", 0), ("none", 0)):  # the leanest first
+        try:
+            if sum(est.memory(plan, recompute, layers).values()) <= usable:
                 return False
+        except Exception:  # a shape the memory model cannot price: let scoring say why
+            return False
     return True
 
 
@@ -101,34 +121,45 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
     """The plans the exhaustive search's answer needs, scored by `scorer` (autoplan.search.PlanScorer):
     only the groups whose bound can still beat the `keep_layouts`-th best layout (see the module
     docstring). (scored, rule rejections, plans left unscored), or None when a plan came in under its
-    group's bound: the caller then scores every plan."""
-    est, rejections, heap = scorer.estimator, {}, []
-    for i, (knobs, zeros, recomputes) in enumerate(_groups(space, rejections)):
+    group's bound: the caller then scores every plan.
+
+    Three kinds of heap entries, each opened cheapest bound first: a group (loose bound), which opens
+    into its ZeRO stages that pass the rules (each at its time without recompute, a bound on its
+    recompute policies), whose plans are then scored."""
+    est, rejections, heap, tick = scorer.estimator, {}, [], itertools.count()  # tick: heap order among equal bounds
+    for knobs, zeros, recomputes in _groups(space, rejections):
+        first = broken = None
         try:
             first = space.plan({**knobs, "zero_stage": zeros[0], "recompute": "none"})
+            est.framework.check(est.model, est.training, first)
         except InfeasiblePlan as exc:
-            if exc.reason in _PLAN_RULES:
-                first = None
-            else:
-                _reject(rejections, exc.reason, len(zeros) * len(recomputes), str(exc))
-                continue
+            broken = exc
+        if broken is not None and broken.reason not in _MENDABLE_RULES:  # every plan of the group breaks it
+            _reject(rejections, broken.reason, len(zeros) * len(recomputes), str(broken))
+            continue
         bound = _loose_bound(est, first) if first is not None else 0.0
-        heap.append((bound, i, first is None, first, knobs, zeros, recomputes))
+        heap.append((bound, next(tick), _GROUP, (knobs, zeros, recomputes)))
     heapq.heapify(heap)
     best_by_layout, threshold, scored, seen, pruned, pruned_memory = {}, math.inf, [], set(), 0, 0
     while heap:
-        bound, i, tight, first, knobs, zeros, recomputes = heapq.heappop(heap)
+        bound, _, kind, entry = heapq.heappop(heap)
         if bound > threshold:
-            pruned = len(zeros) * len(recomputes) + sum(len(g[5]) * len(g[6]) for g in heap)
+            pruned = _num_plans(kind, entry) + sum(_num_plans(k, e) for _, _, k, e in heap)
             break
-        if not tight:  # refine once, then queue again at the sharper bound
-            sharper = _tight_bound(est, first, zeros)
-            heapq.heappush(heap, (max(bound, sharper), i, True, first, knobs, zeros, recomputes))
+        if kind == _GROUP:  # open into its ZeRO stages, each at its sharper bound
+            knobs, zeros, recomputes = entry
+            for zero in zeros:
+                plan = _rule_checked(space, est, knobs, zero, rejections, len(recomputes))
+                if plan is None:
+                    continue
+                sharper = _tight_bound(est, plan) if plan else 0.0
+                heapq.heappush(heap, (max(bound, sharper), next(tick), _STAGE, (knobs, zero, recomputes, plan)))
             continue
-        if first is not None and _never_fits(est, first, zeros):  # memory only for groups that could win
-            pruned_memory += len(zeros) * len(recomputes)
+        knobs, zero, recomputes, first = entry
+        if first and _never_fits(est, first):  # memory only for stages that could win
+            pruned_memory += len(recomputes)
             continue
-        for zero, recompute in itertools.product(zeros, recomputes):
+        for recompute in recomputes:
             try:
                 plan = space.plan({**knobs, "zero_stage": zero, "recompute": recompute})
             except InfeasiblePlan as exc:
@@ -148,3 +179,11 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
                     if len(best_by_layout) >= keep_layouts:
                         threshold = heapq.nsmallest(keep_layouts, best_by_layout.values())[-1]
     return scored, rejections, pruned + pruned_memory
+
+
+_GROUP, _STAGE = 0, 1
+"""Heap entry kinds: a group of plans (all its ZeRO stages), one ZeRO stage of a group."""
+
+
+def _num_plans(kind: int, entry: tuple) -> int:
+    return len(entry[1]) * len(entry[2]) if kind == _GROUP else len(entry[2])
