@@ -105,16 +105,20 @@ def _tight_bound(est, plan: ParallelPlan) -> float:
 def _never_fits(est, plan: ParallelPlan) -> bool:
     """No plan of the stage fits: the leanest of its ZeRO stage (no recompute, selective, or every
     layer recomputed; memory falls with the recomputed layers, min_full_recompute_layers bisects on
-    it) is over the usable memory. Such plans would only be scored to learn they do not fit."""
+    it) is over the usable memory. Such plans would only be scored to learn they do not fit. With
+    every layer recomputed, the breakdown also floors the other policies (bounds.memory_floor_bytes)."""
+    from cost_model.bounds import memory_floor_bytes
+
     usable = est.usable_memory_bytes
-    every = max(plan.stage_num_layers(est.model.num_layers))
-    for recompute, layers in (("full", every), ("selective", 0), ("none", 0)):  # the leanest first
-        try:
-            if sum(est.memory(plan, recompute, layers).values()) <= usable:
-                return False
-        except Exception:  # a shape the memory model cannot price: let scoring say why
+    try:
+        every = est.memory(plan, "full", max(plan.stage_num_layers(est.model.num_layers)))
+        if sum(every.values()) <= usable:
             return False
-    return True
+        if memory_floor_bytes(every) > usable:
+            return True
+        return all(sum(est.memory(plan, recompute, 0).values()) > usable for recompute in ("selective", "none"))
+    except Exception:  # a shape the memory model cannot price: let scoring say why
+        return False
 
 
 def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS) -> tuple | None:

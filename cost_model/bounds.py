@@ -72,3 +72,13 @@ def no_recompute_time_s(est, plan: ParallelPlan) -> float:
         plan = plan.replace(recompute="none", recompute_num_layers=0)
     time, _, _ = step_time_terms(est, plan, est.stage_costs(plan))
     return SAFETY * sum(time.values())
+
+
+def memory_floor_bytes(every_layer_recomputed: dict) -> float:
+    """A lower bound on the peak memory of a plan under any recompute policy, from its breakdown with
+    every layer fully recomputed (`Estimator.memory(plan, "full", layers)`, cost_model.stage_memory):
+    every term but the backward working set, which full recompute doubles. The states, weight copies,
+    logits, buffers and device terms do not depend on the policy, and the saved activations of any
+    policy hold at least each layer's input, all that full recompute keeps (checked for every plan of
+    several spaces by tests/test_bounded_search.py)."""
+    return SAFETY * sum(v for k, v in every_layer_recomputed.items() if k != "activation_working")
