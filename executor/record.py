@@ -18,16 +18,27 @@ from autoplan.specs import Measurement, PlanDocument
 from autoplan.specs.flops import mfu
 
 
-def cpu_peak_rss_bytes() -> int:
-    """High-water resident set size of this process: VmHWM from /proc/self/status (Linux, can be
-    reset by `reset_cpu_peak_rss`), else ru_maxrss (KiB on Linux, since the process started)."""
+def _proc_status_bytes(field: str) -> int | None:
+    """A size line of /proc/self/status (Linux, in KiB there), in bytes; None where it cannot tell."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return None
+
+
+def cpu_peak_rss_bytes() -> int:
+    """High-water resident set size of this process: VmHWM from /proc/self/status (Linux, can be
+    reset by `reset_cpu_peak_rss`), else ru_maxrss (KiB on Linux, since the process started)."""
+    peak = _proc_status_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def cpu_rss_bytes() -> int:
+    """Resident set size of this process now (VmRSS, Linux); 0 where /proc cannot tell."""
+    return _proc_status_bytes("VmRSS") or 0
 
 
 def reset_cpu_peak_rss() -> None:
