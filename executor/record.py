@@ -36,9 +36,19 @@ def cpu_peak_rss_bytes() -> int:
     return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def cpu_rss_bytes() -> int:
-    """Resident set size of this process now (VmRSS, Linux); 0 where /proc cannot tell."""
-    return _proc_status_bytes("VmRSS") or 0
+def cpu_rss_baseline() -> tuple:
+    """(resident set, its file-backed part) of this process now, for `cpu_rss_growth_bytes`."""
+    return _proc_status_bytes("VmRSS") or 0, _proc_status_bytes("RssFile") or 0
+
+
+def cpu_rss_growth_bytes(baseline: tuple) -> int:
+    """How far the RSS high water rose over `baseline` (cpu_rss_baseline before the model was built),
+    less the file-backed pages mapped in since (library code the first step runs, which stays
+    resident): what the run's tensors and the C allocator's heap took at their peak. The file-backed
+    part is read at the end, when it is largest, so the result errs low by what the heap gave back."""
+    rss, file = baseline
+    file_growth = max(0, (_proc_status_bytes("RssFile") or 0) - file)
+    return max(0, cpu_peak_rss_bytes() - rss - file_growth)
 
 
 def reset_cpu_peak_rss() -> None:
