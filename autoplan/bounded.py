@@ -102,6 +102,12 @@ def _tight_bound(est, plan: ParallelPlan) -> float:
     return no_recompute_time_s(est, plan)
 
 
+def _policy_bound(est, plan: ParallelPlan) -> float:
+    from cost_model.bounds import recompute_time_lower_s
+
+    return recompute_time_lower_s(est, plan)
+
+
 def _never_fits(est, plan: ParallelPlan) -> bool:
     """No plan of the stage fits: the leanest of its ZeRO stage (no recompute, selective, or every
     layer recomputed; memory falls with the recomputed layers, min_full_recompute_layers bisects on
@@ -129,7 +135,8 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
 
     Three kinds of heap entries, each opened cheapest bound first: a group (loose bound), which opens
     into its ZeRO stages that pass the rules (each at its time without recompute, a bound on its
-    recompute policies), whose plans are then scored."""
+    recompute policies), which score their plan without recompute and queue those with recompute at
+    their own time terms (bounds.recompute_time_lower_s, no memory model), scored when reached."""
     est, rejections, heap, tick = scorer.estimator, {}, [], itertools.count()  # tick: heap order among equal bounds
     for knobs, zeros, recomputes in _groups(space, rejections):
         first = broken = None
@@ -159,21 +166,33 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
                 sharper = _tight_bound(est, plan) if plan else 0.0
                 heapq.heappush(heap, (max(bound, sharper), next(tick), _STAGE, (knobs, zero, recomputes, plan)))
             continue
-        knobs, zero, recomputes, first = entry
-        if first and _never_fits(est, first):  # memory only for stages that could win
-            pruned_memory += len(recomputes)
-            continue
-        for recompute in recomputes:
-            try:
-                plan = space.plan({**knobs, "zero_stage": zero, "recompute": recompute})
-            except InfeasiblePlan as exc:
-                _reject(rejections, exc.reason, 1, str(exc))
+        if kind == _STAGE:  # score its plan without recompute; queue the others at their own bounds
+            knobs, zero, recomputes, first = entry
+            if first and _never_fits(est, first):  # memory only for stages that could win
+                pruned_memory += len(recomputes)
                 continue
-            if plan in seen:
-                continue
-            seen.add(plan)
+            to_score = []
+            for recompute in recomputes:
+                try:
+                    plan = space.plan({**knobs, "zero_stage": zero, "recompute": recompute})
+                except InfeasiblePlan as exc:
+                    _reject(rejections, exc.reason, 1, str(exc))
+                    continue
+                if plan in seen:
+                    continue
+                seen.add(plan)
+                if recompute == "none" or not first:
+                    to_score.append(plan)
+                else:
+                    own = max(bound, _policy_bound(est, plan))
+                    heapq.heappush(heap, (own, next(tick), _PLAN, (plan, bound)))
+        else:
+            (plan, bound), to_score = entry, [entry[0]]
+        for plan in to_score:
             s = scorer.score(plan)
             scored.append(s)
+            # The stage's bound holds for the plan scored, also when a full-recompute plan folds onto
+            # its twin without recompute (whose score is then the one taken).
             if s.estimate is not None and s.step_time_s < bound:  # the bound is broken: be exact the slow way
                 return None
             if s.feasible:
@@ -185,9 +204,12 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
     return scored, rejections, pruned + pruned_memory
 
 
-_GROUP, _STAGE = 0, 1
-"""Heap entry kinds: a group of plans (all its ZeRO stages), one ZeRO stage of a group."""
+_GROUP, _STAGE, _PLAN = 0, 1, 2
+"""Heap entry kinds: a group of plans (all its ZeRO stages), one ZeRO stage of a group, one plan
+with recompute (with its stage's bound)."""
 
 
 def _num_plans(kind: int, entry: tuple) -> int:
+    if kind == _PLAN:
+        return 1
     return len(entry[1]) * len(entry[2]) if kind == _GROUP else len(entry[2])

@@ -74,6 +74,20 @@ def no_recompute_time_s(est, plan: ParallelPlan) -> float:
     return SAFETY * sum(time.values())
 
 
+def recompute_time_lower_s(est, plan: ParallelPlan) -> float:
+    """A lower bound on the step time of a selective or full recompute `plan` as the search scores it
+    (autoplan.search.PlanScorer), from the time terms alone: its own under selective recompute; under
+    full recompute those of one recomputed layer per stage, the fewest the scorer keeps (the
+    recompute term and the bubble grow with the layers; with none at all the plan is its twin without
+    recompute, scored on its own)."""
+    from cost_model.step_time import step_time_terms
+
+    if plan.recompute == "full":
+        plan = plan.replace(recompute_num_layers=1)
+    time, _, _ = step_time_terms(est, plan, est.stage_costs(plan))
+    return SAFETY * sum(time.values())
+
+
 def memory_floor_bytes(every_layer_recomputed: dict) -> float:
     """A lower bound on the peak memory of a plan under any recompute policy, from its breakdown with
     every layer fully recomputed (`Estimator.memory(plan, "full", layers)`, cost_model.stage_memory):

@@ -11,7 +11,7 @@ from autoplan.clusters import resolve_cluster
 from autoplan.search import PlanScorer, exhaustive_search
 from autoplan.space import SearchSpace
 from autoplan.specs import FRAMEWORK_NAMES, InfeasiblePlan, get_framework
-from cost_model.bounds import memory_floor_bytes, no_recompute_time_s, step_time_lower_bound
+from cost_model.bounds import memory_floor_bytes, no_recompute_time_s, recompute_time_lower_s, step_time_lower_bound
 
 CASES = [  # dense, MoE, uneven stages (126 layers), interleaving
     dict(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048),
@@ -36,6 +36,8 @@ def test_bounds_are_below_every_plans_step_time(case):
     for s in result.ranked + result.unfit:
         assert step_time_lower_bound(est, s.plan) <= s.step_time_s
         assert no_recompute_time_s(est, s.plan) <= s.step_time_s
+        if s.plan.recompute != "none":
+            assert recompute_time_lower_s(est, s.plan) <= s.step_time_s
         # the memory floor that rules a whole ZeRO stage of a group out (bounded._never_fits)
         every = max(s.plan.stage_num_layers(est.model.num_layers))
         assert memory_floor_bytes(est.memory(s.plan, "full", every)) <= sum(s.estimate.memory_breakdown_bytes.values())
