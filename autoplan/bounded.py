@@ -1,17 +1,20 @@
 """The exact search without scoring every plan: branch and bound over groups of plans.
 
 A group is the plans sharing (tp, pp, cp, vpp, ep, micro-batch, sp): they differ only in ZeRO
-stage and recompute policy, so one lower bound on step time covers them all
-(cost_model.bounds). Groups are opened cheapest bound first; a group whose bound exceeds the
-step time of the `keep_layouts`-th best parallel layout found so far cannot hold the optimum nor
-the best plan of any layout the runners-up are picked from, so it is never scored. The answer is
-the one `exhaustive_search` gives, best plan and runners-up alike, from a few per cent of the
-scores. Two bounds: a loose one from the layer times alone for every group, then, for the groups
-that survive it, the time terms of the group's plans without recompute (no memory model).
+stage and recompute policy. A group whose first plan breaks a rule that no ZeRO stage or policy
+mends is rejected whole, before any bound. The others are opened cheapest bound first (a heap of
+groups, their ZeRO stages and their plans with recompute); an entry whose bound exceeds the step
+time of the `keep_layouts`-th best parallel layout found so far cannot hold the optimum nor the best
+plan of any layout the runners-up are picked from, so it is never scored. The answer is the one
+`exhaustive_search` gives, best plan and runners-up alike, from a few per cent of the scores.
+Bounds (cost_model.bounds): a loose one from the layer times, the head and the weight casts for
+every group; each ZeRO stage's time without recompute (no memory model); a plan's own time terms
+under recompute (one recomputed layer under full). A ZeRO stage no plan of which fits (its leanest
+memory, floored for every policy by bounds.memory_floor_bytes) is not scored either.
 `autoplan.search` (bounded_search) makes the scores its SearchResult; this module does not import it.
 
 The bounds hold for the analytical Estimator; a calibrated or learned one may scale times down,
-so `search` uses Optuna there. If a scored plan ever comes in under its group's bound, `search`
+so `search` uses Optuna there. If a scored plan ever comes in under its stage's bound, `search`
 scores every plan instead (and the tests fail: tests/test_bounded_search.py).
 """
 from __future__ import annotations
@@ -149,7 +152,7 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
             _reject(rejections, broken.reason, len(zeros) * len(recomputes), str(broken))
             continue
         bound = _loose_bound(est, first) if first is not None else 0.0
-        heap.append((bound, next(tick), _GROUP, (knobs, zeros, recomputes)))
+        heap.append((bound, next(tick), _GROUP, (knobs, zeros, recomputes, first if broken is None else None)))
     heapq.heapify(heap)
     best_by_layout, threshold, scored, seen, pruned, pruned_memory = {}, math.inf, [], set(), 0, 0
     while heap:
@@ -158,9 +161,10 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
             pruned = _num_plans(kind, entry) + sum(_num_plans(k, e) for _, _, k, e in heap)
             break
         if kind == _GROUP:  # open into its ZeRO stages, each at its sharper bound
-            knobs, zeros, recomputes = entry
+            knobs, zeros, recomputes, checked = entry  # checked: the first ZeRO stage's plan, if it passed
             for zero in zeros:
-                plan = _rule_checked(space, est, knobs, zero, rejections, len(recomputes))
+                plan = checked if checked is not None and zero == zeros[0] else \
+                    _rule_checked(space, est, knobs, zero, rejections, len(recomputes))
                 if plan is None:
                     continue
                 sharper = _tight_bound(est, plan) if plan else 0.0
