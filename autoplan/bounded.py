@@ -1,17 +1,20 @@
 """The exact search without scoring every plan: branch and bound over groups of plans.
 
 A group is the plans sharing (tp, pp, cp, vpp, ep, micro-batch, sp): they differ only in ZeRO
-stage and recompute policy, so one lower bound on step time covers them all
-(cost_model.bounds). Groups are opened cheapest bound first; a group whose bound exceeds the
-step time of the `keep_layouts`-th best parallel layout found so far cannot hold the optimum nor
-the best plan of any layout the runners-up are picked from, so it is never scored. The answer is
-the one `exhaustive_search` gives, best plan and runners-up alike, from a few per cent of the
-scores. Two bounds: a loose one from the layer times alone for every group, then, for the groups
-that survive it, the time terms of the group's plans without recompute (no memory model).
+stage and recompute policy. A group whose first plan breaks a rule that no ZeRO stage or policy
+mends is rejected whole, before any bound. The others are opened cheapest bound first (a heap of
+groups, their ZeRO stages and their plans with recompute); an entry whose bound exceeds the step
+time of the `keep_layouts`-th best parallel layout found so far cannot hold the optimum nor the best
+plan of any layout the runners-up are picked from, so it is never scored. The answer is the one
+`exhaustive_search` gives, best plan and runners-up alike, from a few per cent of the scores.
+Bounds (cost_model.bounds): a loose one from the layer times, the head and the weight casts for
+every group; each ZeRO stage's time without recompute (no memory model); a plan's own time terms
+under recompute (one recomputed layer under full). A ZeRO stage no plan of which fits (its leanest
+memory, floored for every policy by bounds.memory_floor_bytes) is not scored either.
 `autoplan.search` (bounded_search) makes the scores its SearchResult; this module does not import it.
 
 The bounds hold for the analytical Estimator; a calibrated or learned one may scale times down,
-so `search` uses Optuna there. If a scored plan ever comes in under its group's bound, `search`
+so `search` uses Optuna there. If a scored plan ever comes in under its stage's bound, `search`
 scores every plan instead (and the tests fail: tests/test_bounded_search.py).
 """
 from __future__ import annotations
@@ -25,8 +28,16 @@ from autoplan.specs import InfeasiblePlan, ParallelPlan
 
 KEEP_LAYOUTS = 5
 """The best plan and the best plans of 4 other layouts (planner.NUM_ALTERNATIVES runners-up)."""
-_PLAN_RULES = ("zero_stage", "recompute_policy", "recompute_layers")
-"""Rules a group's first plan can break that its other ZeRO stages or policies may not."""
+_RECOMPUTE_RULES = ("recompute_policy", "recompute_layers")
+"""Rules (InfeasiblePlan reason tags) that read the recompute policy: ParallelPlan.check's."""
+_ZERO_RULES = ("zero_stage", "framework_zero_stage", "framework_zero_with_moe", "framework_zero_with_pp",
+               "framework_zero_with_ep", "framework_zero3_tied_embeddings", "framework_zero3_dtype",
+               "framework_zero0_mixed")
+"""Rules that read the ZeRO stage: ParallelPlan.check's and Framework.check's. A group's plan that
+breaks any other rule (rules are checked in a fixed order) has every ZeRO stage and policy break one
+too, so the group is rejected whole (tests/test_bounded_search.py checks the split on every plan of
+several spaces)."""
+_MENDABLE_RULES = _RECOMPUTE_RULES + _ZERO_RULES
 
 
 def supports_bounds(estimator) -> bool:
@@ -66,79 +77,126 @@ def _reject(rejections: dict, tag: str, count: int, message: str) -> None:
     rejections[tag] = (before + count, first)
 
 
+def _rule_checked(space: SearchSpace, est, knobs: dict, zero: int, rejections: dict, count: int):
+    """The group's plan at ZeRO stage `zero` without recompute, checked by the plan's and the
+    framework's rules (what Estimator.estimate checks first). None with the `count` plans of that
+    stage rejected when a rule breaks that the recompute policy cannot mend (no framework rule reads
+    it); the plan unchecked (False) when the rule is a recompute one, for scoring to judge per plan."""
+    try:
+        plan = space.plan({**knobs, "zero_stage": zero, "recompute": "none"})
+        est.framework.check(est.model, est.training, plan)
+        return plan
+    except InfeasiblePlan as exc:
+        if exc.reason in _RECOMPUTE_RULES:
+            return False
+        _reject(rejections, exc.reason, count, str(exc))
+        return None
+
+
 def _loose_bound(est, plan: ParallelPlan) -> float:
     from cost_model.bounds import step_time_lower_bound
 
     return step_time_lower_bound(est, plan)
 
 
-def _tight_bound(est, plan: ParallelPlan, zeros) -> float:
+def _tight_bound(est, plan: ParallelPlan) -> float:
     from cost_model.bounds import no_recompute_time_s
 
-    try:
-        return min(no_recompute_time_s(est, plan.replace(zero_stage=z)) for z in zeros)
-    except InfeasiblePlan:
-        return 0.0
+    return no_recompute_time_s(est, plan)
 
 
-def _never_fits(est, plan: ParallelPlan, zeros) -> bool:
-    """No plan of the group fits: the leanest of each ZeRO stage (no recompute, selective, or every
+def _policy_bound(est, plan: ParallelPlan) -> float:
+    from cost_model.bounds import recompute_time_lower_s
+
+    return recompute_time_lower_s(est, plan)
+
+
+def _never_fits(est, plan: ParallelPlan) -> bool:
+    """No plan of the stage fits: the leanest of its ZeRO stage (no recompute, selective, or every
     layer recomputed; memory falls with the recomputed layers, min_full_recompute_layers bisects on
-    it) is over the usable memory. Such plans would only be scored to learn they do not fit."""
+    it) is over the usable memory. Such plans would only be scored to learn they do not fit. With
+    every layer recomputed, the breakdown also floors the other policies (bounds.memory_floor_bytes)."""
+    from cost_model.bounds import memory_floor_bytes
+
     usable = est.usable_memory_bytes
-    every = max(plan.stage_num_layers(est.model.num_layers))
-    for z in sorted(zeros, reverse=True):  # the leanest first: the answer is usually "fits"
-        for recompute, layers in (("full", every), ("selective", 0), ("none", 0)):
-            try:
-                if sum(est.memory(plan.replace(zero_stage=z), recompute, layers).values()) <= usable:
-                    return False
-            except Exception:  # a shape the memory model cannot price: let scoring say why
-                return False
-    return True
+    try:
+        every = est.memory(plan, "full", max(plan.stage_num_layers(est.model.num_layers)))
+        if sum(every.values()) <= usable:
+            return False
+        if memory_floor_bytes(every) > usable:
+            return True
+        return all(sum(est.memory(plan, recompute, 0).values()) > usable for recompute in ("selective", "none"))
+    except Exception:  # a shape the memory model cannot price: let scoring say why
+        return False
 
 
 def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS) -> tuple | None:
     """The plans the exhaustive search's answer needs, scored by `scorer` (autoplan.search.PlanScorer):
     only the groups whose bound can still beat the `keep_layouts`-th best layout (see the module
     docstring). (scored, rule rejections, plans left unscored), or None when a plan came in under its
-    group's bound: the caller then scores every plan."""
-    est, rejections, heap = scorer.estimator, {}, []
-    for i, (knobs, zeros, recomputes) in enumerate(_groups(space, rejections)):
+    group's bound: the caller then scores every plan.
+
+    Three kinds of heap entries, each opened cheapest bound first: a group (loose bound), which opens
+    into its ZeRO stages that pass the rules (each at its time without recompute, a bound on its
+    recompute policies), which score their plan without recompute and queue those with recompute at
+    their own time terms (bounds.recompute_time_lower_s, no memory model), scored when reached."""
+    est, rejections, heap, tick = scorer.estimator, {}, [], itertools.count()  # tick: heap order among equal bounds
+    for knobs, zeros, recomputes in _groups(space, rejections):
+        first = broken = None
         try:
             first = space.plan({**knobs, "zero_stage": zeros[0], "recompute": "none"})
+            est.framework.check(est.model, est.training, first)
         except InfeasiblePlan as exc:
-            if exc.reason in _PLAN_RULES:
-                first = None
-            else:
-                _reject(rejections, exc.reason, len(zeros) * len(recomputes), str(exc))
-                continue
+            broken = exc
+        if broken is not None and broken.reason not in _MENDABLE_RULES:  # every plan of the group breaks it
+            _reject(rejections, broken.reason, len(zeros) * len(recomputes), str(broken))
+            continue
         bound = _loose_bound(est, first) if first is not None else 0.0
-        heap.append((bound, i, first is None, first, knobs, zeros, recomputes))
+        heap.append((bound, next(tick), _GROUP, (knobs, zeros, recomputes, first if broken is None else None)))
     heapq.heapify(heap)
     best_by_layout, threshold, scored, seen, pruned, pruned_memory = {}, math.inf, [], set(), 0, 0
     while heap:
-        bound, i, tight, first, knobs, zeros, recomputes = heapq.heappop(heap)
+        bound, _, kind, entry = heapq.heappop(heap)
         if bound > threshold:
-            pruned = len(zeros) * len(recomputes) + sum(len(g[5]) * len(g[6]) for g in heap)
+            pruned = _num_plans(kind, entry) + sum(_num_plans(k, e) for _, _, k, e in heap)
             break
-        if not tight:  # refine once, then queue again at the sharper bound
-            sharper = _tight_bound(est, first, zeros)
-            heapq.heappush(heap, (max(bound, sharper), i, True, first, knobs, zeros, recomputes))
+        if kind == _GROUP:  # open into its ZeRO stages, each at its sharper bound
+            knobs, zeros, recomputes, checked = entry  # checked: the first ZeRO stage's plan, if it passed
+            for zero in zeros:
+                plan = checked if checked is not None and zero == zeros[0] else \
+                    _rule_checked(space, est, knobs, zero, rejections, len(recomputes))
+                if plan is None:
+                    continue
+                sharper = _tight_bound(est, plan) if plan else 0.0
+                heapq.heappush(heap, (max(bound, sharper), next(tick), _STAGE, (knobs, zero, recomputes, plan)))
             continue
-        if first is not None and _never_fits(est, first, zeros):  # memory only for groups that could win
-            pruned_memory += len(zeros) * len(recomputes)
-            continue
-        for zero, recompute in itertools.product(zeros, recomputes):
-            try:
-                plan = space.plan({**knobs, "zero_stage": zero, "recompute": recompute})
-            except InfeasiblePlan as exc:
-                _reject(rejections, exc.reason, 1, str(exc))
+        if kind == _STAGE:  # score its plan without recompute; queue the others at their own bounds
+            knobs, zero, recomputes, first = entry
+            if first and _never_fits(est, first):  # memory only for stages that could win
+                pruned_memory += len(recomputes)
                 continue
-            if plan in seen:
-                continue
-            seen.add(plan)
+            to_score = []
+            for recompute in recomputes:
+                try:
+                    plan = space.plan({**knobs, "zero_stage": zero, "recompute": recompute})
+                except InfeasiblePlan as exc:
+                    _reject(rejections, exc.reason, 1, str(exc))
+                    continue
+                if plan in seen:
+                    continue
+                seen.add(plan)
+                if recompute == "none" or not first:
+                    to_score.append(plan)
+                else:
+                    own = max(bound, _policy_bound(est, plan))
+                    heapq.heappush(heap, (own, next(tick), _PLAN, (plan, bound)))
+        else:
+            (plan, bound), to_score = entry, [entry[0]]
+        for plan in to_score:
             s = scorer.score(plan)
             scored.append(s)
+            # The stage's bound holds for the plan scored, also when a full-recompute plan folds onto
+            # its twin without recompute (whose score is then the one taken).
             if s.estimate is not None and s.step_time_s < bound:  # the bound is broken: be exact the slow way
                 return None
             if s.feasible:
@@ -148,3 +206,14 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
                     if len(best_by_layout) >= keep_layouts:
                         threshold = heapq.nsmallest(keep_layouts, best_by_layout.values())[-1]
     return scored, rejections, pruned + pruned_memory
+
+
+_GROUP, _STAGE, _PLAN = 0, 1, 2
+"""Heap entry kinds: a group of plans (all its ZeRO stages), one ZeRO stage of a group, one plan
+with recompute (with its stage's bound)."""
+
+
+def _num_plans(kind: int, entry: tuple) -> int:
+    if kind == _PLAN:
+        return 1
+    return len(entry[1]) * len(entry[2]) if kind == _GROUP else len(entry[2])

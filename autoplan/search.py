@@ -87,6 +87,9 @@ class PlanScorer:
                     plan = plan.replace(recompute="none", recompute_num_layers=0)
                 elif fewest is not None:
                     plan = plan.replace(recompute_num_layers=fewest)
+                hit = self._cache.get(plan)  # folded onto a plan scored already (its "none" twin)
+                if hit is not None:
+                    return hit
             estimate = est.estimate(plan)
         except InfeasiblePlan as exc:
             return Scored(plan, None, str(exc), exc.reason)

@@ -31,16 +31,32 @@ SAFETY = 1.0 - 1e-9
 def step_time_lower_bound(est, plan: ParallelPlan) -> float:
     """A lower bound on `est.estimate(plan).step_time_s` for any ZeRO stage and recompute policy of
     `plan`'s shape (Estimator `est`, analytical; a calibrated one can scale times down)."""
-    lt = est.stage_costs(plan).layer
-    sw = est.framework
+    costs = est.stage_costs(plan)
+    lt, sw = costs.layer, est.framework
     per_layer = (lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
                  + lt.memory_fwd_s + lt.memory_bwd_s
                  + (1.0 - sw.tp_comm_overlap) * (lt.tp_fwd_s + lt.tp_bwd_s)
                  + lt.cp_fwd_s + lt.cp_bwd_s + lt.ep_fwd_s + lt.ep_bwd_s
                  + sw.layer_overhead_s * sw.fused_elementwise)
     fewest = min(stage_split(plan, est.model.num_layers).num_layers)
-    microbatch_times = plan.num_microbatches + (plan.pp - 1) / plan.vpp
-    return max(0.0, SAFETY * microbatch_times * fewest * per_layer)
+    m = plan.num_microbatches
+    # The slowest rank is at least as slow as the last, which adds the head and the loss (and the
+    # embedding when it is also the first) to its layers.
+    last_extras = costs.head_compute_s + costs.head_memory_s + (costs.embed_s if plan.pp == 1 else 0.0)
+    microbatch_times = m + (plan.pp - 1) / plan.vpp
+    return max(0.0, SAFETY * (microbatch_times * fewest * per_layer
+                              + m * (last_extras + _weight_casts_lower_s(est, plan, costs, fewest))))
+
+
+def _weight_casts_lower_s(est, plan: ParallelPlan, costs, fewest: int) -> float:
+    """Per micro-batch, at most the weight-cast term of step_time.step_time_terms: the bytes it
+    moves over the rank holding the most parameters (at least the last rank with the fewest
+    layers), at the profile's best copy bandwidth."""
+    per_param = est.framework.weight_cast_bytes_per_param
+    if not per_param:
+        return 0.0
+    local = sum(costs.params.local(plan, fewest, first=plan.pp == 1, last=True))
+    return per_param * local / est.tables.peak_memory_bytes_per_s
 
 
 def no_recompute_time_s(est, plan: ParallelPlan) -> float:
@@ -56,3 +72,27 @@ def no_recompute_time_s(est, plan: ParallelPlan) -> float:
         plan = plan.replace(recompute="none", recompute_num_layers=0)
     time, _, _ = step_time_terms(est, plan, est.stage_costs(plan))
     return SAFETY * sum(time.values())
+
+
+def recompute_time_lower_s(est, plan: ParallelPlan) -> float:
+    """A lower bound on the step time of a selective or full recompute `plan` as the search scores it
+    (autoplan.search.PlanScorer), from the time terms alone: its own under selective recompute; under
+    full recompute those of one recomputed layer per stage, the fewest the scorer keeps (the
+    recompute term and the bubble grow with the layers; with none at all the plan is its twin without
+    recompute, scored on its own)."""
+    from cost_model.step_time import step_time_terms
+
+    if plan.recompute == "full":
+        plan = plan.replace(recompute_num_layers=1)
+    time, _, _ = step_time_terms(est, plan, est.stage_costs(plan))
+    return SAFETY * sum(time.values())
+
+
+def memory_floor_bytes(every_layer_recomputed: dict) -> float:
+    """A lower bound on the peak memory of a plan under any recompute policy, from its breakdown with
+    every layer fully recomputed (`Estimator.memory(plan, "full", layers)`, cost_model.stage_memory):
+    every term but the backward working set, which full recompute doubles. The states, weight copies,
+    logits, buffers and device terms do not depend on the policy, and the saved activations of any
+    policy hold at least each layer's input, all that full recompute keeps (checked for every plan of
+    several spaces by tests/test_bounded_search.py)."""
+    return SAFETY * sum(v for k, v in every_layer_recomputed.items() if k != "activation_working")

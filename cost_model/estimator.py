@@ -32,6 +32,8 @@ from cost_model.step_time import step_time_terms
 from cost_model.tables import ProfileTables
 
 _TABLES: dict = {}
+_RECOMPUTE_FIELDS = ("recompute", "recompute_num_layers")
+"""ParallelPlan fields that Estimator.memory takes as arguments instead."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,17 @@ class Estimator:
 
     def _stages_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int) -> tuple:
         """(worst rank's breakdown, first rank's total bytes) over the ranks that can be the worst:
-        the first, the last, and a middle rank with more layers than the first (uneven splits)."""
+        the first, the last, and a middle rank with more layers than the first (uneven splits).
+        Cached per plan without its own recompute fields, which `recompute` and `num_recompute`
+        stand for (the search prices one plan under several policies and layer counts)."""
+        key = ("memory", recompute, num_recompute,
+               *(v for k, v in vars(plan).items() if k not in _RECOMPUTE_FIELDS))
+        hit = self._layer_cache.get(key)
+        if hit is None:
+            hit = self._layer_cache[key] = self._worst_stage_memory(plan, recompute, num_recompute)
+        return dict(hit[0]), hit[1]
+
+    def _worst_stage_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int) -> tuple:
         split = stage_split(plan, self.model.num_layers)
         worst = self._stage_memory(plan, 0, recompute, num_recompute, split.num_layers[0])
         first_total = worst_total = sum(worst.values())

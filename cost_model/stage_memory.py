@@ -30,12 +30,14 @@ from cost_model.memory import (
 
 DEVICE_TERMS = ("cuda_context", "allocator_overhead")
 """Memory terms outside what torch.cuda.max_memory_allocated counts."""
-CPU_DEVICE_TERMS = 0.0
+CPU_DEVICE_TERM_BYTES = 0.0
 """On a CPU profile (`autoplan profile --device cpu`, device_kind "cpu") both device terms are 0: a
 CPU process has no CUDA context, and PyTorch's CPU allocator (c10/core/impl/alloc_cpu.cpp) hands
 each request to the C library's malloc/free without a caching pool, so there is no cached block to
 predict; what the process holds beyond its tensors (interpreter, libraries, glibc arenas) is not
-modelled, and the measured figure, the resident-set high water, includes it."""
+modelled. `autoplan run` on a CPU records the resident-set high water and how far it grew over the
+process before the model was built (`cpu_rss_growth_bytes`); the report compares the prediction with
+the growth (autoplan/report/tables.py)."""
 FOREACH_ADAMW_TEMP_BYTES = 4
 """fp32 sqrt(exp_avg_sq) per parameter, alive during the for-each AdamW update."""
 
@@ -91,7 +93,7 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
             "comm_buffers": 0.0, "optimizer_working": 0.0}
     device = {"allocator_overhead": block, "cuda_context": fw.runtime_bytes}
     if getattr(est.profile, "device_kind", "gpu") == "cpu":
-        device = dict.fromkeys(DEVICE_TERMS, 0.0)  # see CPU_DEVICE_TERMS
+        device = dict.fromkeys(DEVICE_TERMS, CPU_DEVICE_TERM_BYTES)
     candidates = []
     for activations, working, logits, grads_absent, _ in phases:
         candidates.append({**states, **({"grads": 0.0} if grads_absent and "grads" in states else {}),

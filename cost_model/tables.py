@@ -188,6 +188,12 @@ class ProfileTables:
             return self.profile.memory_bandwidth_bytes_per_s
         return _interp_log(self._mem_x, self._mem_y, max(num_bytes, 1))
 
+    @property
+    def peak_memory_bytes_per_s(self) -> float:
+        """The most `memory_bytes_per_s` returns for any size (the table is interpolated, flat
+        outside its sizes)."""
+        return max(self._mem_y) if self._mem_y else self.profile.memory_bandwidth_bytes_per_s
+
     # -- collectives -----------------------------------------------------------------------
     def _bus_bandwidth(self, op: str, scope: str, group_size: int, message_bytes: int) -> float:
         groups = self._coll.get((op, scope))

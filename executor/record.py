@@ -18,16 +18,37 @@ from autoplan.specs import Measurement, PlanDocument
 from autoplan.specs.flops import mfu
 
 
-def cpu_peak_rss_bytes() -> int:
-    """High-water resident set size of this process: VmHWM from /proc/self/status (Linux, can be
-    reset by `reset_cpu_peak_rss`), else ru_maxrss (KiB on Linux, since the process started)."""
+def _proc_status_bytes(field: str) -> int | None:
+    """A size line of /proc/self/status (Linux, in KiB there), in bytes; None where it cannot tell."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return None
+
+
+def cpu_peak_rss_bytes() -> int:
+    """High-water resident set size of this process: VmHWM from /proc/self/status (Linux, can be
+    reset by `reset_cpu_peak_rss`), else ru_maxrss (KiB on Linux, since the process started)."""
+    peak = _proc_status_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def cpu_rss_baseline() -> tuple:
+    """(resident set, its file-backed part) of this process now, for `cpu_rss_growth_bytes`."""
+    return _proc_status_bytes("VmRSS") or 0, _proc_status_bytes("RssFile") or 0
+
+
+def cpu_rss_growth_bytes(baseline: tuple) -> int:
+    """How far the RSS high water rose over `baseline` (cpu_rss_baseline before the model was built),
+    less the file-backed pages mapped in since (library code the first step runs, which stays
+    resident): what the run's tensors and the C allocator's heap took at their peak. The file-backed
+    part is read at the end, when it is largest, so the result errs low by what the heap gave back."""
+    rss, file = baseline
+    file_growth = max(0, (_proc_status_bytes("RssFile") or 0) - file)
+    return max(0, cpu_peak_rss_bytes() - rss - file_growth)
 
 
 def reset_cpu_peak_rss() -> None:

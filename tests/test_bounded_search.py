@@ -1,13 +1,17 @@
 """The default search (branch and bound, autoplan.bounded) against the oracle that scores every
 plan: the same best plan and runners-up, and the lower bounds below every plan's step time."""
+import dataclasses
+
 import pytest
 
+from autoplan import bounded
 from autoplan.planner import PlanRequest, make_estimator, plan_search, training_shape
 from autoplan.catalog import resolve_model
 from autoplan.clusters import resolve_cluster
 from autoplan.search import PlanScorer, exhaustive_search
 from autoplan.space import SearchSpace
-from cost_model.bounds import no_recompute_time_s, step_time_lower_bound
+from autoplan.specs import FRAMEWORK_NAMES, InfeasiblePlan, get_framework
+from cost_model.bounds import memory_floor_bytes, no_recompute_time_s, recompute_time_lower_s, step_time_lower_bound
 
 CASES = [  # dense, MoE, uneven stages (126 layers), interleaving
     dict(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048),
@@ -32,9 +36,15 @@ def test_bounds_are_below_every_plans_step_time(case):
     for s in result.ranked + result.unfit:
         assert step_time_lower_bound(est, s.plan) <= s.step_time_s
         assert no_recompute_time_s(est, s.plan) <= s.step_time_s
+        if s.plan.recompute != "none":
+            assert recompute_time_lower_s(est, s.plan) <= s.step_time_s
+        # the memory floor that rules a whole ZeRO stage of a group out (bounded._never_fits)
+        every = max(s.plan.stage_num_layers(est.model.num_layers))
+        assert memory_floor_bytes(est.memory(s.plan, "full", every)) <= sum(s.estimate.memory_breakdown_bytes.values())
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["model"])
+@pytest.mark.parametrize("case", CASES + [dict(CASES[0], framework="deepspeed")],
+                         ids=lambda c: c["model"] + ("-" + c["framework"] if "framework" in c else ""))
 def test_default_search_is_the_exhaustive_optimum(case):
     oracle = plan_search(PlanRequest(exhaustive=True, **case))
     found = plan_search(PlanRequest(**case))
@@ -51,3 +61,42 @@ def test_calibrated_or_stored_searches_keep_optuna(tmp_path):
     case = CASES[0]
     stored = plan_search(PlanRequest(num_trials=10, storage=f"sqlite:///{tmp_path / 's.db'}", **case))
     assert stored.result.sampler == "tpe"
+
+
+# Every framework, and two that refuse ZeRO stage 0 in some plans (no registered one does yet).
+RULE_FRAMEWORKS = [*FRAMEWORK_NAMES, ("autoplan", dict(zero_stages=(1, 2, 3))),
+                   ("autoplan", dict(zero0_only_pure_dp=True))]
+
+
+@pytest.mark.parametrize("framework", RULE_FRAMEWORKS, ids=str)
+def test_rules_that_reject_a_whole_group_hold_for_its_every_plan(framework):
+    """bounded_scores rejects a group whole when its first plan breaks a rule outside
+    bounded._MENDABLE_RULES: every ZeRO stage and recompute policy of that group must break a rule
+    too (a rule that reads the ZeRO stage left off _ZERO_RULES would drop plans that run)."""
+    name, changes = framework if isinstance(framework, tuple) else (framework, {})
+    fw = dataclasses.replace(get_framework(name), **changes)
+    whole = 0
+    for case in (CASES[0], CASES[1], dict(model="gpt3-175b", num_gpus=64, global_batch_size=64, seq_len=2048)):
+        space, _ = _space(case)
+        try:
+            fw.check_problem(space.model, space.training)
+        except InfeasiblePlan:  # no plan of this framework trains the model (an MoE on a dense-only one)
+            continue
+        for knobs, zeros, recomputes in bounded._groups(space, {}):
+            broken = _broken_rule(space, fw, {**knobs, "zero_stage": zeros[0], "recompute": "none"})
+            if broken is None or broken in bounded._MENDABLE_RULES:
+                continue
+            whole += 1
+            for zero in zeros:
+                for recompute in recomputes:
+                    assert _broken_rule(space, fw, {**knobs, "zero_stage": zero, "recompute": recompute}), \
+                        (case["model"], knobs, zero, recompute, broken)
+    assert whole  # the check saw groups rejected whole
+
+
+def _broken_rule(space, fw, knobs) -> str | None:
+    try:
+        fw.check(space.model, space.training, space.plan(knobs))
+    except InfeasiblePlan as exc:
+        return exc.reason
+    return None

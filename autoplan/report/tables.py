@@ -43,6 +43,13 @@ def signed_error(predicted: float, measured: float) -> str:
     return f"{(predicted - measured) / measured:+,.1%}"
 
 
+def percent(fraction) -> str:
+    """0.4512 -> '45.1%'; n/a when missing."""
+    if fraction is None or not math.isfinite(fraction):
+        return "n/a"
+    return f"{fraction:.1%}"
+
+
 def yes_no(flag) -> str:
     return "yes" if flag else "no"
 
@@ -51,18 +58,58 @@ MEMORY_KINDS = {"cpu_rss_high_water": "RSS high-water",
                 "xla_compiled_bytes_per_device": "XLA compiled, per device"}
 
 
+def comparable_memory(m) -> tuple:
+    """(predicted bytes, measured bytes, what both count) for one run, like with like, or
+    (predicted, measured, why they cannot be compared) with None for a figure left out:
+
+    - CUDA: the prediction's allocated peak (its breakdown without the CUDA context and the
+      allocator's cached block, cost_model.stage_memory.DEVICE_TERMS) against max_memory_allocated;
+    - CPU: the same allocated peak (a CPU process has neither term) against the growth of the
+      resident set over the process before the model was built (`cpu_rss_growth_bytes`), which also
+      holds what the first step loads besides tensors (so it reads above them); the RSS high water
+      itself also holds the interpreter and its libraries, so a record without the growth is not
+      compared;
+    - XLA: the prediction's peak against the compiled program's bytes per device."""
+    from cost_model.stage_memory import allocated_peak_bytes
+
+    breakdown = m.prediction.get("memory_breakdown_bytes") or {}
+    allocated = allocated_peak_bytes(breakdown) if breakdown else m.prediction.get("peak_memory_bytes", float("nan"))
+    kind = m.extra.get("peak_memory_kind")
+    if kind == "cpu_rss_high_water":
+        growth = m.extra.get("cpu_rss_growth_bytes")
+        if growth is None:
+            return allocated, None, ("not compared: the RSS high water also holds the interpreter and libraries, "
+                                     "and this record has no RSS growth over the process before the model")
+        return allocated, growth, ("allocated (tensors) vs RSS growth over the process before the model (it "
+                                   "also holds the code, thread pools and buffers the first step loads: above the "
+                                   "tensors)")
+    if kind in MEMORY_KINDS:
+        return m.prediction.get("peak_memory_bytes", float("nan")), m.peak_memory_bytes, MEMORY_KINDS[kind]
+    return allocated, m.peak_memory_bytes, "allocated peak vs max_memory_allocated"
+
+
+def peak_flops(profile, dtype: str) -> tuple:
+    """(FLOP/s, where it comes from) of the profile the plan was predicted with: the one peak both
+    MFU columns divide by, so they are the same quantity."""
+    source = profile.sources.get("peak_flops_per_s") or "not stated in the profile"
+    return profile.peak(dtype), source
+
+
 def measured_vs_predicted(paths) -> tuple[list, list]:
     """One row per successful run in the measurement files: the plan, where it ran, its predicted and
-    measured step time and peak memory with the errors, and whether the two describe the same hardware
-    and framework. Returns (rows with header first, one line per mismatch). The prediction is the one
-    the plan carried when it was run (what the planner promised)."""
+    measured step time, peak memory (like with like, `comparable_memory`) and MFU (both against the
+    peak of the plan's profile, named with its source), the errors, and whether the two describe the
+    same hardware and framework. Returns (rows with header first, one line per mismatch). The
+    prediction is the one the plan carried when it was run (what the planner promised)."""
     from autoplan.clusters import cluster_for_plan_file
     from autoplan.render import plan_line
     from autoplan.specs import AutoplanError, PlanDocument, read_measurements
     from autoplan.specs.compat import measurement_mismatch
+    from autoplan.specs.flops import mfu
 
     rows = [["run", "plan", "ran on", "step time predicted", "measured (median)", "error",
-             "peak memory predicted", "measured", "error", "same hardware?"]]
+             "peak memory predicted", "measured", "error", "memory compared", "MFU predicted", "measured",
+             "MFU peak (source)", "same hardware?"]]
     mismatches = []
     for path in paths:
         for m in read_measurements(path)[0]:
@@ -70,17 +117,25 @@ def measured_vs_predicted(paths) -> tuple[list, list]:
                 continue
             doc = PlanDocument.from_dict(m.plan)
             try:
-                mismatch = measurement_mismatch(m, cluster_for_plan_file(doc.cluster, Path(path).parent), doc.framework)
+                profile = cluster_for_plan_file(doc.cluster, Path(path).parent)
+                mismatch = measurement_mismatch(m, profile, doc.framework)
             except AutoplanError:
-                mismatch = None  # the plan's profile is gone: cannot tell
+                profile = mismatch = None  # the plan's profile is gone: cannot tell
             if mismatch:
                 mismatches.append(mismatch)
-            pred_s, pred_b = m.prediction.get("step_time_s", float("nan")), m.prediction.get("peak_memory_bytes", float("nan"))
-            kind = MEMORY_KINDS.get(m.extra.get("peak_memory_kind"), "max allocated")
+            pred_s = m.prediction.get("step_time_s", float("nan"))
+            pred_b, meas_b, compared = comparable_memory(m)
+            if profile is not None:
+                peak, source = peak_flops(profile, doc.training.dtype)
+                measured_mfu = mfu(doc.model, doc.training.seq_len, m.tokens_per_s, doc.parallel.num_gpus, peak)
+                mfus = [percent(m.prediction.get("mfu")), percent(measured_mfu), f"{peak / 1e12:,.3g} TFLOP/s ({source})"]
+            else:
+                mfus = [percent(m.prediction.get("mfu")), "n/a", "n/a: the plan's profile is not found"]
             ran_on = f"{m.num_gpus} x {m.environment.get('device_name') or m.environment.get('device', '?')} ({m.backend})"
             rows.append([m.plan_id, plan_line(doc.parallel.to_dict()), ran_on,
                          seconds(pred_s), f"{seconds(m.median_step_time_s)} of {len(m.step_times_s)}",
                          signed_error(pred_s, m.median_step_time_s), memory(pred_b),
-                         f"{memory(m.peak_memory_bytes)} ({kind})", signed_error(pred_b, m.peak_memory_bytes),
+                         memory(meas_b) if meas_b is not None else f"{memory(m.peak_memory_bytes)} RSS",
+                         signed_error(pred_b, meas_b) if meas_b is not None else "n/a", compared, *mfus,
                          "no: " + mismatch.split(" was ", 1)[-1] if mismatch else "yes"])
     return rows, mismatches

@@ -23,7 +23,8 @@ from executor.options import RunOptions
 from autoplan.specs.flops import mfu
 from autoplan.specs.gpus import datasheet_peak_flops_per_s
 from executor.record import (
-    build_measurement, cpu_peak_rss_bytes, environment, reset_cpu_peak_rss, run_extra, step_line,
+    build_measurement, cpu_peak_rss_bytes, cpu_rss_baseline, cpu_rss_growth_bytes, environment, reset_cpu_peak_rss,
+    run_extra, step_line,
 )
 from executor.schedule import lr_at
 from executor.torch_backend import checkpoint, faults
@@ -306,7 +307,10 @@ class PlanRunner:
         return dict(zip(local, (int(v) for v in values.tolist())))
 
     def peak_memory_bytes(self) -> int:
-        local = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else cpu_peak_rss_bytes()
+        return self.max_over_ranks(
+            torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else cpu_peak_rss_bytes())
+
+    def max_over_ranks(self, local: int) -> int:
         value = torch.tensor([local], dtype=torch.int64, device=self.device)
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return int(value.item())
@@ -327,10 +331,12 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
     if rank0:
         for note in model_notes(doc.model):
             print(f"[autoplan run] note: {note}", flush=True)
+    rss_baseline = (0, 0)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     else:
         reset_cpu_peak_rss()
+        rss_baseline = cpu_rss_baseline()
     if options.compiles:
         # Each plan compiles afresh: the blocks of the plans before it (other shapes) would count
         # against dynamo's recompile limit and turn its shapes dynamic.
@@ -372,6 +378,9 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
                          "cuda_max_memory_allocated" if device.type == "cuda" else "cpu_rss_high_water",
                          model_notes(doc.model)),
              "pid": os.getpid(), "runtime": runner.describe(), **runner.allocator_peaks()}
+    if device.type != "cuda":
+        # the most of any rank, like the peak itself
+        extra["cpu_rss_growth_bytes"] = runner.max_over_ranks(cpu_rss_growth_bytes(rss_baseline))
     return build_measurement(doc, "torch", "ok", step_times_s=step_times, losses=losses,
                              peak_memory_bytes=peak_memory, env=env,
                              num_warmup_steps=min(options.warmup_steps, len(losses)), peak=peak, extra=extra)
