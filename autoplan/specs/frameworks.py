@@ -78,12 +78,13 @@ _AUTOPLAN = Framework(
                 "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
     states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
-    fused_cross_entropy=True, fused_cross_entropy_max_tp=1, flash_attention=True, dtypes=("bf16", "fp32"),
-    moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    fused_cross_entropy=True, fused_cross_entropy_max_tp=1, flash_attention=True, dtypes=("bf16", "fp8", "fp32"),
+    fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla=False,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
+    options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
         "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
         "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
@@ -117,7 +118,18 @@ _AUTOPLAN = Framework(
                                      "param, exp_avg, exp_avg_sq (7 x 4 B fp32), + the for-each clip (norm 4, "
                                      "scale 8); the same count for the for-each AdamW (autoplan-91ee867) matched "
                                      "its H100 kernel trace",
-        "dtypes": "fp16 (no loss scaling) and fp8 (no float8 kernels) are not wired",
+        "dtypes": "fp16 (no loss scaling) is not wired; fp8: torchao float8 training of the blocks' linears "
+                  "(executor/fp8.py: wq, wk, wv, wo, w1, w2, w3 with 16-divisible dimensions; the embedding, the "
+                  "head, the router and the experts stay bf16)",
+        "fp8_moe": "executor/fp8.py converts nn.Linear only: the experts' grouped GEMMs (executor/moe.py) "
+                   "would stay bf16, which the cost model's fp8 MoE layer does not describe",
+        "fp8_weight_copy_bytes": "torchao enable_fsdp_float8_all_gather (tensorwise, FSDP2 over several "
+                                 "replicas): the gathered weight of an fp8 linear is its fp8 data (1 B) and one "
+                                 "fp32 scale; rowwise (`autoplan+fp8-rowwise`) gathers bf16",
+        "fp8_weight_cast_per_microbatch": "torchao Float8Linear casts the weight in every forward and again "
+                                          "in the backward (matmul_with_hp_or_float8_args saves the bf16 weight)",
+        "fp8_rowwise": "run option --fp8-recipe (executor/fp8.py): tensorwise unless the plan's framework "
+                       "is autoplan+fp8-rowwise",
         "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
         "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
         "tied_embeddings_one_stage": "executor: the tied head is neither sharded nor on another stage",
