@@ -8,7 +8,8 @@ last line printed is one JSON object:
 - "runs": per plan, {"label", "status", "error", "losses", "grad_norms", "fp8"} from the executor's
   own records (`autoplan run`'s launcher, gloo): a single-process unquantized reference, fp8
   tensorwise and rowwise (the framework option `autoplan+fp8-rowwise`) on one process, and on two
-  processes FSDP2 ZeRO-3 with the float8 all-gather and TP + SP;
+  processes FSDP2 ZeRO-3 with the float8 all-gather and TP + SP, and the same two plans unquantized
+  (the torch backend's parity on this venv's newer torch, tests/test_torch_backend.py's tolerances);
 - "saved": bytes autograd keeps per forward of one block (saved-tensor hooks, each storage once),
   split into activations and weight copies, for the block in bf16 and in fp8 (tensorwise, under
   FSDP2 with the float8 all-gather on a one-process group, so its gathered weights are what a
@@ -36,7 +37,9 @@ SINGLE = [("reference", "bf16", "autoplan", {}), ("tensorwise", "fp8", "autoplan
           ("rowwise", "fp8", "autoplan+fp8-rowwise", {})]
 """One process, 8 micro-batches: on a CPU "bf16" runs fp32, the unquantized reference."""
 PARALLEL = [("fsdp-float8-all-gather", "fp8", "autoplan", dict(dp=2, zero_stage=3)),
-            ("tp-sp", "fp8", "autoplan", dict(tp=2, sequence_parallel=True))]
+            ("tp-sp", "fp8", "autoplan", dict(tp=2, sequence_parallel=True)),
+            ("fsdp-unquantized", "bf16", "autoplan", dict(dp=2, zero_stage=3)),
+            ("tp-sp-unquantized", "bf16", "autoplan", dict(tp=2, sequence_parallel=True))]
 """Two processes, tensorwise (rowwise runs the same TP code; emulated it is ~10x slower per step)."""
 
 

@@ -1,9 +1,11 @@
 """fp8 plans for framework `autoplan`: searched, estimated (their memory facts held to a saved-tensor
 count), run with torchao's float8 training (emulated on the CPU) and recorded.
 
-The runs need torchao, which the side venv of `make torchtitan-0.3` has (torch 2.13.0+cpu, torchao
-0.18.0); tests/fp8_check.py runs there in one subprocess (measured: ~40 s of CPU time, one
-single-process and one two-process launch). Without that venv those tests skip; the rest run here.
+The runs need torchao, which the side venv of `make torchtitan-0.3` has (torch 2.13.0+cpu, the newest
+CPU wheel of the registry, torchao 0.18.0); tests/fp8_check.py runs there in one subprocess (one
+single-process and one two-process launch), which also holds the torch backend's parallel plans to
+its single-process run on that torch. Without the venv those tests fail, or skip with
+AUTOPLAN_EXPORT_TEST_OPTIONAL=1; the rest run here.
 """
 from __future__ import annotations
 
@@ -79,9 +81,23 @@ def test_parallel_fp8_plans_reproduce_the_single_process_fp8_run(fp8_check):
         assert math.isclose(run["grad_norms"][0], single["grad_norms"][0], rel_tol=FP8_PARALLEL_RTOL), label
 
 
+def test_torch_backend_parity_on_the_side_venvs_torch(fp8_check):
+    """The torch backend on the newest CPU torch of the registry (the side venv's 2.13.0+cpu; the main
+    venv's 2.9.0 runs tests/test_torch_backend.py): FSDP2 ZeRO-3 and TP + SP reproduce the single-process
+    losses and gradient norms with that file's tolerances."""
+    from tests.test_torch_backend import LOSS_RTOL, _close, _grad_norms_close
+
+    runs = _runs(fp8_check)
+    reference = runs["reference"]
+    for label in ("fsdp-unquantized", "tp-sp-unquantized"):
+        run = runs[label]
+        assert run["status"] == "ok" and _close(run["losses"], reference["losses"], LOSS_RTOL), (label, run)
+        assert _grad_norms_close(run["grad_norms"], reference["grad_norms"]), (label, run["grad_norms"])
+
+
 def test_fp8_runs_record_their_recipe_and_linears(fp8_check):
     runs = _runs(fp8_check)
-    assert runs["reference"]["fp8"] is None
+    assert runs["reference"]["fp8"] is None and runs["fsdp-unquantized"]["fp8"] is None
     want = {"tensorwise": ("tensorwise", False), "rowwise": ("rowwise", False),  # rowwise: autoplan+fp8-rowwise
             "fsdp-float8-all-gather": ("tensorwise", True), "tp-sp": ("tensorwise", False)}
     for label, (recipe, all_gather) in want.items():

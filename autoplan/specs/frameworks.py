@@ -146,6 +146,7 @@ _AUTOPLAN_91EE867 = replace(
                 "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without "
                 + ",".join(AUTOPLAN_SPEEDUPS) + "`",
     activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
+    dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={},
     sources={**_AUTOPLAN.sources,
              "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "
                                           "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
@@ -154,7 +155,8 @@ _AUTOPLAN_91EE867 = replace(
                                           "92 B/param at the profile's 3.06 TB/s",
              "activation_recipe": "executor/model.py at 91ee867 under torch.autocast(bf16) over fp32 weights; "
                                   "tests/test_memory_counting.py counts it with every speed-up off",
-             "fused_cross_entropy": "executor at 91ee867: F.cross_entropy over whole fp32 logits"})
+             "fused_cross_entropy": "executor at 91ee867: F.cross_entropy over whole fp32 logits",
+             "dtypes": "executor at 91ee867: fp16 and fp8 plans refused (no loss scaling, no float8 linears)"})
 
 FRAMEWORKS = {f.name: f for f in (
     _AUTOPLAN,
