@@ -18,7 +18,7 @@ SPEEDUPS = {
     "native-gqa": "grouped-query attention by SDPA's enable_gqa; without it: K/V heads repeated (repeat_interleave)",
     "rope-compute-dtype": "RoPE in the activations' dtype; without it: in fp32 with a cast up and down per layer",
     "chunked-loss": "the head's matmul and the cross-entropy fused over token chunks, no whole fp32 logit "
-                    "matrix (tp=1 only); without it: fp32 logits, then cross-entropy",
+                    "matrix (vocabulary-parallel under tp > 1); without it: fp32 logits, then cross-entropy",
     "fused-adamw": "AdamW's fused kernel (CUDA); without it: the for-each implementation",
     "expandable-segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless the user set "
                            "PYTORCH_CUDA_ALLOC_CONF (CUDA)",

@@ -78,7 +78,7 @@ _AUTOPLAN = Framework(
                 "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
     states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
-    fused_cross_entropy=True, fused_cross_entropy_max_tp=1, flash_attention=True, dtypes=("bf16", "fp8", "fp32"),
+    fused_cross_entropy=True, flash_attention=True, dtypes=("bf16", "fp8", "fp32"),
     fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla=False,
@@ -95,9 +95,9 @@ _AUTOPLAN = Framework(
         "compute_weight_copy_bytes": "FSDP2 (ZeRO 0-2 at one replica, ZeRO 1/2) keeps the gathered bf16 weights "
                                      "from the first forward to the last backward of a step; autocast's cache "
                                      "(ZeRO 0 with several replicas) holds them for the step",
-        "fused_cross_entropy": "executor/loss.py: head matmul + cross-entropy over token chunks (tp = 1, no "
-                               "head bias or logit soft-capping: at most one 256 MiB chunk of fp32 logits); "
-                               "tp > 1 still runs F.cross_entropy over whole fp32 logits",
+        "fused_cross_entropy": "executor/loss.py: head matmul (+ bias, logit soft-capping) + cross-entropy "
+                               "over token chunks, at most one 256 MiB chunk of fp32 logits; vocabulary-parallel "
+                               "under tp > 1 (tests/test_chunked_loss.py)",
         "fused_elementwise": "torch.compile per block is on by default on CUDA, but its effect on the "
                              "memory-bound bytes is not measured yet: eager's 1.0 until a GPU run says more",
         "activation_recipe": "executor/blocks.py + executor/loss.py on FSDP2's bf16 weight copies, or under "

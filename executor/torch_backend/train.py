@@ -55,13 +55,14 @@ def _optimizers(model, lr: float, fused: bool) -> list:
 
 
 def kernels_for(doc: PlanDocument, options: RunOptions) -> Kernels:
-    """The model's kernel choices for this plan and these options. The fused head + loss needs the
-    whole head weight on the rank (tp = 1): a vocabulary-parallel chunked loss is not wired."""
-    chunked = options.uses("chunked-loss") and doc.parallel.tp == 1
+    """The model's kernel choices for this plan and these options. Under tensor parallelism the fused
+    head + loss is vocabulary-parallel: a chunk's logits span this rank's V/tp rows, so the default
+    chunk holds tp times the tokens for the same bytes."""
+    local_vocab = -(-doc.model.vocab_size // doc.parallel.tp)
     return Kernels(native_gqa=options.uses("native-gqa"),
                    rope_in_compute_dtype=options.uses("rope-compute-dtype"),
-                   loss_chunk_tokens=(options.loss_chunk_tokens or auto_chunk_tokens(doc.model.vocab_size))
-                   if chunked else 0)
+                   loss_chunk_tokens=(options.loss_chunk_tokens or auto_chunk_tokens(local_vocab))
+                   if options.uses("chunked-loss") else 0)
 
 
 def compute_mode(plan, spec, bf16_params: bool) -> tuple[bool, bool]:
