@@ -72,8 +72,8 @@ _AUTOPLAN = Framework(
     # optimizer bytes, elementwise factor) were measured for the executor the shipped H100 records
     # ran (autoplan-91ee867): upper bounds for today's fused AdamW and bf16 weight copies until a
     # GPU re-measures (benchmarks/h100_remeasure.sh).
-    version="autoplan 0.1 executor, torch backend (torch 2.9); time facts: the executor of the shipped "
-            "H100 records (91ee867)",
+    version="autoplan 0.1 executor, torch backend (torch >= 2.9, torchao float8 for fp8); time facts: the "
+            "executor of the shipped H100 records (91ee867), no fp8 step measured on a GPU yet",
     description="this project's torch.distributed executor (`autoplan run`): FSDP2/DDP, TP/SP, "
                 "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
     states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
