@@ -13,6 +13,7 @@ import json
 import math
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,32 @@ def test_bad_fp8_recipe_is_one_line():
 
     with pytest.raises(AutoplanError, match="--fp8-recipe must be one of"):
         RunOptions(fp8_recipe="blockwise")
+
+
+def _tiny_plan(capsys, tmp_path, dtype: str):
+    out = tmp_path / f"{dtype}.json"
+    code, _, err = run_cli(capsys, "search", "--model", "notebooks/data/tiny-96x4", "--gpus", "1", "--gpu",
+                           "h100-80gb", "--global-batch", "4", "--seq-len", "64", "--dtype", dtype, "-o", out)
+    assert code == 0, err
+    return out
+
+
+def test_fp8_run_refusals_are_one_line(capsys, tmp_path, monkeypatch):
+    """Before any process starts: an fp8 plan where torchao does not import, --fp8-recipe on a bf16 plan."""
+    import builtins
+    import importlib.util
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    real_import = builtins.__import__
+
+    def no_torchao(name, *args, **kwargs):
+        if name.startswith("torchao"):
+            raise ModuleNotFoundError("No module named 'torchao'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torchao)
+    assert importlib.util.find_spec("torch") is not None
+    code, _, err = run_cli(capsys, "run", _tiny_plan(capsys, tmp_path, "fp8"), "--steps", "2", "-o", "")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "fp8 plans need torchao" in err, err
+    code, _, err = run_cli(capsys, "run", _tiny_plan(capsys, tmp_path, "bf16"), "--fp8-recipe", "rowwise", "-o", "")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--fp8-recipe rowwise is for fp8 plans" in err, err
