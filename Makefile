@@ -13,7 +13,8 @@ $(VENV)/.core: pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-# Everything: torch 2.9.0 + torch_xla 2.9.0 (the CUDA build runs on CPU), report and test tools.
+# Everything: torch 2.9.0 + torch_xla 2.9.0 (the CUDA build runs on CPU; the torch backend runs on it too),
+# report and test tools. A GPU cluster installs '.[torch]' instead (the newest torch, with torchao).
 $(VENV)/.all: pyproject.toml $(VENV)/.core
 	$(BIN)/python -m pip install -q -e '.[all]'
 	touch $@
@@ -26,7 +27,9 @@ $(VENV)/.export-test: pyproject.toml $(VENV)/.all
 # The real torchtitan 0.3.0 (target `torchtitan`) needs a newer torch than the venv's 2.9.0, so it gets a
 # venv of its own outside the repository: torch 2.13.0+cpu (pip takes the CPU wheel on this machine's
 # disk), torchao and triton, which its modules import. tests/torchtitan03_check.py runs in it, in a
-# subprocess (tests/test_export_acceptance.py). Measured on the 2-core machine: 2 min 9 s without a pip
+# subprocess (tests/test_export_acceptance.py), and so does tests/fp8_check.py (tests/test_fp8.py): the
+# torch backend's fp8 plans with torchao's float8 training, and its parity on this newer torch
+# (measured: ~50 s of CPU for both launches). Measured on the 2-core machine: 2 min 9 s without a pip
 # cache (about 1 min with one), 2.5 GB; its check of every torchtitan export (parallelized on a fake
 # process group) and the SelectiveAC trace take about 26 s of CPU.
 TT03_VENV ?= $(abspath $(CURDIR)/..)/side-venvs/tt03

@@ -12,6 +12,10 @@
 #   runs_eager.jsonl     the same plans with --no-compile (what compilation adds)
 #   runs_before.jsonl    the same plans with every speed-up off and --no-compile (the executor of 2026-11-22,
 #                        up to its interleaved RoPE layout), on the same machine, for a before/after table
+#   runs_fp8.jsonl       fp8 plans (torchao float8 linears, tensorwise) of the Llama-3.2-1B, Qwen2.5 and GPT-2
+#   runs_fp8_rowwise.jsonl  medium shapes, searched-and-estimated as fp8 (plans_fp8/), and the same estimated
+#                        for framework autoplan+fp8-rowwise (plans_fp8_rowwise/): each record keeps its plan's
+#                        fp8 prediction, so predicted and measured fp8 speed-ups over bf16 compare
 #   peers.txt/.jsonl     benchmarks/executor_peers.py on the issue's three targets (autoplan vs Hugging Face
 #                        transformers, eager and torch.compile + fused AdamW)
 #   speedups_*.txt       benchmarks/executor_speedups.py on Llama-3.2-1B 16x4 and GPT-2 medium 32x16
@@ -47,6 +51,21 @@ est g-s1k-m8 --model "$C/gpt2-medium" --seq-len 1024 --global-batch 32 --micro-b
 cp "$RUNS"/plans/*.json "$OUT/plans/"
 PLANS=("$OUT"/plans/*.json)
 
+# fp8 plans: the bf16 targets' shapes again in fp8, tensorwise (framework autoplan) and rowwise
+# (framework autoplan+fp8-rowwise, which the run takes as its --fp8-recipe).
+mkdir -p "$OUT/plans_fp8" "$OUT/plans_fp8_rowwise"
+est8() { name=$1; shift
+  for fw in autoplan autoplan+fp8-rowwise; do
+    dir=$OUT/plans_fp8; [ "$fw" = autoplan ] || dir=$OUT/plans_fp8_rowwise
+    "$PY" -m autoplan estimate --gpus 1 --gpus-per-node 1 --gpu h100-80gb --dtype fp8 --framework "$fw" "$@" \
+      -o "$dir/$name.json" > /dev/null || echo "estimate $name ($fw) failed" >&2
+  done; }
+est8 l1-s2k-m4 --model "$C/llama-3.2-1b" --seq-len 2048 --global-batch 16 --micro-batch 4
+est8 l1-s2k-m8 --model "$C/llama-3.2-1b" --seq-len 2048 --global-batch 16 --micro-batch 8
+est8 q15-s2k-m4 --model "$C/qwen2.5-1.5b" --seq-len 2048 --global-batch 16 --micro-batch 4
+est8 q3-s2k-m2 --model "$C/qwen2.5-3b" --seq-len 2048 --global-batch 16 --micro-batch 2
+est8 g-s1k-m16 --model "$C/gpt2-medium" --seq-len 1024 --global-batch 32 --micro-batch 16
+
 common=(--device cuda --steps "$STEPS" --warmup-steps "$WARMUP" --log-every "$STEPS")
 off=(--without bf16-params --without native-gqa --without rope-compute-dtype --without chunked-loss
      --without fused-adamw --without expandable-segments)
@@ -54,6 +73,9 @@ off=(--without bf16-params --without native-gqa --without rope-compute-dtype --w
 "$PY" -m autoplan run "${PLANS[@]}" "${common[@]}" --no-compile --out "$OUT/runs_eager.jsonl" 2>&1 | tee "$OUT/runs_eager.log"
 "$PY" -m autoplan run "${PLANS[@]}" "${common[@]}" --no-compile "${off[@]}" --out "$OUT/runs_before.jsonl" \
   2>&1 | tee "$OUT/runs_before.log"
+"$PY" -m autoplan run "$OUT"/plans_fp8/*.json "${common[@]}" --out "$OUT/runs_fp8.jsonl" 2>&1 | tee "$OUT/runs_fp8.log"
+"$PY" -m autoplan run "$OUT"/plans_fp8_rowwise/*.json "${common[@]}" --out "$OUT/runs_fp8_rowwise.jsonl" \
+  2>&1 | tee "$OUT/runs_fp8_rowwise.log"
 
 peers() { "$PY" benchmarks/executor_peers.py --device cuda --steps "$STEPS" --warmup-steps "$WARMUP" \
             --cases autoplan,autoplan-eager,autoplan-before,hf-eager,hf-compile --out "$OUT/peers.jsonl" "$@"; }
@@ -74,20 +96,23 @@ import json, statistics, sys
 from pathlib import Path
 out, shipped = Path(sys.argv[1]), Path(sys.argv[2]) / "runs.jsonl"
 rows = {}
-variants = {"shipped": shipped, **{v: out / f"{v}.jsonl" for v in ("runs_before", "runs_eager", "runs")}}
+variants = {"shipped": shipped, **{v: out / f"{v}.jsonl" for v in ("runs_before", "runs_eager", "runs", "runs_fp8",
+                                                                   "runs_fp8_rowwise")}}
 for variant, path in variants.items():
     for line in path.read_text().splitlines() if path.is_file() else []:
         r = json.loads(line)
         if r["status"] != "ok":
             cell = r["status"]
         else:
-            cell = (f"{statistics.median(r['step_times_s']):.3f} s, MFU {r.get('mfu', 0):.1%}, "
-                    f"{r['peak_memory_bytes'] / 2**30:.1f} GiB")
+            # the predicted step time and memory beside the measured ones (fp8 MFU: against the fp8 peak)
+            cell = (f"{statistics.median(r['step_times_s']):.3f} s (pred {r['prediction'].get('step_time_s', 0):.3f}), "
+                    f"MFU {r.get('mfu', 0):.1%}, {r['peak_memory_bytes'] / 2**30:.1f} GiB "
+                    f"(pred {r['prediction'].get('peak_memory_bytes', 0) / 2**30:.1f})")
         rows.setdefault((r["plan"]["model"]["name"], r["plan"]["training"]["seq_len"],
                          r["plan"]["parallel"]["micro_batch_size"], r["plan"]["parallel"]["recompute"]), {})[variant] = cell
 print("| model | seq | micro-batch | recompute | 2026-11-22 records | speed-ups off, eager | speed-ups, eager "
-      "| speed-ups + compile |")
-print("|---|---|---|---|---|---|---|---|")
+      "| speed-ups + compile | fp8 tensorwise + compile | fp8 rowwise + compile |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for (model, seq, mbs, rc), cells in sorted(rows.items()):
     print(f"| {Path(model).parent.name or model} | {seq} | {mbs} | {rc} | " +
           " | ".join(cells.get(v, "-") for v in variants) + " |")

@@ -20,13 +20,18 @@ these sums to 3%. Why they differ from Megatron's 34*s*b*h (Korthikanti et al. 2
   (`_fused_rms_norm`) does not (`fused_norm`).
 - Grouped-query attention: SDPA's `enable_gqa` saves K and V at their own width; the executor before
   it (and any window or soft-capping, whose paths have no GQA kernel) repeats them to every query head.
-- The loss. Fused head + cross-entropy over token chunks (executor/loss.py, tp = 1, no head bias or
-  logit soft-capping): the head saves its input, the labels and one fp32 log-sum-exp per token, and
-  its backward holds one chunk of fp32 logits at a time. Otherwise fp32 logits (`output(x).float()`,
-  F.cross_entropy): log_softmax saves its fp32 output, its backward adds two more of that size.
+- The loss. Fused head + cross-entropy over token chunks (executor/loss.py; with a head bias and
+  logit soft-capping too; vocabulary-parallel under tp > 1): the head saves its (whole-sequence)
+  input, the labels and one fp32 log-sum-exp per token, and its backward holds one chunk of fp32
+  logits over the rank's V/tp rows at a time (two with soft-capping). Otherwise (`--without
+  chunked-loss`) fp32 logits (`output(x).float()`, F.cross_entropy): log_softmax saves its fp32
+  output, its backward adds two more of that size.
 - Tensor parallelism (executor/torch_backend/parallelize.py TP_PLAN_*) splits heads and the MLP
-  width; the head's logits are gathered whole (`output_layouts=Replicate`), so the vocabulary is
-  never divided; with sequence parallelism the norms run on 1/tp of the sequence.
+  width; without the fused loss the head's logits are gathered whole (`output_layouts=Replicate`),
+  so the vocabulary is not divided; with sequence parallelism the norms run on 1/tp of the sequence.
+- fp8 plans (executor/fp8.py, torchao Float8Linear) save what bf16 plans save: the float8 linear
+  keeps its input and weight in the compute dtype and casts both again in the backward
+  (tests/test_fp8.py counts it), so the recipes hold for them unchanged.
 """
 from __future__ import annotations
 
@@ -56,6 +61,10 @@ class EagerRecipe:
     """RoPE in the compute dtype under autocast: each layer casts cos and sin for q and for k."""
     fused_norm: bool = True
     """RMSNorm saves only its input and rstd (the fused CUDA kernel)."""
+    vocab_shards: int = 1
+    """The fused loss's head rows are split over this many ranks (tp): a chunk's logits span V/tp."""
+    softcap: bool = False
+    """Logit soft-capping: the fused loss's backward keeps a chunk's tanh beside its logits."""
 
     @property
     def residual_bytes(self) -> int:
@@ -83,8 +92,8 @@ def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True) -> Ea
     return EagerRecipe(
         autocast=autocast,
         native_gqa=not (model.sliding_window or model.attn_logit_softcap),
-        chunked_loss=plan.tp == 1 and not model.final_logit_softcap and not model.output_bias,
-        rope_table_casts=autocast and model.position == "rope", fused_norm=fused_norm)
+        chunked_loss=True, rope_table_casts=autocast and model.position == "rope", fused_norm=fused_norm,
+        vocab_shards=plan.tp, softcap=bool(model.final_logit_softcap))
 
 
 def _norm(model: ModelSpec, tokens: float, outside: int, r: EagerRecipe, name: str) -> dict:
@@ -178,26 +187,35 @@ def head_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerReci
     return parts
 
 
-def _chunk_tokens(model: ModelSpec, tokens: int) -> int:
-    return min(tokens, max(1, CHUNK_LOGIT_BYTES // (FP32 * model.vocab_size)))
+def _local_vocab(model: ModelSpec, r: EagerRecipe) -> int:
+    """The fused loss's head rows on one rank: ceil(V / tp) (DTensor Shard(0))."""
+    return -(-model.vocab_size // r.vocab_shards)
+
+
+def _chunk_logits(model: ModelSpec, tokens: int, r: EagerRecipe) -> int:
+    """Elements of one chunk's logits: executor/torch_backend/train.py kernels_for's default chunk
+    (CHUNK_LOGIT_BYTES of fp32 over the rank's vocabulary rows)."""
+    vocab = _local_vocab(model, r)
+    return min(tokens, max(1, CHUNK_LOGIT_BYTES // (FP32 * vocab))) * vocab
 
 
 def loss_backward_working(model: ModelSpec, b: int, s: int, r: EagerRecipe) -> float:
     """Backward of the loss. Fused: the head input's gradient, the fp32 head-weight gradient it
-    accumulates over chunks, and one chunk's fp32 softmax and its compute-dtype copy (executor/loss.py
-    `_ChunkedLinearCrossEntropy.backward`). Whole logits: nll_loss's fp32 gradient of the
-    log-probabilities and log_softmax's of the logits, alive with the saved log_softmax output."""
+    accumulates over chunks, and one chunk's fp32 softmax (and tanh, soft-capped) and its
+    compute-dtype copy (executor/loss.py `_ChunkedLinearCrossEntropy.backward`). Whole logits:
+    nll_loss's fp32 gradient of the log-probabilities and log_softmax's of the logits, alive with the
+    saved log_softmax output."""
     tokens = b * s
     if r.chunked_loss:
-        chunk = _chunk_tokens(model, tokens) * model.vocab_size
-        return (r.residual_bytes * tokens * model.hidden_size + FP32 * model.vocab_size * model.hidden_size
-                + (FP32 + r.residual_bytes) * chunk)
+        chunk_bytes = FP32 + r.residual_bytes + (FP32 if r.softcap else 0)
+        return (r.residual_bytes * tokens * model.hidden_size + FP32 * _local_vocab(model, r) * model.hidden_size
+                + chunk_bytes * _chunk_logits(model, tokens, r))
     return 2 * FP32 * tokens * model.vocab_size
 
 
 def largest_transient_block(model: ModelSpec, b: int, s: int, r: EagerRecipe) -> float:
     """The largest single allocation of a step: one fp32 (tokens x vocab) tensor, or with the fused
-    loss the larger of a chunk's fp32 logits and the fp32 head-weight gradient."""
+    loss the larger of a chunk's fp32 logits and the fp32 head-weight gradient (the rank's rows)."""
     if r.chunked_loss:
-        return FP32 * max(_chunk_tokens(model, b * s) * model.vocab_size, model.vocab_size * model.hidden_size)
+        return FP32 * max(_chunk_logits(model, b * s, r), _local_vocab(model, r) * model.hidden_size)
     return FP32 * b * s * model.vocab_size

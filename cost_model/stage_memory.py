@@ -77,11 +77,14 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
         for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, fw.states).items():
             states[k] += v
     # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
-    # FSDP2's gathered weights at ZeRO 1/2); at ZeRO 3 only the layers in flight, in comm_buffers.
-    weight_copies = fw.compute_weight_copy_bytes * (dense + expert) if plan.zero_stage < 3 else 0.0
+    # FSDP2's gathered weights at ZeRO 1/2), the fp8-gathered linears at their own bytes; at ZeRO 3
+    # only the layers in flight, in comm_buffers.
+    fp8_params = fp8_gathered_fraction(est, plan) * per_stage * est.params.dense_per_layer / plan.tp
+    weight_copies = (fw.compute_weight_copy_bytes * (dense + expert - fp8_params)
+                     + fw.fp8_weight_copy_bytes * fp8_params) if plan.zero_stage < 3 else 0.0
     b, s_local = plan.micro_batch_size, est.training.seq_len // plan.cp
     kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
-    comm = _comm_buffers(est, plan, dense + expert, shard)
+    comm = _comm_buffers(est, plan, dense + expert, shard, fp8_params)
     in_flight = in_flight_microbatches(p, plan.vpp, m, stage,
                                        stage_split(plan, est.model.num_layers).chunk_layers[stage])
     if fw.activation_recipe in eager.RECIPES:
@@ -158,16 +161,31 @@ def _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, 
     return [(stored * in_flight, working, logits, False, block)]
 
 
-def _comm_buffers(est, plan, local_params: float, shard: int) -> float:
+def fp8_gathered_fraction(est, plan) -> float:
+    """Share of a layer's dense parameters whose gathered compute copy is fp8
+    (Framework.fp8_weight_copy_bytes): the block linears, all but the norms (executor/fp8.py), where
+    an fp8 plan's ZeRO shards the weights over several replicas (torchao's float8 all-gather under
+    FSDP2); 0 otherwise."""
+    fw, model = est.framework, est.model
+    if est.training.dtype != "fp8" or not fw.fp8_weight_copy_bytes or plan.zero_stage == 0 \
+            or plan.dp * plan.cp == 1 or model.is_moe:
+        return 0.0
+    return 1.0 - model.num_layer_norms * model.norm_params() / est.params.dense_per_layer
+
+
+def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float = 0.0) -> float:
+    """ZeRO-3's gathered weights and unsharded gradients; `fp8_params` of the local parameters are
+    gathered in fp8 (Framework.fp8_weight_copy_bytes) instead of bf16."""
     fw = est.framework
     if plan.zero_stage < 3 or shard <= 1:
         return 0.0
+    fp8_saving = BYTES_WEIGHT - fw.fp8_weight_copy_bytes  # per fp8-gathered parameter
     if plan.pp > 1:
         # FSDP under a pipeline keeps the stage's weights gathered from the first forward to the
         # last backward (torchtitan sets reshard_after_forward=False with PP, as step_time
         # assumes) and accumulates its unsharded fp32 gradients over the micro-batches
         # (torch.distributed.pipelining turns FSDP's gradient sync off until the last backward).
-        return (BYTES_WEIGHT + BYTES_GRAD) * local_params
+        return (BYTES_WEIGHT + BYTES_GRAD) * local_params - fp8_saving * fp8_params
     # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's unsharded
     # gradients awaiting reduce-scatter; DeepSpeed bounds both by its buckets.
     layer = est.params.dense_per_layer / plan.tp + est.params.expert_per_layer / (plan.ep * plan.expert_tp)
@@ -176,4 +194,5 @@ def _comm_buffers(est, plan, local_params: float, shard: int) -> float:
         gathered = min(gathered, fw.zero3_max_live_params)
     if fw.zero3_reduce_bucket_params:
         grads = min(grads, fw.zero3_reduce_bucket_params)
-    return BYTES_WEIGHT * gathered + BYTES_GRAD * grads
+    fp8_gathered = gathered * fp8_gathered_fraction(est, plan) * est.params.dense_per_layer / plan.tp / layer
+    return BYTES_WEIGHT * gathered - fp8_saving * fp8_gathered + BYTES_GRAD * grads

@@ -5,12 +5,13 @@ the backends: a backend imports this module, never the registry.
 from __future__ import annotations
 
 from autoplan.specs import AutoplanError, PlanDocument
+from autoplan.specs.frameworks import base_framework_name
 
 
 def check_framework(doc: PlanDocument, accepted: tuple) -> None:
     """A plan made for another framework was costed and bounded by that framework's facts and rules:
     refuse it in one line naming both (re-planning or re-scoring it is the user's call)."""
-    if doc.framework not in accepted:
+    if base_framework_name(doc.framework) not in accepted:  # options ("+fp8-rowwise") are run switches
         raise AutoplanError(
             f"plan {doc.plan_id} was made for framework {doc.framework!r}; this backend runs plans made for "
             f"{' or '.join(map(repr, accepted))}: re-plan with --framework {accepted[0]} or re-score it with "

@@ -137,12 +137,32 @@ class Transformer(nn.Module):
         if self.output is None:
             return x
         cap = self.spec.final_logit_softcap
-        if labels is not None and self.kernels.loss_chunk_tokens and not cap and self.output.bias is None:
-            return chunked_cross_entropy(x, self.output.weight, labels, self.kernels.loss_chunk_tokens)
+        if labels is not None and self.kernels.loss_chunk_tokens:
+            return self._chunked_loss(x, labels)
         logits = self.output(x).float()
         if cap:  # Gemma 2: logits c*tanh(z/c)
             logits = cap * torch.tanh(logits / cap)
         return logits if labels is None else plain_cross_entropy(logits, labels)
+
+    def _chunked_loss(self, x: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The fused head + loss (executor/loss.py), on this rank's vocabulary rows when tensor
+        parallelism shards the head (a DTensor weight, Shard(0)): the hidden states gathered whole
+        first (with sequence parallelism they arrive sharded on the sequence)."""
+        from torch.distributed.tensor import DTensor, Replicate
+
+        weight, bias = self.output.weight, self.output.bias
+        group, vocab_start = None, 0
+        if isinstance(weight, DTensor):
+            mesh = weight.device_mesh
+            group = mesh.get_group()
+            # Shard(0) gives each rank ceil(V / tp) rows (the last ones fewer)
+            vocab_start = mesh.get_local_rank() * -(-self.spec.vocab_size // mesh.size())
+            if isinstance(x, DTensor):
+                x = x.redistribute(mesh, [Replicate()]).to_local()
+            weight = weight.to_local()
+            bias = bias.to_local() if bias is not None else None
+        return chunked_cross_entropy(x, weight, labels, self.kernels.loss_chunk_tokens, bias=bias,
+                                     softcap=self.spec.final_logit_softcap, group=group, vocab_start=vocab_start)
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from autoplan.specs import AutoplanError
 
 DEVICES = ("cpu", "cuda")
+FP8_RECIPES = ("tensorwise", "rowwise")
+"""torchao's float8 scaling recipes an fp8 plan may run with (executor/fp8.py)."""
 DATA_DTYPES = ("uint16", "uint32")
 SPEEDUPS = {
     "bf16-params": "bf16 compute copies of the fp32 master weights, cast once per step where no ZeRO-3 "
@@ -16,7 +18,7 @@ SPEEDUPS = {
     "native-gqa": "grouped-query attention by SDPA's enable_gqa; without it: K/V heads repeated (repeat_interleave)",
     "rope-compute-dtype": "RoPE in the activations' dtype; without it: in fp32 with a cast up and down per layer",
     "chunked-loss": "the head's matmul and the cross-entropy fused over token chunks, no whole fp32 logit "
-                    "matrix (tp=1 only); without it: fp32 logits, then cross-entropy",
+                    "matrix (vocabulary-parallel under tp > 1); without it: fp32 logits, then cross-entropy",
     "fused-adamw": "AdamW's fused kernel (CUDA); without it: the for-each implementation",
     "expandable-segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless the user set "
                            "PYTORCH_CUDA_ALLOC_CONF (CUDA)",
@@ -78,6 +80,9 @@ class RunOptions:
     loss_chunk_tokens: int = 0
     """Tokens per chunk of the fused head + cross-entropy; 0 = as many as keep a chunk's fp32
     logits within executor.loss.CHUNK_LOGIT_BYTES."""
+    fp8_recipe: str = ""
+    """fp8 plans: torchao's scaling, "tensorwise" or "rowwise"; "" = the plan's framework's
+    (rowwise for `autoplan+fp8-rowwise`, else tensorwise). Recorded in the run's `runtime`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "without", tuple(self.without))  # a JSON round trip gives a list
@@ -112,6 +117,8 @@ class RunOptions:
             raise AutoplanError(f"--grad-clip must be a finite number, at least 0 (0 = off), got {self.grad_clip}")
         if self.device not in DEVICES:
             raise AutoplanError(f"--device must be one of {DEVICES}, got {self.device!r}")
+        if self.fp8_recipe not in ("", *FP8_RECIPES):
+            raise AutoplanError(f"--fp8-recipe must be one of {FP8_RECIPES}, got {self.fp8_recipe!r}")
         if self.data_dtype not in DATA_DTYPES:
             raise AutoplanError(f"--data-dtype must be one of {DATA_DTYPES}, got {self.data_dtype!r}")
         if (self.checkpoint_every or self.resume) and not self.checkpoint_dir:
@@ -178,6 +185,9 @@ def add_run_arguments(parser, output: bool = True, checkpoints: bool = True) -> 
     parser.add_argument("--loss-chunk-tokens", type=int, default=d.loss_chunk_tokens, metavar="N",
                         help="tokens per chunk of the fused head + loss (default: a chunk's fp32 logits "
                              "within 256 MiB)")
+    parser.add_argument("--fp8-recipe", default=d.fp8_recipe, choices=FP8_RECIPES,
+                        help="fp8 plans: torchao float8 scaling, tensorwise or rowwise (default: the plan "
+                             "framework's: rowwise for autoplan+fp8-rowwise, else tensorwise)")
 
 
 def options_from_args(args) -> RunOptions:
@@ -190,4 +200,4 @@ def options_from_args(args) -> RunOptions:
         checkpoint_every=getattr(args, "checkpoint_every", RunOptions.checkpoint_every),
         resume=getattr(args, "resume", RunOptions.resume), device=args.device, nproc=args.nproc, log_every=args.log_every,
         backend=args.backend, compile=args.compile, without=tuple(args.without),
-        loss_chunk_tokens=args.loss_chunk_tokens)
+        loss_chunk_tokens=args.loss_chunk_tokens, fp8_recipe=args.fp8_recipe)

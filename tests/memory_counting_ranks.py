@@ -17,7 +17,9 @@ import torch
 import torch.distributed as dist
 
 _CAST_OR_VIEW = {"TBackward0", "ToCopyBackward0", "ViewBackward0", "PermuteBackward0", "ExpandBackward0",
-                 "_ToCopyBackward0"}
+                 "_ToCopyBackward0", "_ToTorchTensorBackward"}
+"""Autograd nodes that cast or view a weight without computing on it (`_ToTorchTensorBackward`: a DTensor's
+to_local(), as the vocabulary-parallel loss takes its head rows)."""
 
 
 def _local(t):

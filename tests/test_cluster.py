@@ -111,7 +111,7 @@ def test_nothing_meets_the_deadline_exit_1_with_the_miss_and_no_plan_file(tmp_pa
     (["--deadline-days", "5", "--gpus-min", "512", "--gpus-max", "64"], "is above --gpus-max"),
     (["--deadline-days", "5", "--gpu-hour-price", "h200=x"], "positive price"),
     (["--budget", "lots", "--gpu-hour-price", "2"], "positive amount"),
-    (["--deadline-days", "5", "--dtype", "fp8"], "framework autoplan trains in bf16, fp32"),
+    (["--deadline-days", "5", "--dtype", "fp16"], "--dtype fp16: framework autoplan trains in bf16, fp8, fp32"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):
     try:

@@ -131,7 +131,7 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes, against each model's single-
 @pytest.mark.slow
 def test_new_family_blocks_reproduce_single_device_losses():
     from tests.test_torch_backend import (
-        LOSS_RTOL, OPTIONS, _close, _grad_norms_close, plan_doc, reference_for, reference_runs,
+        LOSS_RTOL, OPTIONS, _close, _grad_norms_close, plan_doc, reference_runs,
     )
     from executor.torch_backend import run_many
 
@@ -142,9 +142,8 @@ def test_new_family_blocks_reproduce_single_device_losses():
         # (post-norm OLMo 2 at this learning rate moves at step 2 and comes back at step 3).
         assert max(abs(loss - ref.losses[0]) for loss in ref.losses) > 100 * LOSS_RTOL * ref.losses[0], ref.losses
     records = run_many([plan_doc(model, **plan) for model, plan in PARALLEL_PLANS], OPTIONS.replace(nproc=4))
-    mismatches = [(model.name, plan, r.status, r.error, r.losses, reference_for(references, model, r).losses)
+    mismatches = [(model.name, plan, r.status, r.error, r.losses, references[model.name].losses)
                   for (model, plan), r in zip(PARALLEL_PLANS, records)
-                  if r.status != "ok" or not _close(r.losses, reference_for(references, model, r).losses, LOSS_RTOL)
-                  or not _grad_norms_close(r.extra["grad_norms"],
-                                           reference_for(references, model, r).extra["grad_norms"])]
+                  if r.status != "ok" or not _close(r.losses, references[model.name].losses, LOSS_RTOL)
+                  or not _grad_norms_close(r.extra["grad_norms"], references[model.name].extra["grad_norms"])]
     assert len(records) == len(PARALLEL_PLANS) and not mismatches, mismatches

@@ -13,8 +13,6 @@ import functools
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,11 +24,11 @@ from autoplan.specs import InfeasiblePlan, ModelSpec
 from cost_model.memory import ops_saved_elems
 from tests import framework_acceptance as fa
 from tests.export_plans import PLANS
+from tests.side_venv import TORCH_SIDE_VENV, run_side
 
 PACKAGES = {"megatron": "megatron.core", "torchtitan": "torchtitan 0.3.0", "torchtitan-0.2": "torchtitan",
             "deepspeed": "deepspeed"}
-ROOT = Path(__file__).resolve().parents[1]
-TORCHTITAN_03 = Path(os.environ.get("AUTOPLAN_TORCHTITAN_03_VENV", ROOT.parent / "side-venvs" / "tt03"))
+TORCHTITAN_03 = TORCH_SIDE_VENV
 """The venv with the real torchtitan 0.3.0 on torch 2.13.0+cpu (Makefile target torchtitan-0.3)."""
 
 
@@ -118,11 +116,7 @@ def run_torchtitan_03(exports: list) -> list:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "exports.json"
         path.write_text(json.dumps(exports))
-        done = subprocess.run([str(TORCHTITAN_03 / "bin" / "python"), str(ROOT / "tests" / "torchtitan03_check.py"),
-                               str(path)], cwd=tmp, capture_output=True, text=True, timeout=600,
-                              env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        return run_side("torchtitan03_check.py", str(path), cwd=tmp)
 
 
 SAC_TRACE_SHAPE = (256, 8, 2, 768)

@@ -81,19 +81,10 @@ def plan_doc(model, **parallel) -> PlanDocument:
 
 
 def reference_runs(models) -> dict:
-    """Single-process references, keyed (model name, fused loss?): with the chunked head + loss that
-    dp/pp/cp plans run and with the whole-logit loss that tp > 1 plans run (the fused loss needs the
-    whole head on a rank). The two differ by rounding only, but a few steps at lr 1e-2 can grow that
-    past GRAD_NORM_RTOL (measured: 2.4e-4 on a tiny StarCoder2's third gradient norm)."""
+    """Single-process references with the chunked head + loss, which every plan runs (vocabulary-parallel
+    under tp > 1), keyed by model name."""
     docs = [plan_doc(model, num_microbatches=8) for model in models]
-    fused = run_many(docs, OPTIONS.replace(nproc=1))
-    whole = run_many(docs, OPTIONS.replace(nproc=1, without=("chunked-loss",)))
-    return {**{(m.name, True): r for m, r in zip(models, fused)},
-            **{(m.name, False): r for m, r in zip(models, whole)}}
-
-
-def reference_for(references: dict, model, record):
-    return references[(model.name, bool(record.extra.get("runtime", {}).get("loss_chunk_tokens", 1)))]
+    return {m.name: r for m, r in zip(models, run_many(docs, OPTIONS.replace(nproc=1)))}
 
 
 def _close(measured, reference, rtol):
@@ -110,8 +101,7 @@ def _grad_norms_close(measured, reference):
 @pytest.mark.slow
 def test_parallel_plans_reproduce_single_device_losses():
     models = [LLAMA, GPT, BLOOM, LLAMA5, MOE]
-    references = reference_runs(models)
-    reference = {model.name: references[(model.name, True)] for model in models}
+    reference = references = reference_runs(models)
     # The executor before the speed-ups (fp32 weights without FSDP2, K/V repeated, fp32 RoPE, whole
     # logits) trains the same numbers as with them: they change how, not what, is computed.
     for model in (LLAMA, GPT):
@@ -125,7 +115,7 @@ def test_parallel_plans_reproduce_single_device_losses():
     records = run_many([plan_doc(model, **plan) for model, plan in PARALLEL_PLANS], OPTIONS.replace(nproc=4))
     mismatches = []
     for (model, plan), record in zip(PARALLEL_PLANS, records):
-        ref = reference_for(references, model, record)
+        ref = references[model.name]
         if record.status != "ok" or not _close(record.losses, ref.losses, LOSS_RTOL) or \
                 not _grad_norms_close(record.extra["grad_norms"], ref.extra["grad_norms"]):
             mismatches.append((model.name, plan, record.status, record.error, record.losses, ref.losses,

@@ -117,6 +117,8 @@ def print_launch(docs: list, args, options) -> int:
     get_framework("autoplan").check(doc.model, doc.training, doc.parallel)
     run_args = [("--steps", options.steps), ("--warmup-steps", options.warmup_steps), ("--seed", options.seed),
                 ("--lr", options.lr), ("--data-dtype", options.data_dtype), ("--out", options.out)]
+    if options.fp8_recipe:  # else the plan's framework's recipe, read by the job from the plan file
+        run_args.append(("--fp8-recipe", options.fp8_recipe))
     sys.stdout.write(executor_launch(doc, Path(args.plans[0]).read_text(), args.print_launch, run_args))
     return 0
 

@@ -112,6 +112,12 @@ class Framework:
     """Multiplier on the memory-bound ops' bytes (1 = eager kernels; torch.compile lowers it)."""
     fp8_rowwise: bool = False
     """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
+    fp8_moe: bool = True
+    """fp8 training of mixture-of-experts models (their experts' GEMMs in fp8 too)."""
+    fp8_weight_copy_bytes: float = 0.0
+    """fp8: bytes per parameter of a layer's gathered compute copy where ZeRO shards the weights and
+    they are gathered in fp8 (torchao's float8 all-gather under FSDP2: 1); 0 = gathered in the
+    compute dtype like the other weights (compute_weight_copy_bytes, the gathers of comm_buffers)."""
     # -- what it overlaps -----------------------------------------------------------------------
     tp_comm_overlap: float = 0.0
     """Fraction of TP/SP collective time hidden behind GEMMs (async TP, as fitted)."""
@@ -285,6 +291,9 @@ class Framework:
         if training.dtype not in self.dtypes:
             refuse(f"trains in {', '.join(self.dtypes)}, not dtype={training.dtype}", "dtype",
                    f"plan with --dtype {self.dtypes[0]}")
+        if training.dtype == "fp8" and model.is_moe and not self.fp8_moe:
+            refuse(f"runs fp8 for dense models only (its experts' GEMMs stay bf16), got {model.name!r} with "
+                   f"{model.num_experts} experts", "fp8_moe", "plan with --dtype bf16")
 
     def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
         """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework

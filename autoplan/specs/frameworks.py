@@ -74,18 +74,19 @@ _AUTOPLAN = Framework(
     # optimizer bytes, elementwise factor) were measured for the executor the shipped H100 records
     # ran (autoplan-91ee867): upper bounds for today's fused AdamW and bf16 weight copies until a
     # GPU re-measures (benchmarks/h100_remeasure.sh).
-    version="autoplan 0.1 executor, torch backend (torch 2.9); time facts: the executor of the shipped "
-            "H100 records (91ee867)",
+    version="autoplan 0.1 executor, torch backend (torch >= 2.9, torchao float8 for fp8); time facts: the "
+            "executor of the shipped H100 records (91ee867), no fp8 step measured on a GPU yet",
     description="this project's torch.distributed executor (`autoplan run`): FSDP2/DDP, TP/SP, "
                 "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
     states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
-    fused_cross_entropy=True, fused_cross_entropy_max_tp=1, flash_attention=True, dtypes=("bf16", "fp32"),
-    moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    fused_cross_entropy=True, flash_attention=True, dtypes=("bf16", "fp8", "fp32"),
+    fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla=False,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
+    options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
         "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
         "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
@@ -96,9 +97,9 @@ _AUTOPLAN = Framework(
         "compute_weight_copy_bytes": "FSDP2 (ZeRO 0-2 at one replica, ZeRO 1/2) keeps the gathered bf16 weights "
                                      "from the first forward to the last backward of a step; autocast's cache "
                                      "(ZeRO 0 with several replicas) holds them for the step",
-        "fused_cross_entropy": "executor/loss.py: head matmul + cross-entropy over token chunks (tp = 1, no "
-                               "head bias or logit soft-capping: at most one 256 MiB chunk of fp32 logits); "
-                               "tp > 1 still runs F.cross_entropy over whole fp32 logits",
+        "fused_cross_entropy": "executor/loss.py: head matmul (+ bias, logit soft-capping) + cross-entropy "
+                               "over token chunks, at most one 256 MiB chunk of fp32 logits; vocabulary-parallel "
+                               "under tp > 1 (tests/test_chunked_loss.py)",
         "fused_elementwise": "torch.compile per block is on by default on CUDA, but its effect on the "
                              "memory-bound bytes is not measured yet: eager's 1.0 until a GPU run says more",
         "activation_recipe": "executor/blocks.py + executor/loss.py on FSDP2's bf16 weight copies, or under "
@@ -119,7 +120,18 @@ _AUTOPLAN = Framework(
                                      "param, exp_avg, exp_avg_sq (7 x 4 B fp32), + the for-each clip (norm 4, "
                                      "scale 8); the same count for the for-each AdamW (autoplan-91ee867) matched "
                                      "its H100 kernel trace",
-        "dtypes": "fp16 (no loss scaling) and fp8 (no float8 kernels) are not wired",
+        "dtypes": "fp16 (no loss scaling) is not wired; fp8: torchao float8 training of the blocks' linears "
+                  "(executor/fp8.py: wq, wk, wv, wo, w1, w2, w3 with 16-divisible dimensions; the embedding, the "
+                  "head, the router and the experts stay bf16)",
+        "fp8_moe": "executor/fp8.py converts nn.Linear only: the experts' grouped GEMMs (executor/moe.py) "
+                   "would stay bf16, which the cost model's fp8 MoE layer does not describe",
+        "fp8_weight_copy_bytes": "torchao enable_fsdp_float8_all_gather (tensorwise, FSDP2 over several "
+                                 "replicas): the gathered weight of an fp8 linear is its fp8 data (1 B) and one "
+                                 "fp32 scale; rowwise (`autoplan+fp8-rowwise`) gathers bf16",
+        "fp8_weight_cast_per_microbatch": "torchao Float8Linear casts the weight in every forward and again "
+                                          "in the backward (matmul_with_hp_or_float8_args saves the bf16 weight)",
+        "fp8_rowwise": "run option --fp8-recipe (executor/fp8.py): tensorwise unless the plan's framework "
+                       "is autoplan+fp8-rowwise",
         "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
         "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
         "tied_embeddings_one_stage": "executor: the tied head is neither sharded nor on another stage",
@@ -136,6 +148,7 @@ _AUTOPLAN_91EE867 = replace(
                 "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without "
                 + ",".join(AUTOPLAN_SPEEDUPS) + "`",
     activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
+    dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={},
     sources={**_AUTOPLAN.sources,
              "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "
                                           "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
@@ -144,7 +157,8 @@ _AUTOPLAN_91EE867 = replace(
                                           "92 B/param at the profile's 3.06 TB/s",
              "activation_recipe": "executor/model.py at 91ee867 under torch.autocast(bf16) over fp32 weights; "
                                   "tests/test_memory_counting.py counts it with every speed-up off",
-             "fused_cross_entropy": "executor at 91ee867: F.cross_entropy over whole fp32 logits"})
+             "fused_cross_entropy": "executor at 91ee867: F.cross_entropy over whole fp32 logits",
+             "dtypes": "executor at 91ee867: fp16 and fp8 plans refused (no loss scaling, no float8 linears)"})
 
 FRAMEWORKS = {f.name: f for f in (
     _AUTOPLAN,

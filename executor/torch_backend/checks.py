@@ -6,6 +6,7 @@ import os
 
 from autoplan.specs import AutoplanError, PlanDocument, get_framework
 
+from executor import fp8
 from executor.backend_common import check_framework
 from executor.data import open_tokens
 from executor.model import check_buildable
@@ -42,6 +43,11 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
             f"--checkpoint-dir with expert parallelism (ep={plan.ep}) is not wired (each ep rank holds other "
             "experts under the same parameter names); run without checkpoints or with ep=1")
     _check_device(options, processes)
+    if training.dtype == "fp8":
+        fp8.torchao_float8()  # installed and importable, before any process starts
+    elif options.fp8_recipe:
+        raise AutoplanError(f"--fp8-recipe {options.fp8_recipe} is for fp8 plans; plan {doc.plan_id} trains in "
+                            f"{training.dtype}: drop the flag, or plan with --dtype fp8")
     open_tokens(options.data, options.data_dtype, options.seed, spec.vocab_size)  # missing file -> error
     if options.resume:
         verify(options.checkpoint_dir, doc.plan_id)  # before any process starts, and before unpickling

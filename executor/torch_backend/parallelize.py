@@ -129,13 +129,13 @@ def apply_fsdp(model: nn.Module, dp_mesh, zero_stage: int, mp_policy=None) -> No
 
 
 def mixed_precision(device: str, dtype: str, bf16_params: bool = True):
-    """bf16/fp16 compute on GPU with fp32 gradient reduction and fp32 master weights; fp32 on CPU
-    and without bf16_params (autocast then does the casting)."""
+    """bf16/fp16 compute on GPU with fp32 gradient reduction and fp32 master weights (fp8 plans:
+    bf16 outside their fp8 GEMMs); fp32 on CPU and without bf16_params (autocast then does the casting)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    if device != "cuda" or dtype not in ("bf16", "fp16") or not bf16_params:
+    if device != "cuda" or dtype not in ("bf16", "fp16", "fp8") or not bf16_params:
         return MixedPrecisionPolicy()
-    param_dtype = torch.bfloat16 if dtype == "bf16" else torch.float16
+    param_dtype = torch.float16 if dtype == "fp16" else torch.bfloat16
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
 
 

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from autoplan.specs import Measurement, PlanDocument
 
+from executor import fp8
 from executor.data import batch, local_slice, open_tokens
 from executor.loss import auto_chunk_tokens
 from executor.model import Kernels, build_model, model_notes
@@ -55,13 +56,14 @@ def _optimizers(model, lr: float, fused: bool) -> list:
 
 
 def kernels_for(doc: PlanDocument, options: RunOptions) -> Kernels:
-    """The model's kernel choices for this plan and these options. The fused head + loss needs the
-    whole head weight on the rank (tp = 1): a vocabulary-parallel chunked loss is not wired."""
-    chunked = options.uses("chunked-loss") and doc.parallel.tp == 1
+    """The model's kernel choices for this plan and these options. Under tensor parallelism the fused
+    head + loss is vocabulary-parallel: a chunk's logits span this rank's V/tp rows, so the default
+    chunk holds tp times the tokens for the same bytes."""
+    local_vocab = -(-doc.model.vocab_size // doc.parallel.tp)
     return Kernels(native_gqa=options.uses("native-gqa"),
                    rope_in_compute_dtype=options.uses("rope-compute-dtype"),
-                   loss_chunk_tokens=(options.loss_chunk_tokens or auto_chunk_tokens(doc.model.vocab_size))
-                   if chunked else 0)
+                   loss_chunk_tokens=(options.loss_chunk_tokens or auto_chunk_tokens(local_vocab))
+                   if options.uses("chunked-loss") else 0)
 
 
 def compute_mode(plan, spec, bf16_params: bool) -> tuple[bool, bool]:
@@ -96,6 +98,10 @@ class PlanRunner:
         self.models = [build_stage(spec, i, layer_counts, kernels) if plan.pp > 1 else build_model(spec, kernels=kernels)
                        for i in self.stage_ids]
         self.fsdp, bf16_copies = compute_mode(plan, spec, options.uses("bf16-params"))
+        self.fp8_recipe = fp8.recipe_for(doc, options)
+        self.fp8_all_gather = fp8.float8_all_gather(
+            self.fp8_recipe, self.fsdp and plan.zero_stage > 0 and plan.dp * plan.cp > 1)
+        self.fp8_linears = 0
         self.mp_policy = mixed_precision(device.type, doc.training.dtype, options.uses("bf16-params"))
         # ep > 1: experts sharded over an (edp, ep) mesh of the replicas (expert_parallel.py).
         self.expert_mesh = expert_parallel.build_expert_mesh(device.type, self.num_replicas, plan.ep) \
@@ -119,14 +125,17 @@ class PlanRunner:
                                            device, self.mesh["pp"].get_group())
         # Autocast only where parameters are not already bf16 copies (no FSDP2, or it disabled).
         bf16_everywhere = bf16_copies and self.mp_policy.param_dtype is not None
-        self.autocast_dtype = {"bf16": torch.bfloat16}.get(doc.training.dtype) \
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp8": torch.bfloat16}.get(doc.training.dtype) \
             if device.type == "cuda" and not bf16_everywhere else None
 
     def _parallelize(self) -> None:
-        """TP -> recompute -> compile -> FSDP -> materialize, per chunk (torchtitan's order)."""
+        """fp8 -> TP -> recompute -> compile -> FSDP -> materialize, per chunk (torchtitan's order)."""
         plan = self.doc.parallel
         remaining_full = plan.recompute_num_layers
         for model in self.models:
+            if self.fp8_recipe:  # emulated off CUDA: the same fp8 rounding, GEMMs in the compute dtype
+                self.fp8_linears += fp8.convert(model, self.fp8_recipe, emulate=self.device.type != "cuda",
+                                                all_gather=self.fp8_all_gather)
             if plan.tp > 1:
                 apply_tp(model, self.mesh["tp"], plan.sequence_parallel)
             if plan.cp > 1:
@@ -164,6 +173,9 @@ class PlanRunner:
                 "compiled_blocks": self.options.compiles and not self.doc.model.is_moe,
                 "native_gqa": kernels.native_gqa, "rope_in_compute_dtype": kernels.rope_in_compute_dtype,
                 "loss_chunk_tokens": kernels.loss_chunk_tokens,
+                "fp8": {"recipe": self.fp8_recipe, "linears": self.fp8_linears,
+                        "float8_all_gather": self.fp8_all_gather, "emulated": self.device.type != "cuda"}
+                if self.fp8_recipe else None,
                 "adamw": "fused" if self.device.type == "cuda" and self.options.uses("fused-adamw") else "foreach"}
 
     # -- one optimizer step ------------------------------------------------------------------
@@ -196,6 +208,8 @@ class PlanRunner:
         self.grad_norm = self._clip_grad_norm(self.options.grad_clip)
         for opt in self._all_optimizers():
             opt.step()
+        if self.fp8_all_gather:
+            fp8.precompute_scales(self.models)
         return self._global_loss(loss)
 
     def _all_optimizers(self) -> list:
