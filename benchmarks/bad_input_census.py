@@ -171,7 +171,7 @@ def generate(base: dict, rng: random.Random) -> list[Case]:
             _set(doc, path, value)
             if label == "missing" and path in optional_plan:
                 verdict = "edge"
-            if path == ("model", "name") and label in ("empty", "other_word"):
+            if path == ("model", "name") and label == "other_word":  # "" names no export (issue 27, session 3)
                 verdict = "edge"
             if path == ("model", "family") and label in ("empty", "other_word"):
                 verdict = "edge"

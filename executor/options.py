@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from autoplan.specs import AutoplanError
+from autoplan.specs.validation import ascii_float, ascii_int
 
 DEVICES = ("cpu", "cuda")
 FP8_RECIPES = ("tensorwise", "rowwise")
@@ -148,19 +149,19 @@ def add_run_arguments(parser, output: bool = True, checkpoints: bool = True) -> 
     leaves out -o/--output (its -o is the winning plan) and the checkpoint flags (its runs are short)."""
     d = RunOptions()
     parser.add_argument("--backend", default=d.backend, help="torch (torch.distributed) or xla (torch_xla SPMD)")
-    parser.add_argument("--nproc", type=int, default=d.nproc,
+    parser.add_argument("--nproc", type=ascii_int, default=d.nproc,
                         help="local processes to start (default: the plan's GPU count; must equal it)")
     parser.add_argument("--device", default=d.device, choices=DEVICES, help="cpu (gloo, fp32) or cuda")
-    parser.add_argument("--steps", type=int, default=d.steps, help="optimizer steps (default %(default)s)")
-    parser.add_argument("--warmup-steps", type=int, default=None,
+    parser.add_argument("--steps", type=ascii_int, default=d.steps, help="optimizer steps (default %(default)s)")
+    parser.add_argument("--warmup-steps", type=ascii_int, default=None,
                         help=f"leading steps left out of the step-time statistics (default {d.warmup_steps}, "
                              f"fewer when --steps leaves no step to measure)")
-    parser.add_argument("--seed", type=int, default=d.seed,
+    parser.add_argument("--seed", type=ascii_int, default=d.seed,
                         help="seed of the weights and the synthetic data order (default %(default)s)")
-    parser.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default %(default)s)")
-    parser.add_argument("--min-lr", type=float, default=d.min_lr, help="final learning rate of the cosine decay (default %(default)s)")
-    parser.add_argument("--lr-warmup", type=int, default=d.warmup, help="linear learning-rate warm-up steps (default %(default)s)")
-    parser.add_argument("--grad-clip", type=float, default=d.grad_clip, help="global-norm clip (0 = off)")
+    parser.add_argument("--lr", type=ascii_float, default=d.lr, help="peak learning rate (default %(default)s)")
+    parser.add_argument("--min-lr", type=ascii_float, default=d.min_lr, help="final learning rate of the cosine decay (default %(default)s)")
+    parser.add_argument("--lr-warmup", type=ascii_int, default=d.warmup, help="linear learning-rate warm-up steps (default %(default)s)")
+    parser.add_argument("--grad-clip", type=ascii_float, default=d.grad_clip, help="global-norm clip (0 = off)")
     parser.add_argument("--data", default=d.data, help="flat token-id file (numpy memmap); default synthetic")
     parser.add_argument("--data-dtype", default=d.data_dtype, choices=DATA_DTYPES,
                         help="integer type of the token ids in --data (default %(default)s)")
@@ -172,17 +173,17 @@ def add_run_arguments(parser, output: bool = True, checkpoints: bool = True) -> 
     if checkpoints:
         parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir, metavar="DIR",
                             help="folder of torch.distributed.checkpoint saves (default: no checkpoints)")
-        parser.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every, metavar="N",
+        parser.add_argument("--checkpoint-every", type=ascii_int, default=d.checkpoint_every, metavar="N",
                             help="save every N steps into --checkpoint-dir (default %(default)s = never)")
         parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
-    parser.add_argument("--log-every", type=int, default=d.log_every, metavar="N",
+    parser.add_argument("--log-every", type=ascii_int, default=d.log_every, metavar="N",
                         help="print a progress line every N steps (default %(default)s)")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                         help="torch.compile each transformer block (default: on with --device cuda, off on cpu)")
     parser.add_argument("--without", action="append", default=[], choices=sorted(SPEEDUPS), metavar="NAME",
                         help="turn one speed-up off (repeatable): " + "; ".join(
                             f"{name}: {text}" for name, text in SPEEDUPS.items()))
-    parser.add_argument("--loss-chunk-tokens", type=int, default=d.loss_chunk_tokens, metavar="N",
+    parser.add_argument("--loss-chunk-tokens", type=ascii_int, default=d.loss_chunk_tokens, metavar="N",
                         help="tokens per chunk of the fused head + loss (default: a chunk's fp32 logits "
                              "within 256 MiB)")
     parser.add_argument("--fp8-recipe", default=d.fp8_recipe, choices=FP8_RECIPES,

@@ -14,6 +14,7 @@ from pathlib import Path
 # token count) is one clear line instead of minutes of enumerating its divisors. The same bounds
 # hold in the files autoplan reads (autoplan.specs.validation, where their sources are given).
 from autoplan.specs.validation import MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN  # noqa: F401
+from autoplan.specs.validation import ascii_float, ascii_int  # noqa: F401  (also the plain numbers' types)
 
 MAX_TRIALS = 10**6
 """Optuna trials of one search: ~10^3 s at ~1 ms a trial; the default is 200."""
@@ -31,16 +32,17 @@ MAX_BUDGET = 1e12
 """USD for one training run: the largest announced clusters cost ~1e10."""
 MAX_DAYS = 36500.0
 """A deadline of a hundred years."""
+MIN_DAYS = 1 / 24
+"""A deadline of an hour: below it the days print as 0.0 and "past the deadline" as a 300-digit share."""
 
 
-def _positive(text: str, convert, what: str, upper: float = float("inf"), shown: str | None = None):
-    """`text` as a number > 0, finite and at most `upper`, by `convert`; else "must be <what>, got ...".
-    Underscores (which Python's float() reads as digit separators) are refused: "1_5" is not 15.
+def _positive(text: str, convert, what: str, upper: float = float("inf"), shown: str | None = None,
+              lower: float = 0.0):
+    """`text` as a number > 0 (and at least `lower` when given), finite and at most `upper`, by
+    `convert` (ascii_int or ascii_float: "1_5" and "٣" are refused); else "must be <what>, got ...".
     `shown`: the text as the user typed it, for the message (default `text`)."""
     shown = text if shown is None else shown
     try:
-        if "_" in text:
-            raise ValueError
         value = convert(text)
     except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"must be {what}, got {shown!r}") from None
@@ -48,11 +50,13 @@ def _positive(text: str, convert, what: str, upper: float = float("inf"), shown:
         raise argparse.ArgumentTypeError(f"must be {what}, got {shown!r}")
     if value > upper:
         raise argparse.ArgumentTypeError(f"must be at most {upper:g} ({what}), got {shown!r}")
+    if value < lower:
+        raise argparse.ArgumentTypeError(f"must be at least {lower:g} ({what}), got {shown!r}")
     return value
 
 
 def positive_int(text: str) -> int:
-    return _positive(text, int, "a positive integer")
+    return _positive(text, ascii_int, "a positive integer")
 
 
 def int_at_most(upper: int, what: str):
@@ -68,12 +72,22 @@ def int_at_most(upper: int, what: str):
 
 def seed_int(text: str) -> int:
     try:
-        value = int(text)
+        value = ascii_int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to {MAX_SEED}, got {text!r}") from None
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"must be an integer from 0 to {MAX_SEED}, got {value}")
     return value
+
+
+def one_line_name(text: str) -> str:
+    """A name that reaches a file, a study or a launch script (--name, --study-name): one line without
+    control characters (autoplan.specs.validation.NAME_RULE)."""
+    from autoplan.specs.validation import NAME_RULE, control_characters, show
+
+    if control_characters(text):
+        raise argparse.ArgumentTypeError(f"{NAME_RULE}, got {show(text)}")
+    return text
 
 
 def output_path(text: str) -> str:
@@ -152,7 +166,7 @@ def _amount(text: str, what: str, upper: float, currency: bool = False) -> float
                                          f"{text!r}")
     scale = TOKEN_SUFFIXES.get(raw[-1:], 1.0)
     number = raw[:-1] if raw[-1:] in TOKEN_SUFFIXES else raw
-    return _positive(number, lambda t: float(t) * scale, what, upper, shown=text)
+    return _positive(number, lambda t: ascii_float(t) * scale, what, upper, shown=text)
 
 
 def token_count(text: str) -> float:
@@ -162,7 +176,7 @@ def token_count(text: str) -> float:
 
 def price(text: str) -> float:
     """--gpu-hour-price: a positive amount per GPU-hour."""
-    return _positive(text.strip(), float, "a positive price per GPU-hour in USD such as 2.50", MAX_GPU_HOUR_PRICE)
+    return _positive(text.strip(), ascii_float, "a positive price per GPU-hour in USD such as 2.50", MAX_GPU_HOUR_PRICE)
 
 
 def memory_headroom(text: str):
@@ -220,7 +234,7 @@ def framework_name(text: str) -> str:
 
 def days(text: str) -> float:
     """--deadline-days: a positive number of days, whole or not, at most MAX_DAYS."""
-    return _positive(text.strip(), float, "a positive number of days such as 30 or 7.5", MAX_DAYS)
+    return _positive(text.strip(), ascii_float, "a positive number of days such as 30 or 7.5", MAX_DAYS, lower=MIN_DAYS)
 
 
 def money(text: str) -> float:

@@ -59,7 +59,8 @@ def _plan_from_file(args):
     if args.gpu is not None and args.profile is not None:
         raise AutoplanError(f"pass either --gpu {args.gpu} or --profile {args.profile}, not both "
                             f"(a measured profile already names its GPU)")
-    doc = load_plan(args.plan, score_missing=False)  # re-scored below
+    doc = load_plan(args.plan, score_missing=False,  # re-scored below
+                    own_profile=args.gpu is None and args.profile is None)
     before = {"framework": doc.framework, "profile": doc.cluster.profile, **doc.prediction}
     doc.extra.pop("nearest_fitting", None)  # a suggestion made for the old prediction
     doc, scored = estimate_document(doc, base_dir=Path(args.plan).parent, framework=args.framework, gpu=args.gpu,

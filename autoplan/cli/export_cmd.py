@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from autoplan.cli.argtypes import output_path
+from autoplan.cli.argtypes import ascii_int, output_path
 from autoplan.exporters import target_names  # standard library only, like autoplan.specs
 
 
@@ -15,7 +15,7 @@ def register(subparsers) -> None:
                     "not map is listed on stderr (and in the comment block of shell/Python/TOML output).")
     p.add_argument("plan", metavar="PLAN.json", help="plan file (schema autoplan.plan/v2), as written by `autoplan search -o`")
     p.add_argument("--to", dest="target", required=True, choices=target_names(), help="framework to export to")
-    p.add_argument("--alternative", type=int, default=0, metavar="K",
+    p.add_argument("--alternative", type=ascii_int, default=0, metavar="K",
                    help="export the K-th ranked alternative the search wrote into the plan file (default 0: the chosen plan)")
     p.add_argument("--force", action="store_true",
                    help="export a plan (or alternative) predicted not to fit in memory, by the plan file or by the "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autoplan.cli.argtypes import output_path, positive_int
+from autoplan.cli.argtypes import ascii_int, output_path, positive_int
 from autoplan.cli.search_cmd import RECOMPUTE_CHOICES, add_problem_arguments
 
 GIB = 2**30
@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="Megatron sequence parallelism in the tp group (default: on when tp > 1 and the framework has it)")
     r = p.add_argument_group("rows (left out: all)")
-    r.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None, help="only this ZeRO stage")
+    r.add_argument("--zero", type=ascii_int, choices=(0, 1, 2, 3), default=None, help="only this ZeRO stage")
     r.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=None, help="only this recompute policy")
     r.add_argument("--micro-batch", type=positive_int, default=None, metavar="N", help="only this micro-batch size")
     r.add_argument("--fits-only", action="store_true", help="only the rows that fit")

@@ -7,13 +7,25 @@ import sys
 from pathlib import Path
 
 
-def load_plan(path, score_missing: bool = True):
+def load_plan(path, score_missing: bool = True, own_profile: bool = True):
     """PlanDocument.load (every field and cross-section rule checked), with a `note:` line on stderr
     for each assumption (e.g. a v1 file's framework) and, unless `score_missing` is False (estimate
-    re-scores anyway), the prediction of a plan file that carries none made with today's cost model."""
-    from autoplan.specs import PlanDocument
+    re-scores anyway), the prediction of a plan file that carries none made with today's cost model.
+    The profile the file names must be there unless `own_profile` is False (estimate --gpu/--profile
+    re-scores on another one)."""
+    from autoplan.clusters import cluster_for_plan_file
+    from autoplan.specs import InfeasiblePlan, PlanDocument, get_framework
 
     doc = PlanDocument.load(path)
+    # The rules across sections and the profile it names, here rather than only where a command
+    # re-scores: `compare` and `run --print-launch` then refuse what `estimate` refuses, in its words.
+    try:
+        doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
+        get_framework(doc.framework).check(doc.model, doc.training, doc.parallel)
+    except InfeasiblePlan as exc:
+        raise InfeasiblePlan(f"plan file {str(path)!r}: {exc}", exc.reason) from None
+    if own_profile:
+        cluster_for_plan_file(doc.cluster, Path(path).parent)
     for line in doc.assumed:
         sys.stderr.write(f"note: {line}\n")
     if score_missing and not doc.prediction:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from autoplan.cli.argtypes import ascii_int, one_line_name
 from autoplan.specs import AutoplanError, HardwareProfile
 
 BUILTIN_PREFIX = "builtin:"
@@ -31,10 +32,11 @@ def register(subparsers) -> None:
     p.add_argument("--out", dest="out", default=argparse.SUPPRESS, help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                    help="what to measure (default: cuda when a GPU is visible, else cpu)")
-    p.add_argument("--nproc", type=int, default=None,
+    p.add_argument("--nproc", type=ascii_int, default=None,
                    help="processes to start, one per device (default: every GPU; 2 on the CPU)")
     p.add_argument("--quick", action="store_true", help="a few shapes and sizes: under a minute")
-    p.add_argument("--name", default="", help="profile name (default: host, device and process count)")
+    p.add_argument("--name", default="", type=one_line_name,
+                   help="profile name (default: host, device and process count)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"),
                    help="print two profiles side by side (a JSON path or builtin:NAME each) instead of measuring")
     p.set_defaults(func=run)

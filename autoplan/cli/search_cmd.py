@@ -10,8 +10,8 @@ import argparse
 import sys
 
 from autoplan.cli.argtypes import (
-    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, check_storage_url, framework_name,
-    int_at_most, output_path, positive_int, seed_int,
+    MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, ascii_int, check_storage_url,
+    framework_name, int_at_most, one_line_name, output_path, positive_int, seed_int,
 )
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 
@@ -63,7 +63,7 @@ def add_pin_arguments(p: argparse.ArgumentParser, title: str = "pins (fix a knob
         g.add_argument(f"--{flag}", type=positive_int, default=None, metavar="N", help=text)
     g.add_argument("--micro-batch", type=positive_int, default=None, metavar="N",
                    help="micro-batch size in sequences (Megatron --micro-batch-size)")
-    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None,
+    g.add_argument("--zero", type=ascii_int, choices=(0, 1, 2, 3), default=None,
                    help="ZeRO stage: 1 shards optimizer states over dp (Megatron --use-distributed-optimizer), "
                         "2 also gradients, 3 also weights (FSDP)")
     g.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=None,
@@ -142,7 +142,8 @@ def register(subparsers) -> None:
     s.add_argument("--seed", type=seed_int, default=0, help="sampler seed, 0 to 2**32-1 (default: 0)")
     s.add_argument("--exhaustive", action="store_true", help="score every valid plan (slow on big spaces; exact)")
     s.add_argument("--storage", default=None, metavar="URL", help="Optuna storage URL to keep/resume the study, e.g. sqlite:///plans.db")
-    s.add_argument("--study-name", default=None, metavar="NAME", help="study name in --storage (default: one per model/shape/cluster/pins, so reruns resume)")
+    s.add_argument("--study-name", default=None, metavar="NAME", type=one_line_name,
+                   help="study name in --storage (default: one per model/shape/cluster/pins, so reruns resume)")
     s.add_argument("--recompute-layers", type=positive_int, default=None, metavar="N",
                    help="full recompute of N layers per pipeline stage (Megatron --recompute-num-layers; N at "
                         "least a stage's layers = every layer, Megatron's --recompute-method uniform); implies "
@@ -161,6 +162,9 @@ def run(args) -> int:
 
     if args.study_name and not args.storage:
         raise AutoplanError("--study-name needs --storage (e.g. --storage sqlite:///plans.db)")
+    if args.exhaustive and args.sampler != "auto":
+        raise AutoplanError(f"--exhaustive scores every plan, which no sampler chooses; drop --sampler "
+                            f"{args.sampler} (or --exhaustive)")
     if args.exhaustive and args.storage:
         raise AutoplanError("--exhaustive scores every plan without a study; drop --storage (or --exhaustive)")
     if args.storage is not None:

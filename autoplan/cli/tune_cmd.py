@@ -20,7 +20,7 @@ import math
 import sys
 from pathlib import Path
 
-from autoplan.cli.argtypes import output_path, positive_int
+from autoplan.cli.argtypes import ascii_int, output_path, positive_int
 
 MAX_TOP = 64
 """More candidates than a search writes down (the chosen plan + its alternatives) is a typo."""
@@ -46,7 +46,7 @@ def register(subparsers) -> None:
                    help="JSONL file every run's measurement is appended to (default %(default)s)")
     add_run_arguments(p, output=False, checkpoints=False)
     # `--warmup W` as the DeepSpeed autotuner spells it; --warmup-steps as `autoplan run` does.
-    p.add_argument("--warmup", dest="warmup_steps", type=int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument("--warmup", dest="warmup_steps", type=ascii_int, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.set_defaults(func=run, steps=5)
 
 

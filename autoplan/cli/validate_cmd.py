@@ -135,10 +135,12 @@ def load_runs(path: str) -> list:
     from pathlib import Path
 
     from autoplan.specs import AutoplanError
+    from autoplan.specs.jsonio import check_input_file
     from cost_model.published import load_published_runs
 
     if Path(path).is_dir():
         raise AutoplanError(f"--runs {path!r} is a folder; give a published-runs CSV file")
+    check_input_file(path, "--runs")
     row = None
     try:
         runs = load_published_runs(path)

@@ -204,6 +204,7 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     everything is drawn into a private folder on its file system and published only when the whole
     report is done, so a failure leaves out_dir as it was (or absent)."""
     from autoplan.calibration import load_calibration
+    from autoplan.cli.planfiles import load_plan  # the one plan reader: the rules every command applies
     from cost_model.learned.calibrate import gather
 
     if not measurement_paths and not published and plan_path is None:
@@ -211,7 +212,7 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     inputs = [*measurement_paths, plan_path, calibration_path]
     out = check_output_folder(out_dir, inputs)  # the one writer's refusals, before anything is read
     calibration = load_calibration(calibration_path) if calibration_path else None
-    doc, doc_dir = (PlanDocument.load(plan_path), Path(plan_path).parent) if plan_path else (None, None)
+    doc, doc_dir = (load_plan(plan_path), Path(plan_path).parent) if plan_path else (None, None)
     data = None
     if measurement_paths or published:
         stage("reading the measurements and re-scoring their plans")
@@ -226,8 +227,9 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
             sys.stderr.write(f"autoplan report: warning: {len(data.mismatched)} run(s) measured on other hardware or "
                              f"frameworks than predicted for (shown, marked); the first: {data.mismatched[0]}\n")
         if not len(data):
+            first = f", the first: {data.skipped[0]}" if data.skipped else ""
             raise AutoplanError(f"no usable measured rows in {', '.join(map(str, measurement_paths))}; "
-                                f"{len(data.skipped)} skipped (failed runs or malformed lines)")
+                                f"{len(data.skipped)} skipped (failed runs or malformed lines){first}")
         if doc is None and data.origins.count("measured"):
             doc, doc_dir = _first_measured_plan(measurement_paths)
     scratch = staging_folder(out)

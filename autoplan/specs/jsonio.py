@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from autoplan.specs.errors import AutoplanError, SchemaError
-from autoplan.specs.output import write_text_atomic
+from autoplan.specs.output import node_kind, write_text_atomic
 from autoplan.specs.validation import MAX_JSON_BYTES, parse_json_text, show
 
 
@@ -64,6 +65,19 @@ def _names(kinds: tuple) -> str:
     return " or ".join(k.__name__ for k in kinds)
 
 
+def check_input_file(path: str | os.PathLike, what: str) -> None:
+    """Refuse an input that is not a regular file: a FIFO nobody writes (or a terminal) would block
+    the read forever, and a device such as /dev/zero never ends. A missing one and a folder are
+    said by the reader (each names what it expected)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise AutoplanError(f"{what} {_short(path)} is {node_kind(mode)}, not a regular file: autoplan reads files "
+                            f"only (save it to a file first)")
+
+
 def read_json(path: str | os.PathLike, what: str) -> Any:
     """Load a JSON file, turning every I/O or parse failure into one clear AutoplanError.
 
@@ -75,6 +89,7 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
             raise AutoplanError(f"{what} file {_short(p)} does not exist")
         if p.is_dir():
             raise AutoplanError(f"{what} path {_short(p)} is a folder, expected a JSON file")
+        check_input_file(p, f"{what} file")
         size = p.stat().st_size
         if size > MAX_JSON_BYTES:
             raise AutoplanError(f"{what} file {_short(p)} is {size / 2**20:.0f} MiB, above the {MAX_JSON_BYTES // 2**20} "

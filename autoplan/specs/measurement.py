@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autoplan.specs.choices import STATUSES
 from autoplan.specs.errors import AutoplanError, SchemaError
-from autoplan.specs.jsonio import check_schema
+from autoplan.specs.jsonio import check_input_file, check_schema
 from autoplan.specs.output import append_output
 from autoplan.specs.schemas import validate_measurement
 from autoplan.specs.validation import MAX_JSONL_BYTES, Issues, parse_json_text
@@ -84,6 +84,7 @@ def read_measurements(path) -> tuple[list[Measurement], list[str]]:
     p = Path(path)
     if p.is_dir():
         raise AutoplanError(f"measurements path {str(p)!r} is a folder, expected a JSONL file written by `autoplan run`")
+    check_input_file(p, "measurements file")
     if not p.is_file():
         raise AutoplanError(f"measurements file {str(p)!r} does not exist")
     try:

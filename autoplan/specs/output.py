@@ -44,7 +44,7 @@ def _quote(path) -> str:
     return text if len(text) <= 120 else f"{text[:60]}...{text[-57:]}"
 
 
-def _kind(mode: int) -> str:
+def node_kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -65,6 +65,9 @@ def resolve_target(path, example: str = "out.json") -> Path:
         raise AutoplanError("the output path is empty; give a file name such as plan.json (or - for stdout)")
     if "\x00" in text:
         raise AutoplanError(f"the output path {_quote(text)} holds a NUL character; give a file name")
+    if text.endswith(("/", "/.", "/..")) or text in (".", ".."):  # Path() drops the slash: a file "x" for "x/"
+        raise AutoplanError(f"cannot write {_quote(text)}: it names a folder; give a file name such as "
+                            f"{_quote(Path(text) / example)}")
     try:
         target = Path(text).expanduser().resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop
@@ -79,7 +82,7 @@ def resolve_target(path, example: str = "out.json") -> Path:
         raise AutoplanError(f"cannot write {_quote(text)}: it is a folder; give a file name inside it such as "
                             f"{_quote(Path(text) / example)}")
     if mode is not None and not stat.S_ISREG(mode):
-        raise AutoplanError(f"cannot write {_quote(text)}: it is {_kind(mode)}, and autoplan writes regular files "
+        raise AutoplanError(f"cannot write {_quote(text)}: it is {node_kind(mode)}, and autoplan writes regular files "
                             f"only (give - for standard output)")
     folder = target.parent
     if not folder.is_dir():
@@ -137,7 +140,7 @@ def check_output_folder(path, inputs=(), flag: str | None = None) -> Path:
             raise AutoplanError(f"{head}the output folder {_quote(text)} is also an input of this command, or holds "
                                 f"one ({_quote(source)}); give another folder")
     if mode is not None and not stat.S_ISDIR(mode):
-        kind = "a file" if stat.S_ISREG(mode) else _kind(mode)
+        kind = "a file" if stat.S_ISREG(mode) else node_kind(mode)
         raise AutoplanError(f"{head}cannot write into {_quote(text)}: it is {kind}, and a report is a folder; give a "
                             f"folder (new or existing)")
     if mode is not None and not os.access(target, os.W_OK | os.X_OK):
@@ -178,7 +181,7 @@ def publish_folder(staged: Path, target: Path, last: str | None = None) -> list[
         return [target / name for name in names]
     for name in names:
         if (target / name).exists() and not (target / name).is_file():
-            raise AutoplanError(f"cannot write {_quote(target / name)}: it is {_kind(os.stat(target / name).st_mode)}; "
+            raise AutoplanError(f"cannot write {_quote(target / name)}: it is {node_kind(os.stat(target / name).st_mode)}; "
                                 f"move it away or give another folder")
     saved = staging_folder(target)
     replaced, moved = [], []

@@ -14,7 +14,7 @@ from autoplan.specs.choices import (
 from autoplan.specs.validation import (
     MAX_BYTES_PER_S, MAX_EXPERTS, MAX_FFN, MAX_FLOPS_PER_S, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_HEAD_DIM,
     MAX_HEADS, MAX_HIDDEN, MAX_LATENCY_S, MAX_LAYERS, MAX_MEMORY_BYTES, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_VOCAB,
-    Issues, bare_file_name, take_bool, take_float, take_int, take_list, take_object, take_str,
+    Issues, bare_file_name, first_non_finite, take_bool, take_float, take_int, take_list, take_object, take_str,
 )
 
 MODEL_INTS = {  # field -> (upper bound, required)
@@ -51,7 +51,10 @@ MAX_SAMPLE_TIME_S = 3600.0
 
 
 def validate_model(data: dict, issues: Issues, prefix: str = "model") -> None:
-    take_str(data, "name", issues, prefix, name=True)
+    if take_str(data, "name", issues, prefix, name=True) == "":
+        issues.add(f"{prefix}.name", "must name the model (it names the exports and launch scripts)", "")
+    # derived from the shape (ModelSpec.num_params) and not read back, but never a nonsense count
+    take_int(data, "num_params", issues, prefix, 1, None, required=False)
     for key, (high, required) in MODEL_INTS.items():
         take_int(data, key, issues, prefix, 1, high, required)
     for key, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
@@ -91,6 +94,13 @@ def validate_plan(data: dict, issues: Issues, framework=None) -> None:
     """A whole plan file: its four sections, the alternatives, and the rules across sections; the
     context rule is `framework`'s (autoplan.specs.framework.Framework.context_rule, the one search
     applies), skipped without one."""
+    take_str(data, "plan_id", issues, required=False, name=True)  # derived from the plan; printed as it is
+    # the blocks not checked field by field are written back as they are: never with a NaN in them
+    for key in sorted(set(data) - {"model", "training", "cluster", "parallel", "prediction", "alternatives",
+                                    "tuning"}):
+        where = first_non_finite(data[key], key)
+        if where:
+            issues.add(where, "must be a finite number (NaN and Infinity are not JSON)", show_value=False)
     sections = {}
     for key, check in (("model", validate_model), ("training", validate_training),
                        ("cluster", validate_cluster), ("parallel", validate_parallel)):
@@ -222,8 +232,8 @@ def validate_model_shape(issues: Issues, name_values: dict) -> None:
 
 def validate_profile(data: dict, issues: Issues) -> None:
     """A hardware profile: every figure positive and finite, the sample tables well formed."""
-    take_str(data, "name", issues)
-    take_str(data, "device_name", issues)
+    take_str(data, "name", issues, name=True)  # becomes a plan's cluster.name, written into launch scripts
+    take_str(data, "device_name", issues, name=True)
     per_node = take_int(data, "gpus_per_node", issues, "", 1, MAX_GPUS_PER_NODE)
     take_int(data, "memory_capacity_bytes", issues, "", 1, MAX_MEMORY_BYTES)
     for key in ("memory_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
@@ -292,8 +302,8 @@ def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, sco
 
 def validate_measurement(data: dict, issues: Issues) -> None:
     """One line of runs.jsonl. Losses may be NaN (a diverged run is data); times may not."""
-    take_str(data, "status", issues, choices=STATUSES)
-    take_str(data, "plan_id", issues)
+    status = take_str(data, "status", issues, choices=STATUSES)
+    take_str(data, "plan_id", issues, name=True)
     take_str(data, "backend", issues)
     for key in ("plan", "environment"):
         take_object(data, key, issues)
@@ -310,9 +320,11 @@ def validate_measurement(data: dict, issues: Issues) -> None:
             issues.add(f"losses[{i}]", "must be a number", loss)
             break
     take_int(data, "peak_memory_bytes", issues, "", 0, MAX_MEMORY_BYTES)
-    for key, high in (("num_warmup_steps", 2**31), ("tokens_per_step", MAX_GLOBAL_BATCH * MAX_SEQ_LEN),
-                      ("num_gpus", MAX_NUM_GPUS)):
-        take_int(data, key, issues, "", 0, high, required=False)
+    # a run that trained moved tokens: its throughput divides by them (0: a failed run's, or unknown)
+    tokens_low = 1 if status == "ok" else 0
+    for key, low, high in (("num_warmup_steps", 0, 2**31), ("num_gpus", 0, MAX_NUM_GPUS),
+                           ("tokens_per_step", tokens_low, MAX_GLOBAL_BATCH * MAX_SEQ_LEN)):
+        take_int(data, key, issues, "", low, high, required=False)
     # the device's peak (0: unknown, as a CPU run records); at most what a profile may hold
     take_float(data, "peak_flops_per_s", issues, "", 0.0, MAX_FLOPS_PER_S, positive=False, required=False)
     take_str(data, "error", issues, required=False)

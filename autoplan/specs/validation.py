@@ -98,6 +98,36 @@ def check_depth(data: Any, what: str) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
+def _ascii(convert):
+    """`convert` (int or float) on ASCII text only, an argparse type: Python's int() and float() also
+    read "1_0" and other scripts' digits ("١٦" is 16), which no documented form has."""
+    def parse(text: str):
+        if "_" in text or not text.isascii():
+            raise ValueError(text)
+        return convert(text)
+    parse.__name__ = convert.__name__  # argparse says "invalid int value: '١٦'"
+    return parse
+
+
+ascii_int = _ascii(int)
+ascii_float = _ascii(float)
+
+
+def first_non_finite(data: Any, prefix: str) -> str | None:
+    """The path of the first NaN or Infinity in `data` (an iterative walk), or None. Python's json reads
+    and writes them, but they are not JSON: a file carrying one on is refused by jq and by browsers."""
+    stack = [(data, prefix)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return path
+        if isinstance(node, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
+    return None
+
+
 class Issues:
     """Every problem found in one document, raised together as one SchemaError line."""
 

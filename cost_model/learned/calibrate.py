@@ -84,13 +84,14 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
         lines.append(f"skipped {malformed} malformed measurement line(s)")
     unusable = len(data.skipped) - malformed
     first_reason = f"; the first: {data.skipped[malformed]}" if unusable else ""
+    first_malformed = f"; the first malformed: {data.skipped[0]}" if malformed else ""
     if unusable:
         lines.append(f"skipped {unusable} unusable row(s) (failed runs, or plans the cost model rejects){first_reason}")
     left_out = "" if keep_mismatched else f", {len(data.mismatched)} run(s) on mismatched hardware left out"
     if len(data) < MIN_TRAINING_ROWS:
         raise AutoplanError(
             f"only {len(data)} usable training row(s) (at least {MIN_TRAINING_ROWS} needed; {malformed} malformed "
-            f"line(s), {unusable} unusable row(s) skipped{first_reason}{left_out}) from "
+            f"line(s){first_malformed}, {unusable} unusable row(s) skipped{first_reason}{left_out}) from "
             f"{', '.join(measurement_paths) or 'no measurement files'}"
             f"{' and the published runs' if published else ''}; record more runs with `autoplan run` or add --published")
     records = data.records
