@@ -23,7 +23,7 @@ import heapq
 import itertools
 import math
 
-from autoplan.space import SearchSpace
+from autoplan.space import SearchSpace, batch_rule
 from autoplan.specs import InfeasiblePlan, ParallelPlan
 
 KEEP_LAYOUTS = 5
@@ -65,9 +65,8 @@ def _groups(space: SearchSpace, rejections: dict):
         zeros = d["zero_stage"] if dp > 1 or "zero_stage" in pinned else (0,)
         for vpp, sp, mb in itertools.product(vpps, sps, d["micro_batch_size"]):
             if gb % (dp * mb):
-                _reject(rejections, "batch_product", 1,
-                        f"global_batch_size must be a multiple of dp*micro_batch_size, got global_batch_size={gb}, "
-                        f"dp={dp} * micro_batch_size={mb} = {dp * mb}")
+                rule = batch_rule(gb, dp, mb)
+                _reject(rejections, rule.reason, len(zeros) * len(recomputes), str(rule))  # the group's plans
                 continue
             yield dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, micro_batch_size=mb, sequence_parallel=sp), zeros, recomputes
 

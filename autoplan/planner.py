@@ -213,7 +213,7 @@ _PIN_RULES = {
     "vpp": ("pp_divides_layers", "vpp_needs_pp", "vpp_microbatches", "framework_vpp_limit",
             "framework_uneven_interleaved"),
     "ep": ("ep_needs_moe", "ep_divides", "etp_divides_ffn", "framework_zero_with_ep", "framework_expert_tp"),
-    "micro_batch_size": ("batch_product", "vpp_microbatches", "framework_microbatches_per_stage"),
+    "micro_batch_size": ("micro_batch_product", "vpp_microbatches", "framework_microbatches_per_stage"),
     "zero_stage": ("zero_stage", "framework_zero_stage", "framework_zero_with_moe", "framework_zero_with_pp",
                    "framework_zero_with_ep", "framework_zero0_mixed"),
     "sequence_parallel": ("sp_needs_tp", "sp_divides_seq", "framework_sp_always", "framework_sp_never",
@@ -222,14 +222,26 @@ _PIN_RULES = {
 }
 
 
-def _rule_that_broke(result: SearchResult, pins: Pins) -> tuple:
-    """The rule to blame: one a pinned knob can break (the most specific, then the most frequent),
-    else the most frequent rule broken."""
+_NOT_A_PLAN = ("degree_product", "micro_batch_product")
+"""Knob combinations of the search grid, never a plan the problem could have had: degrees that do
+not multiply to the GPU count, a micro-batch size larger than dp's share of the batch allows. Never
+the rule to blame while another rule broke."""
+
+
+_PROBLEM_RULES = ("out_of_memory", "sp_divides_seq", "cp_divides_seq", "batch_product", "tp_divides_heads")
+"""Rules a plan breaks because of the problem (memory; seq_len, global batch, heads), whatever the
+search chose for the knob the rule names; the others (pp_divides_layers, vpp_microbatches, ...)
+reject one value of a knob that other values avoid."""
+
+
+def _rule_that_broke(result: SearchResult, pins: Pins) -> str:
+    """The tag to blame when no plan runs: one a pinned knob can break (the most specific), else
+    the problem's rule that rejected the most distinct plans, "out_of_memory" (plans that break no
+    rule but do not fit) competing like the rest; not whichever rule a search tried last."""
     blamable = {tag for knob in pins.pinned() for tag in _PIN_RULES.get(knob, ())}
-    ranked = sorted(result.rejections.items(),
-                    key=lambda kv: (kv[0] not in blamable, kv[0] == "degree_product", -kv[1][0]))
-    tag, (_, first) = ranked[0]
-    return tag, first
+    counts = {tag: count for tag, (count, _) in result.rejections.items()}
+    return min(counts, key=lambda tag: (tag not in blamable, tag in _NOT_A_PLAN, tag not in _PROBLEM_RULES,
+                                        -counts[tag], tag))
 
 
 def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cluster, profile,
@@ -239,11 +251,15 @@ def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cl
         leanest = min(result.unfit, key=lambda s: s.peak_memory_bytes)
         return InfeasiblePlan(f"no plan with {pins} fits on {cluster.num_gpus} GPUs; the leanest "
                               f"{leanest.reason}; relax the pins", "out_of_memory")
-    rule_rejections = {k: v for k, v in result.rejections.items() if k != "out_of_memory"}
-    if rule_rejections and not result.unfit:
-        tag, first = _rule_that_broke(result, space.pins)
-        where = f"{pins} cannot work" if pins else f"no valid plan on {cluster.num_gpus} GPUs"
-        return InfeasiblePlan(f"{where}: {first}", tag)
+    tag = _rule_that_broke(result, space.pins)
+    if tag != "out_of_memory":
+        count, first = result.rejections[tag]
+        if pins:
+            return InfeasiblePlan(f"{pins} cannot work: {first}", tag)
+        plans = sum(c for t, (c, _) in result.rejections.items() if t not in _NOT_A_PLAN)
+        unfit = f"; {len(result.unfit)} others break no rule but do not fit in memory" if result.unfit else ""
+        return InfeasiblePlan(f"no valid plan on {cluster.num_gpus} GPUs: {first} (this rule rejected {count} of "
+                              f"the {plans} plans tried{unfit})", tag)
     needed = smallest_fitting_gpus(model, training, cluster, profile, framework, memory_headroom_bytes)
     gib = profile.memory_capacity_bytes / GIB
     margin = f", {memory_headroom_bytes / GIB:.1f} GiB kept free" if memory_headroom_bytes else ""

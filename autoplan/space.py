@@ -61,6 +61,16 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
+def batch_rule(global_batch_size: int, dp: int, micro_batch_size: int) -> InfeasiblePlan:
+    """Why dp * micro_batch_size does not divide the global batch: "batch_product" when dp alone does
+    not (no micro-batch size helps: the problem's batch), "micro_batch_product" when only this
+    micro-batch size is too large (a choice of the search grid, not a plan the batch rules out)."""
+    tag = "batch_product" if global_batch_size % dp else "micro_batch_product"
+    return InfeasiblePlan(f"global_batch_size must be a multiple of dp*micro_batch_size, got global_batch_size="
+                          f"{global_batch_size}, dp={dp} * micro_batch_size={micro_batch_size} = "
+                          f"{dp * micro_batch_size}", tag)
+
+
 class SearchSpace:
     """The discrete plan space for one (model, training, cluster), with the user's pins applied."""
 
@@ -123,6 +133,24 @@ class SearchSpace:
         asks the cost model for the fewest layers that fit.
         """
         m, t, c = self.model, self.training, self.cluster
+        k, dp = self.canonical_knobs(knobs)
+        per_replica = dp * k["micro_batch_size"]
+        if t.global_batch_size % per_replica:
+            raise batch_rule(t.global_batch_size, dp, k["micro_batch_size"])
+        plan = ParallelPlan(
+            dp=dp, tp=k["tp"], pp=k["pp"], cp=k["cp"], vpp=k["vpp"], ep=k["ep"], etp=k["etp"],
+            sequence_parallel=k["sequence_parallel"], zero_stage=k["zero_stage"],
+            micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
+            recompute=k["recompute"],
+            recompute_num_layers=-(-m.num_layers // k["pp"]) if k["recompute"] == "full" else 0,
+        )
+        plan.check(m, t, c, allow_tp_across_nodes=self.allow_tp_across_nodes)
+        return plan
+
+    def canonical_knobs(self, knobs: dict) -> tuple[dict, int]:
+        """The knobs with the choices that cannot change the plan folded onto the canonical one,
+        and dp; raises InfeasiblePlan when the degrees cannot multiply to the GPU count."""
+        c, m = self.cluster, self.model
         pinned = self._pinned
         k = dict(knobs)
         k.setdefault("etp", 0)  # callers that name no expert TP mean etp = tp
@@ -148,32 +176,25 @@ class SearchSpace:
             k["ep"] = 1
         if k["etp"] == k["tp"] and "etp" not in pinned:
             k["etp"] = 0
-        per_replica = dp * k["micro_batch_size"]
-        if t.global_batch_size % per_replica:
-            raise InfeasiblePlan(
-                f"global_batch_size must be a multiple of dp*micro_batch_size, got global_batch_size="
-                f"{t.global_batch_size}, dp={dp} * micro_batch_size={k['micro_batch_size']} = {per_replica}",
-                "batch_product")
-        plan = ParallelPlan(
-            dp=dp, tp=k["tp"], pp=k["pp"], cp=k["cp"], vpp=k["vpp"], ep=k["ep"], etp=k["etp"],
-            sequence_parallel=k["sequence_parallel"], zero_stage=k["zero_stage"],
-            micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
-            recompute=k["recompute"],
-            recompute_num_layers=-(-m.num_layers // k["pp"]) if k["recompute"] == "full" else 0,
-        )
-        plan.check(m, t, c, allow_tp_across_nodes=self.allow_tp_across_nodes)
-        return plan
+        return k, dp
 
     def enumerate(self):
         """Every structurally valid canonical plan once, and the rules the rest broke.
 
-        Returns (plans, rejections) where rejections maps a reason tag to (count, first message).
+        Returns (plans, rejections) where rejections maps a reason tag to (count, first message),
+        counting distinct canonical plans: knob choices that fold onto one plan are one rejection, so
+        the counts say which rule rejected the most plans (the planner blames that one).
         """
-        plans, seen, rejections = [], set(), {}
+        plans, seen, tried, rejections = [], set(), set(), {}
         names = list(self.domains)
         for values in itertools.product(*(self.domains[k] for k in names)):
             try:
-                plan = self.plan(dict(zip(names, values)))
+                knobs, _ = self.canonical_knobs(dict(zip(names, values)))
+                key = tuple(knobs[k] for k in names)
+                if key in tried:
+                    continue
+                tried.add(key)
+                plan = self.plan(knobs)
             except InfeasiblePlan as exc:
                 count, first = rejections.get(exc.reason, (0, str(exc)))
                 rejections[exc.reason] = (count + 1, first)

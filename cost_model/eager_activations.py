@@ -174,7 +174,7 @@ def embedding_saved(model: ModelSpec, b: int, s: int) -> dict:
 
 def head_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRecipe) -> dict:
     """The last stage: final norm, then the head's input and either the fused loss's labels and
-    log-sum-exp, or log_softmax's fp32 output."""
+    log-sum-exp, or log_softmax's fp32 output with nll_loss's labels and total weight."""
     tokens, outside = b * s, (tp if sp else 1)
     parts = _norm(model, tokens, outside, r, "final_norm")
     if r.chunked_loss:
@@ -184,6 +184,8 @@ def head_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerReci
     else:
         parts["output_input_cast"] = BF16 * tokens * model.hidden_size
         parts["log_softmax"] = FP32 * tokens * model.vocab_size
+        parts["labels"] = INT64 * tokens               # nll_loss keeps its target ...
+        parts["loss_total_weight"] = FP32              # ... and the fp32 count it divided by
     return parts
 
 

@@ -89,6 +89,8 @@ def count_plan(spec, plan, policy: str, b: int, s: int, device) -> dict:
     def pack(t):
         local = _local(t)
         ptr = local.untyped_storage().data_ptr()
+        if model._rope_cast is not None:  # the RoPE table in bf16, cast in the first forward and kept
+            states.add(_local(model._rope_cast).untyped_storage().data_ptr())  # across steps: a state
         if ptr not in seen and ptr not in states and not from_parameter(t):
             seen.add(ptr)
             per_scope[scope[0]] += local.untyped_storage().nbytes()

@@ -185,3 +185,34 @@ def test_a_seq_len_beyond_the_model_is_named_not_the_rule_each_plan_broke_first(
     assert out == "" and err.count("\n") == 1, err
     assert "model.max_seq_len=4096" in err and "for framework autoplan, got 32768" in err and "--seq-len" in err
     assert "global_batch_size" not in err and "tp*pp*cp" not in err
+
+
+def test_rejections_count_distinct_plans():
+    """Worked example: llama-2-7b on 8 GPUs, global batch 4, seq_len 2047 (odd), pp = cp = 1, micro-batch
+    1, no recompute. Free: tp in {1, 2, 4, 8}, ZeRO 0-3 (folded to 0 at dp = 1), sp (folded to off at
+    tp = 1), vpp (folded to 1 at pp = 1). tp 1 (dp 8): 4 ZeRO stages, all broken by the batch (4 % 8).
+    tp 2 and 4: 4 stages x sp on, broken by 2047 % tp, and 4 x sp off that run; tp 8 (dp 1): one plan
+    with sp, one without. So batch_product 4, sp_divides_seq 4 + 4 + 1 = 9, and 4 + 4 + 1 = 9 plans.
+    (Counted per knob choice, as before, the vpp values alone made them 40 and 60.)"""
+    from autoplan.planner import resolve_model
+    from autoplan.specs import ClusterSpec, TrainingSpec
+
+    space = SearchSpace(resolve_model("llama-2-7b"), TrainingSpec(4, 2047, "bf16"), ClusterSpec("h100-80gb", 8, 8),
+                        Pins(pp=1, cp=1, recompute="none", micro_batch_size=1))
+    plans, rejections = space.enumerate()
+    assert len(plans) == len(set(plans)) == 9
+    assert {tag: count for tag, (count, _) in rejections.items()} == {"batch_product": 4, "sp_divides_seq": 9}
+
+
+def test_when_nothing_runs_the_rule_that_rejected_the_most_plans_is_named():
+    """llama-2-70b on 16 GPUs, global batch 8, seq_len 4001: the odd seq_len rejects every plan with
+    sequence parallelism, and every plan without it runs out of memory or breaks a rule of the grid.
+    More plans break the seq_len rule than do not fit (counted in the message), so it is named, not
+    the memory (which a search that met any unfit plan used to name whatever the counts)."""
+    with pytest.raises(InfeasiblePlan) as exc:
+        plan_search(PlanRequest(model="llama-2-70b", num_gpus=16, global_batch_size=8, seq_len=4001))
+    msg = str(exc.value)
+    assert exc.value.reason == "sp_divides_seq" and "seq_len=4001" in msg, msg
+    rejected, tried = map(int, msg.split("this rule rejected ")[1].split(" plans tried")[0].split(" of the "))
+    unfit = int(msg.split("; ")[-1].split(" others")[0])
+    assert tried > rejected > unfit > 0, msg
