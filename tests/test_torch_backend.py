@@ -77,7 +77,9 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
 def plan_doc(model, **parallel) -> PlanDocument:
     plan = ParallelPlan(**parallel)
     return PlanDocument(model=model, training=TrainingSpec(GLOBAL_BATCH, SEQ_LEN, "bf16"),
-                        cluster=ClusterSpec("cpu", plan.num_gpus, gpus_per_node=8), parallel=plan)
+                        # An H100 plan run on the CPU (as the README's laptop tour runs one): every reader
+                        # checks the profile a plan names, and no built-in profile is called "cpu".
+                        cluster=ClusterSpec("h100-80gb", plan.num_gpus, gpus_per_node=8), parallel=plan)
 
 
 def reference_runs(models) -> dict:
@@ -204,7 +206,7 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
     not_plan.write_text('{"schema": "autoplan.profile/v1"}')
     assert "expected 'autoplan.plan/v2'" in _bad(tmp_path, capsys, not_plan, "--out", out)
     big = tmp_path / "big.json"
-    PlanDocument(model=LLAMA, training=TrainingSpec(128, SEQ_LEN), cluster=ClusterSpec("h100", 128),
+    PlanDocument(model=LLAMA, training=TrainingSpec(128, SEQ_LEN), cluster=ClusterSpec("h100-80gb", 128),
                  parallel=ParallelPlan(dp=128, micro_batch_size=1, num_microbatches=1)).save(big)
     assert "is for 128 GPUs" in _bad(tmp_path, capsys, big, "--nproc", 4, "--out", out)
     assert "this run has 3 processes" in _bad(tmp_path, capsys, plan4, "--nproc", 3, "--out", out)

@@ -36,7 +36,8 @@ OPTIONS = RunOptions(steps=3, warmup_steps=1, out="", backend="xla")
 
 def _doc(model=GQA, num_gpus=8, **parallel) -> PlanDocument:
     return PlanDocument(model=model, training=TrainingSpec(global_batch_size=8, seq_len=16, dtype="fp32"),
-                        cluster=ClusterSpec(name="cpu", num_gpus=num_gpus), parallel=ParallelPlan(**parallel))
+                        # An H100 plan run on CPU devices: every reader checks the profile a plan names.
+                        cluster=ClusterSpec(name="h100-80gb", num_gpus=num_gpus), parallel=ParallelPlan(**parallel))
 
 
 # name -> (plan, expected tiling of layers.0.attention.wq.weight {param, exp_avg, grad}; recomputed modules)

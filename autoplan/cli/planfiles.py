@@ -7,12 +7,13 @@ import sys
 from pathlib import Path
 
 
-def load_plan(path, score_missing: bool = True, own_profile: bool = True):
+def load_plan(path, score_missing: bool = True, own_profile: bool = True, framework_rules: bool = True):
     """PlanDocument.load (every field and cross-section rule checked), with a `note:` line on stderr
     for each assumption (e.g. a v1 file's framework) and, unless `score_missing` is False (estimate
     re-scores anyway), the prediction of a plan file that carries none made with today's cost model.
     The profile the file names must be there unless `own_profile` is False (estimate --gpu/--profile
-    re-scores on another one)."""
+    re-scores on another one). `framework_rules` False leaves the framework's rules to the caller:
+    `run` checks them against the framework its backend runs (autoplan-xla's for --backend xla)."""
     from autoplan.clusters import cluster_for_plan_file
     from autoplan.specs import InfeasiblePlan, PlanDocument, get_framework
 
@@ -21,7 +22,8 @@ def load_plan(path, score_missing: bool = True, own_profile: bool = True):
     # re-scores: `compare` and `run --print-launch` then refuse what `estimate` refuses, in its words.
     try:
         doc.parallel.check(doc.model, doc.training, doc.cluster, allow_tp_across_nodes=True)
-        get_framework(doc.framework).check(doc.model, doc.training, doc.parallel)
+        if framework_rules:
+            get_framework(doc.framework).check(doc.model, doc.training, doc.parallel)
     except InfeasiblePlan as exc:
         raise InfeasiblePlan(f"plan file {str(path)!r}: {exc}", exc.reason) from None
     if own_profile:

@@ -33,7 +33,8 @@ def run(args) -> int:
 
     options = options_from_args(args)
     # The executor runs the plan; its prediction, if the file carries one, is only compared afterwards.
-    docs = [load_plan(path, score_missing=False) for path in args.plans]
+    # The framework's rules are the backend's (check_plan; print_launch's "autoplan"), not the file's.
+    docs = [load_plan(path, score_missing=False, framework_rules=False) for path in args.plans]
     if args.print_launch:
         return print_launch(docs, args, options)
     backend = get_backend(options.backend)
