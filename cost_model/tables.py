@@ -32,15 +32,23 @@ BUS_FACTOR = {
 _IDW_NEIGHBOURS = 4
 
 
-def _interp_log(xs: list, ys: list, x: float) -> float:
-    """Piecewise-linear interpolation of ys over log(xs); flat outside [xs[0], xs[-1]]."""
+def _log_segment(xs: list, x: float) -> tuple:
+    """(i, w): x lies between xs[i-1] and xs[i] at fraction w of the way in log(x); w is 0 or 1 at
+    or beyond the ends (flat outside [xs[0], xs[-1]])."""
     if x <= xs[0]:
-        return ys[0]
+        return 1, 0.0
     if x >= xs[-1]:
-        return ys[-1]
+        return len(xs) - 1, 1.0
     i = bisect.bisect_right(xs, x)
     x0, x1 = math.log(xs[i - 1]), math.log(xs[i])
-    w = (math.log(x) - x0) / (x1 - x0)
+    return i, (math.log(x) - x0) / (x1 - x0)
+
+
+def _interp_log(xs: list, ys: list, x: float) -> float:
+    """Piecewise-linear interpolation of ys over log(xs); flat outside [xs[0], xs[-1]]."""
+    if len(xs) == 1:
+        return ys[0]
+    i, w = _log_segment(xs, x)
     return ys[i - 1] * (1.0 - w) + ys[i] * w
 
 
@@ -48,14 +56,10 @@ def _interp_loglog(xs: list, ys: list, x: float) -> float:
     """Piecewise-linear interpolation of log(ys) over log(xs) (positive ys); flat outside. A
     latency-bound collective's bus bandwidth grows in proportion to its size, a straight line here,
     so a size between two samples gets the time latency + bytes / bandwidth would give it."""
-    if x <= xs[0]:
+    if len(xs) == 1:
         return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    i = bisect.bisect_right(xs, x)
-    x0, x1 = math.log(xs[i - 1]), math.log(xs[i])
-    w = (math.log(x) - x0) / (x1 - x0)
-    return math.exp(math.log(ys[i - 1]) * (1.0 - w) + math.log(ys[i]) * w)
+    i, w = _log_segment(xs, x)
+    return ys[i - 1] ** (1.0 - w) * ys[i] ** w
 
 
 def _idw(points: list, values: list, query: tuple) -> float:
