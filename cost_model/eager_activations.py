@@ -29,6 +29,13 @@ these sums to 3%. Why they differ from Megatron's 34*s*b*h (Korthikanti et al. 2
 - Tensor parallelism (executor/torch_backend/parallelize.py TP_PLAN_*) splits heads and the MLP
   width; without the fused loss the head's logits are gathered whole (`output_layouts=Replicate`),
   so the vocabulary is not divided; with sequence parallelism the norms run on 1/tp of the sequence.
+- Context parallelism (executor/torch_backend/context_parallel.py `ContextParallelAttention`): each
+  rank all-gathers K and V of the whole sequence over the cp group and repeats them to every query
+  head (`repeat_kv`) before SDPA, which saves them; its boolean causal mask over global positions
+  becomes an additive mask in the compute dtype (aten attention.cpp `convert_boolean_attn_mask`),
+  (s/cp x s) per layer, saved too. torch's own ring attention (torch.distributed.tensor.experimental
+  `context_parallel`) would keep one K/V block per ring step instead, but dispatches only CUDA kernels,
+  so the executor does not use it.
 - fp8 plans (executor/fp8.py, torchao Float8Linear) save what bf16 plans save: the float8 linear
   keeps its input and weight in the compute dtype and casts both again in the backward
   (tests/test_fp8.py counts it), so the recipes hold for them unchanged.
@@ -65,6 +72,8 @@ class EagerRecipe:
     """The fused loss's head rows are split over this many ranks (tp): a chunk's logits span V/tp."""
     softcap: bool = False
     """Logit soft-capping: the fused loss's backward keeps a chunk's tanh beside its logits."""
+    context_shards: int = 1
+    """The plan's cp: attention gathers K/V over this many ranks' tokens (context_parallel.py)."""
 
     @property
     def residual_bytes(self) -> int:
@@ -83,9 +92,10 @@ def autocast_for(model: ModelSpec, plan) -> bool:
 
 def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True) -> EagerRecipe:
     """The recipe `name` as `plan` runs it."""
+    cp = plan.cp if plan is not None else 1
     if name == "eager-autocast":
         return EagerRecipe(autocast=True, native_gqa=False, chunked_loss=False, rope_table_casts=False,
-                           fused_norm=fused_norm)
+                           fused_norm=fused_norm, context_shards=cp)
     if name != "eager":
         raise ValueError(f"unknown eager activation recipe {name!r}; choose from {RECIPES}")
     autocast = autocast_for(model, plan)
@@ -93,7 +103,7 @@ def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True) -> Ea
         autocast=autocast,
         native_gqa=not (model.sliding_window or model.attn_logit_softcap),
         chunked_loss=True, rope_table_casts=autocast and model.position == "rope", fused_norm=fused_norm,
-        vocab_shards=plan.tp, softcap=bool(model.final_logit_softcap))
+        vocab_shards=plan.tp, softcap=bool(model.final_logit_softcap), context_shards=cp)
 
 
 def _norm(model: ModelSpec, tokens: float, outside: int, r: EagerRecipe, name: str) -> dict:
@@ -137,6 +147,8 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRec
         "attention_out": BF16 * tokens * model.attn_out_size / tp,        # SDPA output = wo input
         "softmax_lse": FP32 * tokens * model.num_heads / tp,              # flash attention's statistics
     })
+    if r.context_shards > 1:
+        parts.update(_context_parallel_kv(model, b, s, tp, r.context_shards))
     if r.rope_table_casts:   # cos and sin cast to bf16 for q and for k: (s, rope_dim) each
         parts["rope_table_casts"] = 4 * BF16 * s * model.rope_dim
     parts.update(_norm(model, tokens, outside, r, "ffn_norm"))
@@ -149,13 +161,29 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRec
     return parts
 
 
+def _context_parallel_kv(model: ModelSpec, b: int, s: int, tp: int, cp: int) -> dict:
+    """What SDPA saves of a context-parallel attention core (executor/torch_backend/context_parallel.py
+    `ContextParallelAttention.forward`): K and V of all cp * s tokens, gathered (`_GatherSequence`
+    saves nothing) and repeated to the rank's query heads (`repeat_kv`; at num_kv_heads == num_heads
+    the gathered tensor itself); and the causal mask, this rank's s queries by every key, turned from
+    bool into the compute dtype (aten attention.cpp `convert_boolean_attn_mask`) and broadcast over
+    batch and heads. (On CUDA the efficient-attention kernel pads the mask's key dimension to a
+    multiple of 16: no change at the sequence lengths plans use.)"""
+    gathered_tokens = b * s * cp
+    return {"k": BF16 * gathered_tokens * model.q_size / tp,
+            "v": BF16 * gathered_tokens * model.attn_out_size / tp,
+            "cp_mask": BF16 * s * (s * cp)}
+
+
 def selective_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRecipe) -> dict:
     """The attention core checkpointed (executor/torch_backend/parallelize.py apply_recompute): its
-    inputs q, k, v are kept before any repeat, the repeated K/V and the log-sum-exp are not."""
+    inputs q, k, v are kept before any gather or repeat; the gathered or repeated K/V, the CP mask and
+    the log-sum-exp are not."""
     parts = layer_saved(model, b, s, tp, sp, r)
     tokens = b * s
     parts["k"], parts["v"] = BF16 * tokens * model.kv_size / tp, BF16 * tokens * model.v_size / tp
     del parts["softmax_lse"]
+    parts.pop("cp_mask", None)
     return parts
 
 
