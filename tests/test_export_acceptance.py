@@ -19,7 +19,7 @@ import pytest
 
 from autoplan.exporters import export_plan
 from autoplan.exporters.deepspeed import megatron_deepspeed_flags
-from autoplan.exporters.torchtitan_02 import flavor_module
+from autoplan.exporters.torchtitan.v02 import flavor_module
 from autoplan.specs import InfeasiblePlan, ModelSpec
 from cost_model.memory import ops_saved_elems
 from tests import framework_acceptance as fa

@@ -14,8 +14,8 @@ _TARGETS = {
     "megatron": ("megatron", ".sh", "megatron-core", "Megatron-LM core_v0.16.1 (megatron-core 0.16.1)"),
     # torchtitan 0.3.0 (current) reads Python config modules (--module/--config); 0.2.x read TOML, kept as
     # torchtitan-0.2 (0.2.0: the last TOML release that runs on torch 2.9.0, autoplan's pin).
-    "torchtitan": ("torchtitan", ".py", "torchtitan", "torchtitan 0.3.0 (Python config module)"),
-    "torchtitan-0.2": ("torchtitan_02", ".toml", "torchtitan", "torchtitan 0.2.0 (TOML job config)"),
+    "torchtitan": ("torchtitan.v03", ".py", "torchtitan", "torchtitan 0.3.0 (Python config module)"),
+    "torchtitan-0.2": ("torchtitan.v02", ".toml", "torchtitan", "torchtitan 0.2.0 (TOML job config)"),
     "deepspeed": ("deepspeed", ".json", "deepspeed", "DeepSpeed 0.19.8 with Megatron-DeepSpeed"),
 }
 

@@ -260,7 +260,7 @@ FRAMEWORKS = {f.name: f for f in (
                  "seq_len_within_model": "off: torchtitan 0.3.0 resizes each layer's RoPE cache to training.seq_len "
                                          "(models/common/decoder.py lines 169-181) once seq_len is within the "
                                          "flavor's cache, which the export sizes for the plan "
-                                         "(autoplan/exporters/torchtitan.py FLAVOR_ROPE_POSITIONS)",
+                                         "(autoplan/exporters/torchtitan/v03.py FLAVOR_ROPE_POSITIONS)",
                  "uneven_interleaved": "torchtitan 0.3.0 distributed/pipeline_parallel.py lines 194-264, 366-477: "
                                        "the generated split over pp * stages-per-rank weighs the embedding and the "
                                        "head (pipeline_parallel_first/last_stage_less_layers); "

@@ -2,22 +2,20 @@
 names of torchtitan's `JobConfig`, torchtitan/config/job_config.py at 0.2.0).
 
 0.2.x are the last torchtitan releases that read TOML; the current one (0.3.0, target `torchtitan`,
-autoplan/exporters/torchtitan.py) configures jobs in Python. The rules 0.3.0 relaxed are re-checked
+autoplan/exporters/torchtitan/v03.py) configures jobs in Python. The rules 0.3.0 relaxed are re-checked
 here: 0.2.0's DDP is one-dimensional, and its tensor parallelism always shards on the sequence."""
 from __future__ import annotations
 
 import json
 
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
-from autoplan.exporters.common import (
-    comment_block, full_recompute_every_k, header_lines, stages_text,
-)
+from autoplan.exporters.common import comment_block, full_recompute_every_k, header_lines
 from autoplan.exporters.launch import launch_script
+from autoplan.exporters.torchtitan.flavors import (
+    LLAMA3_02_FLAVORS, deepseek_v3_flavor, is_deepseek_v3, llama3_02_flavor, llama3_architecture_notes,
+)
+from autoplan.exporters.torchtitan.shared import data_parallel_degrees, pipeline_and_experts, training_section
 from autoplan.specs import InfeasiblePlan, PlanDocument
-
-# torchtitan's mixed_precision_param accepts bfloat16 or float32; fp8 runs its GEMMs through the
-# float8 converter on top of bfloat16 parameters.
-_PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
 
 
 def export(doc: PlanDocument) -> tuple:
@@ -39,7 +37,7 @@ def export(doc: PlanDocument) -> tuple:
     sections = {
         "job": {"description": f"autoplan plan {doc.plan_id}"},
         "model": _model(doc, notes),
-        "training": _training(doc, notes),
+        "training": training_section(doc, notes),
         "parallelism": _parallelism(doc, notes),
         "activation_checkpoint": _activation_checkpoint(doc, notes),
         "optimizer": {"name": "AdamW"},
@@ -54,20 +52,6 @@ def export(doc: PlanDocument) -> tuple:
     return comment_block(header_lines(doc, "torchtitan-0.2"), notes) + "\n" + body, notes
 
 
-# torchtitan 0.2.0's llama3 flavors (torchtitan/models/llama3/__init__.py, llama3_args): dim, n_layers,
-# n_heads, n_kv_heads and the FFN width its multiple_of/ffn_dim_multiplier give.
-LLAMA3_FLAVORS = {
-    "8B": (4096, 32, 32, 8, 14336),
-    "70B": (8192, 80, 64, 8, 28672),
-    "405B": (16384, 126, 128, 8, 53248),
-}
-# torchtitan 0.2.0's deepseek_v3 flavors (torchtitan/models/deepseek_v3/__init__.py): dim, n_layers,
-# dense inter_dim, expert moe_inter_dim (DeepSeek-V2-Lite, V2, V3).
-DEEPSEEK_V3_FLAVORS = {
-    "16B": (2048, 27, 10944, 1408),
-    "236B": (5120, 60, 12288, 1536),
-    "671B": (7168, 61, 18432, 2048),
-}
 FLAVOR_MODULE = "autoplan_flavor"
 """Module the launch script writes beside the TOML to register a flavor torchtitan does not ship
 (loaded by `[experimental] custom_import`)."""
@@ -75,16 +59,12 @@ FLAVOR_MODULE = "autoplan_flavor"
 
 def flavor(model) -> str:
     """torchtitan's own flavor when the shape is one it ships, else the plan's model name."""
-    if model.is_moe or model.is_mla:
-        shape = (model.hidden_size, model.num_layers, model.ffn_hidden_size, model.expert_ffn_size)
-        return next((name for name, dims in DEEPSEEK_V3_FLAVORS.items() if dims == shape), model.name)
-    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size)
-    return next((name for name, dims in LLAMA3_FLAVORS.items() if dims == shape), model.name)
+    return (deepseek_v3_flavor(model) if is_deepseek_v3(model) else llama3_02_flavor(model)) or model.name
 
 
 def _needs_flavor_module(model) -> bool:
     """A llama3-architecture model whose shape torchtitan does not ship (MLA models go to deepseek_v3)."""
-    return not (model.is_moe or model.is_mla) and flavor(model) not in LLAMA3_FLAVORS
+    return not is_deepseek_v3(model) and not llama3_02_flavor(model)
 
 
 def flavor_module(doc: PlanDocument) -> str:
@@ -125,19 +105,17 @@ def _model(doc: PlanDocument, notes: list) -> dict:
     model = doc.model
     name = flavor(model)
     if _needs_flavor_module(model):
-        notes.append(f"model shape: torchtitan 0.2.0 ships the llama3 flavors {', '.join(LLAMA3_FLAVORS)}; "
+        notes.append(f"model shape: torchtitan 0.2.0 ships the llama3 flavors {', '.join(LLAMA3_02_FLAVORS)}; "
                      f"{model.name!r} is registered by the module {FLAVOR_MODULE}.py that `--launch` writes "
                      f"(`[experimental] custom_import`); without it, register dim={model.hidden_size} "
                      f"n_layers={model.num_layers} n_heads={model.num_heads} n_kv_heads={model.num_kv_heads} "
                      f"FFN {model.ffn_hidden_size} yourself")
-    if name in LLAMA3_FLAVORS:
+    if name in LLAMA3_02_FLAVORS:
         notes.append(f"vocabulary: torchtitan takes it from the tokenizer (hf_assets_path); the plan assumes "
                      f"{model.vocab_size} rows")
-    if (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
-        notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
-                     f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
+    notes += llama3_architecture_notes(model)
     facts, mapped = architecture_facts(model), set()
-    if model.is_moe or model.is_mla:
+    if is_deepseek_v3(model):
         # torchtitan's deepseek_v3 ModelArgs carry MLA, shared experts and the leading dense layers.
         args = [f"moe_inter_dim={model.expert_ffn_size}", f"n_routed_experts={model.num_experts}",
                 f"n_activated_experts={model.num_experts_per_token}",
@@ -150,91 +128,24 @@ def _model(doc: PlanDocument, notes: list) -> dict:
         notes.append("mixture of experts / MLA: register the flavor in torchtitan's deepseek_v3 model with "
                      + " ".join(args))
         mapped = {"mla", "moe_ffn", "shared_experts"} | ({"moe_layers"} if model.moe_layer_freq == 1 else set())
-    notes += unmapped_note(facts, mapped, "torchtitan's " + ("deepseek_v3" if model.is_moe or model.is_mla
+    notes += unmapped_note(facts, mapped, "torchtitan's " + ("deepseek_v3" if is_deepseek_v3(model)
                                                              else "llama3") + " model")
     if model.tied_embeddings:
         notes.append("tied_embeddings: torchtitan's llama3 keeps separate embedding and output weights")
-    return {"name": "deepseek_v3" if model.is_moe or model.is_mla else "llama3", "flavor": name}
-
-
-def _training(doc: PlanDocument, notes: list) -> dict:
-    par, training = doc.parallel, doc.training
-    # With pp > 1 a rank's local batch is split into pipeline micro-batches; without pp,
-    # torchtitan accumulates gradients until global_batch_size is reached.
-    local = par.micro_batch_size * (par.num_microbatches if par.pp > 1 else 1)
-    if training.dtype == "fp16":
-        notes.append("dtype=fp16: torchtitan has no fp16 with loss scaling; exported as bfloat16")
-    return {"local_batch_size": local, "global_batch_size": training.global_batch_size,
-            "seq_len": training.seq_len, "mixed_precision_param": _PARAM_DTYPES[training.dtype],
-            "mixed_precision_reduce": "float32"}
+    return {"name": "deepseek_v3" if is_deepseek_v3(model) else "llama3", "flavor": name}
 
 
 def _parallelism(doc: PlanDocument, notes: list) -> dict:
     par = doc.parallel
-    replicate, shard, reshard = 1, par.dp, "default"
-    if par.zero_stage == 0 and par.dp > 1:
-        replicate, shard = par.dp, 1  # plain DDP (export refuses it with tp/pp/cp)
-    elif par.zero_stage in (1, 2):
-        # Parameters stay gathered from forward to backward: FSDP's ZeRO-2-like SHARD_GRAD_OP.
-        reshard = "never"
-        notes.append(f"zero_stage={par.zero_stage}: torchtitan has no ZeRO-1/2 distinction; exported "
-                     f"as FSDP with fsdp_reshard_after_forward='never' (gradients and optimizer state "
-                     f"sharded, parameters gathered for the whole step)")
+    # plain DDP at ZeRO 0 (export refuses it with tp/pp/cp)
+    replicate, shard, reshard = data_parallel_degrees(doc, notes)
     if par.tp > 1 and not par.sequence_parallel:
         notes.append("sequence_parallel=false: torchtitan 0.2.0's tensor parallelism always shards the norms "
                      "on the sequence (sequence parallel; 0.3.0 has enable_sequence_parallel)")
-    out = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
-           "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": par.tp,
-           "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp}
-    if par.pp > 1:
-        out["pipeline_parallel_schedule"] = "Interleaved1F1B" if par.vpp > 1 else "1F1B"
-        out.update(pipeline_stages(doc, notes))
-        out["pipeline_parallel_microbatch_size"] = par.micro_batch_size
-    if doc.model.is_moe:
-        out["expert_parallel_degree"] = par.ep
-    return out
-
-
-def pipeline_stages(doc: PlanDocument, notes: list, head: str = "output") -> dict:
-    """The plan's (virtual) stages (ParallelPlan.virtual_stage_num_layers) in torchtitan's terms:
-    its generated split when some weighing of the embedding and the head reproduces them, else the
-    modules of every stage listed (module_fqns_per_model_part). `head`: the output projection's
-    module name ("output" in 0.2, "lm_head" in 0.3)."""
-    par, num_layers = doc.parallel, doc.model.num_layers
-    stages = par.virtual_stage_num_layers(num_layers)
-    default_stages = par.pp * (1 if par.vpp == 1 else 2)   # stages torchtitan makes per schedule
-    for first_less, last_less in ((1, 1), (0, 0), (1, 0), (0, 1)):
-        if torchtitan_split(len(stages), num_layers, first_less, last_less) != stages:
-            continue
-        out = {"pipeline_parallel_first_stage_less_layers": first_less,
-               "pipeline_parallel_last_stage_less_layers": last_less}
-        effective = num_layers + first_less + last_less
-        per_stage = -(-effective // len(stages))
-        if -(-effective // per_stage) == len(stages):   # torchtitan: ceil(effective / per stage) stages
-            out["pipeline_parallel_layers_per_stage"] = per_stage   # stated even where it is the default
-            return out
-        if default_stages == len(stages):
-            return out
-    if par.pp > 1 and len(set(stages)) > 1:
-        notes.append(f"uneven pipeline stages ({stages_text(stages)} layers per stage) are not torchtitan's "
-                     f"generated split; every stage's modules are listed in module_fqns_per_model_part")
-    first_layer = [sum(stages[:k]) for k in range(len(stages))]
-    return {"module_fqns_per_model_part": [
-        (["tok_embeddings"] if k == 0 else []) + [f"layers.{i}" for i in range(first_layer[k], first_layer[k] + n)]
-        + (["norm", head] if k == len(stages) - 1 else []) for k, n in enumerate(stages)]}
-
-
-def torchtitan_split(num_stages: int, num_layers: int, first_less: int, last_less: int) -> list | None:
-    """Layers per stage of torchtitan's generated split (torchtitan 0.2 distributed/pipeline_parallel.py
-    generate_llm_fqn_per_model_part; the same in 0.3.0's _generate_llm_fqn_per_model_part, line 366): num_layers + first_less + last_less "effective" layers shared
-    out evenly, the first stages taking the remainder, then the embedding's and the head's weights
-    taken off the first and the last stage. None when a stage would be left without layers."""
-    effective = num_layers + first_less + last_less
-    base, extra = divmod(effective, num_stages)
-    counts = [base + (k < extra) for k in range(num_stages)]
-    counts[0] -= first_less
-    counts[-1] -= last_less
-    return counts if min(counts) > 0 and base >= max(first_less, last_less) else None
+    return {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+            "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": par.tp,
+            "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp,
+            **pipeline_and_experts(doc, notes, head="output")}
 
 
 def _activation_checkpoint(doc: PlanDocument, notes: list) -> dict:

@@ -9,7 +9,7 @@ sets what the plan decides: `ParallelismConfig`, `TrainingConfig` (torchtitan/co
 the activation-checkpointing policy (torchtitan/distributed/activation_checkpoint.py) and, for a
 shape torchtitan does not ship, the model built the way llama3's own flavors are built
 (torchtitan/models/llama3/__init__.py). The TOML of 0.2.x is target `torchtitan-0.2`
-(autoplan/exporters/torchtitan_02.py)."""
+(autoplan/exporters/torchtitan/v02.py)."""
 from __future__ import annotations
 
 import pprint
@@ -17,7 +17,11 @@ import pprint
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
 from autoplan.exporters.common import comment_block, header_lines
 from autoplan.exporters.launch import launch_script
-from autoplan.exporters.torchtitan_02 import DEEPSEEK_V3_FLAVORS, flavor, pipeline_stages
+from autoplan.exporters.torchtitan.flavors import (
+    DEEPSEEK_V3_FLAVORS, LLAMA3_03_FLAVORS, QWEN3_FLAVORS, deepseek_v3_flavor, llama3_03_flavor,
+    llama3_architecture_notes, qwen3_flavor,
+)
+from autoplan.exporters.torchtitan.shared import data_parallel_degrees, pipeline_and_experts, training_section
 from autoplan.specs import InfeasiblePlan, PlanDocument
 
 CONFIG_FUNCTION = "autoplan_job"
@@ -30,18 +34,6 @@ MODULE = "autoplan_job"
 _RECIPES = {("llama3", "8B"): "llama3_8b", ("llama3", "70B"): "llama3_70b", ("llama3", "405B"): "llama3_405b",
             ("deepseek_v3", "16B"): "deepseek_v3_16b", ("deepseek_v3", "236B"): "deepseek_v3_16b",
             ("deepseek_v3", "671B"): "deepseek_v3_671b"}
-# torchtitan 0.3.0's llama3 flavors (torchtitan/models/llama3/__init__.py: _8b line 236, _70b 277, _405b 318):
-# dim, layers, heads, kv heads, FFN width (compute_ffn_hidden_dim of its multiple_of and multiplier),
-# vocabulary (128256: the flavor builds its embedding and head that size) and tied embeddings. A model is
-# built from a flavor only when its whole shape is that flavor's: Llama-2-70B has the 70B's blocks but a
-# 32000-row vocabulary (68.98B parameters, the 70B flavor 70.55B), so the module builds it.
-LLAMA3_03_FLAVORS = {
-    "8B": (4096, 32, 32, 8, 14336, 128256, False),
-    "70B": (8192, 80, 64, 8, 28672, 128256, False),
-    "405B": (16384, 126, 128, 8, 53248, 128256, False),
-}
-# mixed_precision_param accepts bfloat16 or float32 (configs.py TrainingConfig); fp8 runs the GEMMs
-# through the float8 converter on top of bfloat16 parameters.
 _MODEL_SPEC_IMPORTS = [
     ("torchtitan.components.loss", "ChunkedLossWrapper, CrossEntropyLoss"),
     ("torchtitan.distributed.pipeline_parallel", "pipeline_llm"),
@@ -54,21 +46,6 @@ _MODEL_SPEC_IMPORTS = [
     ("torchtitan.protocols.model_spec", "ModelSpec"),
 ]
 """What the model built in the module imports: llama3's own (private) flavor builders of 0.3.0."""
-# torchtitan 0.3.0's qwen3 flavors (torchtitan/models/qwen3/__init__.py: _0_6b line 253, _1_7b 291, _4b 329,
-# _8b 367, _14b 402, _32b 437, _30b_a3b 516, _235b_a22b 557): dim, layers, heads, kv heads, head dim, FFN
-# width (the experts' for MoE), experts, top-k, tied embeddings; with the recipe each starts from
-# (qwen3/config_registry.py: qwen3_0_6b line 176, qwen3_1_7b 206, qwen3_14b 260, qwen3_30b_a3b 295,
-# qwen3_32b 330; 4B, 8B and 235B-A22B have none: the nearest recipe, the flavor swapped in).
-QWEN3_FLAVORS = {
-    "0.6B": ((1024, 28, 16, 8, 128, 3072, 0, 0, True), "qwen3_0_6b"),
-    "1.7B": ((2048, 28, 16, 8, 128, 6144, 0, 0, True), "qwen3_1_7b"),
-    "4B": ((2560, 36, 32, 8, 128, 9728, 0, 0, True), "qwen3_1_7b"),
-    "8B": ((4096, 36, 32, 8, 128, 12288, 0, 0, False), "qwen3_14b"),
-    "14B": ((5120, 40, 40, 8, 128, 17408, 0, 0, False), "qwen3_14b"),
-    "32B": ((5120, 64, 64, 8, 128, 25600, 0, 0, False), "qwen3_32b"),
-    "30B-A3B": ((2048, 48, 32, 4, 128, 768, 128, 8, False), "qwen3_30b_a3b"),
-    "235B-A22B": ((4096, 94, 64, 4, 128, 1536, 128, 8, False), "qwen3_30b_a3b"),
-}
 _RECIPE_SWITCHES = {
     "llama3_405b": "Float8LinearConverter, compile and async TP (models/llama3/config_registry.py line 295)",
     "deepseek_v3_16b": "compile of the loss (models/deepseek_v3/config_registry.py line 169)",
@@ -82,14 +59,13 @@ context of 40 x 4096). Decoder.Config.update_from_config refuses a longer traini
 (models/common/decoder.py line 169: "Training sequence length ... exceeds attention RoPE maximum
 supported sequence length"); the export sizes the cache for the plan, as the torchtitan entry's
 context rule says torchtitan does (its modelled shapes are built that long too)."""
-_PARAM_DTYPES = {"bf16": "bfloat16", "fp8": "bfloat16", "fp16": "bfloat16", "fp32": "float32"}
 
 
 def export(doc: PlanDocument) -> tuple:
     """The config module's text and the notes on what does not map."""
     model, notes = doc.model, []
     name = "deepseek_v3" if model.is_moe or model.is_mla else "llama3"
-    shipped = flavor(model) if name == "deepseek_v3" else llama3_flavor(model)
+    shipped = deepseek_v3_flavor(model) if name == "deepseek_v3" else llama3_03_flavor(model)
     qwen3 = qwen3_flavor(model)
     if qwen3:
         name, shipped = "qwen3", qwen3
@@ -154,32 +130,11 @@ def export(doc: PlanDocument) -> tuple:
     return "\n".join(text) + "\n", notes
 
 
-def llama3_flavor(model) -> str:
-    """The name of torchtitan 0.3.0's llama3 flavor whose whole shape is the plan's model, else ""."""
-    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size,
-             model.vocab_size, model.tied_embeddings)
-    if model.is_moe or model.is_mla or (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
-        return ""
-    return next((name for name, dims in LLAMA3_03_FLAVORS.items() if dims == shape), "")
-
-
 def _switch_notes(recipe: str, notes: list) -> None:
     """What the recipe turns on that the plan does not (torchtitan 0.3.0 config_registry.py files)."""
     if recipe in _RECIPE_SWITCHES:
         notes.append(f"{recipe}() turns on {_RECIPE_SWITCHES[recipe]}: exported off, as planned (the torchtitan "
                      f"entry's facts are eager kernels without async TP); fp8 only where the plan trains in fp8")
-
-
-def qwen3_flavor(model) -> str:
-    """The name of torchtitan 0.3.0's qwen3 flavor with the plan's shape (Qwen3 and Qwen3-MoE), else ""."""
-    if model.family not in ("qwen3", "qwen3_moe") or model.is_mla:
-        return ""
-    shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads,
-             model.head_dim or model.hidden_size // model.num_heads,
-             model.expert_ffn_size if model.is_moe else model.ffn_hidden_size,
-             model.num_experts if model.is_moe else 0, model.num_experts_per_token if model.is_moe else 0,
-             model.tied_embeddings)
-    return next((name for name, (dims, _) in QWEN3_FLAVORS.items() if dims == shape), "")
 
 
 def _usage() -> list:
@@ -203,9 +158,8 @@ def _model_notes(doc: PlanDocument, name: str, custom: bool, notes: list) -> Non
         notes.append(f"model shape: torchtitan 0.3.0 ships the llama3 flavors {', '.join(LLAMA3_03_FLAVORS)}; "
                      f"{model.name!r} is built in this module as llama3's own flavors are (rope theta "
                      f"10000, torchtitan's default: set yours in _model_spec)")
-    if name == "llama3" and (model.mlp, model.norm, model.position) != ("swiglu", "rmsnorm", "rope"):
-        notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
-                     f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
+    if name == "llama3":
+        notes += llama3_architecture_notes(model)
     if name == "llama3" and model.head_dim and model.head_dim * model.num_heads != model.hidden_size:
         notes.append(f"head_dim={model.head_dim}: torchtitan's llama3 uses hidden/heads = "
                      f"{model.hidden_size // model.num_heads}")
@@ -250,15 +204,8 @@ def _model_spec_source(doc: PlanDocument) -> str:
 
 
 def _training(doc: PlanDocument, notes: list) -> dict:
-    par, training = doc.parallel, doc.training
-    # With pp > 1 a rank's local batch is split into pipeline micro-batches; without pp, torchtitan
-    # accumulates gradients until global_batch_size (trainer.py lines 415-433).
-    out = {"local_batch_size": par.micro_batch_size * (par.num_microbatches if par.pp > 1 else 1),
-           "global_batch_size": training.global_batch_size, "seq_len": training.seq_len,
-           "mixed_precision_param": _PARAM_DTYPES[training.dtype], "mixed_precision_reduce": "float32"}
-    if training.dtype == "fp16":
-        notes.append("dtype=fp16: torchtitan has no fp16 with loss scaling; exported as bfloat16")
-    if par.pp > 1 or par.ep > 1:
+    out = training_section(doc, notes)
+    if doc.parallel.pp > 1 or doc.parallel.ep > 1:
         # Trainer.Config._validate_cuda_graphs (trainer.py line 179): CUDA graphs (on by default) refuse
         # pipeline parallelism, and expert parallelism with the default token dispatcher.
         out["disable_cuda_graphs"] = True
@@ -267,20 +214,7 @@ def _training(doc: PlanDocument, notes: list) -> dict:
 
 def _parallelism(doc: PlanDocument, notes: list) -> dict:
     par = doc.parallel
-    replicate, shard, reshard = 1, par.dp, "default"
-    if par.zero_stage == 0 and par.dp > 1:
-        if par.ep > 1:
-            # the experts' FSDP group is dp_shard * cp * tp / ep (parallel_dims.py line 279)
-            notes.append("zero_stage=0 with ep > 1: torchtitan borrows expert ranks from dp_shard, so the "
-                         "data-parallel group runs as FSDP (less memory, extra all-gathers)")
-        else:
-            # HSDP with a shard group of 1: every rank keeps whole weights (llama3/parallelize.py line 70)
-            replicate, shard = par.dp, 1
-    elif par.zero_stage in (1, 2):
-        reshard = "never"  # parameters stay gathered from forward to backward: FSDP's SHARD_GRAD_OP
-        notes.append(f"zero_stage={par.zero_stage}: torchtitan has no ZeRO-1/2 distinction; exported "
-                     f"as FSDP with fsdp_reshard_after_forward='never' (gradients and optimizer state "
-                     f"sharded, parameters gathered for the whole step)")
+    replicate, shard, reshard = data_parallel_degrees(doc, notes, experts_take_shard_ranks=True)
     if par.ep > 1 and (shard * par.cp * par.tp) % par.ep:
         raise InfeasiblePlan(f"torchtitan 0.3.0 takes expert ranks from dp_shard * cp * tp = "
                              f"{shard * par.cp * par.tp}, which ep={par.ep} does not divide (parallel_dims.py "
@@ -291,18 +225,12 @@ def _parallelism(doc: PlanDocument, notes: list) -> dict:
     # provided, all parameters must be DTensors", fsdp/_fully_shard/_fsdp_param.py line 346) for any
     # world above one rank; "partial_dtensor" is FSDP2 over (dp_replicate, fsdp) with DTensor TP/EP/CP
     # (models/llama3/parallelize.py lines 47-85), what the torchtitan entry's facts describe.
-    out = {"spmd_backend": "partial_dtensor",
-           "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
-           "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": par.tp,
-           "enable_sequence_parallel": bool(par.sequence_parallel or par.tp == 1),
-           "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp}
-    if par.pp > 1:
-        out["pipeline_parallel_schedule"] = "Interleaved1F1B" if par.vpp > 1 else "1F1B"
-        out.update(pipeline_stages(doc, notes, head="lm_head"))
-        out["pipeline_parallel_microbatch_size"] = par.micro_batch_size
-    if doc.model.is_moe:
-        out["expert_parallel_degree"] = par.ep
-    return out
+    return {"spmd_backend": "partial_dtensor",
+            "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
+            "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": par.tp,
+            "enable_sequence_parallel": bool(par.sequence_parallel or par.tp == 1),
+            "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp,
+            **pipeline_and_experts(doc, notes, head="lm_head")}
 
 
 def _activation_checkpoint(doc: PlanDocument, notes: list) -> str:
