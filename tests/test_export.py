@@ -408,3 +408,38 @@ def test_uneven_interleaved_stages_map_onto_torchtitan():
     parts = tomllib.loads(export_plan(INTERLEAVED_28, "torchtitan-0.2").text)["parallelism"]["module_fqns_per_model_part"]
     assert [sum(m.startswith("layers.") for m in part) for part in parts] == \
         INTERLEAVED_28.parallel.virtual_stage_num_layers(28)
+
+
+TORCHTITAN_SHARED = {"autoplan.exporters.torchtitan.flavors", "autoplan.exporters.torchtitan.shared"}
+"""What both torchtitan releases' exporters may import of their package: the common code, once."""
+
+
+def torchtitan_borrowed(root) -> dict:
+    """Release module -> the modules of autoplan.exporters.torchtitan it imports besides the shared
+    ones (read with ast), for each release that imports any."""
+    from tests.import_graph import Graph
+
+    graph = Graph(root, ("autoplan",))
+    package = "autoplan.exporters.torchtitan"
+    found = {name: {edge.target for edge in graph.modules[name].edges
+                    if edge.target.startswith(package + ".") and edge.target not in TORCHTITAN_SHARED}
+             for name in (f"{package}.v02", f"{package}.v03")}
+    return {name: targets for name, targets in found.items() if targets}
+
+
+def test_torchtitan_releases_share_code_and_do_not_import_each_other(tmp_path):
+    """One copy of the flavour tables, the training section, the ZeRO->FSDP degrees and the pipeline
+    block (flavors.py, shared.py); neither release borrows from the other (0.3.0 once imported its
+    flavour tables from the 0.2 exporter). The check is shown to fail on a copy that does."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert torchtitan_borrowed(root) == {}
+    planted = tmp_path / "autoplan" / "exporters" / "torchtitan"
+    planted.mkdir(parents=True)
+    for name in ("__init__", "flavors", "shared", "v02"):
+        (planted / f"{name}.py").write_text("")
+    (planted / "v03.py").write_text("from autoplan.exporters.torchtitan.v02 import flavor\n")
+    (tmp_path / "autoplan" / "__init__.py").write_text("")
+    (tmp_path / "autoplan" / "exporters" / "__init__.py").write_text("")
+    assert torchtitan_borrowed(tmp_path) == {"autoplan.exporters.torchtitan.v03": {"autoplan.exporters.torchtitan.v02"}}
