@@ -73,6 +73,8 @@ class Rates:
     """Framework.moe_load_imbalance (cost_model/moe_time.py)."""
     moe_a2a_overlap: bool = False
     """Framework.moe_a2a_overlap (cost_model/moe_time.py)."""
+    moe_padded_expert_gemm: bool = False
+    """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
 
 
 def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
@@ -224,7 +226,8 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         expert_fwd_s, expert_bwd_s = _gemms_time_s(tables, [g for g in gemms if g.name in EXPERT_GEMMS], rates)
         mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn_fwd_s,
                              gemm_bwd_s + attn_bwd_s, tokens, tp, ep, etp, rates.memory_scale,
-                             rates.moe_load_imbalance, rates.moe_a2a_overlap, capacity_factor)
+                             rates.moe_load_imbalance, rates.moe_a2a_overlap, capacity_factor,
+                             rates.moe_padded_expert_gemm)
         gemm_fwd_s, gemm_bwd_s = gemm_fwd_s + mt.imbalance_gemm_fwd_s, gemm_bwd_s + mt.imbalance_gemm_bwd_s
         memory_fwd_s, memory_bwd_s = memory_fwd_s + mt.permute_fwd_s, memory_bwd_s + mt.permute_bwd_s
         ep_fwd_s, ep_bwd_s = mt.a2a_fwd_s, mt.a2a_bwd_s

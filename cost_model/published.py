@@ -62,7 +62,8 @@ SOURCES = {
     # out of sample only: no constant is fitted on a row with moe_num_experts (cost_model/splits.py).
     "MOEZOO": dict(source="megatron-moe-modelzoo"),
     "MCOREMOERM": dict(source="megatron-core-moe-readme"),
-    "KEMPNERMOE": dict(source="kempnerforge-moe"),
+    # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
+    "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={"moe_padded_expert_gemm": True}),
     "FLAGPERF": dict(source="flagperf"),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }

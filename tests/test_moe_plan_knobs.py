@@ -119,3 +119,23 @@ def test_published_zoo_rows_read_their_recompute_modules():
     assert runs["MOEZOO-q3235b-01"].plan.recompute_modules == ("layernorm", "moe_act")
     assert runs["MOEZOO-q3235b-17"].plan.recompute_modules == ("layernorm", "moe")
     assert runs["MOEZOO-q3235b-03"].plan.recompute_modules == ()     # full recompute
+
+
+def test_padded_expert_gemm_pays_the_imbalance_without_ep():
+    # KempnerForge pads every expert to the busiest one's tokens (moe.py grouped_expert_forward): at ep 1
+    # the rank runs experts x max rows = 1.25 x the routed tokens; an unpadded grouped GEMM runs them once.
+    assert expert_load_imbalance(0.0, 1) == 1.0
+    assert expert_load_imbalance(0.0, 1, padded=True) == 1.25
+    run = {r.id: r for r in load_published_runs()}["KEMPNERMOE-packed-01"]
+    assert run.framework_facts().moe_padded_expert_gemm
+    est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=run.framework_facts(),
+                    allow_tp_across_nodes=True)
+    unpadded = Estimator(run.model, run.training, run.cluster, run.profile(),
+                         framework=run.framework_facts().with_overrides(moe_padded_expert_gemm=False),
+                         allow_tp_across_nodes=True)
+    lt, lt0 = est.stage_costs(run.plan).layer, unpadded.stage_costs(run.plan).layer
+    from cost_model.layer_time import EXPERT_GEMMS, _gemms_time_s
+    from cost_model.flops import layer_gemms
+    expert_fwd_s = _gemms_time_s(est.tables, [g for g in layer_gemms(run.model, 4 * 4096, 1, 1, True, 1)
+                                              if g.name in EXPERT_GEMMS], est.rates)[0]
+    assert lt.gemm_fwd_s - lt0.gemm_fwd_s == pytest.approx(0.25 * expert_fwd_s, rel=1e-9)

@@ -138,6 +138,11 @@ class Framework:
     """Routed tokens of the busiest expert-parallel rank over the mean (a measured max/mean load);
     0: the published default of cost_model/moe_time.py (dropless, auxiliary-loss router); 1: balanced
     routing (Megatron-Core --moe-router-force-load-balancing, a benchmark setting)."""
+    moe_padded_expert_gemm: bool = False
+    """The grouped expert GEMM runs every local expert over the busiest one's token count (inputs
+    zero-padded to (experts, max tokens, h)), so the routed-token imbalance costs GEMM time even
+    without expert parallelism (KempnerForge kempnerforge/model/moe.py @abbbac33 grouped_expert_forward,
+    lines 55-73). False: GEMMs over each expert's own tokens (Megatron-Core TEGroupedMLP, torchtitan)."""
     dp_comm_overlap: float = 0.8
     """Fraction of the overlappable compute window the DP/FSDP collectives can hide behind."""
     dp_param_gather_overlap: bool = False
