@@ -139,3 +139,20 @@ def test_padded_expert_gemm_pays_the_imbalance_without_ep():
     expert_fwd_s = _gemms_time_s(est.tables, [g for g in layer_gemms(run.model, 4 * 4096, 1, 1, True, 1)
                                               if g.name in EXPERT_GEMMS], est.rates)[0]
     assert lt.gemm_fwd_s - lt0.gemm_fwd_s == pytest.approx(0.25 * expert_fwd_s, rel=1e-9)
+
+
+def test_estimate_flags(tmp_path, capsys):
+    import json
+    from autoplan.cli.main import main
+
+    pins = ["estimate", "--model", "mixtral-8x7b", "--gpus", "64", "--tp", "1", "--pp", "4", "--ep", "8",
+            "--zero", "1", "--framework", "megatron-core"]
+    out = tmp_path / "plan.json"
+    assert main(pins + ["--recompute", "selective", "--recompute-modules", "layernorm", "moe",
+                        "--moe-capacity-factor", "1.1", "-o", str(out)]) == 0
+    parallel = json.loads(out.read_text())["parallel"]
+    assert parallel["recompute_modules"] == ["layernorm", "moe"] and parallel["moe_capacity_factor"] == 1.1
+    assert "recompute=selective(layernorm moe) capacity=1.1" in capsys.readouterr().out
+    assert main(pins + ["--recompute", "none", "--recompute-modules", "moe"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--recompute-modules needs --recompute selective" in err[0]
