@@ -28,7 +28,10 @@ def plan_line(parallel: dict) -> str:
     parts.append(f"zero={p.get('zero_stage', 0)}")
     parts.append(f"mbs={p['micro_batch_size']}x{p['num_microbatches']}")
     rc = p.get("recompute", "none")
-    parts.append(f"recompute={rc}" + (f"({p['recompute_num_layers']}/stage)" if rc == "full" else ""))
+    parts.append(f"recompute={rc}" + (f"({p['recompute_num_layers']}/stage)" if rc == "full" else "")
+                 + (f"({' '.join(p['recompute_modules'])})" if p.get("recompute_modules") else ""))
+    if p.get("moe_capacity_factor"):  # absent: dropless
+        parts.append(f"capacity={p['moe_capacity_factor']:g}")
     return " ".join(parts)
 
 

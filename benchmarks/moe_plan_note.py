@@ -7,7 +7,7 @@ parallel folding, GBS 2048 x 4096: cost_model/data/published_runs.csv MOEZOO-q32
 with forced balanced routing); for DeepSeek-V3 the recipe is Megatron-LM's Megatron-FSDP example
 (docs/discussions/megatron-fsdp-user-guide/example-scripts/sbatch_mfsdp_deepseek_v3.sh at
 core_v0.16.1: TP1 EP8 ETP1, ZeRO-3 (Megatron-FSDP), micro-batch 4, GBS 2048 x 4096, selective
-recompute). Both are estimated with Megatron-Core's facts and the default dropless routing, next to
+recompute of the modules mlp moe mla_up_proj layernorm). Both are estimated with Megatron-Core's facts and the default dropless routing, next to
 the best plan of a seeded search (200 TPE trials + polish) over the same problem, with the terms
 that differ most. Everything printed is predicted, nothing measured; the one measured figure is the
 published row's tokens/s/GPU.
@@ -29,7 +29,8 @@ GPUS, GBS, SEQ = 256, 2048, 4096
 def _recipe_plans() -> dict:
     zoo = next(r for r in load_published_runs() if r.id == "MOEZOO-q3235b-01")
     deepseek = ParallelPlan(dp=256, tp=1, pp=1, cp=1, sequence_parallel=False, zero_stage=3, micro_batch_size=4,
-                            num_microbatches=GBS // (256 * 4), recompute="selective", ep=8, etp=1)
+                            num_microbatches=GBS // (256 * 4), recompute="selective", ep=8, etp=1,
+                            recompute_modules=("mlp", "moe", "mla_up_proj", "layernorm"))
     return {"qwen3-235b-a22b": (zoo.plan, f"published MOEZOO-q3235b-01, measured "
                                           f"{zoo.measured_tokens_per_s_per_gpu:,.0f} tok/s/GPU (forced balance)"),
             "deepseek-v3": (deepseek, "recipe: Megatron-LM Megatron-FSDP DeepSeek-V3 example")}
@@ -37,7 +38,8 @@ def _recipe_plans() -> dict:
 
 def _describe(plan: ParallelPlan) -> str:
     return (f"dp{plan.dp} tp{plan.tp} pp{plan.pp} vpp{plan.vpp} cp{plan.cp} ep{plan.ep} etp{plan.expert_tp} "
-            f"zero{plan.zero_stage} mb{plan.micro_batch_size} recompute={plan.recompute}")
+            f"zero{plan.zero_stage} mb{plan.micro_batch_size} recompute={plan.recompute}"
+            + (f" ({' '.join(plan.recompute_modules)})" if plan.recompute_modules else ""))
 
 
 def compare(name: str, recipe: ParallelPlan, label: str, trials: int = 200) -> None:

@@ -105,7 +105,7 @@ class Estimator:
             attention_scale=fw.attention_efficiency,
             memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
             flash_attention=fw.flash_attention, moe_load_imbalance=fw.moe_load_imbalance,
-            moe_a2a_overlap=fw.moe_a2a_overlap)
+            moe_a2a_overlap=fw.moe_a2a_overlap, moe_padded_expert_gemm=fw.moe_padded_expert_gemm)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
         # Parameter counts (whole model; stages and TP divide them below), per layer on average over
@@ -127,13 +127,14 @@ class Estimator:
         # (cost_model/layer_mix.py); otherwise the model's mean layer.
         mixed = plan.pp > 1 and mixes_dense_and_moe(self.model)
         key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel, plan.expert_tp,
-               (plan.pp, plan.vpp) if mixed else None)
+               (plan.pp, plan.vpp) if mixed else None, plan.moe_capacity_factor)
         lt = self._layer_cache.get(key)
         if lt is None:
             def times(kinds: tuple = ()) -> LayerTimes:
                 return mean_layer_times(
                     self.model, self.tables, self.rates, plan.micro_batch_size, self.training.seq_len,
-                    plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node, plan.expert_tp, kinds)
+                    plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node, plan.expert_tp, kinds,
+                    plan.moe_capacity_factor)
             kinds = pacing_layer_kinds(self.model, plan, lambda k: layer_seconds(times(k))) if mixed else None
             lt = self._layer_cache[key] = times(kinds or ())
         return lt
@@ -169,10 +170,12 @@ class Estimator:
         (cost_model.stage_memory)."""
         return stage_memory(self, plan, stage, recompute, num_recompute, per_stage)
 
-    def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool, etp: int = 0) -> tuple:
+    def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool, etp: int = 0,
+                                modules: tuple = ()) -> tuple:
         """Per layer and micro-batch, cached: (stored without recompute, stored under selective
-        recompute, stored under full recompute, backward working set). `etp`: the expert TP degree."""
-        key = ("act", b, s_local, tp, sp, etp)
+        recompute, stored under full recompute, backward working set). `etp`: the expert TP degree;
+        `modules`: ParallelPlan.recompute_modules."""
+        key = ("act", b, s_local, tp, sp, etp, modules)
         hit = self._layer_cache.get(key)
         if hit is None:
             flash, model = self.framework.flash_attention, self.model
@@ -183,7 +186,7 @@ class Estimator:
                     parts = activation_bytes_per_layer(model, b, s_local, tp, sp, flash, moe=moe, etp=etp)
                     stored += share * sum(parts.values())
                     selective += share * selective_kept_bytes(parts, self.framework.selective_recompute, model,
-                                                              b, s_local, tp, sp, moe=moe)
+                                                              b, s_local, tp, sp, moe=moe, modules=modules)
                     working += share * sum(activation_bytes_per_layer(model, b, s_local, tp, False, flash,
                                                                       moe=moe, etp=etp).values())
             hit = self._layer_cache[key] = (stored, selective,

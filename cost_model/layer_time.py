@@ -19,6 +19,7 @@ from cost_model.tables import ProfileTables
 BYTES_ACT = 2
 EXPERT_GEMMS = ("mlp_in", "mlp_out")
 """The routed experts' GEMMs in a MoE layer's `layer_gemms` (the router and shared experts run on every token)."""
+SHARED_GEMMS = ("shared_in", "shared_out")
 ATTN_BWD_FLOPS_RATIO = 2.5  # flash-attention backward does 2.5x the forward's matmul FLOPs (FA2 paper)
 
 
@@ -44,6 +45,17 @@ class LayerTimes:
     fp8_weight_cast_s: float = 0.0
     """fp8: one cast of this layer's weights (read bf16, write fp8: 3 B per weight); when and how often
     it happens is the framework's (Framework.fp8_weight_cast_per_microbatch, cost_model/step_time.py)."""
+    norm_fwd_s: float = 0.0
+    """Forward seconds of the submodules Megatron-Core's --recompute-modules names, already inside the
+    sums above (what a selective recompute of that module pays again, cost_model/step_time.py): the two
+    layer norms (layernorm), the routed experts' activation function (moe_act), the dense MLP (mlp),
+    the whole MoE block with its router, permutation and exposed dispatch/combine (moe), the shared
+    experts (shared_experts), MLA's up-projections (mla_up_proj)."""
+    moe_act_fwd_s: float = 0.0
+    mlp_fwd_s: float = 0.0
+    moe_fwd_s: float = 0.0
+    shared_fwd_s: float = 0.0
+    mla_up_fwd_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,8 @@ class Rates:
     """Framework.moe_load_imbalance (cost_model/moe_time.py)."""
     moe_a2a_overlap: bool = False
     """Framework.moe_a2a_overlap (cost_model/moe_time.py)."""
+    moe_padded_expert_gemm: bool = False
+    """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
 
 
 def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
@@ -82,13 +96,14 @@ def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> f
 
 def mean_layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
                      tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int,
-                     etp: int = 0, kinds: tuple = ()) -> LayerTimes:
+                     etp: int = 0, kinds: tuple = (), capacity_factor: float = 0.0) -> LayerTimes:
     """The mean over the model's layers (or over `kinds`, ((is_moe, window), count) pairs: one pipeline
     rank's layers, cost_model/layer_mix.py) of `layer_times`, each kind of layer (dense/MoE,
     window/global) weighted by how many layers it has: stage totals are layers x mean."""
     kinds = kinds or model.layer_kinds()
     per_kind = [(count, layer_times(model, tables, rates, micro_batch, seq_len, tp, cp, ep, sequence_parallel,
-                                    gpus_per_node, moe, window, etp)) for (moe, window), count in kinds]
+                                    gpus_per_node, moe, window, etp, capacity_factor))
+                for (moe, window), count in kinds]
     if len(per_kind) == 1:
         return per_kind[0][1]
     total = sum(n for n, _ in per_kind)
@@ -98,9 +113,11 @@ def mean_layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micr
 
 def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
                 tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int,
-                moe: bool | None = None, window: int = 0, etp: int = 0) -> LayerTimes:
+                moe: bool | None = None, window: int = 0, etp: int = 0,
+                capacity_factor: float = 0.0) -> LayerTimes:
     """One layer of the given kind (`moe`: MoE MLP or dense; `window`: sliding-window keys or 0;
-    `etp`: the expert tensor-parallel degree, 0 = tp)."""
+    `etp`: the expert tensor-parallel degree, 0 = tp; `capacity_factor`: the plan's
+    moe_capacity_factor, 0 = dropless)."""
     s_local = seq_len // cp
     tokens = micro_batch * s_local
     h = model.hidden_size
@@ -146,6 +163,15 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     fwd_bytes = BYTES_ACT * elems * tokens * rates.memory_scale
     op_bytes = BYTES_ACT * tokens * h / outside
     memory_fwd_s = memory_time_s(tables, fwd_bytes, op_bytes)
+    def mem_s(per_token_elems: float) -> float:
+        return memory_time_s(tables, BYTES_ACT * per_token_elems * tokens * rates.memory_scale, op_bytes)
+    norm_fwd_s = mem_s(model.num_layer_norms * 2 * h / outside)
+    per_width = 2 if model.mlp == "gelu" else 3
+    routed_act_s = mem_s(per_width * model.expert_ffn_size * model.num_experts_per_token / tp) if moe else 0.0
+    act_s = mem_s(mlp_activation_elems(model, moe) / tp)
+
+    def fwd_of(names) -> float:
+        return _gemms_time_s(tables, [g for g in gemms if g.name in names], rates)[0]
     memory_bwd_s = 2.0 * memory_fwd_s
     fp8_weight_cast_s = 0.0
     if rates.gemm_dtype == "fp8":
@@ -189,7 +215,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     # group, then gathers them over the etp ranks that split an expert; priced as one all-to-all of
     # the gathered size (tokens*k*h when etp = tp). The ep group's ranks are etp apart (expert rank
     # order tp-ep-dp: megatron/core/parallel_state.py core_v0.16.1 RankGenerator, order tp-cp-ep-dp-pp).
-    ep_fwd_s = ep_bwd_s = 0.0
+    ep_fwd_s = ep_bwd_s = moe_fwd_s = 0.0
     if moe:
         a2a_s = 0.0
         if ep > 1:
@@ -200,16 +226,22 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         expert_fwd_s, expert_bwd_s = _gemms_time_s(tables, [g for g in gemms if g.name in EXPERT_GEMMS], rates)
         mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn_fwd_s,
                              gemm_bwd_s + attn_bwd_s, tokens, tp, ep, etp, rates.memory_scale,
-                             rates.moe_load_imbalance, rates.moe_a2a_overlap)
+                             rates.moe_load_imbalance, rates.moe_a2a_overlap, capacity_factor,
+                             rates.moe_padded_expert_gemm)
         gemm_fwd_s, gemm_bwd_s = gemm_fwd_s + mt.imbalance_gemm_fwd_s, gemm_bwd_s + mt.imbalance_gemm_bwd_s
         memory_fwd_s, memory_bwd_s = memory_fwd_s + mt.permute_fwd_s, memory_bwd_s + mt.permute_bwd_s
         ep_fwd_s, ep_bwd_s = mt.a2a_fwd_s, mt.a2a_bwd_s
+        moe_fwd_s = (fwd_of(("router", *EXPERT_GEMMS, *SHARED_GEMMS)) + mt.imbalance_gemm_fwd_s + act_s
+                     + mt.permute_fwd_s + mt.a2a_fwd_s)
     return LayerTimes(
         gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn_fwd_s, attn_bwd_s=attn_bwd_s,
         memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_pass_s, tp_bwd_s=tp_pass_s,
         cp_fwd_s=cp_fwd_s, cp_bwd_s=cp_bwd_s, ep_fwd_s=ep_fwd_s, ep_bwd_s=ep_bwd_s,
         gemm_fwd_flops=sum(g.flops for g in gemms), attn_fwd_flops=attn_flops, tp_bytes=tp_bytes,
-        fp8_weight_cast_s=fp8_weight_cast_s)
+        fp8_weight_cast_s=fp8_weight_cast_s, norm_fwd_s=norm_fwd_s, moe_act_fwd_s=routed_act_s,
+        mlp_fwd_s=0.0 if moe else fwd_of(EXPERT_GEMMS) + act_s, moe_fwd_s=moe_fwd_s,
+        shared_fwd_s=fwd_of(SHARED_GEMMS) + act_s - routed_act_s if moe else 0.0,
+        mla_up_fwd_s=fwd_of(("q_up", "kv_up")))
 
 
 def head_times(model: ModelSpec, tables: ProfileTables, rates: Rates, tokens: int, tp: int,

@@ -80,17 +80,53 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
 
 
 def selective_kept_bytes(parts: dict, policy: str, model: ModelSpec, micro_batch: int, seq_len: int,
-                         tp: int, sequence_parallel: bool, moe: bool | None = None) -> float:
+                         tp: int, sequence_parallel: bool, moe: bool | None = None, modules: tuple = ()) -> float:
     """Stored bytes of a layer under selective recompute.
 
     "attention" (Megatron, Korthikanti 2022 sec. 5): the attention core is recomputed, so its
     s x s scores are not stored (nothing changes under flash attention, which never stores them).
     "ops" (torchtitan 0.3.0's SelectiveAC): `ops_saved_elems`.
+    `modules` (ParallelPlan.recompute_modules, Megatron-Core's names) replaces the policy: `module_freed_bytes`.
     """
+    if modules:
+        return sum(parts.values()) - sum(module_freed_bytes(parts, model, modules, model.is_moe if moe is None else moe))
     if policy == "ops":
         return BYTES_ACT * micro_batch * seq_len * ops_saved_elems(model, tp, sequence_parallel, moe) + \
             parts.get("softmax_stats", 0.0)
     return sum(v for k, v in parts.items() if k != "attention_scores")
+
+
+def module_freed_bytes(parts: dict, model: ModelSpec, modules: tuple, moe: bool) -> list:
+    """Bytes of `activation_bytes_per_layer` parts one layer stops storing when Megatron-Core recomputes
+    `modules` (--recompute-modules; megatron/core/transformer/transformer_config.py core_v0.16.1 lines
+    411-424): core_attn its s x s scores (nothing under flash attention); layernorm the two norms'
+    outputs, the QKV and MLP inputs (output-discarding checkpoint); moe_act the activation's output
+    (the gated product, 1 of 3 stored widths; GeLU's output, 1 of 2) of the routed experts; mlp (dense
+    layers) and moe (MoE layers) everything inside the MLP block but its input; shared_experts the
+    shared experts' share of the MLP activations; mla_up_proj the up-projected q, k, v."""
+    act = parts.get("mlp_activation", 0.0)
+    routed = model.expert_ffn_size * model.num_experts_per_token if moe else 0
+    shared = model.shared_expert_ffn_size if moe else 0
+    routed_share = routed / (routed + shared) if routed else 0.0
+    out_share = 1 / 2 if model.mlp == "gelu" else 1 / 3
+    freed = []
+    if "core_attn" in modules:
+        freed.append(parts.get("attention_scores", 0.0))
+    if "layernorm" in modules:
+        freed.append(parts["qkv_input"] + parts["mlp_input"])
+    if "mla_up_proj" in modules and model.is_mla:
+        freed.append(parts["qkv"])
+    if moe and "moe" in modules:
+        # The whole MoE block: routed and shared experts, their inputs and the router's scores.
+        freed.append(act + parts.get("expert_inputs", 0.0) + parts.get("router_scores", 0.0))
+    elif moe:
+        if "moe_act" in modules:
+            freed.append(out_share * routed_share * act)
+        if "shared_experts" in modules:
+            freed.append((1.0 - routed_share) * act)
+    elif "mlp" in modules:
+        freed.append(act)
+    return freed
 
 
 def ops_saved_elems(model: ModelSpec, tp: int, sequence_parallel: bool, moe: bool | None = None) -> float:

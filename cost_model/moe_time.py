@@ -55,15 +55,20 @@ class MoeTimes:
     """All-to-all seconds hidden under the other pass's compute (overlap on); not in the sum."""
 
 
-def expert_load_imbalance(setting: float, ep: int) -> float:
-    """The busiest expert-parallel rank's routed tokens over the mean rank's.
+def expert_load_imbalance(setting: float, ep: int, capacity_factor: float = 0.0, padded: bool = False) -> float:
+    """The busiest expert-parallel rank's routed tokens over the mean rank's (dropless routing's).
 
     `setting` is the framework's `moe_load_imbalance` (0: DEFAULT_EXPERT_LOAD_IMBALANCE). With ep = 1
     every rank holds every expert and runs all routed tokens of its micro-batch, so the imbalance
-    changes which expert gets the rows, not how many the rank runs: 1."""
-    if ep <= 1:
-        return 1.0
-    return setting if setting > 0 else DEFAULT_EXPERT_LOAD_IMBALANCE
+    changes which expert gets the rows, not how many the rank runs: 1. A capacity factor c > 0
+    (ParallelPlan.moe_capacity_factor) caps every expert at c x the mean and drops the rest
+    (Megatron-Core megatron/core/transformer/moe/moe_utils.py core_v0.16.1 lines 193-211 get_capacity,
+    ceil(tokens x topk / experts x c), applied by apply_router_token_dropping at line 800): the busiest
+    rank runs min(imbalance, c) x the mean. `padded` (Framework.moe_padded_expert_gemm): every local
+    expert runs the busiest one's rows, so with ep = 1 too the rank runs the imbalance x the mean (the
+    same default: the busiest expert rather than the busiest rank)."""
+    load = 1.0 if ep <= 1 and not padded else (setting if setting > 0 else DEFAULT_EXPERT_LOAD_IMBALANCE)
+    return min(load, capacity_factor) if capacity_factor > 0 else load
 
 
 def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> float:
@@ -85,13 +90,15 @@ def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> 
 def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: float,
                     expert_gemm_bwd_s: float, a2a_s: float, other_fwd_s: float, other_bwd_s: float,
                     tokens: int, tp: int, ep: int, etp: int, memory_scale: float,
-                    load_imbalance: float, a2a_overlap: bool) -> MoeTimes:
+                    load_imbalance: float, a2a_overlap: bool, capacity_factor: float = 0.0,
+                    padded_gemm: bool = False) -> MoeTimes:
     """The MoE terms of one layer.
 
     `expert_gemm_*_s`: the expert GEMMs at balanced routing; `a2a_s`: one pass's dispatch + combine
     at balanced routing; `other_*_s`: the pass's compute the all-to-all of the opposite pass can run
-    under (attention and GEMMs); `load_imbalance`: the framework's moe_load_imbalance."""
-    f = expert_load_imbalance(load_imbalance, ep)
+    under (attention and GEMMs); `load_imbalance`: the framework's moe_load_imbalance;
+    `capacity_factor`: the plan's moe_capacity_factor (0 = dropless)."""
+    f = expert_load_imbalance(load_imbalance, ep, capacity_factor, padded_gemm)
     permute_bytes = BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
     op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
     permute_fwd_s = permute_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))

@@ -62,7 +62,8 @@ SOURCES = {
     # out of sample only: no constant is fitted on a row with moe_num_experts (cost_model/splits.py).
     "MOEZOO": dict(source="megatron-moe-modelzoo"),
     "MCOREMOERM": dict(source="megatron-core-moe-readme"),
-    "KEMPNERMOE": dict(source="kempnerforge-moe"),
+    # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
+    "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={"moe_padded_expert_gemm": True}),
     "FLAGPERF": dict(source="flagperf"),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
@@ -80,6 +81,8 @@ fields): head width, q/k norms, q/k/v bias, shared experts (shared_expert_ffn_si
 layers (num_dense_layers). None of the MoE rows' models has shared experts or dense layers (Mixtral,
 Qwen3-235B-A22B, KempnerForge's and FlagPerf's test models: every layer MoE, per their notes)."""
 _ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
+_RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
+"""Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
 
 FRAMEWORK_FACTS = {
     "megatron-core": "megatron-core", "nemo-megatron-core": "megatron-core",
@@ -274,7 +277,9 @@ def row_to_run(row: dict) -> PublishedRun:
     plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, sequence_parallel=sp, zero_stage=zero,
                         micro_batch_size=mb, num_microbatches=max(1, m), recompute=recompute,
                         recompute_num_layers=0, ep=(_int(row, "ep", 1) if moe else 1),
-                        etp=0 if etp == tp else etp)
+                        etp=0 if etp == tp else etp,
+                        recompute_modules=tuple(next(iter(_RECOMPUTE_MODULES.findall(row["notes"])), "").split())
+                        if recompute == "selective" else ())
     if recompute == "full":
         # Every layer of every stage (the largest stage bounds the count).
         plan = plan.replace(recompute_num_layers=plan.layers_per_stage(layers))

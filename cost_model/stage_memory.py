@@ -143,7 +143,7 @@ def _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, 
     """One phase: every stored activation, one layer's backward working set and the logits
     (Korthikanti et al. 2022 named tensors, cost_model/memory.py)."""
     full_layer, selective_layer, input_only, working_layer = est._layer_activation_bytes(
-        b, s, plan.tp, plan.sequence_parallel, plan.expert_tp)
+        b, s, plan.tp, plan.sequence_parallel, plan.expert_tp, plan.recompute_modules)
     layer_bytes = selective_layer if recompute == "selective" else full_layer
     stored = kept * layer_bytes + (per_stage - kept) * input_only
     # Backward of one layer: its activation gradients (about one layer's activations, with the

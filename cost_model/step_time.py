@@ -202,8 +202,21 @@ def _tp_exposed_fwd_s(plan: ParallelPlan, sw, lt) -> float:
 def _recompute_terms(plan: ParallelPlan, sw, lt, per_stage: int) -> tuple:
     """(seconds, flops) recomputed per micro-batch on a rank with `per_stage` layers.
 
-    Korthikanti 2022 sec. 5: selective reruns the attention core of every layer; full reruns the
-    whole forward (with its TP traffic) of min(recompute_num_layers, per_stage) layers."""
+    Korthikanti 2022 sec. 5: selective reruns the attention core of every layer (or the submodules
+    the plan names, Megatron-Core's --recompute-modules); full reruns the whole forward (with its TP
+    traffic) of min(recompute_num_layers, per_stage) layers. The recomputed FLOPs count the attention
+    core only for the named modules (the GEMM FLOPs of moe/mlp recompute are left out of the hardware
+    FLOPs: a known undercount of MFU's hardware counterpart, not of time)."""
+    if plan.recompute == "selective" and plan.recompute_modules:
+        # Megatron-Core --recompute-modules: each named submodule's forward runs again in backward.
+        mods = plan.recompute_modules
+        seconds = {"core_attn": lt.attn_fwd_s, "layernorm": lt.norm_fwd_s, "mlp": lt.mlp_fwd_s,
+                   "mla_up_proj": lt.mla_up_fwd_s, "moe": lt.moe_fwd_s,
+                   # inside "moe" when both are named
+                   "moe_act": 0.0 if "moe" in mods else lt.moe_act_fwd_s,
+                   "shared_experts": 0.0 if "moe" in mods else lt.shared_fwd_s}
+        flops = lt.attn_fwd_flops if "core_attn" in mods else 0.0
+        return per_stage * sum(seconds[m] for m in set(mods)), per_stage * flops
     if plan.recompute == "selective" and sw.selective_recompute == "ops":
         # Every other matmul and all memory-bound ops rerun; attention's output is saved.
         return per_stage * (0.5 * lt.gemm_fwd_s + lt.memory_fwd_s), per_stage * 0.5 * lt.gemm_fwd_flops

@@ -20,6 +20,7 @@ from autoplan.cli.search_cmd import (
     DEFAULT_DTYPE, add_budget_arguments, add_output_arguments, add_pin_arguments, add_problem_arguments, emit,
     positive_int, set_budget,
 )
+from autoplan.specs.choices import RECOMPUTE_MODULES
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK
 
 
@@ -32,6 +33,12 @@ def register(subparsers) -> None:
                          "dp what --gpus leaves)")
     p.add_argument("--recompute-layers", type=positive_int, default=None, metavar="N",
                    help="with --recompute full: layers per stage to recompute (default: the fewest that fit, at least 1)")
+    p.add_argument("--recompute-modules", nargs="+", default=None, metavar="NAME", choices=RECOMPUTE_MODULES,
+                   help="with --recompute selective: the submodules to recompute, Megatron-Core's names "
+                        f"({', '.join(RECOMPUTE_MODULES)}; megatron-core only)")
+    p.add_argument("--moe-capacity-factor", type=float, default=None, metavar="C",
+                   help="MoE only: tokens per expert capped at C x the mean, the rest dropped "
+                        "(Megatron-Core --moe-expert-capacity-factor; default: dropless)")
     p.add_argument("--calibration", default=None, metavar="PATH",
                    help="a calibration file from `autoplan calibrate` to apply")
     add_budget_arguments(p)
@@ -43,7 +50,7 @@ def register(subparsers) -> None:
 # (--framework, --gpu, --profile and --calibration re-score the file's plan another way: allowed.)
 _PLAN_FLAGS = ("--model", "--gpus", "--gpus-per-node", "--global-batch", "--seq-len",
                "--dp", "--tp", "--pp", "--cp", "--vpp", "--ep", "--micro-batch", "--zero", "--recompute",
-               "--sequence-parallel", "--recompute-layers", "--dtype")
+               "--sequence-parallel", "--recompute-layers", "--dtype", "--recompute-modules", "--moe-capacity-factor")
 
 
 def _plan_from_file(args):
@@ -97,7 +104,11 @@ def _plan_from_flags(args):
                         sequence_parallel=bool(args.sequence_parallel), zero_stage=args.zero or 0,
                         micro_batch_size=mbs, num_microbatches=training.global_batch_size // (dp * mbs),
                         recompute=recompute,
-                        recompute_num_layers=-(-model.num_layers // pp) if recompute == "full" else 0)
+                        recompute_num_layers=-(-model.num_layers // pp) if recompute == "full" else 0,
+                        recompute_modules=tuple(args.recompute_modules or ()),
+                        moe_capacity_factor=args.moe_capacity_factor or 0.0)
+    if args.recompute_modules and recompute != "selective":
+        raise AutoplanError(f"--recompute-modules needs --recompute selective, got --recompute {recompute}")
     if args.recompute_layers is not None and recompute != "full":
         raise AutoplanError(f"--recompute-layers needs --recompute full, got --recompute {recompute}")
     if recompute == "full":

@@ -106,6 +106,10 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
         if par.etp:
             # Only when the plan sets it: absent, Megatron takes etp = tp (arguments.py lines 410-411).
             args.append(("--expert-tensor-parallel-size", par.etp))
+        if par.moe_capacity_factor:
+            # Absent: dropless (transformer_config.py core_v0.16.1 lines 690-691); tokens over an
+            # expert's capacity are dropped by lowest routing probability (the default policy "probs").
+            args.append(("--moe-expert-capacity-factor", par.moe_capacity_factor))
         if model.moe_ffn_hidden_size:
             args.append(("--moe-ffn-hidden-size", model.expert_ffn_size))
         if model.shared_expert_ffn_size:
@@ -201,7 +205,10 @@ def _batch_args(doc: PlanDocument) -> list:
 def _recompute_args(doc: PlanDocument, notes: list) -> list:
     par = doc.parallel
     if par.recompute == "selective":
-        return [("--recompute-granularity", "selective")]
+        # Without --recompute-modules Megatron recomputes core_attn (transformer_config.py core_v0.16.1
+        # lines 1193-1194), the plan's "selective" without modules.
+        modules = [("--recompute-modules", *par.recompute_modules)] if par.recompute_modules else []
+        return [("--recompute-granularity", "selective")] + modules
     if par.recompute != "full":
         return []
     num_layers = par.recompute_num_layers

@@ -17,6 +17,9 @@ DTYPES = ("bf16", "fp16", "fp8", "fp32")
 
 # ParallelPlan
 RECOMPUTE_POLICIES = ("none", "selective", "full")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+"""Megatron-Core's --recompute-modules choices (megatron/core/transformer/transformer_config.py
+core_v0.16.1 lines 411-424 and the allowed set at lines 1197-1211)."""
 
 # Measurement
 STATUSES = ("ok", "oom", "error")

@@ -138,6 +138,11 @@ class Framework:
     """Routed tokens of the busiest expert-parallel rank over the mean (a measured max/mean load);
     0: the published default of cost_model/moe_time.py (dropless, auxiliary-loss router); 1: balanced
     routing (Megatron-Core --moe-router-force-load-balancing, a benchmark setting)."""
+    moe_padded_expert_gemm: bool = False
+    """The grouped expert GEMM runs every local expert over the busiest one's token count (inputs
+    zero-padded to (experts, max tokens, h)), so the routed-token imbalance costs GEMM time even
+    without expert parallelism (KempnerForge kempnerforge/model/moe.py @abbbac33 grouped_expert_forward,
+    lines 55-73). False: GEMMs over each expert's own tokens (Megatron-Core TEGroupedMLP, torchtitan)."""
     dp_comm_overlap: float = 0.8
     """Fraction of the overlappable compute window the DP/FSDP collectives can hide behind."""
     dp_param_gather_overlap: bool = False
@@ -234,6 +239,12 @@ class Framework:
     """Experts split over their own tensor-parallel degree (etp != tp), so that the expert-parallel
     group may span tensor- and context-parallel ranks too (Megatron-Core's MoE parallel folding,
     --expert-tensor-parallel-size). Without it, experts are split over tp and ep divides dp*cp."""
+    recompute_modules: bool = False
+    """Selective recompute of named submodules (ParallelPlan.recompute_modules: Megatron-Core's
+    --recompute-modules); without it "selective" means the framework's one policy."""
+    moe_capacity_factor: bool = False
+    """Capacity-limited routing that drops the tokens over an expert's capacity
+    (ParallelPlan.moe_capacity_factor); without it the framework's MoE is dropless only."""
     min_microbatches_per_stage: bool = False
     """The 1F1B schedule needs at least as many micro-batches as pipeline stages."""
     tied_embeddings_one_stage: bool = False
@@ -345,6 +356,12 @@ class Framework:
                    "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")
         if self.sequence_parallel == "never" and plan.sequence_parallel:
             refuse("has no sequence parallelism", "sp_never", "plan with --no-sequence-parallel")
+        if plan.recompute_modules and not self.recompute_modules:
+            refuse(f"has no per-module selective recompute, got recompute_modules={list(plan.recompute_modules)}",
+                   "recompute_modules", "plan without recompute_modules, or for --framework megatron-core")
+        if plan.moe_capacity_factor and not self.moe_capacity_factor:
+            refuse(f"routes dropless only (no expert capacity), got moe_capacity_factor={plan.moe_capacity_factor}",
+                   "moe_capacity_factor", "plan without moe_capacity_factor (dropless), or for --framework megatron-core")
         if plan.expert_tp != plan.tp and not self.expert_tensor_parallel:
             refuse(f"splits experts over the tensor-parallel ranks (no expert TP of their own), got etp={plan.etp}, "
                    f"tp={plan.tp}", "expert_tp", "plan without etp (etp = tp), or for --framework megatron-core")

@@ -176,7 +176,8 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
         fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
-        expert_tensor_parallel=True, dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
+        expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True,
+        dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
         dp_sync_per_virtual_stage=True,
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
@@ -215,6 +216,11 @@ FRAMEWORKS = {f.name: f for f in (
                                      "lines 671-690; main of 2026-08-22 lines 1118-1170); only PyTorch FSDP2 "
                                      "(--use-torch-fsdp2) refuses pipeline and expert parallelism (core_v0.16.1 "
                                      "lines 603-622), and the export does not use it",
+                 "recompute_modules": "--recompute-granularity selective --recompute-modules (megatron/core/"
+                                      "transformer/transformer_config.py core_v0.16.1 lines 411-424, 1193-1221)",
+                 "moe_capacity_factor": "--moe-expert-capacity-factor, None = dropless (transformer_config.py "
+                                        "core_v0.16.1 lines 690-691; with aux-loss or no load balancing only, "
+                                        "lines 1105-1128)",
                  "expert_tensor_parallel": "--expert-tensor-parallel-size (default tp: megatron/training/arguments.py "
                                            "core_v0.16.1 lines 410-411); the expert ranks are tp*cp*dp regrouped "
                                            "as etp x ep x edp, so ep*etp must divide tp*cp*dp "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from autoplan.specs.choices import RECOMPUTE_POLICIES
+from autoplan.specs.choices import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
 from autoplan.specs.errors import InfeasiblePlan, SchemaError
 from autoplan.specs.schemas import validate_parallel
 from autoplan.specs.validation import Issues
@@ -49,6 +49,14 @@ class ParallelPlan:
     --expert-tensor-parallel-size). 0 = tp, Megatron's own default when the flag is absent
     (megatron/training/arguments.py core_v0.16.1 lines 410-411, parallel_state.py lines 786-787),
     which is also every plan made before the field existed; only megatron-core runs etp != tp."""
+    recompute_modules: tuple = ()
+    """Under recompute="selective": the submodules each layer recomputes, by Megatron-Core's names
+    (--recompute-modules, autoplan.specs.choices.RECOMPUTE_MODULES). () = the framework's own selective
+    recompute (Megatron's default ["core_attn"]: transformer_config.py core_v0.16.1 lines 1193-1194)."""
+    moe_capacity_factor: float = 0.0
+    """Tokens an expert takes per micro-batch, as a multiple of the mean (top-k x tokens / experts);
+    the rest are dropped (Megatron-Core --moe-expert-capacity-factor, transformer_config.py
+    core_v0.16.1 lines 690-691). 0 = dropless, Megatron's default."""
 
     @property
     def expert_tp(self) -> int:
@@ -118,10 +126,13 @@ class ParallelPlan:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """Every field; etp only when set, so the plan files (and plan ids) without it stay as they were."""
+        """Every field; etp, recompute_modules and moe_capacity_factor only when set, so the plan files (and plan ids) without it stay as they were."""
         d = asdict(self)
-        if not d["etp"]:
-            del d["etp"]
+        for key in ("etp", "recompute_modules", "moe_capacity_factor"):
+            if not d[key]:
+                del d[key]
+        if "recompute_modules" in d:
+            d["recompute_modules"] = list(d["recompute_modules"])
         return d
 
     @classmethod
@@ -136,6 +147,8 @@ class ParallelPlan:
         issues = Issues(what)
         validate_parallel(data, issues, prefix="")
         issues.raise_if_any()
+        if "recompute_modules" in data:
+            data = {**data, "recompute_modules": tuple(data["recompute_modules"])}
         return cls(**data)
 
     def check(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
@@ -210,6 +223,10 @@ class ParallelPlan:
             raise InfeasiblePlan(
                 f"recompute_num_layers counts fully recomputed layers; it must be 0 with "
                 f"recompute={self.recompute!r}, got {self.recompute_num_layers}", "recompute_layers")
+        self._check_recompute_modules(model)
+        if self.moe_capacity_factor < 0 or (self.moe_capacity_factor and not model.is_moe):
+            raise InfeasiblePlan(f"moe_capacity_factor must be 0 (dropless) or positive, for a mixture-of-experts "
+                                 f"model only, got {self.moe_capacity_factor}", "moe_capacity_factor")
         if (self.ep > 1 or self.expert_tp != self.tp) and not model.is_moe:
             raise InfeasiblePlan(f"ep={self.ep} and etp={self.etp} need a mixture-of-experts model",
                                  "ep_needs_moe")
@@ -229,3 +246,19 @@ class ParallelPlan:
                 raise InfeasiblePlan(
                     f"etp must divide the expert's inner size, got etp={etp}, "
                     f"expert ffn size={model.expert_ffn_size}", "etp_divides_ffn")
+
+    def _check_recompute_modules(self, model: ModelSpec) -> None:
+        """Megatron-Core's rules for --recompute-modules (transformer_config.py core_v0.16.1 lines
+        1196-1221): known names, under selective granularity; mla_up_proj needs MLA (moe_act also
+        needs grouped GEMM, which autoplan's MoE always assumes). A module the model lacks (mlp in an
+        all-MoE model) recomputes nothing, as in Megatron."""
+        if not self.recompute_modules:
+            return
+        unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if unknown or self.recompute != "selective":
+            raise InfeasiblePlan(
+                f"recompute_modules must name modules of {RECOMPUTE_MODULES} under recompute='selective', got "
+                f"recompute={self.recompute!r}, recompute_modules={list(self.recompute_modules)}", "recompute_modules")
+        if "mla_up_proj" in self.recompute_modules and not model.is_mla:
+            raise InfeasiblePlan("recompute_modules names mla_up_proj, which needs multi-latent attention "
+                                 f"(an MLA model), got model {model.name!r}", "recompute_modules")

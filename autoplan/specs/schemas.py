@@ -9,7 +9,8 @@ Bounds and the field readers are in `autoplan.specs.validation`.
 from __future__ import annotations
 
 from autoplan.specs.choices import (
-    COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, POSITION_KINDS, RECOMPUTE_POLICIES, SCOPES, STATUSES,
+    COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, POSITION_KINDS, RECOMPUTE_MODULES, RECOMPUTE_POLICIES, SCOPES,
+    STATUSES,
 )
 from autoplan.specs.validation import (
     MAX_BYTES_PER_S, MAX_EXPERTS, MAX_FFN, MAX_FLOPS_PER_S, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_HEAD_DIM,
@@ -88,6 +89,13 @@ def validate_parallel(data: dict, issues: Issues, prefix: str = "parallel") -> N
         take_int(data, key, issues, prefix, low, high, required)
     take_bool(data, "sequence_parallel", issues, prefix, required=False)
     take_str(data, "recompute", issues, prefix, RECOMPUTE_POLICIES, required=False)
+    modules = take_list(data, "recompute_modules", issues, prefix, required=False)
+    for i, name in enumerate(modules or ()):
+        if name not in RECOMPUTE_MODULES:
+            issues.add(f"{prefix}.recompute_modules[{i}]" if prefix else f"recompute_modules[{i}]",
+                       f"must be one of {', '.join(RECOMPUTE_MODULES)}", name)
+    # 0 = dropless (Megatron-Core's default: no --moe-expert-capacity-factor)
+    take_float(data, "moe_capacity_factor", issues, prefix, 0.0, 100.0, positive=False, required=False)
 
 
 def validate_plan(data: dict, issues: Issues, framework=None) -> None:
