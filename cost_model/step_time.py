@@ -244,8 +244,8 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
     calls = dp_collective_calls(sw, plan.zero_stage, group, params, per_stage)
 
-    def collectives_s(op: str, num_bytes: float) -> float:
-        return calls * tables.collective_time_s(op, num_bytes / calls, group, rpn)
+    def collectives_s(op: str, num_bytes: float, n: int = calls) -> float:
+        return n * tables.collective_time_s(op, num_bytes / n, group, rpn)
 
     if plan.zero_stage == 0:
         total = collectives_s("all_reduce", grad_bytes)
@@ -257,7 +257,9 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
         # Weights re-gathered for forward and backward of every micro-batch; with a pipeline they
         # stay gathered across micro-batches (torchtitan: no reshard after forward under PP).
         rounds = 1 if plan.pp > 1 else m
-        per_round = 2 * collectives_s("all_gather", weight_bytes) + collectives_s("reduce_scatter", grad_bytes)
+        gathers = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
+        per_round = (2 * collectives_s("all_gather", weight_bytes, gathers)
+                     + collectives_s("reduce_scatter", grad_bytes))
         total = rounds * per_round
         wire = rounds * (2 * weight_bytes + grad_bytes)
     # Overlap: ZeRO 0-2 reduce during the last micro-batch's backward; ZeRO-3 prefetches during

@@ -86,6 +86,10 @@ class Framework:
     zero3_max_live_params: float = 0.0
     """ZeRO-3 gathered parameters held at once (DeepSpeed stage3_max_live_parameters); 0: FSDP units
     (one layer and its prefetched neighbour)."""
+    zero3_gather_per_tensor: bool = False
+    """ZeRO-3 gathers each parameter tensor with its own all-gather (DeepSpeed before coalesced
+    gathers: partition_parameters.py `_allgather_param`, one torch.distributed.all_gather per
+    parameter, v0.3.13-0.5), each paying the collective's latency; else one gather per layer."""
     zero3_reduce_bucket_params: float = 0.0
     """ZeRO-3 gradients awaiting reduce-scatter (DeepSpeed reduce_bucket_size); 0: one layer's."""
     runtime_bytes: float = 0.5 * 2 ** 30
