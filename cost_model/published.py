@@ -291,6 +291,11 @@ def row_to_run(row: dict) -> PublishedRun:
         # which gathered parameters one tensor at a time (Framework.zero3_gather_per_tensor).
         framework = "deepspeed"
         then["zero3_gather_per_tensor"] = True
+    if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:
+        # InternEvo's Hybrid ZeRO over every DP rank syncs the weights by one broadcast per rank
+        # (Framework.zero1_broadcast_sync); a shard group inside a node (zero1=8 or 4) broadcasts over
+        # NVLink, below what the plan (ZeRO over all of dp) resolves.
+        then["zero1_broadcast_sync"] = True
     notes = row["notes"]
     mem = _PEAK_MEMORY.search(notes)
     reported_memory = float(mem.group(1)) * (2 ** 30 if mem.group(2) == "GiB" else 1e9) if mem else None

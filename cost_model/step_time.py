@@ -250,6 +250,13 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     if plan.zero_stage == 0:
         total = collectives_s("all_reduce", grad_bytes)
         wire = 2.0 * grad_bytes
+    elif plan.zero_stage in (1, 2) and sw.zero1_broadcast_sync:
+        # The gradients reduce under the backward as below; the weights come back after the step as
+        # one broadcast from each rank of the group (NCCL prices a broadcast as a ring, as it does an
+        # all-gather: src/graph/tuning.cc), every one of them exposed.
+        total = collectives_s("reduce_scatter", grad_bytes)
+        broadcasts_s = collectives_s("all_gather", weight_bytes, group)
+        wire = grad_bytes + weight_bytes
     elif plan.zero_stage in (1, 2):
         total = collectives_s("reduce_scatter", grad_bytes) + collectives_s("all_gather", weight_bytes)
         wire = grad_bytes + weight_bytes
@@ -279,6 +286,9 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
     # so a fitted fraction of the overlapped time still lands on the step.
     exposed = max(total - hidden, tail) + sw.overlap_contention * hidden
+    if sw.zero1_broadcast_sync and plan.zero_stage in (1, 2):
+        broadcasts_s /= sw.dp_bandwidth_scale
+        exposed, total = exposed + broadcasts_s, total + broadcasts_s
     return exposed, total, wire
 
 
