@@ -87,30 +87,41 @@ def _encode(values: dict) -> list:
     return [math.log(values[name]) if log else values[name] for name, _, _, _, _, log in PARAMETERS]
 
 
-def mean_abs_log_error(runs: list, constants: Constants) -> float:
+WEIGHTINGS = {"rows": 0.0, "sqrt": 0.5, "sources": 1.0}
+"""Each row's weight in the objective is n^-alpha, n its source's row count: "rows" counts every row
+once, "sources" every source once however many rows it published, "sqrt" between the two."""
+
+
+def mean_abs_log_error(runs: list, constants: Constants, weighting: str = "rows") -> float:
+    """The weighted mean |log(predicted/measured)| over the predicted rows (WEIGHTINGS)."""
     results = [r for r in predict_runs(runs, constants) if not r.skipped]
-    return statistics.fmean(abs(math.log(r.predicted_tokens_per_s_per_gpu / r.run.measured_tokens_per_s_per_gpu))
-                            for r in results)
+    per_source = {}
+    for r in results:
+        per_source[r.run.source] = per_source.get(r.run.source, 0) + 1
+    alpha = WEIGHTINGS[weighting]
+    weights = [per_source[r.run.source] ** -alpha for r in results]
+    errors = [abs(math.log(r.predicted_tokens_per_s_per_gpu / r.run.measured_tokens_per_s_per_gpu)) for r in results]
+    return sum(w * e for w, e in zip(weights, errors)) / sum(weights)
 
 
-def fit(runs: list, max_evals: int = 3000, start: dict | None = None) -> tuple:
+def fit(runs: list, max_evals: int = 3000, start: dict | None = None, weighting: str = "rows") -> tuple:
     bounds = [(math.log(lo), math.log(hi)) if log else (lo, hi) for _, _, _, _, (lo, hi), log in PARAMETERS]
     x = _encode({name: (start or {}).get(name, init) for name, _, _, init, _, _ in PARAMETERS})
     objective, evals = float("inf"), 0
     # Powell restarted from its own answer escapes some of the shallow local minima.
     for _ in range(2):
-        res = minimize(lambda v: mean_abs_log_error(runs, constants_from(_decode(v))), x, method="Powell",
+        res = minimize(lambda v: mean_abs_log_error(runs, constants_from(_decode(v)), weighting), x, method="Powell",
                        bounds=bounds, options={"maxfev": max_evals // 2, "xtol": 1e-3, "ftol": 1e-5})
         evals += int(res.nfev)
         if res.fun < objective:
             x, objective = res.x, float(res.fun)
     values = _decode(x)
-    base = mean_abs_log_error(runs, constants_from(values))
+    base = mean_abs_log_error(runs, constants_from(values), weighting)
     # A parameter no training row depends on (the held-out source was its only evidence) is not
     # fitted: it is dropped and its frameworks keep their documented default, as a new one would.
     for name, _, _, init, (lo, hi), _ in PARAMETERS:
         probe = dict(values, **{name: hi if values[name] < (lo + hi) / 2 else lo})
-        if abs(mean_abs_log_error(runs, constants_from(probe)) - base) < 1e-12:
+        if abs(mean_abs_log_error(runs, constants_from(probe), weighting) - base) < 1e-12:
             del values[name]
     return values, objective, evals
 
@@ -132,9 +143,9 @@ def _held_out(runs: list, split: str, group: str) -> tuple:
 
 
 def _fit_job(job: tuple) -> tuple:
-    split, group, max_evals, start = job
+    split, group, max_evals, start, weighting = job
     train, _ = _held_out(fit_rows(load_published_runs()), split, group)
-    return (refit_key(split, group), *fit(train, max_evals, start))
+    return (refit_key(split, group), *fit(train, max_evals, start, weighting))
 
 
 def _held_out_entry(runs: list, split: str, group: str, values: dict, objective: float) -> dict:
@@ -155,13 +166,15 @@ def main(argv=None) -> int:
     ap.add_argument("--refit-evals", type=int, default=800,
                     help="evaluations per out-of-sample refit (each starts from the full fit)")
     ap.add_argument("--jobs", type=int, default=2, help="refits run in parallel")
+    ap.add_argument("--weighting", choices=tuple(WEIGHTINGS), default="rows",
+                    help="rows: every row counts once; sources: every source once; sqrt: between")
     args = ap.parse_args(argv)
 
     # The MoE rows are validation-only: no fit sees them (`autoplan validate` scores them as the split "moe").
     runs = fit_rows(load_published_runs())
     if args.holdout:
         train = [r for r in runs if r.source != args.holdout]
-        values, objective, evals = fit(train, args.max_evals)
+        values, objective, evals = fit(train, args.max_evals, weighting=args.weighting)
         for name in values:
             print(f"  {name:30s} {values[name]:.4g}")
         print(f"objective mean|log ratio| = {objective:.4f} after {evals} evaluations")
@@ -175,8 +188,9 @@ def main(argv=None) -> int:
     # Start from the previous fit's values (a shorter search); the defaults above where absent.
     from cost_model.constants import load_constants
     previous = load_constants().provenance.get("parameters", {})
-    values, objective, evals = fit(runs, args.max_evals, previous)
-    jobs = [(split, group, args.refit_evals, values) for split in SPLITS for group in split_groups(runs, split)]
+    values, objective, evals = fit(runs, args.max_evals, previous, args.weighting)
+    jobs = [(split, group, args.refit_evals, values, args.weighting)
+            for split in SPLITS for group in split_groups(runs, split)]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         fits = {key: (v, o, e) for key, v, o, e in pool.map(_fit_job, jobs)}
     for name in values:
@@ -185,7 +199,7 @@ def main(argv=None) -> int:
     summary = summarize(predict_runs(runs, constants_from(values)))
     _report(summary, "all published runs with the fitted constants")
     held_out = {refit_key(split, group): _held_out_entry(runs, split, group, *fits[refit_key(split, group)][:2])
-                for split, group, _, _ in jobs}
+                for split, group, _, _, _ in jobs}
     for key, entry in held_out.items():
         mape = entry["provenance"]["held_out_mape"]
         print(f"  held out {key:32s} MAPE {'no row predicted' if mape is None else f'{mape:6.1%}'} "
@@ -197,7 +211,7 @@ def main(argv=None) -> int:
         "rows_used": a["num_rows"],
         "rows_per_source": {k: v["num_rows"] for k, v in a["per_source"].items()},
         "rows_skipped": [s["id"] for s in summary["skipped"]],
-        "objective": "mean |log(predicted/measured)| tokens/s/GPU, Powell",
+        "objective": f"mean |log(predicted/measured)| tokens/s/GPU ({args.weighting} weighted), Powell",
         "objective_value": objective,
         "mape": a["mape"], "mape_bf16_fp16": a["bf16_fp16"]["mape"],
         "mape_per_source": {k: v["mape"] for k, v in a["per_source"].items()},

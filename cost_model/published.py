@@ -127,8 +127,9 @@ class PublishedRun:
     fp8_rowwise: bool
     """fp8 with row-wise scales (torchao's "rowwise" recipe, from the run's id or fp8_recipe)."""
     measured_tokens_per_s_per_gpu: float
-    flash_attention: bool = True
-    """False for a row that ran its framework without fused attention (a paper's baseline row)."""
+    flash_attention: bool | None = None
+    """What the row states of fused attention where it differs from its framework's default: False
+    for a paper's baseline row without it, True for a run that turned it on; None: the default."""
     tp_comm_overlap: bool = False
     """Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers) was on (column tp_comm_overlap)."""
     nic_bytes_per_s: float | None = None
@@ -153,8 +154,8 @@ class PublishedRun:
             overrides["tp_comm_overlap"] = framework.async_tp_overlap
         # What the run stated (an empty cell: off, Megatron-LM's default), not the framework's default.
         overrides["tp_comm_gemm_overlap"] = self.tp_comm_overlap
-        if not self.flash_attention:
-            overrides["flash_attention"] = False
+        if self.flash_attention is not None:
+            overrides["flash_attention"] = self.flash_attention
         if self.fp8_rowwise:
             overrides["fp8_rowwise"] = True
         return framework.with_overrides(**overrides)
@@ -289,8 +290,17 @@ def row_to_run(row: dict) -> PublishedRun:
         framework = FRAMEWORK_FACTS.get(framework, framework)
     if prefix == "MTNLG":
         framework = "megatron-deepspeed"    # 2021: fused softmax, no flash attention
+    then = dict(facts.get("framework_then", {}))
     if prefix == "N21" and zero == 3:
-        framework = "deepspeed"     # Table 2's ZeRO-3 baseline ran on DeepSpeed
+        # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (ZeRO-3 came with v0.3.13, 2021-03),
+        # which gathered parameters one tensor at a time (Framework.zero3_gather_per_tensor).
+        framework = "deepspeed"
+        then["zero3_gather_per_tensor"] = True
+    if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:
+        # InternEvo's Hybrid ZeRO over every DP rank syncs the weights by one broadcast per rank
+        # (Framework.zero1_broadcast_sync); a shard group inside a node (zero1=8 or 4) broadcasts over
+        # NVLink, below what the plan (ZeRO over all of dp) resolves.
+        then["zero1_broadcast_sync"] = True
     notes = row["notes"]
     mem = _PEAK_MEMORY.search(notes)
     reported_memory = float(mem.group(1)) * (2 ** 30 if mem.group(2) == "GiB" else 1e9) if mem else None
@@ -301,8 +311,10 @@ def row_to_run(row: dict) -> PublishedRun:
         async_tp=("asyncTP" in notes or "AsyncTP" in notes) and framework == "torchtitan",
         tp_comm_overlap=facts.get("tp_comm_overlap", False) and framework == "megatron-core",
         fp8_rowwise="rowwise" in row["id"] or facts.get("fp8_recipe") == "rowwise",
-        # The FlashAttention-2 paper's baselines name their attention in the model column.
-        flash_attention="no flashattention" not in row["model_name"].lower(),
+        # The FlashAttention-2 paper's baselines name their attention in the model column; the
+        # Megatron-DeepSpeed long-sequence README's "New" rows ran its script's --use-flash-attn-triton
+        # (the rebase added FlashAttention: examples_deepspeed/rebase/README.md), its "Old" rows not.
+        flash_attention=_stated_flash_attention(prefix, row),
         nic_bytes_per_s=facts.get("nic_bytes_per_s"),
         reported_peak_memory_bytes=reported_memory,
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
@@ -310,8 +322,21 @@ def row_to_run(row: dict) -> PublishedRun:
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
         # another FSDP stack with its own whole-logit loss), so none takes that fact.
         framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
-                              **facts.get("framework_then", {}), **(moe_run_facts(notes) if moe else {})}.items()),
+                              **then, **(moe_run_facts(notes) if moe else {})}.items()),
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
+
+
+def _stated_flash_attention(prefix: str, row: dict) -> bool | None:
+    """Fused attention where a row states it against its framework's default. The FlashAttention-2
+    paper's baselines name their attention in the model column. The Megatron-DeepSpeed long-sequence
+    README compares its rebased code, whose script runs --use-flash-attn-triton, with the code before
+    the rebase, which had no FlashAttention (the rebase added it: examples_deepspeed/rebase/README.md,
+    "Enabled FlashAttention v1 and v2"): its "Old" rows ran the fused softmax."""
+    if "no flashattention" in row["model_name"].lower():
+        return False
+    if prefix == "MDS" and "Old Megatron-DeepSpeed" in row["published_metric"]:
+        return False
+    return None
 
 
 def load_published_runs(path: str | Path = PUBLISHED_RUNS_PATH) -> list:

@@ -257,12 +257,19 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
     calls = dp_collective_calls(sw, plan.zero_stage, group, params, per_stage)
 
-    def collectives_s(op: str, num_bytes: float) -> float:
-        return calls * tables.collective_time_s(op, num_bytes / calls, group, rpn)
+    def collectives_s(op: str, num_bytes: float, n: int = calls) -> float:
+        return n * tables.collective_time_s(op, num_bytes / n, group, rpn)
 
     if plan.zero_stage == 0:
         total = collectives_s("all_reduce", grad_bytes)
         wire = 2.0 * grad_bytes
+    elif plan.zero_stage in (1, 2) and sw.zero1_broadcast_sync:
+        # The gradients reduce under the backward as below; the weights come back after the step as
+        # one broadcast from each rank of the group (NCCL prices a broadcast as a ring, as it does an
+        # all-gather: src/graph/tuning.cc), every one of them exposed.
+        total = collectives_s("reduce_scatter", grad_bytes)
+        broadcasts_s = collectives_s("all_gather", weight_bytes, group)
+        wire = grad_bytes + weight_bytes
     elif plan.zero_stage in (1, 2):
         total = collectives_s("reduce_scatter", grad_bytes) + collectives_s("all_gather", weight_bytes)
         wire = grad_bytes + weight_bytes
@@ -270,7 +277,9 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
         # Weights re-gathered for forward and backward of every micro-batch; with a pipeline they
         # stay gathered across micro-batches (torchtitan: no reshard after forward under PP).
         rounds = 1 if plan.pp > 1 else m
-        per_round = 2 * collectives_s("all_gather", weight_bytes) + collectives_s("reduce_scatter", grad_bytes)
+        gathers = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
+        per_round = (2 * collectives_s("all_gather", weight_bytes, gathers)
+                     + collectives_s("reduce_scatter", grad_bytes))
         total = rounds * per_round
         wire = rounds * (2 * weight_bytes + grad_bytes)
     # Overlap: ZeRO 0-2 reduce during the last micro-batch's backward; ZeRO-3 prefetches during
@@ -290,6 +299,9 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
     # so a fitted fraction of the overlapped time still lands on the step.
     exposed = max(total - hidden, tail) + sw.overlap_contention * hidden
+    if sw.zero1_broadcast_sync and plan.zero_stage in (1, 2):
+        broadcasts_s /= sw.dp_bandwidth_scale
+        exposed, total = exposed + broadcasts_s, total + broadcasts_s
     return exposed, total, wire
 
 

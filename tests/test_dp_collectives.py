@@ -94,3 +94,66 @@ def test_interleaved_virtual_stages_hide_their_reductions_under_each_other():
     # No interleaving, or a framework that syncs the whole rank at once: one micro-batch, as before.
     assert interleaved_window_factor(megatron, 8, 1, 64) == 1.0
     assert interleaved_window_factor(get_framework("torchtitan"), 8, 2, 64) == 1.0
+
+
+def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
+    from cost_model.step_time import _dp_time
+
+    from autoplan.specs import ModelSpec
+
+    # GPT-3 style (Megatron's GPT: fused QKV, biases, LayerNorm): per layer the QKV and output
+    # projections, the two MLP matrices (4 weights + 4 biases) and two LayerNorms (weight + bias):
+    # 12 tensors. Llama style (SwiGLU, no biases, RMSNorm): 2 + 3 matrices and 2 norm weights: 7.
+    gpt = ModelSpec(name="gpt", num_layers=4, hidden_size=1024, num_heads=16, num_kv_heads=16, ffn_hidden_size=4096,
+                    vocab_size=50304, mlp="gelu", norm="layernorm", linear_bias=True)
+    llama = ModelSpec(name="llama", num_layers=4, hidden_size=1024, num_heads=16, num_kv_heads=16, ffn_hidden_size=2816,
+                      vocab_size=32000, mlp="swiglu", norm="rmsnorm", linear_bias=False)
+    assert gpt.dense_param_tensors_per_layer == 12
+    assert llama.dense_param_tensors_per_layer == 7
+
+    # DeepSpeed of 2021 at ZeRO-3 over 1,024 ranks, 4 layers of 2^22 parameters, one micro-batch:
+    # forward and backward each gather every tensor (2 x 48 all-gathers) and the gradients reduce
+    # once per layer (4 reduce-scatters): the gathers pay 96 ring latencies where per-layer ones pay 8.
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    plan = SimpleNamespace(dp=1024, cp=1, tp=1, zero_stage=3, expert_dp=1024, pp=1, vpp=1)
+    lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
+    per_layer = get_framework("deepspeed").with_overrides(dp_bandwidth_scale=1.0)
+    per_tensor = per_layer.with_overrides(zero3_gather_per_tensor=True)
+
+    def total_s(framework):
+        est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, model=gpt)
+        return _dp_time(est, plan, 4, 4 * 2 ** 22, 0.0, lt, 0.0, 1)[1]
+
+    latency = nccl_inter_node_latency_s("all_gather", 1024)
+    # Same bytes, 2 x (48 - 4) more gathers: the difference is their latency (the bytes per call
+    # shrink 12-fold but their sum is the same, up to the table's interpolation).
+    assert total_s(per_tensor) - total_s(per_layer) == pytest.approx(2 * 44 * latency, rel=0.03)
+
+
+def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay_exposed():
+    from cost_model.step_time import _dp_time
+
+    profile = builtin_profile("h100-80gb")
+    tables = ProfileTables(profile)
+    plan = SimpleNamespace(dp=1024, cp=1, tp=1, zero_stage=1, expert_dp=1024, pp=1, vpp=1)
+    # Backward long enough to hide every bucketed collective, so only what cannot hide shows.
+    lt = SimpleNamespace(gemm_bwd_s=1.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
+    node_bytes_per_s = 8 * profile.inter_node_bandwidth_bytes_per_s * 0.90
+
+    def ring_s(op, num_bytes):
+        return nccl_inter_node_latency_s(op, 1024) + num_bytes * 1023 / 1024 / node_bytes_per_s
+
+    # InternEvo's Hybrid ZeRO over 1,024 ranks: the 100 gradient buckets reduce-scatter as before
+    # (16 MiB of fp32 each); the 800 MiB of bf16 weights come back as 1,024 broadcasts of 800 KiB,
+    # each a ring over the 1,024 ranks, after the step: none of them hidden.
+    framework = get_framework("megatron-core").with_overrides(
+        dp_bucket_params=2 ** 22, dp_bucket_params_per_rank=0.0, dp_param_gather_overlap=False,
+        dp_comm_overlap=1.0, overlap_contention=0.0, zero1_broadcast_sync=True)
+    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8)
+    exposed, total, _ = _dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)
+    broadcasts = 1024 * ring_s("all_gather", 2 * 100 * 2 ** 22 / 1024)
+    assert total == pytest.approx(100 * ring_s("reduce_scatter", 2 ** 24) + broadcasts, rel=5e-3)
+    # The reduce-scatters hide under the backward but their last bucket; the broadcasts all show.
+    assert exposed == pytest.approx(ring_s("reduce_scatter", 2 ** 24) + broadcasts, rel=5e-3)
+    # 1,024 ring latencies: about 3 s at this scale, where one bucketed all-gather hides under compute.
+    assert broadcasts > 1024 * nccl_inter_node_latency_s("all_gather", 1024) > 3.0

@@ -86,6 +86,15 @@ class Framework:
     zero3_max_live_params: float = 0.0
     """ZeRO-3 gathered parameters held at once (DeepSpeed stage3_max_live_parameters); 0: FSDP units
     (one layer and its prefetched neighbour)."""
+    zero3_gather_per_tensor: bool = False
+    """ZeRO-3 gathers each parameter tensor with its own all-gather (DeepSpeed before coalesced
+    gathers: partition_parameters.py `_allgather_param`, one torch.distributed.all_gather per
+    parameter, v0.3.13-0.5), each paying the collective's latency; else one gather per layer."""
+    zero1_broadcast_sync: bool = False
+    """ZeRO-1/2 brings the updated weights back by each rank of the ZeRO group broadcasting its own
+    shard (InternEvo HybridZeroOptimizer.broadcast_params: one dist.broadcast per rank, after the step
+    and a device synchronize; its configs leave overlap_sync_param off): group-many collectives of a
+    1/group share each, none hidden. Else one bucketed all-gather (Megatron-Core, DeepSpeed)."""
     zero3_reduce_bucket_params: float = 0.0
     """ZeRO-3 gradients awaiting reduce-scatter (DeepSpeed reduce_bucket_size); 0: one layer's."""
     runtime_bytes: float = 0.5 * 2 ** 30

@@ -166,6 +166,15 @@ class ModelSpec:
             return 1
         return 4 if self.norm_placement == "sandwich" else 2
 
+    @property
+    def dense_param_tensors_per_layer(self) -> int:
+        """Parameter tensors of one dense layer as Megatron's GPT builds it: fused QKV and output
+        projections, the MLP's matrices, a bias on each where the model has biases, and each norm's
+        weight (and bias, for LayerNorm). GPT-3 style: (2 + 2) x 2 + 2 x 2 = 12."""
+        linears = 2 + self.num_mlp_matrices
+        biased = linears if self.linear_bias else 0
+        return linears + biased + self.num_layer_norms * (2 if self.norm == "layernorm" else 1)
+
     # -- layer kinds -----------------------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
         return self.is_moe and layer >= self.num_dense_layers and layer % self.moe_layer_freq == 0
