@@ -28,16 +28,17 @@ from cost_model.memory import (
     model_state_bytes,
 )
 
-DEVICE_TERMS = ("cuda_context", "allocator_overhead")
-"""Memory terms outside what torch.cuda.max_memory_allocated counts."""
+DEVICE_TERMS = ("cuda_context", "allocator_overhead", "cpu_runtime")
+"""Memory terms outside what torch.cuda.max_memory_allocated counts (`cpu_runtime`: CPU plans only)."""
 CPU_DEVICE_TERM_BYTES = 0.0
-"""On a CPU profile (`autoplan profile --device cpu`, device_kind "cpu") both device terms are 0: a
-CPU process has no CUDA context, and PyTorch's CPU allocator (c10/core/impl/alloc_cpu.cpp) hands
+"""On a CPU profile (`autoplan profile --device cpu`, device_kind "cpu") both GPU device terms are 0:
+a CPU process has no CUDA context, and PyTorch's CPU allocator (c10/core/impl/alloc_cpu.cpp) hands
 each request to the C library's malloc/free without a caching pool, so there is no cached block to
-predict; what the process holds beyond its tensors (interpreter, libraries, glibc arenas) is not
-modelled. `autoplan run` on a CPU records the resident-set high water and how far it grew over the
-process before the model was built (`cpu_rss_growth_bytes`); the report compares the prediction with
-the growth (autoplan/report/tables.py)."""
+predict. What the process holds beyond its tensors after its first step (the modules that step
+imports, gloo's and the heap's buffers) is the profile's measured `runtime_memory_bytes`
+(profiler/runtime_memory.py), the `cpu_runtime` term; `autoplan run` on a CPU records how far the
+resident set grew over the process before the model was built (`cpu_rss_growth_bytes`), and the
+report compares it with the tensors plus that term (autoplan/report/tables.py)."""
 FOREACH_ADAMW_TEMP_BYTES = 4
 """fp32 sqrt(exp_avg_sq) per parameter, alive during the for-each AdamW update."""
 
@@ -96,7 +97,8 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
             "comm_buffers": 0.0, "optimizer_working": 0.0}
     device = {"allocator_overhead": block, "cuda_context": fw.runtime_bytes}
     if getattr(est.profile, "device_kind", "gpu") == "cpu":
-        device = dict.fromkeys(DEVICE_TERMS, CPU_DEVICE_TERM_BYTES)
+        device = {"allocator_overhead": CPU_DEVICE_TERM_BYTES, "cuda_context": CPU_DEVICE_TERM_BYTES,
+                  "cpu_runtime": float(est.profile.runtime_memory_bytes)}
     candidates = []
     for activations, working, logits, grads_absent, _ in phases:
         candidates.append({**states, **({"grads": 0.0} if grads_absent and "grads" in states else {}),
