@@ -74,10 +74,14 @@ class EagerRecipe:
     """Logit soft-capping: the fused loss's backward keeps a chunk's tanh beside its logits."""
     context_shards: int = 1
     """The plan's cp: attention gathers K/V over this many ranks' tokens (context_parallel.py)."""
+    compute_bytes: int = BF16
+    """Bytes of an activation in the compute dtype: bf16 on a GPU; fp32 where the executor runs on
+    a CPU, which has no mixed precision there (executor/torch_backend/parallelize.py
+    `mixed_precision`: fp32 off CUDA; train.py: autocast only on CUDA)."""
 
     @property
     def residual_bytes(self) -> int:
-        return FP32 if self.autocast else BF16
+        return FP32 if self.autocast else self.compute_bytes
 
 
 def autocast_for(model: ModelSpec, plan) -> bool:
@@ -90,17 +94,17 @@ def autocast_for(model: ModelSpec, plan) -> bool:
     return not (fsdp and (not model.is_moe or plan.zero_stage > 0))
 
 
-def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True) -> EagerRecipe:
-    """The recipe `name` as `plan` runs it."""
+def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True, on_cpu: bool = False) -> EagerRecipe:
+    """The recipe `name` as `plan` runs it; `on_cpu`: the executor on a CPU, all fp32 (no autocast)."""
     cp = plan.cp if plan is not None else 1
     if name == "eager-autocast":
         return EagerRecipe(autocast=True, native_gqa=False, chunked_loss=False, rope_table_casts=False,
                            fused_norm=fused_norm, context_shards=cp)
     if name != "eager":
         raise ValueError(f"unknown eager activation recipe {name!r}; choose from {RECIPES}")
-    autocast = autocast_for(model, plan)
+    autocast = autocast_for(model, plan) and not on_cpu
     return EagerRecipe(
-        autocast=autocast,
+        autocast=autocast, compute_bytes=FP32 if on_cpu else BF16,
         native_gqa=not (model.sliding_window or model.attn_logit_softcap),
         chunked_loss=True, rope_table_casts=autocast and model.position == "rope", fused_norm=fused_norm,
         vocab_shards=plan.tp, softcap=bool(model.final_logit_softcap), context_shards=cp)
@@ -140,28 +144,28 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRec
     parts = _norm(model, tokens, outside, r, "attention_norm")
     repeated = model.num_heads > model.num_kv_heads and not r.native_gqa
     parts.update({
-        "qkv_input": casts * BF16 * tokens * h,
-        "q": BF16 * tokens * model.q_size / tp,                           # after RoPE, SDPA input
-        "k": BF16 * tokens * (model.q_size if repeated else model.kv_size) / tp,
-        "v": BF16 * tokens * (model.attn_out_size if repeated else model.v_size) / tp,
-        "attention_out": BF16 * tokens * model.attn_out_size / tp,        # SDPA output = wo input
+        "qkv_input": casts * r.compute_bytes * tokens * h,
+        "q": r.compute_bytes * tokens * model.q_size / tp,                           # after RoPE, SDPA input
+        "k": r.compute_bytes * tokens * (model.q_size if repeated else model.kv_size) / tp,
+        "v": r.compute_bytes * tokens * (model.attn_out_size if repeated else model.v_size) / tp,
+        "attention_out": r.compute_bytes * tokens * model.attn_out_size / tp,        # SDPA output = wo input
         "softmax_lse": FP32 * tokens * model.num_heads / tp,              # flash attention's statistics
     })
     if r.context_shards > 1:
-        parts.update(_context_parallel_kv(model, b, s, tp, r.context_shards))
+        parts.update(_context_parallel_kv(model, b, s, tp, r.context_shards, r.compute_bytes))
     if r.rope_table_casts:   # cos and sin cast to bf16 for q and for k: (s, rope_dim) each
         parts["rope_table_casts"] = 4 * BF16 * s * model.rope_dim
     parts.update(_norm(model, tokens, outside, r, "ffn_norm"))
-    parts["mlp_input"] = mlp_casts * BF16 * tokens * h
+    parts["mlp_input"] = mlp_casts * r.compute_bytes * tokens * h
     # Gated (SwiGLU/GeGLU): w1 out (activation input), activation out, w3 out, their product (w2
     # input), 4 per 3 elements of mlp_activation_elems; GeLU: w1 out, gelu out. A MoE layer's
     # token passes its k routed experts and the shared ones (not counted by the test: dense only).
     elems = mlp_activation_elems(model, model.is_moe) * (4 / 3 if model.mlp != "gelu" else 1)
-    parts["mlp"] = BF16 * tokens * elems / tp
+    parts["mlp"] = r.compute_bytes * tokens * elems / tp
     return parts
 
 
-def _context_parallel_kv(model: ModelSpec, b: int, s: int, tp: int, cp: int) -> dict:
+def _context_parallel_kv(model: ModelSpec, b: int, s: int, tp: int, cp: int, dtype_bytes: int = BF16) -> dict:
     """What SDPA saves of a context-parallel attention core (executor/torch_backend/context_parallel.py
     `ContextParallelAttention.forward`): K and V of all cp * s tokens, gathered (`_GatherSequence`
     saves nothing) and repeated to the rank's query heads (`repeat_kv`; at num_kv_heads == num_heads
@@ -170,9 +174,9 @@ def _context_parallel_kv(model: ModelSpec, b: int, s: int, tp: int, cp: int) -> 
     batch and heads. (On CUDA the efficient-attention kernel pads the mask's key dimension to a
     multiple of 16: no change at the sequence lengths plans use.)"""
     gathered_tokens = b * s * cp
-    return {"k": BF16 * gathered_tokens * model.q_size / tp,
-            "v": BF16 * gathered_tokens * model.attn_out_size / tp,
-            "cp_mask": BF16 * s * (s * cp)}
+    return {"k": dtype_bytes * gathered_tokens * model.q_size / tp,
+            "v": dtype_bytes * gathered_tokens * model.attn_out_size / tp,
+            "cp_mask": dtype_bytes * s * (s * cp)}
 
 
 def selective_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRecipe) -> dict:
@@ -181,7 +185,8 @@ def selective_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r
     the log-sum-exp are not."""
     parts = layer_saved(model, b, s, tp, sp, r)
     tokens = b * s
-    parts["k"], parts["v"] = BF16 * tokens * model.kv_size / tp, BF16 * tokens * model.v_size / tp
+    parts["k"], parts["v"] = (r.compute_bytes * tokens * model.kv_size / tp,
+                              r.compute_bytes * tokens * model.v_size / tp)
     del parts["softmax_lse"]
     parts.pop("cp_mask", None)
     return parts
@@ -210,7 +215,7 @@ def head_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerReci
         parts["labels"] = INT64 * tokens
         parts["logsumexp"] = FP32 * tokens
     else:
-        parts["output_input_cast"] = BF16 * tokens * model.hidden_size
+        parts["output_input_cast"] = r.compute_bytes * tokens * model.hidden_size
         parts["log_softmax"] = FP32 * tokens * model.vocab_size
         parts["labels"] = INT64 * tokens               # nll_loss keeps its target ...
         parts["loss_total_weight"] = FP32              # ... and the fp32 count it divided by

@@ -28,16 +28,17 @@ from cost_model.memory import (
     model_state_bytes,
 )
 
-DEVICE_TERMS = ("cuda_context", "allocator_overhead")
-"""Memory terms outside what torch.cuda.max_memory_allocated counts."""
+DEVICE_TERMS = ("cuda_context", "allocator_overhead", "cpu_runtime")
+"""Memory terms outside what torch.cuda.max_memory_allocated counts (`cpu_runtime`: CPU plans only)."""
 CPU_DEVICE_TERM_BYTES = 0.0
-"""On a CPU profile (`autoplan profile --device cpu`, device_kind "cpu") both device terms are 0: a
-CPU process has no CUDA context, and PyTorch's CPU allocator (c10/core/impl/alloc_cpu.cpp) hands
+"""On a CPU profile (`autoplan profile --device cpu`, device_kind "cpu") both GPU device terms are 0:
+a CPU process has no CUDA context, and PyTorch's CPU allocator (c10/core/impl/alloc_cpu.cpp) hands
 each request to the C library's malloc/free without a caching pool, so there is no cached block to
-predict; what the process holds beyond its tensors (interpreter, libraries, glibc arenas) is not
-modelled. `autoplan run` on a CPU records the resident-set high water and how far it grew over the
-process before the model was built (`cpu_rss_growth_bytes`); the report compares the prediction with
-the growth (autoplan/report/tables.py)."""
+predict. What the process holds beyond its tensors after its first step (the modules that step
+imports, gloo's and the heap's buffers) is the profile's measured `runtime_memory_bytes`
+(profiler/runtime_memory.py), the `cpu_runtime` term; `autoplan run` on a CPU records how far the
+resident set grew over the process before the model was built (`cpu_rss_growth_bytes`), and the
+report compares it with the tensors plus that term (autoplan/report/tables.py)."""
 FOREACH_ADAMW_TEMP_BYTES = 4
 """fp32 sqrt(exp_avg_sq) per parameter, alive during the for-each AdamW update."""
 
@@ -82,9 +83,16 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     fp8_params = fp8_gathered_fraction(est, plan) * per_stage * est.params.dense_per_layer / plan.tp
     weight_copies = (fw.compute_weight_copy_bytes * (dense + expert - fp8_params)
                      + fw.fp8_weight_copy_bytes * fp8_params) if plan.zero_stage < 3 else 0.0
+    executor_on_cpu = _on_cpu(est) and fw.activation_recipe in eager.RECIPES
+    if executor_on_cpu:
+        # The executor on a CPU runs fp32 (no autocast, no mixed precision off CUDA): no cast cache;
+        # where FSDP2 wraps the model (ZeRO over several replicas) it keeps its gathered fp32
+        # weights from forward to backward at ZeRO 1/2 (train.py compute_mode, parallelize.py).
+        weight_copies = eager.FP32 * (dense + expert) if 0 < plan.zero_stage < 3 and shard > 1 else 0.0
     b, s_local = plan.micro_batch_size, est.training.seq_len // plan.cp
     kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
-    comm = _comm_buffers(est, plan, dense + expert, shard, fp8_params)
+    gathered_bytes = eager.FP32 if executor_on_cpu else BYTES_WEIGHT
+    comm = _comm_buffers(est, plan, dense + expert, shard, fp8_params, gathered_bytes)
     in_flight = in_flight_microbatches(p, plan.vpp, m, stage,
                                        stage_split(plan, est.model.num_layers).chunk_layers[stage])
     if fw.activation_recipe in eager.RECIPES:
@@ -95,8 +103,9 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     zero = {"weight_copies": 0.0, "activations": 0.0, "activation_working": 0.0, "logits": 0.0,
             "comm_buffers": 0.0, "optimizer_working": 0.0}
     device = {"allocator_overhead": block, "cuda_context": fw.runtime_bytes}
-    if getattr(est.profile, "device_kind", "gpu") == "cpu":
-        device = dict.fromkeys(DEVICE_TERMS, CPU_DEVICE_TERM_BYTES)
+    if _on_cpu(est):
+        device = {"allocator_overhead": CPU_DEVICE_TERM_BYTES, "cuda_context": CPU_DEVICE_TERM_BYTES,
+                  "cpu_runtime": float(est.profile.runtime_memory_bytes)}
     candidates = []
     for activations, working, logits, grads_absent, _ in phases:
         candidates.append({**states, **({"grads": 0.0} if grads_absent and "grads" in states else {}),
@@ -113,7 +122,7 @@ def _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight,
     """(activations, working, logits, grads not yet allocated, largest block) per phase, for the
     eager recipes (cost_model/eager_activations.py)."""
     model, tp, sp = est.model, plan.tp, plan.sequence_parallel
-    recipe = eager.recipe_for(est.framework.activation_recipe, model, plan)
+    recipe = eager.recipe_for(est.framework.activation_recipe, model, plan, on_cpu=_on_cpu(est))
     key = ("eager", recipe, b, s, tp, sp)
     sizes = est._layer_cache.get(key)
     if sizes is None:   # per shape, as the search asks for the same shapes many times
@@ -173,19 +182,25 @@ def fp8_gathered_fraction(est, plan) -> float:
     return 1.0 - model.num_layer_norms * model.norm_params() / est.params.dense_per_layer
 
 
-def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float = 0.0) -> float:
-    """ZeRO-3's gathered weights and unsharded gradients; `fp8_params` of the local parameters are
-    gathered in fp8 (Framework.fp8_weight_copy_bytes) instead of bf16."""
+def _on_cpu(est) -> bool:
+    return getattr(est.profile, "device_kind", "gpu") == "cpu"
+
+
+def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float = 0.0,
+                  gathered_bytes: float = BYTES_WEIGHT) -> float:
+    """ZeRO-3's gathered weights (`gathered_bytes` each: bf16, fp32 for the executor on a CPU) and
+    unsharded gradients; `fp8_params` of the local parameters are gathered in fp8
+    (Framework.fp8_weight_copy_bytes) instead."""
     fw = est.framework
     if plan.zero_stage < 3 or shard <= 1:
         return 0.0
-    fp8_saving = BYTES_WEIGHT - fw.fp8_weight_copy_bytes  # per fp8-gathered parameter
+    fp8_saving = gathered_bytes - fw.fp8_weight_copy_bytes  # per fp8-gathered parameter
     if plan.pp > 1:
         # FSDP under a pipeline keeps the stage's weights gathered from the first forward to the
         # last backward (torchtitan sets reshard_after_forward=False with PP, as step_time
         # assumes) and accumulates its unsharded fp32 gradients over the micro-batches
         # (torch.distributed.pipelining turns FSDP's gradient sync off until the last backward).
-        return (BYTES_WEIGHT + BYTES_GRAD) * local_params - fp8_saving * fp8_params
+        return (gathered_bytes + BYTES_GRAD) * local_params - fp8_saving * fp8_params
     # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's unsharded
     # gradients awaiting reduce-scatter; DeepSpeed bounds both by its buckets.
     layer = est.params.dense_per_layer / plan.tp + est.params.expert_per_layer / (plan.ep * plan.expert_tp)
@@ -195,4 +210,4 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
     if fw.zero3_reduce_bucket_params:
         grads = min(grads, fw.zero3_reduce_bucket_params)
     fp8_gathered = gathered * fp8_gathered_fraction(est, plan) * est.params.dense_per_layer / plan.tp / layer
-    return BYTES_WEIGHT * gathered - fp8_saving * fp8_gathered + BYTES_GRAD * grads
+    return gathered_bytes * gathered - fp8_saving * fp8_gathered + BYTES_GRAD * grads

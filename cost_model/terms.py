@@ -57,6 +57,9 @@ MEMORY_TERMS = {
                            "H100 out-of-memory records: reserved-but-free 0.2-1.0x the failing request"),
     "cuda_context": ("outside the allocator: CUDA context, kernels, cuBLAS/NCCL",
                      "Framework.runtime_bytes (autoplan: 1.29 GiB measured on H100; others 0.5 GiB assumed)"),
+    "cpu_runtime": ("CPU plans: what the process holds beyond its tensors after its first step (lazily "
+                    "imported modules, gloo and heap buffers)",
+                    "the CPU profile's runtime_memory_bytes, measured by profiler/runtime_memory.py"),
 }
 
 

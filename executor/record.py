@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import socket
 import subprocess
 import sys
@@ -16,48 +15,9 @@ from pathlib import Path
 
 from autoplan.specs import Measurement, PlanDocument
 from autoplan.specs.flops import mfu
-
-
-def _proc_status_bytes(field: str) -> int | None:
-    """A size line of /proc/self/status (Linux, in KiB there), in bytes; None where it cannot tell."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def cpu_peak_rss_bytes() -> int:
-    """High-water resident set size of this process: VmHWM from /proc/self/status (Linux, can be
-    reset by `reset_cpu_peak_rss`), else ru_maxrss (KiB on Linux, since the process started)."""
-    peak = _proc_status_bytes("VmHWM")
-    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def cpu_rss_baseline() -> tuple:
-    """(resident set, its file-backed part) of this process now, for `cpu_rss_growth_bytes`."""
-    return _proc_status_bytes("VmRSS") or 0, _proc_status_bytes("RssFile") or 0
-
-
-def cpu_rss_growth_bytes(baseline: tuple) -> int:
-    """How far the RSS high water rose over `baseline` (cpu_rss_baseline before the model was built),
-    less the file-backed pages mapped in since (library code the first step runs, which stays
-    resident): what the run's tensors and the C allocator's heap took at their peak. The file-backed
-    part is read at the end, when it is largest, so the result errs low by what the heap gave back."""
-    rss, file = baseline
-    file_growth = max(0, (_proc_status_bytes("RssFile") or 0) - file)
-    return max(0, cpu_peak_rss_bytes() - rss - file_growth)
-
-
-def reset_cpu_peak_rss() -> None:
-    """Start a new RSS high-water mark (Linux: writing 5 to /proc/self/clear_refs resets VmHWM),
-    so the second plan run in a process does not report the first one's peak."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
+from autoplan.specs.host_process import (  # noqa: F401  (the executor's names for them)
+    cpu_peak_rss_bytes, cpu_rss_baseline, cpu_rss_growth_bytes, cpu_wait_s, reset_cpu_peak_rss, wait_share,
+)
 
 
 def _git_revision() -> str:

@@ -37,6 +37,9 @@ class RunFacts:
     capacity_source: str
     datasheet: GpuSheet | None
     environment: dict
+    runtime_memory_bytes: int = 0
+    """CPU: measured by profiler/runtime_memory.py (0 on GPUs, where it is not measured)."""
+    runtime_source: str = ""
 
 
 def samples_path(out: Path) -> Path:
@@ -168,6 +171,8 @@ def build_profile(frame: pd.DataFrame, facts: RunFacts, raw_samples_name: str) -
         inter_bw, inter_latency = intra_bw, None
         sources["inter_node_bandwidth_bytes_per_s"] = ("one node, not measured: set to the intra-node figure "
                                                        "(optimistic; profile across nodes with torchrun)")
+    if facts.runtime_source:
+        sources["runtime_memory_bytes"] = facts.runtime_source
     if intra_latency is None:
         sources["intra_node_latency_s"] = "default, not measured"
     if inter_latency is None:
@@ -180,6 +185,7 @@ def build_profile(frame: pd.DataFrame, facts: RunFacts, raw_samples_name: str) -
         intra_node_latency_s=float(intra_latency or DEFAULT_INTRA_LATENCY_S),
         inter_node_latency_s=float(inter_latency or DEFAULT_INTER_LATENCY_S),
         num_nodes=facts.num_nodes, device_kind=facts.device_kind, measured=True,
+        runtime_memory_bytes=int(facts.runtime_memory_bytes),
         matmul=matmul, attention=attention, memory_ops=memory_ops, collectives=collectives,
         environment=facts.environment, sources=sources, raw_samples=raw_samples_name,
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from autoplan.specs import HardwareProfile
+from autoplan.specs.host_process import CPU_WAIT_SHARE_LIMIT
 from profiler.build import (
     ATTENTION_KEYS, COLLECTIVE_KEYS, MATMUL_KEYS, MEMORY_OP_KEYS, medians, samples_path,
 )
@@ -83,6 +84,18 @@ def _collective_lines(frame) -> list[str]:
     return lines
 
 
+def _cpu_lines(profile: HardwareProfile) -> list[str]:
+    """The CPU runtime term with its source, and how long the sweeps waited for a CPU others held."""
+    share = profile.environment.get("cpu_wait_share")
+    contention = ("not measured" if share is None else
+                  f"{share:.0%} of the sweeps' wall time" + (f" (over {CPU_WAIT_SHARE_LIMIT:.0%}: the CPU was shared, "
+                                                            "timings read slow; profile again on a quiet machine)"
+                                                            if share > CPU_WAIT_SHARE_LIMIT else ""))
+    return [f"CPU runtime per process {format_bytes(profile.runtime_memory_bytes)} "
+            f"({profile.sources.get('runtime_memory_bytes', 'source not stated')})",
+            f"waited for a CPU held by other processes: {contention}"]
+
+
 def format_report(profile: HardwareProfile, frame: pd.DataFrame, out: Path) -> str:
     env = profile.environment
     peaks = ", ".join(f"{dtype} {tflops(v)}" for dtype, v in sorted(profile.peak_flops_per_s.items()))
@@ -93,6 +106,7 @@ def format_report(profile: HardwareProfile, frame: pd.DataFrame, out: Path) -> s
         f"units: {UNITS}",
         f"capacity per device {format_bytes(profile.memory_capacity_bytes)}; memory bandwidth "
         f"{gbps(profile.memory_bandwidth_bytes_per_s)} GB/s",
+        *(_cpu_lines(profile) if profile.device_kind == "cpu" else []),
         f"peak TFLOP/s: {peaks} ({profile.sources.get('peak_flops_per_s', '').split(':')[0]})",
         f"links: intra-node {gbps(profile.intra_node_bandwidth_bytes_per_s)} GB/s, "
         f"{profile.intra_node_latency_s * 1e6:.3g} us; inter-node {gbps(profile.inter_node_bandwidth_bytes_per_s)} "

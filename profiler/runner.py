@@ -9,6 +9,7 @@ import dataclasses
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from autoplan.specs import COLLECTIVE_OPS, HardwareProfile
+from autoplan.specs.host_process import cpu_wait_s, wait_share
 from profiler.build import RunFacts, build_profile, samples_path, write_profile
 from profiler.collectives import group_layouts, measure_collectives, num_collective_steps
 from profiler.compute import Bench, measure_capacity_bytes, measure_device, runnable_dtypes, soak
@@ -24,6 +26,7 @@ from profiler.device_state import device_state
 from autoplan.specs.gpus import lookup_gpu
 from profiler.environment import environment_stamp, process_stamp
 from profiler.report import format_report
+from profiler.runtime_memory import measure_cpu_runtime_bytes, runtime_source
 from profiler.sweeps import MEMORY_OPS, sweep_for
 from profiler.timing import Clock, Recorder
 
@@ -77,6 +80,8 @@ def _gather(obj, info: RankInfo) -> list:
 def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
     """Measure on this process; rank 0 returns the written profile, the others None."""
     device = _device(request, info)
+    # First, before the sweeps grow the heap: what a CPU training process holds beyond its tensors.
+    runtime = measure_cpu_runtime_bytes(info.distributed) if device.type == "cpu" else None
     recorder = Recorder(info.rank, socket.gethostname())
     capacity_bytes, capacity_source = measure_capacity_bytes(device, info.local_world_size)
     recorder.rows.append({"rank": info.rank, "host": recorder.host, "kind": "capacity", "num_bytes": capacity_bytes})
@@ -90,6 +95,7 @@ def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
     total = sweep.num_passes * per_pass + num_collective_steps(sweep, layouts, COLLECTIVE_OPS)
     # The device's state before anything runs, after the soak, and after the last measurement.
     states = {"before": device_state(device.type)}
+    wait0_s, start_s = cpu_wait_s(), time.perf_counter()  # how long other processes held the CPU
     with _progress(total, enabled=info.rank == 0) as bar:
         bench = Bench(device=device, clock=Clock(device.type), recorder=recorder, tick=lambda: bar.update(1),
                       memory_limit_bytes=int(MEMORY_HEADROOM * capacity_bytes))
@@ -102,10 +108,14 @@ def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
         bar.set_description("collectives")
         measure_collectives(bench, sweep, layouts, COLLECTIVE_OPS)
     states["after"] = device_state(device.type)
+    wall_s = time.perf_counter() - start_s
+    contention = wait_share([None if wait0_s is None else cpu_wait_s() - wait0_s], [wall_s])
 
     stamps = _gather({**process_stamp(device), "device_state": states}, info)
     all_rows = _gather(recorder.rows, info)
     skipped = _gather(bench.skipped, info)
+    runtimes = _gather(runtime, info)
+    contentions = _gather(contention, info)
     if info.rank != 0:
         return None
     frame = pd.DataFrame([row for rows in all_rows for row in rows])
@@ -119,6 +129,9 @@ def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
                             "compute_policy": dataclasses.asdict(sweep.compute_policy),
                             "matmul_drift": pass_drift(frame)}
     environment["matmul_dtypes"] = matmul_dtypes
+    if device.type == "cpu" and None not in contentions:
+        # The most contended process: its timings are the ones a shared CPU slowed most.
+        environment["cpu_wait_share"] = max(contentions)
     name_of_device = stamps[0]["device_name"]
     facts = RunFacts(
         name=request.name or f"{stamps[0]['hostname']}-{device.type}x{info.world_size}",
@@ -126,6 +139,8 @@ def run_rank(request: ProfileRequest, info: RankInfo) -> HardwareProfile | None:
         gpus_per_node=info.local_world_size, num_nodes=num_nodes, capacity_source=capacity_source,
         datasheet=lookup_gpu(name_of_device) if device.type == "cuda" else None,
         environment=environment,
+        runtime_memory_bytes=max(r[0] for r in runtimes) if runtime is not None else 0,
+        runtime_source=runtime_source(runtimes) if runtime is not None else "",
     )
     profile = build_profile(frame, facts, samples_path(request.out).name)
     write_profile(profile, frame, request.out)

@@ -37,11 +37,13 @@ GPT_LIKE = ModelSpec(name="gpt-like", num_layers=2, hidden_size=256, num_heads=8
                      tied_embeddings=True, linear_bias=True, max_seq_len=512)
 
 
-def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str, kernels=None, bf16_weights: bool = False) -> dict:
+def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str, kernels=None, bf16_weights: bool = False,
+                autocast: bool = True) -> dict:
     """Bytes saved for backward per scope ("embedding", "layer0", ..., "head") in one forward + loss.
     `kernels` None: the executor before its speed-ups (K/V repeated, fp32 RoPE, whole fp32 logits).
     `bf16_weights`: the model's weights in bf16 and no autocast, as the forward sees FSDP2's
-    mixed-precision copies; otherwise fp32 weights under bf16 autocast."""
+    mixed-precision copies; otherwise fp32 weights under bf16 autocast, or (`autocast` False) in fp32
+    throughout, as the executor runs on a CPU."""
     import torch.nn.functional as F
 
     from executor.blocks import Kernels
@@ -71,7 +73,7 @@ def saved_bytes(spec: ModelSpec, b: int, s: int, policy: str, kernels=None, bf16
 
     tokens = torch.randint(0, spec.vocab_size, (b, s))
     labels = torch.randint(0, spec.vocab_size, (b, s))
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not bf16_weights), \
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast and not bf16_weights), \
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         if old:
             logits = model(tokens)
@@ -141,6 +143,23 @@ def test_cost_model_counts_what_the_executor_saves(spec, policy, bf16_weights):
                                fused_norm=cpu_rms_norm_is_fused())
     counted = saved_bytes(spec, b, s, policy, kernels, bf16_weights)
     _assert_counts_agree(spec, counted, predicted(spec, b, s, policy, recipe), (policy, bf16_weights))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cost_model_counts_what_the_executor_saves_on_a_cpu(spec, policy):
+    """A plan predicted for a CPU profile: the executor runs fp32 there (no autocast, no mixed
+    precision off CUDA), so every activation the bf16 recipes count at 2 B is 4 B."""
+    from autoplan.specs import ParallelPlan
+    from executor.blocks import Kernels
+    from executor.loss import auto_chunk_tokens
+
+    b, s = 2, 128
+    kernels = Kernels(loss_chunk_tokens=auto_chunk_tokens(spec.vocab_size))
+    recipe = eager.recipe_for("eager", spec, ParallelPlan(), fused_norm=cpu_rms_norm_is_fused(), on_cpu=True)
+    assert not recipe.autocast and recipe.compute_bytes == 4
+    counted = saved_bytes(spec, b, s, policy, kernels, autocast=False)
+    _assert_counts_agree(spec, counted, predicted(spec, b, s, policy, recipe), (policy, "fp32"))
 
 
 def test_cost_model_knows_which_compute_mode_a_plan_runs_in():

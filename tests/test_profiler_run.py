@@ -58,6 +58,9 @@ def test_two_process_profile_has_every_table(measured):
     # CPU peaks are the best measured matmul, and say so
     assert profile.peak("bf16") == max(s.flops_per_s for s in profile.matmul if s.dtype == "bf16")
     assert profile.sources["peak_flops_per_s"].startswith("measured")
+    # the CPU runtime term (modules and buffers the first training step loads) and the contention
+    assert profile.runtime_memory_bytes > 0 and profile.sources["runtime_memory_bytes"].startswith("measured")
+    assert 0 <= profile.environment["cpu_wait_share"] <= 1
     env = profile.environment
     for key in ("profiler_version", "units", "torch", "python", "hostnames", "git_revision", "created_utc"):
         assert env.get(key), key

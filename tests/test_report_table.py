@@ -3,48 +3,18 @@ with like (the allocated peak against the RSS growth, or said why not), and both
 one named peak. The runs are records made here from a shipped CPU run, not a training run."""
 import json
 import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from autoplan.cli.main import main
+from tests.report_page import per_run_rows
 
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data"
 MIB = 2**20
-TITLE = "Measured vs predicted, per run"
 
 
-class _Tables(HTMLParser):
-    """Each table's rows of cell texts, by the h2 title above it."""
-
-    def __init__(self):
-        super().__init__()
-        self.tables, self.title, self.cell, self.tag = {}, "", None, None
-
-    def handle_starttag(self, tag, attrs):
-        self.tag = tag
-        if tag == "table":
-            self.tables[self.title] = []
-        elif tag == "tr":
-            self.tables[self.title].append([])
-        elif tag in ("td", "th"):
-            self.cell = ""
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th"):
-            self.tables[self.title][-1].append(self.cell)
-            self.cell = None
-        self.tag = None
-
-    def handle_data(self, data):
-        if self.tag == "h2":
-            self.title = data
-        elif self.cell is not None:
-            self.cell += data
-
-
-def _record(base: dict, plan_id: str, growth_bytes) -> dict:
+def _record(base: dict, plan_id: str, growth_bytes, wait_share=None) -> dict:
     """The shipped run with a prediction of round numbers: 48 MiB allocated (10 + 10 + 20 + 8; the
     512 MiB CUDA context and 1 MiB cached block it predicted are no CPU memory), a measured median
     step 1.25x the predicted one."""
@@ -61,6 +31,8 @@ def _record(base: dict, plan_id: str, growth_bytes) -> dict:
         r.pop("cpu_rss_growth_bytes", None)
     else:
         r["cpu_rss_growth_bytes"] = growth_bytes
+    if wait_share is not None:  # the share of the timed steps the ranks waited for a CPU others held
+        r["cpu_wait_share"] = wait_share
     return r
 
 
@@ -70,23 +42,11 @@ def table(tmp_path_factory):
     for name in ("cpu-profile.json", "cpu-profile.json.samples.csv"):
         shutil.copy(DATA / name, folder / name)
     base = next(r for r in map(json.loads, (DATA / "runs.jsonl").read_text().splitlines()) if r["status"] == "ok")
-    runs = [_record(base, "withgrowth01", 40 * MIB), _record(base, "nogrowth0002", None)]
+    runs = [_record(base, "withgrowth01", 40 * MIB), _record(base, "nogrowth0002", None),
+            _record(base, "quietcpu0003", 40 * MIB, wait_share=0.05), _record(base, "sharedcpu004", 40 * MIB, wait_share=0.5)]
     (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     assert main(["report", str(folder / "runs.jsonl"), "-o", str(folder / "report")]) == 0
-    parser = _Tables()
-    parser.feed((folder / "report" / "index.html").read_text())
-    header, *rows = parser.tables[TITLE]
-    return base, [dict(zip(_unique(header), row)) for row in rows]
-
-
-def _unique(header: list) -> list:
-    """'measured' and 'error' repeat under each quantity: name them by the column before."""
-    names, quantity = [], ""
-    for h in header:
-        if h.endswith("predicted"):
-            quantity = h.rsplit(" ", 1)[0]
-        names.append(f"{quantity} {h}" if h in ("measured", "error", "measured (median)") else h)
-    return names
+    return base, per_run_rows(folder / "report" / "index.html")
 
 
 def test_cpu_memory_is_the_allocated_peak_against_the_rss_growth(table):
@@ -110,9 +70,20 @@ def test_both_mfus_divide_by_the_one_peak_the_table_names(table):
     base, rows = table
     profile = json.loads((DATA / "cpu-profile.json").read_text())
     peak = profile["peak_flops_per_s"][base["plan"]["training"]["dtype"]]
-    for row in rows:
+    for row in rows[:3]:
         assert row["step time error"] == "-20.0%"  # predicted / median (1.25 x predicted) - 1
         assert row["MFU peak (source)"] == f"{peak / 1e12:,.3g} TFLOP/s ({profile['sources']['peak_flops_per_s']})"
         predicted = base["prediction"]["mfu"]
         assert row["MFU predicted"] == f"{predicted:.1%}"
         assert row["MFU measured"] == f"{predicted / 1.25:.1%}"  # same FLOPs and peak, 1.25x the time
+
+
+def test_a_cpu_step_time_is_compared_only_when_the_ranks_had_the_cpu(table):
+    """A wall step time on a CPU that other processes held measures them too: over the limit
+    (10% of the timed steps waiting on a run queue) the row says so instead of an error."""
+    _, rows = table
+    assert rows[0]["time compared"] == "median wall step; CPU contention not recorded"
+    assert rows[2]["time compared"] == "median wall step" and rows[2]["step time error"] == "-20.0%"
+    shared = rows[3]
+    assert shared["step time error"] == "n/a" and shared["step time measured (median)"].endswith("of 3")
+    assert shared["time compared"].startswith("not compared: the run's ranks waited for a CPU other processes held 50%")

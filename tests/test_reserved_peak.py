@@ -35,13 +35,24 @@ def test_a_cpu_profile_predicts_no_device_terms():
     from autoplan.planner import make_estimator, training_shape
     from dataclasses import replace
 
+    from cost_model.stage_memory import allocated_peak_bytes
+
     model = resolve_model("llama-2-7b")
     cluster, gpu = resolve_cluster(8)
     training, _ = training_shape(model, cluster, 2048, 32, "bf16")
     plan = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=4)
-    cpu = replace(gpu, device_kind="cpu")
+    runtime = 62 * 2**20  # a CPU profile's measured runtime term (profiler/runtime_memory.py)
+    cpu = replace(gpu, device_kind="cpu", runtime_memory_bytes=runtime)
     on_gpu = make_estimator(model, training, cluster, gpu).estimate(plan).memory_breakdown_bytes
     on_cpu = make_estimator(model, training, cluster, cpu).estimate(plan).memory_breakdown_bytes
     assert on_gpu["cuda_context"] > 0 and on_gpu["allocator_overhead"] > 0
     assert on_cpu["cuda_context"] == on_cpu["allocator_overhead"] == 0
-    assert sum(on_cpu.values()) < sum(on_gpu.values())
+    # the CPU plan holds its tensors plus the measured runtime, which is no allocated tensor; a GPU
+    # plan has no such term, whatever its profile says
+    assert "cpu_runtime" not in on_gpu and on_cpu["cpu_runtime"] == runtime
+    assert sum(on_cpu.values()) == allocated_peak_bytes(on_cpu) + runtime
+    # the same states (the executor keeps fp32 weights, grads and moments on either device; its fp32
+    # activations on a CPU are counted against the model in tests/test_memory_counting.py)
+    assert all(on_cpu[k] == on_gpu[k] for k in ("params", "grads", "optimizer"))
+    on_gpu_with_field = make_estimator(model, training, cluster, replace(gpu, runtime_memory_bytes=runtime))
+    assert on_gpu_with_field.estimate(plan).memory_breakdown_bytes == on_gpu

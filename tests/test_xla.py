@@ -114,6 +114,8 @@ def test_spmd_plans_match_the_single_device_run(cli, tmp_path, capfd, monkeypatc
         # one device's compiled step, far below the whole process (8 devices, Python, torch)
         assert record.extra["peak_memory_kind"] == "xla_compiled_bytes_per_device", name
         assert 0 < record.peak_memory_bytes < record.extra["cpu_rss_high_water_bytes"] / 8, name
+        # the process's growth over itself before the model, as the torch backend records it on a CPU
+        assert 0 < record.extra["cpu_rss_growth_bytes"] < record.extra["cpu_rss_high_water_bytes"], name
     # Full recompute of one block re-runs its forward matmuls in the backward pass: q, k, v, QK^T,
     # AV, wo, w1, w3 (w2's output is not needed there): 8 more than the same model without it.
     by_name = dict(zip(PLANS, records))

@@ -64,11 +64,12 @@ def comparable_memory(m) -> tuple:
 
     - CUDA: the prediction's allocated peak (its breakdown without the CUDA context and the
       allocator's cached block, cost_model.stage_memory.DEVICE_TERMS) against max_memory_allocated;
-    - CPU: the same allocated peak (a CPU process has neither term) against the growth of the
-      resident set over the process before the model was built (`cpu_rss_growth_bytes`), which also
-      holds what the first step loads besides tensors (so it reads above them); the RSS high water
-      itself also holds the interpreter and its libraries, so a record without the growth is not
-      compared;
+    - CPU: the same allocated peak (the tensors) plus the `cpu_runtime` term (what the process holds
+      beyond its tensors after the first step, measured by the profile) against the growth of the
+      resident set over the process before the model was built (`cpu_rss_growth_bytes`). A plan
+      predicted from a profile without that term is compared on its tensors alone and the row says
+      so (the growth then reads above them). The RSS high water itself also holds the interpreter
+      and its libraries, so a record without the growth is not compared;
     - XLA: the prediction's peak against the compiled program's bytes per device."""
     from cost_model.stage_memory import allocated_peak_bytes
 
@@ -80,12 +81,33 @@ def comparable_memory(m) -> tuple:
         if growth is None:
             return allocated, None, ("not compared: the RSS high water also holds the interpreter and libraries, "
                                      "and this record has no RSS growth over the process before the model")
-        return allocated, growth, ("allocated (tensors) vs RSS growth over the process before the model (it "
-                                   "also holds the code, thread pools and buffers the first step loads: above the "
-                                   "tensors)")
+        runtime = breakdown.get("cpu_runtime", 0.0)
+        if not runtime:
+            return allocated, growth, ("allocated tensors only vs RSS growth over the process before the model: the plan's "
+                                       "profile has no measured CPU runtime term (profile the CPU again), so the "
+                                       "growth also holds the modules and buffers the first step loads")
+        return allocated + runtime, growth, (f"allocated tensors + CPU runtime {memory(runtime)} (measured by the profile) "
+                                             "vs RSS growth over the process before the model")
     if kind in MEMORY_KINDS:
         return m.prediction.get("peak_memory_bytes", float("nan")), m.peak_memory_bytes, MEMORY_KINDS[kind]
     return allocated, m.peak_memory_bytes, "allocated peak vs max_memory_allocated"
+
+
+def time_comparison(m, profile) -> tuple:
+    """(measured seconds or None, what is compared or why not) for one run's step time: the median
+    wall time of the timed steps, unless on a CPU the run's ranks (`cpu_wait_share`) or the
+    profile's processes (environment `cpu_wait_share`) waited for a CPU other processes held more
+    than CPU_WAIT_SHARE_LIMIT of the time: then the wall time measures the other processes too."""
+    from autoplan.specs.host_process import CPU_WAIT_SHARE_LIMIT
+
+    for whose, share in (("the run's ranks", m.extra.get("cpu_wait_share")),
+                         ("the profile's processes", (profile.environment if profile else {}).get("cpu_wait_share"))):
+        if share is not None and share > CPU_WAIT_SHARE_LIMIT:
+            return None, (f"not compared: {whose} waited for a CPU other processes held {share:.0%} of the time "
+                          f"(over {CPU_WAIT_SHARE_LIMIT:.0%}); run again on a quiet machine")
+    if m.extra.get("peak_memory_kind") == "cpu_rss_high_water" and m.extra.get("cpu_wait_share") is None:
+        return m.median_step_time_s, "median wall step; CPU contention not recorded"
+    return m.median_step_time_s, "median wall step"
 
 
 def peak_flops(profile, dtype: str) -> tuple:
@@ -107,7 +129,7 @@ def measured_vs_predicted(paths) -> tuple[list, list]:
     from autoplan.specs.compat import measurement_mismatch
     from autoplan.specs.flops import mfu
 
-    rows = [["run", "plan", "ran on", "step time predicted", "measured (median)", "error",
+    rows = [["run", "plan", "ran on", "step time predicted", "measured (median)", "error", "time compared",
              "peak memory predicted", "measured", "error", "memory compared", "MFU predicted", "measured",
              "MFU peak (source)", "same hardware?"]]
     mismatches = []
@@ -124,6 +146,7 @@ def measured_vs_predicted(paths) -> tuple[list, list]:
             if mismatch:
                 mismatches.append(mismatch)
             pred_s = m.prediction.get("step_time_s", float("nan"))
+            meas_s, time_compared = time_comparison(m, profile)
             pred_b, meas_b, compared = comparable_memory(m)
             if profile is not None:
                 peak, source = peak_flops(profile, doc.training.dtype)
@@ -134,7 +157,8 @@ def measured_vs_predicted(paths) -> tuple[list, list]:
             ran_on = f"{m.num_gpus} x {m.environment.get('device_name') or m.environment.get('device', '?')} ({m.backend})"
             rows.append([m.plan_id, plan_line(doc.parallel.to_dict()), ran_on,
                          seconds(pred_s), f"{seconds(m.median_step_time_s)} of {len(m.step_times_s)}",
-                         signed_error(pred_s, m.median_step_time_s), memory(pred_b),
+                         signed_error(pred_s, meas_s) if meas_s is not None else "n/a", time_compared,
+                         memory(pred_b),
                          memory(meas_b) if meas_b is not None else f"{memory(m.peak_memory_bytes)} RSS",
                          signed_error(pred_b, meas_b) if meas_b is not None else "n/a", compared, *mfus,
                          "no: " + mismatch.split(" was ", 1)[-1] if mismatch else "yes"])

@@ -86,6 +86,10 @@ class HardwareProfile:
     num_nodes: int = 1
     device_kind: str = "gpu"
     measured: bool = False
+    runtime_memory_bytes: int = 0
+    """CPU profiles: what a training process holds beyond its tensors after its first step (lazily
+    imported modules, gloo and allocator buffers), measured by profiler/runtime_memory.py; 0 where
+    not measured (GPU profiles: the framework's `runtime_bytes` stands for it)."""
     matmul: tuple = ()
     attention: tuple = ()
     memory_ops: tuple = ()
@@ -148,6 +152,7 @@ class HardwareProfile:
             num_nodes=int(data.get("num_nodes", 1)),
             device_kind=str(data.get("device_kind", "gpu")),
             measured=bool(data.get("measured", False)),
+            runtime_memory_bytes=int(data.get("runtime_memory_bytes", 0)),
             matmul=matmul, attention=attention, memory_ops=memory_ops, collectives=collectives,
             environment=dict(data.get("environment", {})),
             sources=dict(data.get("sources", {})),

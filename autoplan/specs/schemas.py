@@ -244,6 +244,7 @@ def validate_profile(data: dict, issues: Issues) -> None:
     take_str(data, "device_name", issues, name=True)
     per_node = take_int(data, "gpus_per_node", issues, "", 1, MAX_GPUS_PER_NODE)
     take_int(data, "memory_capacity_bytes", issues, "", 1, MAX_MEMORY_BYTES)
+    take_int(data, "runtime_memory_bytes", issues, "", 0, MAX_MEMORY_BYTES, required=False, default=0)
     for key in ("memory_bandwidth_bytes_per_s", "intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
         take_float(data, key, issues, "", 0.0, MAX_BYTES_PER_S)
     for key in ("intra_node_latency_s", "inter_node_latency_s"):

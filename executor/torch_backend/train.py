@@ -24,8 +24,8 @@ from executor.options import RunOptions
 from autoplan.specs.flops import mfu
 from autoplan.specs.gpus import datasheet_peak_flops_per_s
 from executor.record import (
-    build_measurement, cpu_peak_rss_bytes, cpu_rss_baseline, cpu_rss_growth_bytes, environment, reset_cpu_peak_rss,
-    run_extra, step_line,
+    build_measurement, cpu_peak_rss_bytes, cpu_rss_baseline, cpu_rss_growth_bytes, cpu_wait_s, environment,
+    reset_cpu_peak_rss, run_extra, step_line, wait_share,
 )
 from executor.schedule import lr_at
 from executor.torch_backend import checkpoint, faults
@@ -37,6 +37,9 @@ from executor.torch_backend.parallelize import (
 )
 from executor.torch_backend.pipeline import build_schedule, build_stage, stage_indices, stage_layer_counts
 from executor.schedule import ADAMW_BETAS, WEIGHT_DECAY
+
+PPM = 1_000_000
+"""A share travels between ranks as whole millionths (max_over_ranks reduces int64 tensors)."""
 
 
 def _optimizers(model, lr: float, fused: bool) -> list:
@@ -363,12 +366,12 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
                             doc.plan_id) if options.resume else 0
     peak = datasheet_peak_flops_per_s(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                             doc.training.dtype)
-    losses, step_times, grad_norms, learning_rates = [], [], [], []
+    losses, step_times, grad_norms, learning_rates, waits = [], [], [], [], []
     for step in range(start, options.steps):
         inputs, labels = runner.load_batch(source, step)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
+        t0, wait0 = time.perf_counter(), cpu_wait_s()
         faults.maybe_oom(doc.plan_id, step, dist.get_rank())
         losses.append(runner.step(inputs, labels, step))  # its loss all-reduce ends the step on every rank
         grad_norms.append(runner.grad_norm)
@@ -378,6 +381,7 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
         elapsed = time.perf_counter() - t0
         if step - start >= options.warmup_steps:
             step_times.append(elapsed)
+            waits.append(None if wait0 is None else cpu_wait_s() - wait0)
         if rank0 and ((step + 1) % options.log_every == 0 or step + 1 == options.steps):
             tps = doc.training.tokens_per_step / elapsed
             util = mfu(doc.model, doc.training.seq_len, tps, doc.parallel.num_gpus, peak) if peak else None
@@ -395,6 +399,9 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
     if device.type != "cuda":
         # the most of any rank, like the peak itself
         extra["cpu_rss_growth_bytes"] = runner.max_over_ranks(cpu_rss_growth_bytes(rss_baseline))
+        share = wait_share(waits, step_times)
+        if share is not None:  # the most contended rank decides whether the step time is comparable
+            extra["cpu_wait_share"] = runner.max_over_ranks(round(share * PPM)) / PPM
     return build_measurement(doc, "torch", "ok", step_times_s=step_times, losses=losses,
                              peak_memory_bytes=peak_memory, env=env,
                              num_warmup_steps=min(options.warmup_steps, len(losses)), peak=peak, extra=extra)

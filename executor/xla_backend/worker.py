@@ -16,7 +16,10 @@ import torch
 from autoplan.specs import AutoplanError, Measurement, PlanDocument, read_json, write_json_atomic
 from executor.model import build_model, canonical_name, model_notes
 from executor.options import RunOptions
-from executor.record import build_measurement, cpu_peak_rss_bytes, environment, run_extra
+from executor.record import (
+    build_measurement, cpu_peak_rss_bytes, cpu_rss_baseline, cpu_rss_growth_bytes, environment, reset_cpu_peak_rss,
+    run_extra,
+)
 from executor.xla_backend.compiled import DUMP_DIR_ENV, CompiledStep
 from executor.xla_backend.mesh import AXES, MeshShape
 from executor.xla_backend.sharding import activation_specs, init_optimizer_state, parallelize, shard_gradients
@@ -69,6 +72,8 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
     mesh = MeshShape.from_plan(par).build(num_devices)
     device = torch_xla.device()
     compilations_before = _num_compilations()
+    reset_cpu_peak_rss()  # a new high water, and the process before the model, as the torch backend takes them
+    rss_baseline = cpu_rss_baseline()
     compiled_step = CompiledStep(os.environ.get(DUMP_DIR_ENV))
     compiled_step.start()
 
@@ -113,6 +118,7 @@ def run_plan(doc: PlanDocument, options: RunOptions) -> Measurement:
         "num_xla_compilations": _num_compilations() - compilations_before,
         "compute_dtype": "float32",
         "cpu_rss_high_water_bytes": cpu_peak_rss_bytes(),  # the whole process: all virtual devices
+        "cpu_rss_growth_bytes": cpu_rss_growth_bytes(rss_baseline),  # likewise, over the process before the model
     }
     program_bytes = compiled_step.program_bytes_per_device()
     extra["num_matmuls_in_step"] = compiled_step.program_num_matmuls()
