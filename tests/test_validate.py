@@ -61,13 +61,16 @@ def test_validate_leads_with_out_of_sample_and_scores_the_h100_runs(capsys):
 # about one point: a change to a term or a constant that loses transfer to another source, GPU
 # generation, scale or precision fails here. (split, precision) -> (max MAPE, min MFU rank correlation).
 SPLIT_BOUNDS = {
-    ("source", "bf16_fp16"): (0.095, 0.90),           # measured 8.9%, +0.93
-    ("gpu_generation", "bf16_fp16"): (0.125, 0.87),   # 11.6%, +0.90
-    ("scale", "bf16_fp16"): (0.09, 0.90),             # 8.2%, +0.93
-    ("source", "fp8"): (0.135, 0.90),                 # 12.6%, +0.93
-    ("gpu_generation", "fp8"): (0.17, 0.89),          # 16.0%, +0.92
-    ("scale", "fp8"): (0.125, 0.91),                  # 11.7%, +0.94
-    ("precision", "fp8"): (0.135, 0.91),              # 12.7%, +0.94
+    # Refits run to convergence (benchmarks/fit_constants.py): the figures before 2026-11-26's were
+    # refits stopped after 250-300 evaluations near the full fit, which had seen the held-out rows
+    # (the same code converged: 12.3%, 14.6%, 13.3%, 16.4%, 8.6%, 12.2%, 13.5% in this order).
+    ("source", "bf16_fp16"): (0.125, 0.86),           # measured 11.8%, +0.88
+    ("gpu_generation", "bf16_fp16"): (0.13, 0.86),    # 12.3%, +0.89
+    ("scale", "bf16_fp16"): (0.09, 0.90),             # 8.4%, +0.93
+    ("source", "fp8"): (0.15, 0.89),                  # 14.4%, +0.92
+    ("gpu_generation", "fp8"): (0.175, 0.87),         # 16.6%, +0.90
+    ("scale", "fp8"): (0.125, 0.91),                  # 11.9%, +0.94
+    ("precision", "fp8"): (0.14, 0.90),               # 13.3%, +0.93
     # The MoE rows no fit ever saw (issue 25), 2026-12: far from issue 25's target (<= 10%, >= 0.8);
     # the bound keeps them from getting worse (68.3%, -0.09 before cost_model/moe_time.py; 63.9%, +0.11
     # with it on the constants of 77aeed0; 65.7%, -0.08 on the constants refitted with the DP buckets;
