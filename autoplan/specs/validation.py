@@ -233,6 +233,15 @@ def control_characters(text: str) -> str:
     return "".join(sorted({c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")}))
 
 
+def refuse_unknown_fields(data: dict, known, what: str) -> None:
+    """A section of a plan file holds only its own fields: a typo such as "tensor_parallel" or
+    "num_layer" would otherwise be dropped silently, and the plan run or scored as if never edited."""
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise SchemaError(f"{what} has unknown field(s) {', '.join(map(repr, unknown))}; "
+                          f"the fields are {', '.join(known)}")
+
+
 NAME_RULE = "must be one line without control characters (newline, tab, NUL, ...)"
 """The rule of a name that reaches a message, a launch script, a Python module or a TOML file."""
 
