@@ -525,6 +525,11 @@ def name_cases(base: dict) -> list:
               H("names", "print-launch-out-newline", ["run", "{d}/p.json", "--print-launch", "slurm", "-o",
                                                       "runs\necho pwned.jsonl"], "bad", ("control", "-o/--output"),
                 files={"p.json": _j(plan)}),
+              H("names", "print-launch-data-dropped", ["run", "{d}/p.json", "--print-launch", "torchrun", "--data",
+                                                       "{d}/tok.bin"], "bad", ("--data", "DATA"),
+                files={"p.json": _j(plan), "tok.bin": b"\x01\x00" * 64}),
+              H("names", "print-launch-nproc-dropped", ["run", "{d}/p.json", "--print-launch", "torchrun", "--nproc",
+                                                        "2"], "bad", ("--nproc",), files={"p.json": _j(plan)}),
               H("names", "print-launch-hostile", ["run", "{d}/p.json", "--print-launch", "slurm"], "either",
                 ("name",), files={"p.json": _j(_edit(plan, "model.name", "$(touch pwned)'\""))},
                 check=("bash", "_stdout"))]
@@ -668,6 +673,7 @@ FOUND = {  # the defects this set found in the code it was written against (issu
     "named-input:plan-profile:estimate", "named-input:plan-profile:tune-records",
     "named-input:plan-profile-samples:run", "named-input:profile-samples:search",
     "named-input:model-folder-config:search", "control:model.name#6:megatron", "print-launch-out-newline",
+    "print-launch-data-dropped", "print-launch-nproc-dropped",
 }
 """Labels (a class prefix `fields/` where the label alone is ambiguous) run by every cut: each was a
 traceback, a hang, a silent acceptance or a wrong cause before its fix."""

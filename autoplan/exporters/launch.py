@@ -94,7 +94,8 @@ def executor_launch(doc: PlanDocument, plan_text: str, launcher: str, run_args: 
     check_names(doc)
     from autoplan.specs.validation import NAME_RULE, control_characters, show
 
-    for flag, value in run_args:  # --out: a path on the cluster, written into the script as it is
+    for flag, *value in run_args:  # --out: a path on the cluster, written into the script as it is
+        value = value[0] if value else None
         if isinstance(value, str) and control_characters(value):
             given = "-o/--output" if flag == "--out" else flag  # how `autoplan run` spells it
             raise AutoplanError(f"{given} {NAME_RULE}, got {show(value)}; it would be written into the launch script")
