@@ -443,6 +443,9 @@ def number_cases(base: dict) -> list:
             ("headroom_pct", ["estimate", *SMALL, "--tp", "2", "--memory-headroom", "10%"]),
             ("headroom_size", ["memory", *SMALL, "--zero", "1", "--memory-headroom", "512MiB"])]
     cases += [H("numbers", label, argv, "edge") for label, argv in edge]
+    # a negative value with a space: argparse reads it as a flag; the refusal says how to pass it
+    cases += [H("numbers", "negative-value-as-flag", ["search", *SMALL, "--memory-headroom", "-1GiB"], "bad",
+                ("=VALUE",))]
     return cases
 
 
@@ -673,7 +676,7 @@ FOUND = {  # the defects this set found in the code it was written against (issu
     "named-input:plan-profile:estimate", "named-input:plan-profile:tune-records",
     "named-input:plan-profile-samples:run", "named-input:profile-samples:search",
     "named-input:model-folder-config:search", "control:model.name#6:megatron", "print-launch-out-newline",
-    "print-launch-data-dropped", "print-launch-nproc-dropped",
+    "print-launch-data-dropped", "print-launch-nproc-dropped", "negative-value-as-flag",
 }
 """Labels (a class prefix `fields/` where the label alone is ambiguous) run by every cut: each was a
 traceback, a hang, a silent acceptance or a wrong cause before its fix."""
