@@ -232,6 +232,14 @@ def field_cases(base: dict) -> list:
         ("plan_id_control", "plan_id", "ab\x07cd", "bad", ("plan_id", "control")),
         ("model_name_newline", "model.name", "llama\nrm -rf ~", "bad", ("name", "control")),
         ("model_name_empty", "model.name", "", "bad", ("name", "empty")),
+        # hand edits that leave the prediction contradicting itself, and typos of a section's fields
+        # (a third census, session 3: compare, export and run took each silently)
+        ("pred_breakdown_not_summing", "prediction.time_breakdown_s.compute", 1e6, "bad",
+         ("time_breakdown_s", "sum")),
+        ("pred_fits_contradicting_peak", "prediction.fits", False, "bad", ("fits", "peak_memory")),
+        ("model_typo_field", "model.num_layer", 80, "bad", ("num_layer", "unknown")),
+        ("training_typo_field", "training.global_batch", 64, "bad", ("global_batch", "unknown")),
+        ("cluster_typo_field", "cluster.gpus", 16, "bad", ("gpus", "unknown")),
     ]
     drops = [("no_prediction", "prediction", "either", ("prediction",)),
              ("no_parallel", "parallel", "bad", ("parallel",)),
@@ -331,6 +339,18 @@ def output_cases(base: dict) -> list:
                                                     "{d}/пла́н 計画.sh"], "edge", files={"p.json": plan}),
               H("outputs", "memory-unknown-ext", ["memory", *SMALL, "--zero", "1", "-o", "{d}/t.xlsx"], "bad",
                 ("xlsx", "csv", ".md"))]
+    # an output that is a file an input names (a third census, session 3: each was overwritten)
+    named = {"p.json": _j(_edit(base["plan"], "cluster.profile", "prof.json")), "samples.csv": "op,time_s\n",
+             "prof.json": _j(base["profile"]), "m/config.json": _j(runner.TINY)}
+    for label, argv in (("plan-profile:estimate", ["estimate", "{d}/p.json", "-o", "{d}/prof.json"]),
+                        ("plan-profile:tune-records", ["tune", "{d}/p.json", "--records", "{d}/prof.json"]),
+                        ("plan-profile-samples:run", ["run", "{d}/p.json", "-o", "{d}/samples.csv"]),
+                        ("profile-samples:search", ["search", *SMALL, "--profile", "{d}/prof.json",
+                                                    "-o", "{d}/samples.csv"]),
+                        ("model-folder-config:search", ["search", "--model", "{d}/m", "--gpus", "8",
+                                                        "-o", "{d}/m/config.json"])):
+        cases.append(H("outputs", f"named-input:{label}", argv, "bad", ("input",), files=dict(named),
+                       keep=tuple(named)))
     return cases
 
 
@@ -423,13 +443,16 @@ def number_cases(base: dict) -> list:
             ("headroom_pct", ["estimate", *SMALL, "--tp", "2", "--memory-headroom", "10%"]),
             ("headroom_size", ["memory", *SMALL, "--zero", "1", "--memory-headroom", "512MiB"])]
     cases += [H("numbers", label, argv, "edge") for label, argv in edge]
+    # a negative value with a space: argparse reads it as a flag; the refusal says how to pass it
+    cases += [H("numbers", "negative-value-as-flag", ["search", *SMALL, "--memory-headroom", "-1GiB"], "bad",
+                ("=VALUE",))]
     return cases
 
 
 # -- names reaching generated scripts -----------------------------------------------------------------
 HOSTILE = ["$(touch pwned)", "`touch pwned`", "a'b\"c", "x; touch pwned #", "\"\"\"); import os; os.system('touch pwned'); (\"\"\"",
            "\\", "]] = 1\n[x", "llama ${HOME} %s {0}", "‮evil‭", "名前-модель", "-rf", "--help"]
-CONTROL = ["a\nb", "a\rb", "a\x1b[2Jb", "a\tb", "a\x7fb", "a\u2028b"]
+CONTROL = ["a\nb", "a\rb", "a\x1b[2Jb", "a\tb", "a\x7fb", "a\u2028b", "llama\u202egnp.exe"]
 
 
 def _generators():
@@ -502,6 +525,14 @@ def name_cases(base: dict) -> list:
                 ("object", "list", "config"), files={"cfg.json": "[1, 2]"}),
               H("names", "hf-folder-no-config", ["estimate", "--model", "{d}/sub", "--gpus", "8"], "bad",
                 ("config.json",), nodes={"sub": "folder"}),
+              H("names", "print-launch-out-newline", ["run", "{d}/p.json", "--print-launch", "slurm", "-o",
+                                                      "runs\necho pwned.jsonl"], "bad", ("control", "-o/--output"),
+                files={"p.json": _j(plan)}),
+              H("names", "print-launch-data-dropped", ["run", "{d}/p.json", "--print-launch", "torchrun", "--data",
+                                                       "{d}/tok.bin"], "bad", ("--data", "DATA"),
+                files={"p.json": _j(plan), "tok.bin": b"\x01\x00" * 64}),
+              H("names", "print-launch-nproc-dropped", ["run", "{d}/p.json", "--print-launch", "torchrun", "--nproc",
+                                                        "2"], "bad", ("--nproc",), files={"p.json": _j(plan)}),
               H("names", "print-launch-hostile", ["run", "{d}/p.json", "--print-launch", "slurm"], "either",
                 ("name",), files={"p.json": _j(_edit(plan, "model.name", "$(touch pwned)'\""))},
                 check=("bash", "_stdout"))]
@@ -639,6 +670,13 @@ FOUND = {  # the defects this set found in the code it was written against (issu
     "export:trailing_slash", "calibrate:trailing_slash", "tokens_arabic", "gpus_arabic", "deadline_tiny",
     "steps_arabic", "model-fifo", "profile-name-hostile", "study-name-control", "control:plan_id#0:megatron",
     "exhaustive_with_nsga2",
+    # a third census (session 3): silent acceptances and overwritten inputs before their fixes
+    "pred_breakdown_not_summing:compare", "pred_fits_contradicting_peak:export-megatron",
+    "model_typo_field:estimate", "training_typo_field:run-launch", "cluster_typo_field:compare",
+    "named-input:plan-profile:estimate", "named-input:plan-profile:tune-records",
+    "named-input:plan-profile-samples:run", "named-input:profile-samples:search",
+    "named-input:model-folder-config:search", "control:model.name#6:megatron", "print-launch-out-newline",
+    "print-launch-data-dropped", "print-launch-nproc-dropped", "negative-value-as-flag",
 }
 """Labels (a class prefix `fields/` where the label alone is ambiguous) run by every cut: each was a
 traceback, a hang, a silent acceptance or a wrong cause before its fix."""

@@ -114,14 +114,59 @@ FOLDER_OUTPUTS = {"report"}
 
 
 def input_paths(args) -> list:
-    """The existing files among the command's inputs (a catalog model name is not a file)."""
+    """The existing files among the command's inputs (a catalog model name is not a file), and the
+    files those name: a plan file's profile, a profile's raw samples, a --model folder's config.json.
+    `estimate plan.json -o cpu-profile.json` would otherwise replace the profile the plan is scored with."""
     found = []
     for name in INPUT_FLAGS:
         value = getattr(args, name, None)
         for item in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(item, str) and item and "\x00" not in item and os.path.exists(item):
                 found.append(item)
+    for item in list(found):
+        found += named_inputs(item)
     return found
+
+
+def named_inputs(path: str) -> list:
+    """The files an input names, which a command reads through it: config.json in a model folder; the
+    profile a plan's cluster names (found as cluster_for_plan_file finds it) and the raw samples CSV a
+    profile names beside itself. Best effort: an unreadable input is the reader's to refuse later."""
+    folder = Path(path)
+    if folder.is_dir():
+        return [str(folder / "config.json")] if (folder / "config.json").is_file() else []
+    data = _small_json(folder)
+    named = []
+    profile = data.get("cluster", {}).get("profile") if isinstance(data.get("cluster"), dict) else None
+    if isinstance(profile, str) and profile and not profile.startswith("builtin:") and "\x00" not in profile:
+        candidate = Path(profile) if Path(profile).exists() else folder.parent / Path(profile).name
+        if candidate.is_file():
+            named.append(str(candidate))
+            data = _small_json(candidate)
+            folder = candidate
+    samples = data.get("raw_samples")
+    if isinstance(samples, str) and samples and "\x00" not in samples and (folder.parent / samples).is_file():
+        named.append(str(folder.parent / samples))
+    return named
+
+
+def _small_json(path: Path) -> dict:
+    """A JSON object read for the names it holds; {} for anything else (not JSON, too big, a FIFO)."""
+    import json
+    import stat
+
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_NAMED_INPUT_BYTES:
+            return {}
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+MAX_NAMED_INPUT_BYTES = 16 * 2**20
+"""A plan or profile read for the files it names: both are well under 1 MiB (MAX_JSON_BYTES bounds the real read)."""
 
 
 def check_command_paths(args) -> None:

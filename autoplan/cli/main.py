@@ -34,6 +34,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line and exit code 2 (argparse prints two)."""
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
+        if message.startswith("argument -") and message.endswith("expected one argument"):
+            # argparse reads a value such as -1GiB or -$5 as a flag; the value's own check says why it is bad
+            flag = message.removeprefix("argument ").split(":")[0].split("/")[-1]
+            message += f" (a value that starts with '-' is read as a flag: write {flag}=VALUE)"
         sys.stderr.write(one_line(f"{self.prog}: error: {message} (see {self.prog} --help)") + "\n")
         sys.exit(2)
 

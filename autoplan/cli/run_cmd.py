@@ -120,8 +120,37 @@ def print_launch(docs: list, args, options) -> int:
                 ("--lr", options.lr), ("--data-dtype", options.data_dtype), ("--out", options.out)]
     if options.fp8_recipe:  # else the plan's framework's recipe, read by the job from the plan file
         run_args.append(("--fp8-recipe", options.fp8_recipe))
+    run_args += launch_run_args(options)
     sys.stdout.write(executor_launch(doc, Path(args.plans[0]).read_text(), args.print_launch, run_args))
     return 0
+
+
+# Run options the launch script passes on to `python -m executor` when given (the same parser reads
+# them there); without this a --grad-clip or --checkpoint-dir given with --print-launch was dropped.
+FORWARDED = {"min_lr": "--min-lr", "warmup": "--lr-warmup", "grad_clip": "--grad-clip", "log_every": "--log-every",
+             "checkpoint_dir": "--checkpoint-dir", "checkpoint_every": "--checkpoint-every",
+             "loss_chunk_tokens": "--loss-chunk-tokens"}
+DECIDED_BY_LAUNCH = {"data": "--data: the script reads the token file from its DATA placeholder; set DATA=PATH "
+                             "where you launch it",
+                     "nproc": "--nproc: torchrun starts one process per GPU of the plan"}
+
+
+def launch_run_args(options) -> list:
+    """The run options a launch script forwards (those differing from RunOptions' defaults); the
+    ones the launch itself decides are refused rather than dropped."""
+    from dataclasses import fields
+
+    from autoplan.specs import AutoplanError
+    from executor.options import RunOptions
+
+    default = {f.name: f.default for f in fields(RunOptions)}
+    for key, why in DECIDED_BY_LAUNCH.items():
+        if getattr(options, key) != default[key]:
+            raise AutoplanError(f"--print-launch does not take {why}")
+    args = [(flag, getattr(options, key)) for key, flag in FORWARDED.items() if getattr(options, key) != default[key]]
+    args += [("--resume",)] if options.resume else []
+    args += [] if options.compile is None else [("--compile" if options.compile else "--no-compile",)]
+    return args + [("--without", name) for name in options.without]
 
 
 def check_paths(options, out_flag: str = "-o/--output") -> None:

@@ -92,6 +92,13 @@ def executor_launch(doc: PlanDocument, plan_text: str, launcher: str, run_args: 
     """`autoplan run --print-launch`: autoplan's own executor on the plan's GPUs (python -m executor
     under torchrun, one process per GPU), the plan file written next to the run."""
     check_names(doc)
+    from autoplan.specs.validation import NAME_RULE, control_characters, show
+
+    for flag, *value in run_args:  # --out: a path on the cluster, written into the script as it is
+        value = value[0] if value else None
+        if isinstance(value, str) and control_characters(value):
+            given = "-o/--output" if flag == "--out" else flag  # how `autoplan run` spells it
+            raise AutoplanError(f"{given} {NAME_RULE}, got {show(value)}; it would be written into the launch script")
     header = [f"autoplan executor (torch backend, --device cuda) for plan {doc.plan_id}: {doc.model.name} on "
               f"{doc.cluster.num_gpus} x {doc.cluster.name}",
               "needs autoplan installed on every node (pip install 'autoplan[torch]')"]

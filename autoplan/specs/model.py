@@ -20,7 +20,7 @@ from functools import lru_cache
 from autoplan.specs.choices import MLP_KINDS, NORM_KINDS, NORM_PLACEMENTS, POSITION_KINDS, QK_NORM_KINDS
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.schemas import MODEL_INTS, validate_model, validate_model_shape
-from autoplan.specs.validation import Issues, require_object, take_int, take_str
+from autoplan.specs.validation import Issues, refuse_unknown_fields, require_object, take_int, take_str
 
 _REQUIRED = ("name", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 
@@ -289,6 +289,7 @@ class ModelSpec:
         issues = Issues(what)
         validate_model(require_object(data, what), issues, prefix="")
         issues.raise_if_any()
+        refuse_unknown_fields(data, [f.name for f in fields(cls)] + ["num_params"], what)  # num_params: derived
         kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         spec = cls(**kwargs)
         spec.check()

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from autoplan.specs.choices import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
 from autoplan.specs.errors import InfeasiblePlan, SchemaError
 from autoplan.specs.schemas import validate_parallel
-from autoplan.specs.validation import Issues
+from autoplan.specs.validation import Issues, refuse_unknown_fields
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.training import ClusterSpec, TrainingSpec
 
@@ -139,11 +139,7 @@ class ParallelPlan:
     def from_dict(cls, data: dict, what: str = "parallel") -> "ParallelPlan":
         if not isinstance(data, dict):
             raise SchemaError(f"{what} must be a JSON object")
-        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
-        if unknown:
-            # A typo such as "tensor_parallel" must not be dropped silently: the plan would run as tp=1.
-            raise SchemaError(f"{what} has unknown field(s) {', '.join(map(repr, unknown))}; "
-                              f"the fields are {', '.join(cls.__dataclass_fields__)}")
+        refuse_unknown_fields(data, cls.__dataclass_fields__, what)  # "tensor_parallel" would run as tp=1
         issues = Issues(what)
         validate_parallel(data, issues, prefix="")
         issues.raise_if_any()

@@ -8,6 +8,8 @@ Bounds and the field readers are in `autoplan.specs.validation`.
 """
 from __future__ import annotations
 
+import math
+
 from autoplan.specs.choices import (
     COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, POSITION_KINDS, RECOMPUTE_MODULES, RECOMPUTE_POLICIES, SCOPES,
     STATUSES,
@@ -217,6 +219,40 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
         for term in terms or {}:
             # a term is a share of its total: finite and not negative (what the breakdown tables draw)
             take_float(terms, term, issues, f"{prefix}.{key}", 0.0, high, positive=False)
+    _prediction_adds_up(data, issues, prefix)
+
+
+BREAKDOWN_REL_TOL = 1e-6
+"""How far a breakdown's sum may be from its total: float rounding of ~12 terms is ~1e-15 of it; a
+hand edit of one term (the case this catches) moves it by far more."""
+
+
+REMOVE_PREDICTION = "remove the hand-edited prediction: every command scores a plan file without one"
+
+
+def _prediction_adds_up(data: dict, issues: Issues, prefix: str) -> None:
+    """The rules across a prediction's figures that the cost model writes (CostEstimate.to_prediction):
+    each breakdown sums to its total, and `fits` says peak <= capacity - headroom. A hand-edited file
+    that breaks one would be compared, exported or tuned on figures that contradict each other."""
+    for key, total_key in (("time_breakdown_s", "step_time_s"), ("memory_breakdown_bytes", "peak_memory_bytes")):
+        terms, total = data.get(key), data.get(total_key)
+        if not isinstance(terms, dict) or not terms or not _finite_numbers(total, *terms.values()):
+            continue  # absent, or a bad figure already reported by its own field
+        added = sum(terms.values())
+        if abs(added - total) > BREAKDOWN_REL_TOL * max(abs(total), 1.0):
+            issues.add(f"{prefix}.{key}", f"must sum to {total_key}={total:.6g}, but its terms sum to {added:.6g} "
+                       f"({REMOVE_PREDICTION})", show_value=False)
+    peak, capacity = data.get("peak_memory_bytes"), data.get("memory_capacity_bytes")
+    headroom, fits = data.get("memory_headroom_bytes", 0), data.get("fits")
+    if isinstance(fits, bool) and _finite_numbers(peak, capacity, headroom) and capacity > 0:
+        if fits != (peak <= capacity - headroom):
+            issues.add(f"{prefix}.fits", f"must be {str(not fits).lower()}: peak_memory_bytes={peak:,.0f} is "
+                       f"{'above' if fits else 'within'} memory_capacity_bytes={capacity:,.0f} less "
+                       f"memory_headroom_bytes={headroom:,.0f} ({REMOVE_PREDICTION})", fits)
+
+
+def _finite_numbers(*values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
 def validate_model_shape(issues: Issues, name_values: dict) -> None:

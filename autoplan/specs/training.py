@@ -8,7 +8,7 @@ from autoplan.specs.errors import SchemaError
 from autoplan.specs.jsonio import require
 from autoplan.specs.schemas import validate_cluster, validate_training
 from autoplan.specs.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NUM_GPUS, MAX_SEQ_LEN, Issues, \
-    require_object
+    refuse_unknown_fields, require_object
 
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
@@ -35,6 +35,7 @@ class TrainingSpec:
         issues = Issues(what)
         validate_training(require_object(data, what), issues, prefix="")
         issues.raise_if_any()
+        refuse_unknown_fields(data, cls.__dataclass_fields__, what)
         spec = cls(
             global_batch_size=require(data, "global_batch_size", int, what),
             seq_len=require(data, "seq_len", int, what),
@@ -78,6 +79,7 @@ class ClusterSpec:
         issues = Issues(what)
         validate_cluster(require_object(data, what), issues, prefix="")
         issues.raise_if_any()
+        refuse_unknown_fields(data, cls.__dataclass_fields__, what)
         spec = cls(
             name=require(data, "name", str, what),
             num_gpus=require(data, "num_gpus", int, what),

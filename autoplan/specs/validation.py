@@ -226,14 +226,31 @@ def _take(data: dict, key: str, issues: Issues, prefix: str, required: bool, kin
     return value
 
 
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Unicode's bidirectional formatting characters (UAX #9, explicit formatting): inside a quoted name
+they reorder how the rest of a generated script's line is displayed, so the code a reviewer reads is
+not the code that runs ("Trojan Source", CVE-2021-42574)."""
+
+
 def control_characters(text: str) -> str:
     """The characters of `text` that break a line or a generated file: C0/C1 controls (newline, tab,
-    NUL, ESC, NEL, DEL), line and paragraph separators and lone surrogates. Spaces, quotes and
-    non-ASCII letters are fine: every generator quotes them for its language."""
-    return "".join(sorted({c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")}))
+    NUL, ESC, NEL, DEL), line and paragraph separators, lone surrogates and the bidirectional
+    overrides (BIDI_CONTROLS). Spaces, quotes and non-ASCII letters are fine: every generator quotes
+    them for its language."""
+    return "".join(sorted({c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs")
+                           or c in BIDI_CONTROLS}))
 
 
-NAME_RULE = "must be one line without control characters (newline, tab, NUL, ...)"
+def refuse_unknown_fields(data: dict, known, what: str) -> None:
+    """A section of a plan file holds only its own fields: a typo such as "tensor_parallel" or
+    "num_layer" would otherwise be dropped silently, and the plan run or scored as if never edited."""
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise SchemaError(f"{what} has unknown field(s) {', '.join(map(repr, unknown))}; "
+                          f"the fields are {', '.join(known)}")
+
+
+NAME_RULE = "must be one line without control characters (newline, tab, NUL, bidirectional overrides, ...)"
 """The rule of a name that reaches a message, a launch script, a Python module or a TOML file."""
 
 
