@@ -87,9 +87,10 @@ class Framework:
     """ZeRO-3 gathered parameters held at once (DeepSpeed stage3_max_live_parameters); 0: FSDP units
     (one layer and its prefetched neighbour)."""
     zero3_gather_per_tensor: bool = False
-    """ZeRO-3 gathers each parameter tensor with its own all-gather (DeepSpeed before coalesced
-    gathers: partition_parameters.py `_allgather_param`, one torch.distributed.all_gather per
-    parameter, v0.3.13-0.5), each paying the collective's latency; else one gather per layer."""
+    """ZeRO-3 gathers each parameter tensor with its own all-gather (DeepSpeed's ZeRO-3 as first
+    released, v0.3.13 of 2021, before its gathers were coalesced: partition_parameters.py
+    `_allgather_param`, one torch.distributed.all_gather per parameter), each paying the
+    collective's latency; else one gather per layer."""
     zero1_broadcast_sync: bool = False
     """ZeRO-1/2 brings the updated weights back by each rank of the ZeRO group broadcasting its own
     shard (InternEvo HybridZeroOptimizer.broadcast_params: one dist.broadcast per rank, after the step
