@@ -16,9 +16,26 @@ from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT
 from cost_model.stages import bubble_in_slowest_rank_times, stage_split
 
-GRAD_REDUCE_BYTES = {0: BYTES_GRAD, 1: BYTES_GRAD, 2: BYTES_GRAD, 3: BYTES_WEIGHT}
-"""Bytes per gradient on the wire: Megatron/DeepSpeed reduce the fp32 main grads; FSDP/ZeRO-3
-reduce-scatter in the compute dtype."""
+GRAD_REDUCE_BYTES = {0: BYTES_GRAD, 1: BYTES_GRAD, 2: BYTES_GRAD}
+"""Bytes per gradient on the wire at ZeRO 0-2: Megatron/DeepSpeed reduce the fp32 main grads; ZeRO-3
+reduce-scatters in the framework's reduce dtype (Framework.sharded_reduce_bytes_per_grad)."""
+
+
+def grad_reduce_bytes(sw, zero_stage: int) -> float:
+    return sw.sharded_reduce_bytes_per_grad if zero_stage >= 3 else GRAD_REDUCE_BYTES[zero_stage]
+
+
+def dp_rounds(plan: ParallelPlan, m: int) -> tuple:
+    """(weight all-gathers, gradient reductions) of the sharded states per step: ZeRO 0-2 reduce
+    once and (ZeRO 1-2) gather the updated weights once; ZeRO-3 gathers for forward and again for
+    backward and reduces every micro-batch, or once per step with a pipeline (weights stay gathered
+    across micro-batches: torchtitan does not reshard after forward under PP)."""
+    if plan.zero_stage == 0:
+        return 0, 1
+    if plan.zero_stage in (1, 2):
+        return 1, 1
+    rounds = 1 if plan.pp > 1 else m
+    return 2 * rounds, rounds
 
 
 def _dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
@@ -133,10 +150,22 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     else:
         cast_mb_s += (4.0 / 3.0) * per_stage * lt.fp8_weight_cast_s / m
 
+    # Sharded-state copies on the compute stream around each gather and reduction (FSDP2: all-gather
+    # output into the parameters, gradients into the reduce-scatter input), over the rank's
+    # unsharded parameters, a layer at a time.
+    copies_s = 0.0
+    if plan.zero_stage >= 1 and plan.dp * plan.cp > 1:
+        gathers, reductions = dp_rounds(plan, m)
+        copy_bytes = (gathers * sw.gather_copy_bytes_per_param
+                      + reductions * sw.reduce_copy_bytes_per_param) * (dense + expert)
+        if copy_bytes:
+            copies_s = memory_time_s(tables, copy_bytes, copy_bytes / max(1, state_layers * (gathers + reductions)))
+
     time = {
         "compute": m * compute_mb,
         "memory_bound": m * memory_mb,
         "weight_casts": m * cast_mb_s,
+        "sharded_copies": copies_s,
         "recompute": m * recompute_s,
         "tp_comm": m * per_stage * tp_exposed,
         "cp_comm": m * per_stage * cp_exposed,
@@ -252,7 +281,7 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     # Expert gradients reduce over the expert data-parallel ranks (tp*cp*dp / (etp*ep)), fewer than
     # the dense ones' dp*cp: count their share (1/ep when etp = tp).
     params = dense + expert * plan.expert_dp / group
-    grad_bytes = GRAD_REDUCE_BYTES[plan.zero_stage] * params
+    grad_bytes = grad_reduce_bytes(sw, plan.zero_stage) * params
     weight_bytes = BYTES_WEIGHT * params
     # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
     calls = dp_collective_calls(sw, plan.zero_stage, group, params, per_stage)
@@ -276,12 +305,11 @@ def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: floa
     else:
         # Weights re-gathered for forward and backward of every micro-batch; with a pipeline they
         # stay gathered across micro-batches (torchtitan: no reshard after forward under PP).
-        rounds = 1 if plan.pp > 1 else m
-        gathers = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
-        per_round = (2 * collectives_s("all_gather", weight_bytes, gathers)
-                     + collectives_s("reduce_scatter", grad_bytes))
-        total = rounds * per_round
-        wire = rounds * (2 * weight_bytes + grad_bytes)
+        gathers, reductions = dp_rounds(plan, m)
+        gather_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
+        total = (gathers * collectives_s("all_gather", weight_bytes, gather_calls)
+                 + reductions * collectives_s("reduce_scatter", grad_bytes))
+        wire = gathers * weight_bytes + reductions * grad_bytes
     # Overlap: ZeRO 0-2 reduce during the last micro-batch's backward; ZeRO-3 prefetches during
     # all forward and backward compute. One layer's share always stays exposed (the last bucket).
     if plan.zero_stage >= 3:

@@ -27,6 +27,10 @@ TIME_TERMS = {
     "weight_casts": ("casts of fp32 weights to the compute dtype + fp32 gradient accumulation",
                      "Framework.weight_cast_bytes_per_param over the profile's copy bandwidth (0 for frameworks "
                      "that keep compute-dtype weights)"),
+    "sharded_copies": ("FSDP2's copies around its collectives: all-gather output into the parameters, "
+                       "gradients into the reduce-scatter input", "Framework.gather_copy_bytes_per_param and "
+                       "reduce_copy_bytes_per_param per gather and reduction over the profile's copy bandwidth "
+                       "(torch distributed/fsdp/_fully_shard/_fsdp_collectives.py)"),
     "optimizer": ("AdamW update of the local shard",
                   "memory-bound: Framework.optimizer_bytes_per_param (fused AdamW + clip 40 B, for-each AdamW + clip 92 B)"),
     "overhead": ("host time of sharding hooks or a blocking pipeline engine",

@@ -83,3 +83,30 @@ def test_the_megatron_export_passes_the_overlap_the_plan_was_costed_with():
         assert megatron_accepts(text, 16) == ""
         flags[framework] = ("--tp-comm-overlap" in text, "--overlap-grad-reduce" in text)
     assert flags == {"megatron-core": (False, True), "megatron-core+tp-comm-overlap": (True, True)}
+
+
+def test_fsdp2_copies_and_fp32_reduce_scatter_from_a_worked_example():
+    # Llama-3-8B on 8 GPUs, FSDP (ZeRO-3) over dp=8, 8 micro-batches of 1, no pipeline: every micro-batch
+    # gathers the weights twice (forward, backward) and reduce-scatters the gradients once: 16 gathers
+    # and 8 reductions of all P parameters. torchtitan (FSDP2, torch 2.9 _fsdp_collectives.py) copies
+    # each gather's output into the bf16 parameters (read 2 + write 2 B) and the bf16 gradients into an
+    # fp32 reduce-scatter input (read 2 + write 4 B): 16 x 4 + 8 x 6 = 112 B per parameter, at the
+    # profile's copy rate. On the wire: 16 x 2 B gathered + 8 x 4 B reduced (fp32) = 64 B per parameter
+    # for torchtitan; llm-foundry's FSDP1 (flat parameter, bf16 reduce) 16 x 2 + 8 x 2 = 48 B, no copies.
+    plan = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8, zero_stage=3)
+    titan = _estimate("llama-3-8b", "torchtitan", plan)
+    foundry = _estimate("llama-3-8b", "llm-foundry", plan)
+    params = titan.details["dp_bytes_per_step"] / 64
+    assert 7.9e9 < params < 8.1e9                                  # Llama-3-8B: 8.03B parameters
+    assert foundry.details["dp_bytes_per_step"] == pytest.approx(48 * params, rel=1e-9)
+    from cost_model.tables import ProfileTables
+
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    copy_bytes = 112 * params
+    op_bytes = copy_bytes / (32 * 24)                              # a layer's share of one of 24 collectives
+    assert titan.time_breakdown_s["sharded_copies"] == pytest.approx(
+        copy_bytes / tables.memory_bytes_per_s(int(op_bytes)), rel=1e-9)
+    assert foundry.time_breakdown_s.get("sharded_copies", 0.0) == 0.0
+    # Without sharding (ZeRO-0: one replica per rank) there is nothing to copy.
+    ddp = _estimate("llama-3-8b", "torchtitan", ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8))
+    assert ddp.time_breakdown_s.get("sharded_copies", 0.0) == 0.0

@@ -181,6 +181,18 @@ class Framework:
     dp_bucket_params_per_rank: float = 0.0
     """Parameters per data-parallel rank a bucket holds at least (Megatron-Core: max(40M, 1M x dp),
     so that rings at large dp stay bandwidth-bound)."""
+    gather_copy_bytes_per_param: float = 0.0
+    """HBM bytes per gathered parameter that each all-gather of sharded weights costs on the compute
+    stream besides the collective: FSDP2 copies the all-gather output into every parameter (read +
+    write the compute dtype: 4). 0: the gather lands in the parameters' own storage (FSDP1's flat
+    parameter, Megatron's and DeepSpeed's contiguous buffers)."""
+    reduce_copy_bytes_per_param: float = 0.0
+    """HBM bytes per gradient that each reduce-scatter of sharded gradients costs on the compute stream:
+    FSDP2 copies the unsharded gradients into the reduce-scatter input in its reduce dtype (read bf16 2
+    + write fp32 4: 6). 0: gradients are reduced where they were accumulated."""
+    sharded_reduce_bytes_per_grad: float = 2.0
+    """Bytes per gradient on the wire of a ZeRO-3 reduce-scatter (the reduce dtype: 2 for bf16, 4 for
+    fp32; ZeRO 0-2 reduce the fp32 main gradients)."""
     layer_overhead_s: float = 0.0
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0

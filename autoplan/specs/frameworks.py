@@ -240,7 +240,18 @@ FRAMEWORKS = {f.name: f for f in (
         states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0,
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
         zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True, tied_embeddings_with_pp=False,
+        gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
         sources={"states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
+                 "gather_copy_bytes_per_param": "torch 2.9 distributed/fsdp/_fully_shard/_fsdp_collectives.py "
+                                                "foreach_all_gather_copy_out: fsdp.split_with_sizes_copy of the "
+                                                "all-gather output into each bf16 parameter, on the compute stream",
+                 "reduce_copy_bytes_per_param": "same file, foreach_reduce: foreach_reduce_scatter_copy_in "
+                                                "(torch._chunk_cat) of the bf16 gradients into a reduce_dtype "
+                                                "buffer on the current stream, before the reduce-scatter stream "
+                                                "waits on it",
+                 "sharded_reduce_bytes_per_grad": "torchtitan 0.3.0 config/configs.py line 93: "
+                                                  "mixed_precision_reduce: Literal['float32'] (the reduce-scatter "
+                                                  "runs in fp32)",
                  "tied_embeddings_with_pp": "torchtitan 0.3.0 models/common/decoder.py lines 139-142, "
                                             "Decoder.Config.update_from_config: NotImplementedError('Weight tying "
                                             "is not supported with Pipeline Parallel.')",
