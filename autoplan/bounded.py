@@ -37,7 +37,7 @@ _ZERO_RULES = ("zero_stage", "framework_zero_stage", "framework_zero_with_moe", 
 breaks any other rule (rules are checked in a fixed order) has every ZeRO stage and policy break one
 too, so the group is rejected whole (tests/test_bounded_search.py checks the split on every plan of
 several spaces)."""
-_MENDABLE_RULES = _RECOMPUTE_RULES + _ZERO_RULES
+MENDABLE_RULES = _RECOMPUTE_RULES + _ZERO_RULES
 
 
 def supports_bounds(estimator) -> bool:
@@ -47,7 +47,7 @@ def supports_bounds(estimator) -> bool:
     return type(estimator) is Estimator
 
 
-def _groups(space: SearchSpace, rejections: dict):
+def plan_groups(space: SearchSpace, rejections: dict):
     """(knobs without zero/recompute, zero stages, recompute policies) per group, folded like
     SearchSpace.plan; degree and batch products that cannot work are counted and skipped."""
     d, pinned = space.domains, space.pins.pinned()
@@ -140,14 +140,14 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
     recompute policies), which score their plan without recompute and queue those with recompute at
     their own time terms (bounds.recompute_time_lower_s, no memory model), scored when reached."""
     est, rejections, heap, tick = scorer.estimator, {}, [], itertools.count()  # tick: heap order among equal bounds
-    for knobs, zeros, recomputes in _groups(space, rejections):
+    for knobs, zeros, recomputes in plan_groups(space, rejections):
         first = broken = None
         try:
             first = space.plan({**knobs, "zero_stage": zeros[0], "recompute": "none"})
             est.framework.check(est.model, est.training, first)
         except InfeasiblePlan as exc:
             broken = exc
-        if broken is not None and broken.reason not in _MENDABLE_RULES:  # every plan of the group breaks it
+        if broken is not None and broken.reason not in MENDABLE_RULES:  # every plan of the group breaks it
             _reject(rejections, broken.reason, len(zeros) * len(recomputes), str(broken))
             continue
         bound = _loose_bound(est, first) if first is not None else 0.0

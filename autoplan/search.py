@@ -303,7 +303,7 @@ STORE_EVERY_S = 2.0
 transaction each): a killed search keeps what it had scored, at the cost of one commit per batch."""
 
 
-class _TrialStore:
+class TrialStore:
     """Copies the in-memory study's new trials into the stored study, in small batches and once more
     on the way out (also when the search is interrupted): the sampler works in memory, since a
     database commit per suggested value (~20 per trial) would cost more than the search."""
@@ -367,7 +367,7 @@ def optuna_search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", 
 
     for knobs in first_knobs:
         study.enqueue_trial(knobs)
-    store = _TrialStore(study, stored, num_resumed)
+    store = TrialStore(study, stored, num_resumed)
     num_moves = 0
     try:
         study.optimize(objective, n_trials=num_trials, gc_after_trial=False, callbacks=[store])

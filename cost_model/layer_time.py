@@ -81,7 +81,7 @@ def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
     return gemm.flops / (tables.matmul_flops_per_s(gemm.m, gemm.n, gemm.k, dtype) * scale)
 
 
-def _gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
+def gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
     dtype = rates.gemm_dtype
     scale = rates.matmul_scale * (rates.fp8_scale if dtype == "fp8" else 1.0)
     fwd = sum(gemm_time_s(tables, g, dtype, scale) for g in gemms)
@@ -124,7 +124,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     moe = model.is_moe if moe is None else moe
     etp = etp or tp
     gemms = layer_gemms(model, tokens, tp, ep, moe, etp)
-    gemm_fwd_s, gemm_bwd_s = _gemms_time_s(tables, gemms, rates)
+    gemm_fwd_s, gemm_bwd_s = gemms_time_s(tables, gemms, rates)
 
     # Attention core (QK^T, softmax, AV).
     heads_local = model.num_heads // tp
@@ -171,7 +171,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     act_s = mem_s(mlp_activation_elems(model, moe) / tp)
 
     def fwd_of(names) -> float:
-        return _gemms_time_s(tables, [g for g in gemms if g.name in names], rates)[0]
+        return gemms_time_s(tables, [g for g in gemms if g.name in names], rates)[0]
     memory_bwd_s = 2.0 * memory_fwd_s
     fp8_weight_cast_s = 0.0
     if rates.gemm_dtype == "fp8":
@@ -223,7 +223,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
             routed = BYTES_ACT * tokens * etp / tp * model.num_experts_per_token * h
             a2a_s = 2 * tables.collective_time_s("all_to_all", routed, ep, ep_rpn)
         # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
-        expert_fwd_s, expert_bwd_s = _gemms_time_s(tables, [g for g in gemms if g.name in EXPERT_GEMMS], rates)
+        expert_fwd_s, expert_bwd_s = gemms_time_s(tables, [g for g in gemms if g.name in EXPERT_GEMMS], rates)
         mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn_fwd_s,
                              gemm_bwd_s + attn_bwd_s, tokens, tp, ep, etp, rates.memory_scale,
                              rates.moe_load_imbalance, rates.moe_a2a_overlap, capacity_factor,

@@ -58,7 +58,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
 
     layer_compute = lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
     layer_memory = lt.memory_fwd_s + lt.memory_bwd_s
-    tp_exposed = _tp_exposed_s(plan, sw, lt)
+    tp_exposed = tp_exposed_s(plan, sw, lt)
     cp_exposed = lt.cp_fwd_s + lt.cp_bwd_s
     ep_exposed = lt.ep_fwd_s + lt.ep_bwd_s
 
@@ -131,7 +131,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
         middle = costs.params.local(plan, middle_layers, first=False, last=False)
         if sum(middle) > dense + expert:
             (dense, expert), state_layers = middle, middle_layers
-    dp_s, dp_total_s, dp_bytes = _dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
+    dp_s, dp_total_s, dp_bytes = dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
     # Optimizer: memory-bound AdamW over the local shard of the stage's parameters, moving the
     # framework's bytes per parameter (fused vs for-each implementation).
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
@@ -207,7 +207,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     return time, details, hw_flops
 
 
-def _tp_exposed_s(plan: ParallelPlan, sw, lt) -> float:
+def tp_exposed_s(plan: ParallelPlan, sw, lt) -> float:
     """TP/SP collective seconds per layer and micro-batch that the GEMMs do not hide.
 
     Pipelined (Framework.tp_comm_gemm_overlap, with SP as Megatron requires): each pass's all-gather
@@ -222,7 +222,7 @@ def _tp_exposed_s(plan: ParallelPlan, sw, lt) -> float:
 
 
 def _tp_exposed_fwd_s(plan: ParallelPlan, sw, lt) -> float:
-    """The forward pass's share of `_tp_exposed_s` (what a recomputed forward pays again)."""
+    """The forward pass's share of `tp_exposed_s` (what a recomputed forward pays again)."""
     if sw.tp_comm_gemm_overlap and plan.sequence_parallel and plan.tp > 1:
         return max(lt.tp_fwd_s - lt.gemm_fwd_s, lt.tp_fwd_s / plan.tp)
     return (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s
@@ -269,7 +269,7 @@ def _rank_extras(p: int, rank: int, head_compute_s: float, head_memory_s: float,
     return (0.0, embed_s) if rank == 0 else (0.0, 0.0)
 
 
-def _dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, compute_mb: float,
+def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, compute_mb: float,
              m: int) -> tuple:
     """(exposed_s, total_s, bytes) of the data-parallel collectives of one step on a rank with
     `per_stage` layers and (dense, expert) local parameters."""

@@ -183,7 +183,7 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
     if "--multi-latent-attention" in a:  # core_transformer_config_from_args builds the MLA subclass
         from megatron.core.transformer.transformer_config import MLATransformerConfig as TransformerConfig
     try:
-        TransformerConfig(**_transformer_config_kwargs(a, tp, pp, cp, ep))
+        TransformerConfig(**transformer_config_kwargs(a, tp, pp, cp, ep))
     except (ValueError, AssertionError, TypeError) as exc:
         return f"TransformerConfig: {exc}"
     finally:
@@ -191,7 +191,7 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
     return ""
 
 
-def _transformer_config_kwargs(a: dict, tp: int, pp: int, cp: int, ep: int) -> dict:
+def transformer_config_kwargs(a: dict, tp: int, pp: int, cp: int, ep: int) -> dict:
     """What Megatron-LM's core_transformer_config_from_args passes for these flags (arguments.py
     core_v0.16.1): every flag named after a field, plus the renamed and derived ones."""
     import torch

@@ -66,7 +66,7 @@ def build(text: str) -> dict:
     _, a = fa.megatron_command(text)
     assert a.get("--tensor-model-parallel-size", "1") == "1" and a.get("--pipeline-model-parallel-size", "1") == "1"
     mla = "--multi-latent-attention" in a
-    kwargs = fa._transformer_config_kwargs(a, 1, 1, 1, 1)
+    kwargs = fa.transformer_config_kwargs(a, 1, 1, 1, 1)
     # gradient_accumulation_fusion needs APEX's CUDA kernel; pretrain_gpt.py turns it off without it.
     # perform_initialization=False: the weights' values do not matter here, their shapes do.
     kwargs.update(use_cpu_initialization=True, perform_initialization=False, gradient_accumulation_fusion=False)

@@ -306,18 +306,18 @@ def test_a_killed_search_keeps_its_trials_in_the_storage_and_says_so_on_resume(c
 
     db = tmp_path / "study.db"
     argv = ["search", *SMALL, "--trials", "200", "--storage", f"sqlite:///{db}"]
-    original, seen = search._TrialStore.__call__, []
+    original, seen = search.TrialStore.__call__, []
 
     def interrupt_after_45(self, study=None, trial=None):
         original(self, study, trial)
         seen.append(1)
         if len(seen) == 45:
             raise KeyboardInterrupt
-    search._TrialStore.__call__ = interrupt_after_45
+    search.TrialStore.__call__ = interrupt_after_45
     try:
         code, _, err = run(capsys, *argv)
     finally:
-        search._TrialStore.__call__ = original
+        search.TrialStore.__call__ = original
     assert code == 130 and err.strip() == "autoplan search: interrupted"
     import optuna
     (summary,) = optuna.get_all_study_summaries(f"sqlite:///{db}")

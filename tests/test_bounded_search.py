@@ -71,7 +71,7 @@ RULE_FRAMEWORKS = [*FRAMEWORK_NAMES, ("autoplan", dict(zero_stages=(1, 2, 3))),
 @pytest.mark.parametrize("framework", RULE_FRAMEWORKS, ids=str)
 def test_rules_that_reject_a_whole_group_hold_for_its_every_plan(framework):
     """bounded_scores rejects a group whole when its first plan breaks a rule outside
-    bounded._MENDABLE_RULES: every ZeRO stage and recompute policy of that group must break a rule
+    bounded.MENDABLE_RULES: every ZeRO stage and recompute policy of that group must break a rule
     too (a rule that reads the ZeRO stage left off _ZERO_RULES would drop plans that run)."""
     name, changes = framework if isinstance(framework, tuple) else (framework, {})
     fw = dataclasses.replace(get_framework(name), **changes)
@@ -82,9 +82,9 @@ def test_rules_that_reject_a_whole_group_hold_for_its_every_plan(framework):
             fw.check_problem(space.model, space.training)
         except InfeasiblePlan:  # no plan of this framework trains the model (an MoE on a dense-only one)
             continue
-        for knobs, zeros, recomputes in bounded._groups(space, {}):
+        for knobs, zeros, recomputes in bounded.plan_groups(space, {}):
             broken = _broken_rule(space, fw, {**knobs, "zero_stage": zeros[0], "recompute": "none"})
-            if broken is None or broken in bounded._MENDABLE_RULES:
+            if broken is None or broken in bounded.MENDABLE_RULES:
                 continue
             whole += 1
             for zero in zeros:

@@ -54,7 +54,7 @@ def test_buckets_per_framework():
 
 
 def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
-    from cost_model.step_time import _dp_time
+    from cost_model.step_time import dp_time
 
     profile = builtin_profile("h100-80gb")
     tables = ProfileTables(profile)
@@ -73,10 +73,10 @@ def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
 
     expected = 100 * (ring_s("reduce_scatter", 2 ** 24) + ring_s("all_gather", 2 ** 23))
     # 16 MiB is a sampled size of the built-in table; 8 MiB lies between two (log-log interpolation).
-    assert _dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)[1] == pytest.approx(expected, rel=2e-3)
+    assert dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)[1] == pytest.approx(expected, rel=2e-3)
     # The same bytes in one collective pay the latency once: ~0.95 s less.
     one = get_framework("megatron-core").with_overrides(dp_bucket_params=math.inf, dp_param_gather_overlap=False)
-    single = _dp_time(SimpleNamespace(tables=tables, framework=one, gpus_per_node=8), plan, 32, 100 * 2 ** 22,
+    single = dp_time(SimpleNamespace(tables=tables, framework=one, gpus_per_node=8), plan, 32, 100 * 2 ** 22,
                       0.0, lt, 0.0, 1)[1]
     assert expected - single > 0.9 * 99 * (nccl_inter_node_latency_s("reduce_scatter", 1024)
                                             + nccl_inter_node_latency_s("all_gather", 1024))
@@ -97,7 +97,7 @@ def test_interleaved_virtual_stages_hide_their_reductions_under_each_other():
 
 
 def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
-    from cost_model.step_time import _dp_time
+    from cost_model.step_time import dp_time
 
     from autoplan.specs import ModelSpec
 
@@ -122,7 +122,7 @@ def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
 
     def total_s(framework):
         est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, model=gpt)
-        return _dp_time(est, plan, 4, 4 * 2 ** 22, 0.0, lt, 0.0, 1)[1]
+        return dp_time(est, plan, 4, 4 * 2 ** 22, 0.0, lt, 0.0, 1)[1]
 
     latency = nccl_inter_node_latency_s("all_gather", 1024)
     # Same bytes, 2 x (48 - 4) more gathers: the difference is their latency (the bytes per call
@@ -131,7 +131,7 @@ def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
 
 
 def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay_exposed():
-    from cost_model.step_time import _dp_time
+    from cost_model.step_time import dp_time
 
     profile = builtin_profile("h100-80gb")
     tables = ProfileTables(profile)
@@ -150,7 +150,7 @@ def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay
         dp_bucket_params=2 ** 22, dp_bucket_params_per_rank=0.0, dp_param_gather_overlap=False,
         dp_comm_overlap=1.0, overlap_contention=0.0, zero1_broadcast_sync=True)
     est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8)
-    exposed, total, _ = _dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)
+    exposed, total, _ = dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)
     broadcasts = 1024 * ring_s("all_gather", 2 * 100 * 2 ** 22 / 1024)
     assert total == pytest.approx(100 * ring_s("reduce_scatter", 2 ** 24) + broadcasts, rel=5e-3)
     # The reduce-scatters hide under the backward but their last bucket; the broadcasts all show.

@@ -131,7 +131,7 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes, against each model's single-
 @pytest.mark.slow
 def test_new_family_blocks_reproduce_single_device_losses():
     from tests.test_torch_backend import (
-        LOSS_RTOL, OPTIONS, _close, _grad_norms_close, plan_doc, reference_runs,
+        LOSS_RTOL, OPTIONS, close_enough, grad_norms_close, plan_doc, reference_runs,
     )
     from executor.torch_backend import run_many
 
@@ -144,6 +144,6 @@ def test_new_family_blocks_reproduce_single_device_losses():
     records = run_many([plan_doc(model, **plan) for model, plan in PARALLEL_PLANS], OPTIONS.replace(nproc=4))
     mismatches = [(model.name, plan, r.status, r.error, r.losses, references[model.name].losses)
                   for (model, plan), r in zip(PARALLEL_PLANS, records)
-                  if r.status != "ok" or not _close(r.losses, references[model.name].losses, LOSS_RTOL)
-                  or not _grad_norms_close(r.extra["grad_norms"], references[model.name].extra["grad_norms"])]
+                  if r.status != "ok" or not close_enough(r.losses, references[model.name].losses, LOSS_RTOL)
+                  or not grad_norms_close(r.extra["grad_norms"], references[model.name].extra["grad_norms"])]
     assert len(records) == len(PARALLEL_PLANS) and not mismatches, mismatches

@@ -38,7 +38,7 @@ def _with(doc, **parallel_changes):
                         parallel=doc.parallel.replace(**parallel_changes))
 
 
-def _megatron_args(doc) -> dict:
+def export_megatron_args(doc) -> dict:
     """Parse the exported shell command into {flag: value or True}."""
     export = export_plan(doc, "megatron")
     command = "\n".join(line for line in export.text.splitlines() if not line.startswith(("#", "export ")))
@@ -53,7 +53,7 @@ def _megatron_args(doc) -> dict:
 
 
 def test_megatron_tp_pp_vpp_sp_and_block_recompute():
-    args = _megatron_args(TP_PP_VPP_SP)
+    args = export_megatron_args(TP_PP_VPP_SP)
     assert args["--tensor-model-parallel-size"] == "8" and args["--pipeline-model-parallel-size"] == "4"
     assert args["--num-virtual-stages-per-pipeline-rank"] == "5"
     assert args["--sequence-parallel"] is True and args["--use-distributed-optimizer"] is True
@@ -70,18 +70,18 @@ def test_megatron_tp_pp_vpp_sp_and_block_recompute():
 
 
 def test_megatron_fsdp_context_and_moe():
-    fsdp = _megatron_args(FSDP)
+    fsdp = export_megatron_args(FSDP)
     assert fsdp["--use-megatron-fsdp"] is True and "--use-torch-fsdp2" not in fsdp
     assert (fsdp["--data-parallel-sharding-strategy"], fsdp["--ckpt-format"]) == ("optim_grads_params", "fsdp_dtensor")
     assert fsdp["--recompute-granularity"] == "selective" and "--recompute-method" not in fsdp
-    assert _megatron_args(CONTEXT)["--context-parallel-size"] == "2"
-    assert _megatron_args(CONTEXT)["--recompute-num-layers"] == "80"
-    moe = _megatron_args(MOE)
+    assert export_megatron_args(CONTEXT)["--context-parallel-size"] == "2"
+    assert export_megatron_args(CONTEXT)["--recompute-num-layers"] == "80"
+    moe = export_megatron_args(MOE)
     assert (moe["--num-experts"], moe["--moe-router-topk"], moe["--expert-model-parallel-size"]) == ("8", "2", "8")
     assert moe["--fp8-format"] == "hybrid" and moe["--bf16"] is True
     qwen = ModelSpec(name="qwen", num_layers=4, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=128,
                      vocab_size=100, qkv_bias=True)
-    assert _megatron_args(_doc(model=qwen, num_gpus=8, gbs=8, dp=8, micro_batch_size=1))["--add-qkv-bias"] is True
+    assert export_megatron_args(_doc(model=qwen, num_gpus=8, gbs=8, dp=8, micro_batch_size=1))["--add-qkv-bias"] is True
 
 
 def test_megatron_launch_line_matches_the_cluster():
@@ -305,16 +305,16 @@ UNEVEN_MIDDLE = _doc(num_gpus=256, gbs=64, dp=1, tp=8, pp=32, micro_batch_size=1
 
 
 def test_uneven_stages_map_onto_megatron_first_and_last_stage_flags():
-    args = _megatron_args(UNEVEN)
+    args = export_megatron_args(UNEVEN)
     assert args["--pipeline-model-parallel-size"] == "8" and args["--num-layers"] == "126"
     assert args["--decoder-first-pipeline-num-layers"] == "15" and args["--decoder-last-pipeline-num-layers"] == "15"
     # 3 layers over pp=2 -> [1, 2]: the first stage's count alone says it.
     three = ModelSpec(name="t", num_layers=3, hidden_size=1024, num_heads=8, num_kv_heads=8, ffn_hidden_size=4096,
                       vocab_size=32000)
-    two = _megatron_args(_doc(model=three, num_gpus=2, gbs=4, pp=2, micro_batch_size=1, num_microbatches=4))
+    two = export_megatron_args(_doc(model=three, num_gpus=2, gbs=4, pp=2, micro_batch_size=1, num_microbatches=4))
     assert two["--decoder-first-pipeline-num-layers"] == "1" and "--decoder-last-pipeline-num-layers" not in two
     # 80 layers over 32 -> [2 x15, 3 x16, 2]: unequal middle stages, spelled out stage by stage.
-    args = _megatron_args(UNEVEN_MIDDLE)
+    args = export_megatron_args(UNEVEN_MIDDLE)
     assert "--decoder-first-pipeline-num-layers" not in args
     assert args["--pipeline-model-parallel-layout"] == "Et*2|" + "t*2|" * 14 + "t*3|" * 16 + "t*2L"
 
@@ -383,20 +383,20 @@ def _megatron_stages(args: dict, num_layers: int, pp: int) -> list:
 
 
 def test_uneven_interleaved_stages_map_onto_megatron():
-    args = _megatron_args(INTERLEAVED_126)
+    args = export_megatron_args(INTERLEAVED_126)
     # 126 + embedding + loss = 128 = 8 ranks x 8 chunks x 2 layers; the first and last chunks hold 1.
     assert args["--num-virtual-stages-per-pipeline-rank"] == "8"
     assert args["--account-for-embedding-in-pipeline-split"] is True and args["--account-for-loss-in-pipeline-split"] is True
     assert "--num-layers-per-virtual-pipeline-stage" not in args and "--decoder-first-pipeline-num-layers" not in args
     assert _megatron_stages(args, 126, 8) == INTERLEAVED_126.parallel.virtual_stage_num_layers(126) == [1] + [2] * 62 + [1]
     # 28 layers at pp=4, vpp=2: 7 per rank, chunks of 3 and 4: only the explicit layout says it.
-    args = _megatron_args(INTERLEAVED_28)
+    args = export_megatron_args(INTERLEAVED_28)
     assert args["--pipeline-model-parallel-layout"] == "Ettt|(ttt|)*2(tttt|)*4tttL"
     assert _megatron_stages(args, 28, 4) == INTERLEAVED_28.parallel.virtual_stage_num_layers(28) == [3, 3, 3, 4, 4, 4, 4, 3]
     assert any("Megatron-Core 0.13" in n for n in export_plan(INTERLEAVED_28, "megatron").notes)
     # 126 at pp=4, vpp=2 (ranks 31, 32, 32, 31): not the account-for split either -> the layout.
     odd = _with(UNEVEN, pp=4, dp=16, vpp=2, num_microbatches=16)
-    args = _megatron_args(odd)
+    args = export_megatron_args(odd)
     assert _megatron_stages(args, 126, 4) == odd.parallel.virtual_stage_num_layers(126)
 
 

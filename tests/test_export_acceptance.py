@@ -32,7 +32,7 @@ TORCHTITAN_03 = TORCH_SIDE_VENV
 """The venv with the real torchtitan 0.3.0 on torch 2.13.0+cpu (Makefile target torchtitan-0.3)."""
 
 
-def _installed(module: str) -> bool:
+def installed(module: str) -> bool:
     if module == "torchtitan 0.3.0":
         return (TORCHTITAN_03 / "bin" / "python").exists() and \
             any(TORCHTITAN_03.glob("lib/python*/site-packages/torchtitan-0.3.0.dist-info"))
@@ -43,7 +43,7 @@ def _installed(module: str) -> bool:
 
 
 def test_export_frameworks_are_installed():
-    missing = [f"{target} ({module})" for target, module in PACKAGES.items() if not _installed(module)]
+    missing = [f"{target} ({module})" for target, module in PACKAGES.items() if not installed(module)]
     if missing and os.environ.get("AUTOPLAN_EXPORT_TEST_OPTIONAL") != "1":
         pytest.fail(f"the export acceptance tests cannot run: {', '.join(missing)} not installed (torchtitan 0.3.0: "
                     f"a venv at {TORCHTITAN_03}); run `make test` (installs the export-test extra and, with "
@@ -78,7 +78,7 @@ def verdict(doc, target: str, tmp_path) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("target", sorted(PACKAGES))
 def test_every_export_is_accepted_by_the_framework(target, tmp_path):
-    if not _installed(PACKAGES[target]):
+    if not installed(PACKAGES[target]):
         pytest.skip(f"{PACKAGES[target]} is not installed (test_export_frameworks_are_installed says so loudly)")
     failures, refused = [], []
     results = torchtitan_03_verdicts() if target == "torchtitan" else {}
@@ -159,7 +159,7 @@ def test_torchtitan_selective_ac_keeps_what_the_memory_model_counts():
     """0.3.0's SelectiveAC, traced on a one-block llama3 (wqkv, wo, w1, w3, w2), keeps the 1st, 3rd and
     5th matmul outputs; with the block input and the attention output that is what the torchtitan
     entry's memory model counts per token (cost_model/memory.py ops_saved_elems)."""
-    if not _installed(PACKAGES["torchtitan"]):
+    if not installed(PACKAGES["torchtitan"]):
         pytest.skip("torchtitan 0.3.0 is not installed (test_export_frameworks_are_installed says so loudly)")
     dim, heads, kv_heads, ffn = SAC_TRACE_SHAPE
     trace = torchtitan_03_run()[1]

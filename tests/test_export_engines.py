@@ -24,7 +24,7 @@ import pytest
 
 from autoplan.cli.main import main as autoplan_main
 from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec
-from tests.test_export_acceptance import _installed
+from tests.test_export_acceptance import installed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,7 +104,7 @@ AVX512-FP16 or AMX-FP16 (this machine's)."""
 @pytest.fixture(scope="module")
 def deepspeed_verdicts(tmp_path_factory) -> dict:
     """Plan label -> each rank's verdict, from one 2-process run of every export and the control."""
-    if not _installed("deepspeed"):
+    if not installed("deepspeed"):
         pytest.skip("deepspeed is not installed (test_export_frameworks_are_installed says so loudly)")
     tmp_path = tmp_path_factory.mktemp("deepspeed")
     configs = {label: json.loads(exported(doc, "deepspeed", tmp_path)) for label, doc in DS_PLANS.items()}
@@ -214,7 +214,7 @@ def megatron_mismatch(model: ModelSpec, got: dict) -> str:
 
 @pytest.mark.slow
 def test_megatron_core_builds_the_exported_model_of_every_family(tmp_path):
-    if not _installed("megatron.core"):
+    if not installed("megatron.core"):
         pytest.skip("megatron-core is not installed (test_export_frameworks_are_installed says so loudly)")
     texts = {label: exported(_megatron_plan(model), "megatron", tmp_path) for label, model in MEGATRON_MODELS.items()}
     label, plan = MEGATRON_CONTROL

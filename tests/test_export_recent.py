@@ -8,7 +8,7 @@ import pytest
 from autoplan.exporters import export_plan
 from autoplan.hf_config import load_hf_config
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ParallelPlan, PlanDocument, TrainingSpec
-from tests.test_export import _megatron_args
+from tests.test_export import export_megatron_args
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
@@ -31,7 +31,7 @@ QWEN3_MOE = _doc("qwen3-235b-a22b", dp=64, ep=64, zero_stage=1, micro_batch_size
 
 
 def test_megatron_carries_mla_shared_experts_and_dense_layers():
-    args = _megatron_args(DEEPSEEK)
+    args = export_megatron_args(DEEPSEEK)
     assert args["--multi-latent-attention"] is True
     assert (args["--q-lora-rank"], args["--kv-lora-rank"], args["--qk-head-dim"], args["--qk-pos-emb-head-dim"],
             args["--v-head-dim"]) == ("1536", "512", "128", "64", "128")
@@ -44,18 +44,18 @@ def test_megatron_carries_mla_shared_experts_and_dense_layers():
 
 
 def test_megatron_maps_qk_norm_and_head_dim_and_lists_what_does_not_map():
-    args = _megatron_args(GEMMA3)
+    args = export_megatron_args(GEMMA3)
     assert args["--qk-layernorm"] is True and args["--kv-channels"] == "128"
     note = next(n for n in export_plan(GEMMA3, "megatron").notes if "not expressible" in n)
     assert "sliding-window attention of 1024 tokens, every 6th layer global" in note
     assert "GeGLU" in note and "before and after" in note
-    moe = _megatron_args(QWEN3_MOE)
+    moe = export_megatron_args(QWEN3_MOE)
     assert moe["--moe-ffn-hidden-size"] == "1536" and "--moe-layer-freq" not in moe
     assert "--moe-shared-expert-intermediate-size" not in moe
 
 
 def test_partial_rotary_and_parallel_block():
-    args = _megatron_args(GPTJ)
+    args = export_megatron_args(GPTJ)
     assert float(args["--rotary-percent"]) == 0.25
     note = next(n for n in export_plan(GPTJ, "megatron").notes if "not expressible" in n)
     assert "in parallel on one shared norm" in note and "bias on the output layer" in note

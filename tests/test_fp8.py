@@ -86,14 +86,14 @@ def test_torch_backend_parity_on_the_side_venvs_torch(fp8_check):
     """The torch backend on the newest CPU torch of the registry (the side venv's 2.13.0+cpu; the main
     venv's 2.9.0 runs tests/test_torch_backend.py): FSDP2 ZeRO-3 and TP + SP reproduce the single-process
     losses and gradient norms with that file's tolerances."""
-    from tests.test_torch_backend import LOSS_RTOL, _close, _grad_norms_close
+    from tests.test_torch_backend import LOSS_RTOL, close_enough, grad_norms_close
 
     runs = _runs(fp8_check)
     reference = runs["reference"]
     for label in ("fsdp-unquantized", "tp-sp-unquantized"):
         run = runs[label]
-        assert run["status"] == "ok" and _close(run["losses"], reference["losses"], LOSS_RTOL), (label, run)
-        assert _grad_norms_close(run["grad_norms"], reference["grad_norms"]), (label, run["grad_norms"])
+        assert run["status"] == "ok" and close_enough(run["losses"], reference["losses"], LOSS_RTOL), (label, run)
+        assert grad_norms_close(run["grad_norms"], reference["grad_norms"]), (label, run["grad_norms"])
 
 
 def test_fp8_runs_record_their_recipe_and_linears(fp8_check):

@@ -309,8 +309,8 @@ def test_search_refuses_up_front_what_the_plan_file_refuses(framework, model, se
     said = capsys.readouterr().err.strip()
     assert len(said.splitlines()) == 1 and not (tmp_path / "refused.json").exists()
     from autoplan.catalog import catalog_model
-    from tests.export_plans import _doc
-    doc = _doc(catalog_model(model), gpus, gpus, seq_len=seq_len, dp=gpus, zero_stage=1, micro_batch_size=1,
+    from tests.export_plans import export_doc
+    doc = export_doc(catalog_model(model), gpus, gpus, seq_len=seq_len, dp=gpus, zero_stage=1, micro_batch_size=1,
                num_microbatches=1)
     data = {**doc.to_dict(), "framework": framework}
     (tmp_path / "edited.json").write_text(json.dumps(data))

@@ -221,3 +221,15 @@ def test_a_planted_circle_or_private_import_is_reported(tmp_path, fault):
                            "autoplan/budget.py": "", "autoplan/specs/schemas.py": "", "autoplan/cli/tune_cmd.py": ""})
     assert circles(plant(tmp_path / "clean", clean)) == [] and private_imports(plant(tmp_path / "clean", clean)) == []
     assert expected in find(plant(tmp_path / "planted", {**clean, **files}))
+
+
+def test_the_tests_read_no_private_name_of_the_code_or_of_each_other():
+    # A test that imports a private helper pins an implementation detail; what a test needs is public.
+    graph = Graph(ROOT, PACKAGES + ("tests",))
+    assert [use for use in private_imports(graph) if use.startswith("tests.")] == []
+
+
+def test_the_tests_read_no_private_name_of_the_code_or_of_each_other():
+    # A test that imports a private helper pins an implementation detail: what a test needs is public.
+    graph = Graph(ROOT, PACKAGES + ("tests",))
+    assert [use for use in private_imports(graph) if use.startswith("tests.")] == []

@@ -246,7 +246,7 @@ def launch_counts(nproc: int, cases: list) -> list[list[dict]]:
     from pathlib import Path
 
     from executor import RunOptions
-    from executor.torch_backend.launch import _wait, _worker_env, free_port, stop_processes
+    from executor.torch_backend.launch import wait_for_ranks, worker_env, free_port, stop_processes
 
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="autoplan-count-") as tmp:
@@ -256,11 +256,11 @@ def launch_counts(nproc: int, cases: list) -> list[list[dict]]:
         port, procs = free_port(), []
         try:
             for rank in range(nproc):
-                env = _worker_env(rank, nproc, port, RunOptions())
+                env = worker_env(rank, nproc, port, RunOptions())
                 env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
                 procs.append(subprocess.Popen([sys.executable, str(root / "tests" / "memory_counting_ranks.py"),
                                                tmp, str(plans)], env=env, cwd=root))
-            codes = _wait(procs)
+            codes = wait_for_ranks(procs)
         finally:
             stop_processes(procs)
         assert codes == [0] * nproc, codes

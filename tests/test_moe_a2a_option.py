@@ -5,7 +5,7 @@ from autoplan.exporters import export_plan
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ParallelPlan, PlanDocument, TrainingSpec, get_framework
 from cost_model import Estimator, builtin_profile, load_constants
 from tests.framework_acceptance import megatron_accepts
-from tests.test_export import MIXTRAL, _megatron_args
+from tests.test_export import MIXTRAL, export_megatron_args
 
 OPTION = "megatron-core+overlap-moe-expert-parallel-comm"
 TRAINING, CLUSTER = TrainingSpec(global_batch_size=256, seq_len=4096), ClusterSpec(name="h100-80gb", num_gpus=64)
@@ -29,9 +29,9 @@ def test_option_refuses_what_megatron_refuses(change):
 
 def test_export_passes_the_flags_megatron_accepts():
     doc = PlanDocument(model=MIXTRAL, training=TRAINING, cluster=CLUSTER, parallel=PLAN, framework=OPTION)
-    args = _megatron_args(doc)
+    args = export_megatron_args(doc)
     assert args["--moe-token-dispatcher-type"] == "alltoall"
     assert args["--overlap-moe-expert-parallel-comm"] is True and args["--delay-wgrad-compute"] is True
     assert megatron_accepts(export_plan(doc, "megatron").text, 64) == ""
     plain = PlanDocument(model=MIXTRAL, training=TRAINING, cluster=CLUSTER, parallel=PLAN, framework="megatron-core")
-    assert "--overlap-moe-expert-parallel-comm" not in _megatron_args(plain)
+    assert "--overlap-moe-expert-parallel-comm" not in export_megatron_args(plain)

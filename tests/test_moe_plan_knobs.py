@@ -134,9 +134,9 @@ def test_padded_expert_gemm_pays_the_imbalance_without_ep():
                          framework=run.framework_facts().with_overrides(moe_padded_expert_gemm=False),
                          allow_tp_across_nodes=True)
     lt, lt0 = est.stage_costs(run.plan).layer, unpadded.stage_costs(run.plan).layer
-    from cost_model.layer_time import EXPERT_GEMMS, _gemms_time_s
+    from cost_model.layer_time import EXPERT_GEMMS, gemms_time_s
     from cost_model.flops import layer_gemms
-    expert_fwd_s = _gemms_time_s(est.tables, [g for g in layer_gemms(run.model, 4 * 4096, 1, 1, True, 1)
+    expert_fwd_s = gemms_time_s(est.tables, [g for g in layer_gemms(run.model, 4 * 4096, 1, 1, True, 1)
                                               if g.name in EXPERT_GEMMS], est.rates)[0]
     assert lt.gemm_fwd_s - lt0.gemm_fwd_s == pytest.approx(0.25 * expert_fwd_s, rel=1e-9)
 

@@ -9,7 +9,7 @@ import pytest
 from autoplan.specs import AutoplanError, ClusterSpec, ParallelPlan, TrainingSpec, get_framework
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile
-from cost_model.step_time import _tp_exposed_s
+from cost_model.step_time import tp_exposed_s
 
 
 def _times(tp_fwd_s, gemm_fwd_s):
@@ -35,14 +35,14 @@ def test_pipelined_tp_traffic_shows_its_first_chunk_or_what_outlasts_the_gemms()
     sp4 = ParallelPlan(tp=4, sequence_parallel=True)
     # Traffic 3 ms under a 10 ms forward GEMM: a quarter (the first of 4 chunks) shows, 0.75 ms; the
     # backward's 3 ms under 20 ms: 0.75 ms again.
-    assert _tp_exposed_s(sp4, overlap, _times(3e-3, 10e-3)) == pytest.approx(1.5e-3)
+    assert tp_exposed_s(sp4, overlap, _times(3e-3, 10e-3)) == pytest.approx(1.5e-3)
     # Traffic 20 ms over a 10 ms forward GEMM: 10 ms outlasts it (more than the 5 ms first chunk);
     # backward 20 ms under 20 ms of GEMMs: the first chunk, 5 ms.
-    assert _tp_exposed_s(sp4, overlap, _times(20e-3, 10e-3)) == pytest.approx(10e-3 + 5e-3)
+    assert tp_exposed_s(sp4, overlap, _times(20e-3, 10e-3)) == pytest.approx(10e-3 + 5e-3)
     # Without SP Megatron refuses the overlap: every byte is exposed, as without the option.
     no_sp = ParallelPlan(tp=4, sequence_parallel=False)
-    assert _tp_exposed_s(no_sp, overlap, _times(3e-3, 10e-3)) == pytest.approx(6e-3)
-    assert _tp_exposed_s(sp4, get_framework("megatron-core"), _times(3e-3, 10e-3)) == pytest.approx(6e-3)
+    assert tp_exposed_s(no_sp, overlap, _times(3e-3, 10e-3)) == pytest.approx(6e-3)
+    assert tp_exposed_s(sp4, get_framework("megatron-core"), _times(3e-3, 10e-3)) == pytest.approx(6e-3)
 
 
 def _estimate(model_name, framework, plan, dtype="bf16", num_gpus=8, global_batch=64):

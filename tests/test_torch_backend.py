@@ -3,7 +3,7 @@
 Correctness: every parallel plan trains the same tiny model on the same global batch as a
 single-process run and must reproduce its losses within LOSS_RTOL and its gradient norms (which,
 unlike the loss under AdamW, see a wrong gradient scale) within the per-step tolerances of
-`_grad_norms_close`. fp32 throughout; the differences are summation order only (measured: at most
+`grad_norms_close`. fp32 throughout; the differences are summation order only (measured: at most
 ~1e-6 relative on the losses, which AdamW's first steps amplify in the gradient norms: see there).
 Launches are few: one single-process reference launch and one 4-process launch that runs all the
 parallel plans in sequence in the same workers.
@@ -89,15 +89,15 @@ def reference_runs(models) -> dict:
     return {m.name: r for m, r in zip(models, run_many(docs, OPTIONS.replace(nproc=1)))}
 
 
-def _close(measured, reference, rtol):
+def close_enough(measured, reference, rtol):
     return all(abs(m - r) <= rtol * abs(r) for m, r in zip(measured, reference)) and len(measured) == len(reference)
 
 
-def _grad_norms_close(measured, reference):
+def grad_norms_close(measured, reference):
     """Per-step gradient norms: the first step within GRAD_NORM_RTOL, the steps after an AdamW update
     within GRAD_NORM_RTOL_AFTER_UPDATE (the reasons are at the two constants)."""
-    return (len(measured) == len(reference) and _close(measured[:1], reference[:1], GRAD_NORM_RTOL)
-            and _close(measured[1:], reference[1:], GRAD_NORM_RTOL_AFTER_UPDATE))
+    return (len(measured) == len(reference) and close_enough(measured[:1], reference[:1], GRAD_NORM_RTOL)
+            and close_enough(measured[1:], reference[1:], GRAD_NORM_RTOL_AFTER_UPDATE))
 
 
 @pytest.mark.slow
@@ -108,8 +108,8 @@ def test_parallel_plans_reproduce_single_device_losses():
     # logits) trains the same numbers as with them: they change how, not what, is computed.
     for model in (LLAMA, GPT):
         (before,) = run_many([plan_doc(model, num_microbatches=8)], OPTIONS.replace(nproc=1, without=CPU_SPEEDUPS))
-        assert before.status == "ok" and _close(before.losses, reference[model.name].losses, LOSS_RTOL)
-        assert _grad_norms_close(before.extra["grad_norms"], reference[model.name].extra["grad_norms"])
+        assert before.status == "ok" and close_enough(before.losses, reference[model.name].losses, LOSS_RTOL)
+        assert grad_norms_close(before.extra["grad_norms"], reference[model.name].extra["grad_norms"])
     for ref in references.values():
         assert ref.status == "ok" and len(ref.losses) == 3
         # Training moves the loss by far more than the tolerance, so matching it means something.
@@ -118,8 +118,8 @@ def test_parallel_plans_reproduce_single_device_losses():
     mismatches = []
     for (model, plan), record in zip(PARALLEL_PLANS, records):
         ref = references[model.name]
-        if record.status != "ok" or not _close(record.losses, ref.losses, LOSS_RTOL) or \
-                not _grad_norms_close(record.extra["grad_norms"], ref.extra["grad_norms"]):
+        if record.status != "ok" or not close_enough(record.losses, ref.losses, LOSS_RTOL) or \
+                not grad_norms_close(record.extra["grad_norms"], ref.extra["grad_norms"]):
             mismatches.append((model.name, plan, record.status, record.error, record.losses, ref.losses,
                                record.extra.get("grad_norms"), ref.extra["grad_norms"]))
     assert len(records) == len(PARALLEL_PLANS) and not mismatches, mismatches
@@ -339,5 +339,5 @@ def test_compiled_blocks_train_like_eager_ones():
     (compiled,) = run_many([doc], OPTIONS.replace(nproc=1, compile=True))
     assert compiled.status == "ok" and compiled.extra["runtime"]["compiled_blocks"], compiled.error
     assert not eager.extra["runtime"]["compiled_blocks"]
-    assert _close(compiled.losses, eager.losses, LOSS_RTOL)
-    assert _grad_norms_close(compiled.extra["grad_norms"], eager.extra["grad_norms"])
+    assert close_enough(compiled.losses, eager.losses, LOSS_RTOL)
+    assert grad_norms_close(compiled.extra["grad_norms"], eager.extra["grad_norms"])

@@ -43,7 +43,7 @@ def allocator_env(options: RunOptions, environ) -> dict:
     return {ALLOC_CONF: EXPANDABLE_SEGMENTS}
 
 
-def _worker_env(rank: int, nproc: int, port: int, options: RunOptions) -> dict:
+def worker_env(rank: int, nproc: int, port: int, options: RunOptions) -> dict:
     env = dict(os.environ)
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **allocator_env(options, os.environ))
@@ -76,7 +76,7 @@ def stop_processes(procs: list, grace_s: float = GRACE_S) -> None:
             p.wait()
 
 
-def _wait(procs: list[subprocess.Popen]) -> list[int]:
+def wait_for_ranks(procs: list[subprocess.Popen]) -> list[int]:
     """Wait for every rank; once one fails, give the rest GRACE_S and then terminate them."""
     failed_at = None
     while any(p.poll() is None for p in procs):
@@ -150,7 +150,7 @@ def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> l
             # Own session: a Ctrl-C in the terminal reaches this process only, which stops the
             # workers itself (no traceback from each rank, none left behind).
             for rank in range(nproc):
-                procs.append(subprocess.Popen(cmd, env=_worker_env(rank, nproc, port, options), stdout=subprocess.PIPE,
+                procs.append(subprocess.Popen(cmd, env=worker_env(rank, nproc, port, options), stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True, start_new_session=True))
             # The workers' step lines go to stderr when the records themselves are on stdout (-o -).
             out = sys.stderr if is_stdout(options.out) else sys.stdout
@@ -158,7 +158,7 @@ def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> l
                           for p in procs for stream, sink in ((p.stdout, out), (p.stderr, sys.stderr))]
             for thread in forwarders:
                 thread.start()
-            codes = _wait(procs)
+            codes = wait_for_ranks(procs)
             for thread in forwarders:
                 thread.join(timeout=5)
         except BaseException as exc:
