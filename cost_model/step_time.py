@@ -22,6 +22,7 @@ reduce-scatters in the framework's reduce dtype (Framework.sharded_reduce_bytes_
 
 
 def grad_reduce_bytes(sw, zero_stage: int) -> float:
+    """Bytes per gradient on the wire of the framework's gradient reduction at `zero_stage`."""
     return sw.sharded_reduce_bytes_per_grad if zero_stage >= 3 else GRAD_REDUCE_BYTES[zero_stage]
 
 
@@ -303,8 +304,6 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         total = collectives_s("reduce_scatter", grad_bytes) + collectives_s("all_gather", weight_bytes)
         wire = grad_bytes + weight_bytes
     else:
-        # Weights re-gathered for forward and backward of every micro-batch; with a pipeline they
-        # stay gathered across micro-batches (torchtitan: no reshard after forward under PP).
         gathers, reductions = dp_rounds(plan, m)
         gather_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
         total = (gathers * collectives_s("all_gather", weight_bytes, gather_calls)
