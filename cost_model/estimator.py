@@ -47,13 +47,15 @@ class ParamCounts:
     head: float
     """Final norm + LM head (the norm only when tied to the embedding)."""
     tied: bool
+    embedding_tp_sharded: bool = True
+    """Framework.embedding_tp_sharded: else every TP rank holds the whole embedding."""
 
     def local(self, plan: ParallelPlan, layers: int, first: bool, last: bool) -> tuple:
         """(dense, expert) parameters one GPU of a rank with `layers` layers holds before ZeRO sharding."""
         dense = layers * self.dense_per_layer / plan.tp
         expert = layers * self.expert_per_layer / (plan.expert_tp * plan.ep)
         if first:
-            dense += self.embedding / plan.tp
+            dense += self.embedding / (plan.tp if self.embedding_tp_sharded else 1)
         if last and not (first and self.tied):
             dense += self.head / plan.tp
         return dense, expert
@@ -114,7 +116,7 @@ class Estimator:
         self.params = ParamCounts(dense_per_layer=(model.all_layers_params() - expert) / model.num_layers,
                                   expert_per_layer=expert / model.num_layers,
                                   embedding=model.embedding_params(), head=model.output_params(),
-                                  tied=model.tied_embeddings)
+                                  tied=model.tied_embeddings, embedding_tp_sharded=fw.embedding_tp_sharded)
         self._moe_layer_share = model.num_moe_layers / model.num_layers
         self._layer_cache: dict = {}
         uncounted = uncounted_features(model) if self.framework.activation_recipe in RECIPES else []
@@ -148,7 +150,7 @@ class Estimator:
         if ex is None:
             tokens = plan.micro_batch_size * (self.training.seq_len // plan.cp)
             head_compute_s, head_memory_s = head_times(self.model, self.tables, self.rates, tokens, plan.tp,
-                                                       recomputed)
+                                                       recomputed, self.framework.loss_gathers_logits)
             ex = self._layer_cache[key] = (head_compute_s, head_memory_s,
                                            embedding_time_s(self.model, self.tables, self.rates, tokens))
         return ex

@@ -245,19 +245,20 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
 
 
 def head_times(model: ModelSpec, tables: ProfileTables, rates: Rates, tokens: int, tp: int,
-               recomputed_forward: bool = False) -> tuple:
+               recomputed_forward: bool = False, gathered_logits: bool = False) -> tuple:
     """(compute_s, memory_s) of the LM head + loss for one micro-batch (forward + backward).
 
     The head GEMM stays bf16 under fp8 (torchtitan and Transformer Engine keep the output layer
     in high precision). The fp32 cross-entropy reads/writes each logit ~4 times (4 B each).
     `recomputed_forward`: a chunked loss that recomputes the logits in its backward instead of
-    keeping them (executor/loss.py) runs the forward GEMM twice.
+    keeping them (executor/loss.py) runs the forward GEMM twice. `gathered_logits`: the loss runs
+    over all the vocab on every TP rank (Framework.loss_gathers_logits).
     """
     g = logits_gemm(model, tokens, tp)
     dtype = "bf16" if rates.gemm_dtype == "fp8" else rates.gemm_dtype
     fwd = gemm_time_s(tables, g, dtype, rates.matmul_scale) * (2 if recomputed_forward else 1)
     bwd = sum(gemm_time_s(tables, b, dtype, rates.matmul_scale) for b in backward_shapes(g))
-    logits = tokens * model.vocab_size / tp
+    logits = tokens * model.vocab_size / (1 if gathered_logits else tp)
     # Final soft-capping (Gemma 2) reads and writes each fp32 logit once more each way (+16 B).
     per_logit = 32.0 if model.final_logit_softcap else 16.0
     mem = memory_time_s(tables, per_logit * logits * rates.memory_scale, 4.0 * logits)

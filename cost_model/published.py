@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplan.specs import (
-    AutoplanError, ClusterSpec, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
+    AutoplanError, ClusterSpec, Framework, HardwareProfile, ModelSpec, ParallelPlan, StateTerm, TrainingSpec,
 )
 from cost_model.constants import Constants, load_constants
 from cost_model.moe_time import moe_run_facts
@@ -20,6 +20,33 @@ from cost_model.profiles import builtin_profile
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
 _PEAK_MEMORY = re.compile(r"(?:peak mem|max GPU mem|mem) ([0-9.]+) ?(GiB|GB)")
+
+KEMPNERFORGE_FACTS = {
+    # bf16 master weights: the model is cast to the mixed-precision dtype before and after
+    # fully_shard (kempnerforge/distributed/parallel.py build_parallel_model `model.to(dtype=param_dtype)`;
+    # config/training.py param_dtype "the master weight dtype", bf16 by default), so the sharded
+    # parameters, their gradients and torch AdamW's two moments (zeros_like the parameter) are bf16.
+    "states": {
+        "params": StateTerm(2, 1, "bf16 parameters (the master weights)"),
+        "grads": StateTerm(2, 2, "bf16 gradients (the fp32 reduce-scatter output cast to the parameter)"),
+        "optimizer": StateTerm(4, 1, "AdamW momentum 2 + variance 2 (bf16, as the parameters)"),
+    },
+    # Fused AdamW over bf16 states: reads parameter, gradient, both moments (8), writes parameter
+    # and moments (6).
+    "optimizer_bytes_per_param": 14.0,
+    # The token embedding is never split over TP, and the head's vocab-split logits are gathered to
+    # every TP rank for F.cross_entropy (kempnerforge/distributed/tensor_parallel.py
+    # apply_tensor_parallel: "Token embedding stays replicated", output head ColwiseParallel(...,
+    # output_layouts=Replicate())); the loss is F.cross_entropy on those bf16 logits (scripts/train.py):
+    # the logits, the log-softmax output it saves and, in backward, their two gradients, 2 B each.
+    "embedding_tp_sharded": False,
+    "loss_gathers_logits": True,
+    "loss_bytes_per_logit": 8.0,
+    # FSDP2's gradient sync off on every micro-batch but the last (kempnerforge/training/grad.py
+    # maybe_no_sync, called by scripts/train.py at the measured commits 01b461a, 601aba9, 3ad9d9a).
+    "zero3_reduce_every_microbatch": False,
+}
+"""KempnerForge as it ran its published benchmarks (on torchtitan's facts otherwise)."""
 
 # Architecture facts each source's models share (not in the CSV's columns).
 # GPT (Megatron) and BLOOM: LayerNorm, biases, tied embeddings; GPT learned positions, BLOOM ALiBi.
@@ -44,7 +71,12 @@ SOURCES = {
     # InternEvo's A100 cluster: 4 x 100 Gb/s RoCE per 8-GPU node (its hardware table).
     "INTERNEVO": dict(source="internevo", nic_bytes_per_s=4 * 100e9 / 8 / 8),
     "FMS": dict(source="fms-fsdp"),
-    "KEMPNER": dict(source="kempnerforge"),
+    # KempnerForge turns FSDP2's gradient sync off on every micro-batch but the last
+    # (kempnerforge/training/grad.py maybe_no_sync, called by scripts/train.py at the measured commits
+    # 01b461a, 601aba9, 3ad9d9a): one reduce-scatter per step, unsharded fp32 gradients held in between.
+    # Its "Mem/GPU" prints torch.cuda.max_memory_allocated / 1024**3 labelled "GB"
+    # (kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py): GiB.
+    "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, memory_gb_is_gib=True),
     "OLMOCORE": dict(source="olmo-core"),
     "TTDOCS": dict(source="torchtitan-docs"),
     "NANOTRON": dict(source="nanotron"),
@@ -63,7 +95,8 @@ SOURCES = {
     "MOEZOO": dict(source="megatron-moe-modelzoo"),
     "MCOREMOERM": dict(source="megatron-core-moe-readme"),
     # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
-    "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={"moe_padded_expert_gemm": True}),
+    "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True},
+                       memory_gb_is_gib=True),
     "FLAGPERF": dict(source="flagperf"),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
@@ -303,7 +336,8 @@ def row_to_run(row: dict) -> PublishedRun:
         then["zero1_broadcast_sync"] = True
     notes = row["notes"]
     mem = _PEAK_MEMORY.search(notes)
-    reported_memory = float(mem.group(1)) * (2 ** 30 if mem.group(2) == "GiB" else 1e9) if mem else None
+    gib = mem and (mem.group(2) == "GiB" or facts.get("memory_gb_is_gib", False))
+    reported_memory = float(mem.group(1)) * (2 ** 30 if gib else 1e9) if mem else None
     return PublishedRun(
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
         cluster=cluster, plan=plan, framework=framework,

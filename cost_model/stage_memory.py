@@ -107,8 +107,9 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
         device = {"allocator_overhead": CPU_DEVICE_TERM_BYTES, "cuda_context": CPU_DEVICE_TERM_BYTES,
                   "cpu_runtime": float(est.profile.runtime_memory_bytes)}
     candidates = []
+    accumulating = accumulates_unsharded_grads(fw, plan, shard)
     for activations, working, logits, grads_absent, _ in phases:
-        candidates.append({**states, **({"grads": 0.0} if grads_absent and "grads" in states else {}),
+        candidates.append({**states, **({"grads": 0.0} if (grads_absent or accumulating) and "grads" in states else {}),
                            **zero, "weight_copies": weight_copies, "activations": activations,
                            "activation_working": working, "logits": logits, "comm_buffers": comm, **device})
     if fw.activation_recipe in eager.RECIPES:
@@ -163,7 +164,7 @@ def _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, 
     per_logit = fw.loss_bytes_per_logit or (BYTES_LOGITS if fused_loss else BYTES_LOGITS_UNFUSED)
     # A chunked loss holds one chunk's logits at a time, and the fp32 gradient of the final hidden
     # states it accumulates over the chunks (torchtitan components/loss.py ChunkedLossWrapper).
-    logit_elems = b * s * est.model.vocab_size / plan.tp / fw.loss_chunks
+    logit_elems = b * s * est.model.vocab_size / (1 if fw.loss_gathers_logits else plan.tp) / fw.loss_chunks
     hidden_grad = BYTES_GRAD * b * s * est.model.hidden_size if fw.loss_chunks > 1 else 0.0
     logits = per_logit * logit_elems + hidden_grad if last else 0.0
     block = max(BYTES_ACT * logit_elems if last else 0.0, BYTES_ACT * b * s * est.model.ffn_hidden_size / plan.tp)
@@ -210,4 +211,17 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
     if fw.zero3_reduce_bucket_params:
         grads = min(grads, fw.zero3_reduce_bucket_params)
     fp8_gathered = gathered * fp8_gathered_fraction(est, plan) * est.params.dense_per_layer / plan.tp / layer
-    return gathered_bytes * gathered - fp8_saving * fp8_gathered + BYTES_GRAD * grads
+    held = gathered_bytes * gathered - fp8_saving * fp8_gathered + BYTES_GRAD * grads
+    if accumulates_unsharded_grads(fw, plan, shard):
+        # Every local parameter's unsharded gradient, in the reduce dtype, from the first backward on.
+        held += fw.sharded_reduce_bytes_per_grad * local_params
+    return held
+
+
+def accumulates_unsharded_grads(fw, plan, shard: int) -> bool:
+    """ZeRO-3 without a pipeline whose gradient sync is off until the last micro-batch
+    (Framework.zero3_reduce_every_microbatch False): the unsharded gradients of the whole stage are
+    held across micro-batches, and the sharded gradients only replace them, layer by layer, in the
+    last backward (so they are not held besides)."""
+    return (plan.zero_stage >= 3 and shard > 1 and plan.pp == 1 and plan.num_microbatches > 1
+            and not fw.zero3_reduce_every_microbatch)

@@ -26,17 +26,30 @@ def grad_reduce_bytes(sw, zero_stage: int) -> float:
     return sw.sharded_reduce_bytes_per_grad if zero_stage >= 3 else GRAD_REDUCE_BYTES[zero_stage]
 
 
-def dp_rounds(plan: ParallelPlan, m: int) -> tuple:
+def dp_rounds(plan: ParallelPlan, m: int, sw) -> tuple:
     """(weight all-gathers, gradient reductions) of the sharded states per step: ZeRO 0-2 reduce
     once and (ZeRO 1-2) gather the updated weights once; ZeRO-3 gathers for forward and again for
-    backward and reduces every micro-batch, or once per step with a pipeline (weights stay gathered
-    across micro-batches: torchtitan does not reshard after forward under PP)."""
+    backward and reduces every micro-batch (or once, Framework.zero3_reduce_every_microbatch), or
+    does each once per step with a pipeline (weights stay gathered across micro-batches: torchtitan
+    does not reshard after forward under PP)."""
     if plan.zero_stage == 0:
         return 0, 1
     if plan.zero_stage in (1, 2):
         return 1, 1
     rounds = 1 if plan.pp > 1 else m
-    return 2 * rounds, rounds
+    return 2 * rounds, rounds if sw.zero3_reduce_every_microbatch else 1
+
+
+def unsharded_accumulation_bytes_per_param(plan: ParallelPlan, m: int, sw) -> float:
+    """HBM bytes per local parameter that accumulating unsharded gradients over the micro-batches
+    costs when ZeRO-3 reduces once per step without a pipeline (FSDP2 with gradient sync off): the
+    first micro-batch casts its bf16 gradient to the reduce dtype (read 2, write r), each later one
+    adds its bf16 gradient into the accumulator (read 2 + r, write r). Under a pipeline the stage's
+    gradients stay unsharded in their own storage (torch.distributed.pipelining): counted as none."""
+    if plan.zero_stage < 3 or sw.zero3_reduce_every_microbatch or plan.pp > 1 or m == 1:
+        return 0.0
+    r = sw.sharded_reduce_bytes_per_grad
+    return (BYTES_ACT + r) + (m - 1) * (BYTES_ACT + 2 * r)
 
 
 def _dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
@@ -156,9 +169,9 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     # unsharded parameters, a layer at a time.
     copies_s = 0.0
     if plan.zero_stage >= 1 and plan.dp * plan.cp > 1:
-        gathers, reductions = dp_rounds(plan, m)
-        copy_bytes = (gathers * sw.gather_copy_bytes_per_param
-                      + reductions * sw.reduce_copy_bytes_per_param) * (dense + expert)
+        gathers, reductions = dp_rounds(plan, m, sw)
+        copy_bytes = (gathers * sw.gather_copy_bytes_per_param + reductions * sw.reduce_copy_bytes_per_param
+                      + unsharded_accumulation_bytes_per_param(plan, m, sw)) * (dense + expert)
         if copy_bytes:
             copies_s = memory_time_s(tables, copy_bytes, copy_bytes / max(1, state_layers * (gathers + reductions)))
 
@@ -304,7 +317,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         total = collectives_s("reduce_scatter", grad_bytes) + collectives_s("all_gather", weight_bytes)
         wire = grad_bytes + weight_bytes
     else:
-        gathers, reductions = dp_rounds(plan, m)
+        gathers, reductions = dp_rounds(plan, m, sw)
         gather_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
         total = (gathers * collectives_s("all_gather", weight_bytes, gather_calls)
                  + reductions * collectives_s("reduce_scatter", grad_bytes))

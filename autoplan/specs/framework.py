@@ -83,6 +83,13 @@ class Framework:
     loss_bytes_per_logit: float = 0.0
     """Bytes per logit the loss path holds at its peak; 0 derives it from `fused_cross_entropy`
     (6 fused, 10 unfused). The eager recipes count their loss tensors themselves."""
+    loss_gathers_logits: bool = False
+    """The loss sees every logit on every tensor-parallel rank: the LM head's vocab-split output is
+    gathered (ColwiseParallel with a Replicate output) instead of a vocab-parallel loss, so each TP rank
+    holds and reduces the whole b x s x vocab logits."""
+    embedding_tp_sharded: bool = True
+    """The token embedding is split over the tensor-parallel ranks (vocab-parallel, Megatron's
+    VocabParallelEmbedding, torchtitan's RowwiseParallel); False: every TP rank holds all of it."""
     zero3_max_live_params: float = 0.0
     """ZeRO-3 gathered parameters held at once (DeepSpeed stage3_max_live_parameters); 0: FSDP units
     (one layer and its prefetched neighbour)."""
@@ -96,6 +103,13 @@ class Framework:
     shard (InternEvo HybridZeroOptimizer.broadcast_params: one dist.broadcast per rank, after the step
     and a device synchronize; its configs leave overlap_sync_param off): group-many collectives of a
     1/group share each, none hidden. Else one bucketed all-gather (Megatron-Core, DeepSpeed)."""
+    zero3_reduce_every_microbatch: bool = True
+    """ZeRO-3 reduce-scatters the gradients of every micro-batch (FSDP2 as torchtitan and OLMo-core run
+    it: neither turns gradient sync off between micro-batches). False: sync is off until the last
+    micro-batch (FSDP2 set_requires_gradient_sync(False); KempnerForge's maybe_no_sync), so the step
+    reduces once, and every local parameter's unsharded gradient is held in between, accumulated in
+    the reduce dtype (torch 2.9 distributed/fsdp/_fully_shard/_fsdp_param.py
+    to_accumulated_grad_if_needed and accumulate_unsharded_grad_if_needed)."""
     zero3_reduce_bucket_params: float = 0.0
     """ZeRO-3 gradients awaiting reduce-scatter (DeepSpeed reduce_bucket_size); 0: one layer's."""
     runtime_bytes: float = 0.5 * 2 ** 30

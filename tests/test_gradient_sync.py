@@ -1,0 +1,92 @@
+"""FSDP's gradient sync between micro-batches, and the TP layout of the embedding and the loss, from
+worked examples: what a framework that reduces once per step (KempnerForge: FSDP2 with
+set_requires_gradient_sync(False) on all but the last micro-batch) sends, copies and holds, against
+one that reduce-scatters every micro-batch (torchtitan)."""
+import pytest
+
+from autoplan.catalog import resolve_model
+from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
+from cost_model import Estimator, load_constants
+from cost_model.profiles import builtin_profile
+from cost_model.published import load_published_runs
+from cost_model.tables import ProfileTables
+
+LLAMA3_8B_PARAMS = 8_030_261_248     # Llama-3-8B: 32 layers of h 4096, ffn 14336, GQA 8 of 32 heads, vocab 128256
+LLAMA3_8B_EMBEDDING = 128256 * 4096
+
+
+def _estimate(plan, **facts):
+    framework = load_constants().framework("torchtitan").with_overrides(loss_chunks=1, **facts)
+    training = TrainingSpec(global_batch_size=64, seq_len=4096, dtype="bf16")
+    cluster = ClusterSpec(name="h100-80gb", num_gpus=8, gpus_per_node=8, profile="builtin:h100-80gb")
+    est = Estimator(resolve_model("llama-3-8b"), training, cluster, builtin_profile("h100-80gb"), framework=framework)
+    return est, est.estimate(plan)
+
+
+FSDP8 = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8, zero_stage=3)
+
+
+def test_reducing_once_per_step_sends_fewer_bytes_and_pays_the_fp32_accumulation():
+    # Llama-3-8B, FSDP over dp=8, 8 micro-batches of 1. Every micro-batch gathers the weights for
+    # forward and again for backward (16 gathers of 2 B per parameter). torchtitan reduce-scatters
+    # each micro-batch's gradients in fp32: 8 x 4 B; with sync off until the last micro-batch one
+    # reduce-scatter of the fp32 accumulator: 1 x 4 B. On the wire: 32 + 32 = 64 against 32 + 4 = 36 B.
+    _, every = _estimate(FSDP8)
+    _, once = _estimate(FSDP8, zero3_reduce_every_microbatch=False)
+    assert every.details["dp_bytes_per_step"] == pytest.approx(64 * LLAMA3_8B_PARAMS, rel=1e-9)
+    assert once.details["dp_bytes_per_step"] == pytest.approx(36 * LLAMA3_8B_PARAMS, rel=1e-9)
+    # Copies on the compute stream, per parameter: 16 gathers x 4 B (split_with_sizes_copy) + 1 x 6 B
+    # (chunk_cat of bf16 gradients into the fp32 input) + the accumulation: the first micro-batch
+    # casts its bf16 gradient to fp32 (2 + 4), each of the 7 others adds into it (2 + 4 read, 4 write).
+    copy_bytes = (16 * 4 + 6 + (2 + 4) + 7 * (2 + 4 + 4)) * LLAMA3_8B_PARAMS
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    op_bytes = copy_bytes / (32 * 17)              # a layer's share of one of 16 + 1 rounds
+    assert once.time_breakdown_s["sharded_copies"] == pytest.approx(
+        copy_bytes / tables.memory_bytes_per_s(int(op_bytes)), rel=1e-9)
+
+
+def test_reducing_once_per_step_holds_every_unsharded_gradient_in_fp32_instead_of_the_sharded_ones():
+    # torch 2.9 FSDP2 keeps the unsharded gradient of every parameter, cast to the reduce dtype (fp32),
+    # from the first backward on; the sharded fp32 gradients (4 B / 8 ranks) replace them only layer
+    # by layer in the last backward, so they are not held besides.
+    _, every = _estimate(FSDP8)
+    _, once = _estimate(FSDP8, zero3_reduce_every_microbatch=False)
+    held = once.memory_breakdown_bytes["comm_buffers"] - every.memory_breakdown_bytes["comm_buffers"]
+    assert held == pytest.approx(4 * LLAMA3_8B_PARAMS, rel=1e-9)
+    assert every.memory_breakdown_bytes["grads"] == pytest.approx(4 * LLAMA3_8B_PARAMS / 8, rel=1e-9)
+    assert once.memory_breakdown_bytes.get("grads", 0.0) == 0.0
+    # One micro-batch: nothing accumulates, the two agree.
+    single = ParallelPlan(dp=8, micro_batch_size=8, num_microbatches=1, zero_stage=3)
+    assert _estimate(single)[1].peak_memory_bytes == \
+        _estimate(single, zero3_reduce_every_microbatch=False)[1].peak_memory_bytes
+
+
+def test_a_replicated_embedding_and_gathered_logits_are_held_on_every_tp_rank():
+    tp4 = ParallelPlan(dp=2, tp=4, micro_batch_size=1, num_microbatches=32, sequence_parallel=True)
+    est, split = _estimate(tp4)
+    first = est.params.local(tp4, 32, first=True, last=True)[0]
+    est_rep, gathered = _estimate(tp4, embedding_tp_sharded=False, loss_gathers_logits=True, loss_bytes_per_logit=8.0)
+    replicated = est_rep.params.local(tp4, 32, first=True, last=True)[0]
+    # The whole embedding (128256 x 4096) on each of the 4 TP ranks instead of a quarter.
+    assert replicated - first == pytest.approx(LLAMA3_8B_EMBEDDING * 3 / 4, rel=1e-9)
+    # The loss over all 128256 logits of 4096 tokens on every TP rank, 8 B each (bf16 logits, the
+    # log-softmax output, their gradients), against a vocab-parallel fp32 loss's 10 B over a quarter.
+    assert gathered.memory_breakdown_bytes["logits"] == pytest.approx(8 * 4096 * 128256, rel=1e-9)
+    assert split.memory_breakdown_bytes["logits"] == pytest.approx(10 * 4096 * 128256 / 4, rel=1e-9)
+
+
+def test_kempnerforge_rows_read_as_kempnerforge_ran():
+    run = next(r for r in load_published_runs() if r.id == "KEMPNER-ws-70b-0160")
+    framework = run.framework_facts()
+    # bf16 master weights, gradients and AdamW moments (kempnerforge/distributed/parallel.py casts
+    # the model to bf16), one reduce-scatter per step, the embedding whole on each TP rank, the
+    # logits gathered for F.cross_entropy.
+    assert {name: term.bytes_per_param for name, term in framework.states.items()} == \
+        {"params": 2, "grads": 2, "optimizer": 4}
+    assert not framework.zero3_reduce_every_microbatch and not framework.embedding_tp_sharded
+    assert framework.loss_gathers_logits
+    # Its "Mem/GPU 82.9 GB" is torch.cuda.max_memory_allocated / 1024**3: GiB.
+    assert run.reported_peak_memory_bytes == pytest.approx(82.9 * 2 ** 30)
+    # torchtitan's own rows keep torchtitan's facts.
+    titan = next(r for r in load_published_runs() if r.source == "torchtitan").framework_facts()
+    assert titan.zero3_reduce_every_microbatch and titan.embedding_tp_sharded and not titan.loss_gathers_logits
