@@ -75,6 +75,8 @@ class Rates:
     """Framework.moe_a2a_overlap (cost_model/moe_time.py)."""
     moe_padded_expert_gemm: bool = False
     """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
+    fp8_rowwise: bool = False
+    """Framework.fp8_rowwise: torchao's row-wise (axis-wise) scaled fp8, whose backward casts more."""
 
 
 def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
@@ -180,6 +182,13 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         # (the wgrad GEMM reuses the forward's fp8 input). Weights: fp8_weight_cast_s, per cast.
         memory_fwd_s += memory_time_s(tables, sum(3.0 * g.m * g.k * g.count for g in gemms), op_bytes)
         memory_bwd_s += memory_time_s(tables, sum(3.0 * g.m * g.n * g.count for g in gemms), op_bytes)
+        if rates.fp8_rowwise:
+            # Row-wise scales run along one axis, and the weight-gradient GEMM contracts the other: its
+            # output gradient is cast again along dim 1 and the saved bf16 input re-cast along dim 1
+            # (torchao float8/float8_linear.py matmul_with_hp_or_float8_args.backward: four casts,
+            # none shared with the data-gradient GEMM's; tensor-wise, one scale serves both axes).
+            memory_bwd_s += memory_time_s(tables, sum(3.0 * (g.m * g.n + g.m * g.k) * g.count for g in gemms),
+                                          op_bytes)
         weight_bytes = sum(3.0 * g.k * g.n * g.count for g in gemms)
         fp8_weight_cast_s = memory_time_s(tables, weight_bytes, weight_bytes / max(1, len(gemms)))
 

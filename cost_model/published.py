@@ -75,8 +75,9 @@ SOURCES = {
     # (kempnerforge/training/grad.py maybe_no_sync, called by scripts/train.py at the measured commits
     # 01b461a, 601aba9, 3ad9d9a): one reduce-scatter per step, unsharded fp32 gradients held in between.
     # Its "Mem/GPU" prints torch.cuda.max_memory_allocated / 1024**3 labelled "GB"
-    # (kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py): GiB.
-    "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, memory_gb_is_gib=True),
+    # (kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py): allocated bytes, in GiB.
+    "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, memory_gb_is_gib=True,
+                    memory_is_allocated=True),
     "OLMOCORE": dict(source="olmo-core"),
     "TTDOCS": dict(source="torchtitan-docs"),
     "NANOTRON": dict(source="nanotron"),
@@ -96,7 +97,7 @@ SOURCES = {
     "MCOREMOERM": dict(source="megatron-core-moe-readme"),
     # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
     "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True},
-                       memory_gb_is_gib=True),
+                       memory_gb_is_gib=True, memory_is_allocated=True),
     "FLAGPERF": dict(source="flagperf"),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
@@ -168,6 +169,9 @@ class PublishedRun:
     nic_bytes_per_s: float | None = None
     """Scale-out bandwidth per GPU when the cluster is not DGX-like (None: the profile's)."""
     reported_peak_memory_bytes: float | None = None
+    reported_memory_is_allocated: bool = False
+    """The reported peak is torch.cuda.max_memory_allocated (what tensors held: no allocator slack, no
+    CUDA context), so it is compared with the predicted allocated peak; else with the whole peak."""
     """Peak GPU memory the source printed (its notes: "peak mem 82.4 GiB", "max GPU mem 49GB")."""
     assumptions: tuple = ()
     notes: str = ""
@@ -351,6 +355,7 @@ def row_to_run(row: dict) -> PublishedRun:
         flash_attention=_stated_flash_attention(prefix, row),
         nic_bytes_per_s=facts.get("nic_bytes_per_s"),
         reported_peak_memory_bytes=reported_memory,
+        reported_memory_is_allocated=facts.get("memory_is_allocated", False),
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         assumptions=tuple(assumptions), notes=notes,
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is

@@ -34,6 +34,8 @@ class RowResult:
     """Why the row was not predicted (the plan breaks a rule of ours), else empty."""
     fits: bool = True
     predicted_peak_memory_bytes: float | None = None
+    """The predicted peak the source's figure is compared with: the allocated peak where the source
+    reports max_memory_allocated (PublishedRun.reported_memory_is_allocated), else the whole peak."""
     baseline_tokens_per_s_per_gpu: float | None = None
     """Out of sample: the constant-MFU guess fitted on the same training rows."""
     group: str = ""
@@ -65,8 +67,8 @@ def predict_runs(runs: list, constants: Constants | None = None, framework: str 
         except InfeasiblePlan as exc:
             results.append(RowResult(run, None, skipped=f"{exc.reason}: {exc}"))
             continue
-        results.append(RowResult(run, e.tokens_per_s_per_gpu, fits=e.fits,
-                                 predicted_peak_memory_bytes=e.peak_memory_bytes))
+        peak = e.details["memory_allocated_peak_bytes"] if run.reported_memory_is_allocated else e.peak_memory_bytes
+        results.append(RowResult(run, e.tokens_per_s_per_gpu, fits=e.fits, predicted_peak_memory_bytes=peak))
     return results
 
 

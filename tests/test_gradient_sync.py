@@ -85,8 +85,17 @@ def test_kempnerforge_rows_read_as_kempnerforge_ran():
         {"params": 2, "grads": 2, "optimizer": 4}
     assert not framework.zero3_reduce_every_microbatch and not framework.embedding_tp_sharded
     assert framework.loss_gathers_logits
-    # Its "Mem/GPU 82.9 GB" is torch.cuda.max_memory_allocated / 1024**3: GiB.
+    # Its "Mem/GPU 82.9 GB" is torch.cuda.max_memory_allocated / 1024**3: GiB, and what tensors held,
+    # so it is compared with the predicted peak less the allocator's slack and the CUDA context.
     assert run.reported_peak_memory_bytes == pytest.approx(82.9 * 2 ** 30)
+    assert run.reported_memory_is_allocated
+    from cost_model.validation import predict_runs
+
+    row = predict_runs([run])[0]
+    estimate = Estimator(run.model, run.training, run.cluster, run.profile(), framework=framework,
+                         allow_tp_across_nodes=True).estimate(run.plan)
+    device = estimate.memory_breakdown_bytes["allocator_overhead"] + estimate.memory_breakdown_bytes["cuda_context"]
+    assert row.predicted_peak_memory_bytes == pytest.approx(estimate.peak_memory_bytes - device, rel=1e-9)
     # torchtitan's own rows keep torchtitan's facts.
     titan = next(r for r in load_published_runs() if r.source == "torchtitan").framework_facts()
     assert titan.zero3_reduce_every_microbatch and titan.embedding_tp_sharded and not titan.loss_gathers_logits

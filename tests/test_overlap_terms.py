@@ -67,6 +67,32 @@ def test_fp8_weights_are_cast_once_per_step_by_transformer_engine_and_per_micro_
     assert _estimate("llama-3-8b", "megatron-core", plan, "bf16").time_breakdown_s.get("weight_casts", 0.0) == 0.0
 
 
+def test_row_wise_fp8_casts_the_output_gradient_and_the_input_again_for_the_weight_gradient():
+    # Llama-3-8B at tp 1, 8 micro-batches of 1 x 4096 tokens, no recompute. Its block's GEMMs, n + k
+    # per token, those that read one input counted once (q/k/v and w1/w3 share their input's cast):
+    # qkv 6144 + 4096, o 4096 + 4096, w1w3 28672 + 4096, w2 4096 + 14336: 69,632. Row-wise (torchao
+    # "rowwise") backward casts each output gradient a second time (m x n) and the saved bf16 input
+    # again (m x k), 3 B per element (read 2, write 1), in each of 32 layers and 8 micro-batches;
+    # tensor-wise reuses the one cast of each.
+    from autoplan.catalog import resolve_model
+    from cost_model.tables import ProfileTables
+
+    plan = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8, zero_stage=1)
+    training = TrainingSpec(global_batch_size=64, seq_len=4096, dtype="fp8")
+    cluster = ClusterSpec(name="h100-80gb", num_gpus=8, gpus_per_node=8, profile="builtin:h100-80gb")
+    tensorwise = load_constants().framework("torchtitan")
+
+    def memory_bound_s(framework):
+        est = Estimator(resolve_model("llama-3-8b"), training, cluster, builtin_profile("h100-80gb"), framework=framework)
+        return est.estimate(plan).time_breakdown_s["memory_bound"]
+
+    extra_bytes = 3 * 69632 * 4096
+    op_bytes = 2 * 4096 * 4096                    # one activation of the micro-batch, bf16
+    rate = ProfileTables(builtin_profile("h100-80gb")).memory_bytes_per_s(op_bytes)
+    extra_s = memory_bound_s(tensorwise.with_overrides(fp8_rowwise=True)) - memory_bound_s(tensorwise)
+    assert extra_s == pytest.approx(32 * 8 * extra_bytes / rate, rel=1e-9)
+
+
 def test_the_megatron_export_passes_the_overlap_the_plan_was_costed_with():
     from autoplan.exporters import export_plan
     from autoplan.planner import PlanRequest, plan_search
