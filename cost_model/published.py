@@ -75,9 +75,10 @@ SOURCES = {
     # (kempnerforge/training/grad.py maybe_no_sync, called by scripts/train.py at the measured commits
     # 01b461a, 601aba9, 3ad9d9a): one reduce-scatter per step, unsharded fp32 gradients held in between.
     # Its "Mem/GPU" prints torch.cuda.max_memory_allocated / 1024**3 labelled "GB"
-    # (kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py): allocated bytes, in GiB.
+    # (kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py): allocated bytes, in GiB,
+    # of rank 0 only (kempnerforge/metrics/logger.py: "Only emits from rank 0"), the first pipeline stage.
     "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, memory_gb_is_gib=True,
-                    memory_is_allocated=True),
+                    memory_is_allocated=True, memory_of_rank0=True),
     "OLMOCORE": dict(source="olmo-core"),
     "TTDOCS": dict(source="torchtitan-docs"),
     "NANOTRON": dict(source="nanotron"),
@@ -97,7 +98,7 @@ SOURCES = {
     "MCOREMOERM": dict(source="megatron-core-moe-readme"),
     # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
     "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True},
-                       memory_gb_is_gib=True, memory_is_allocated=True),
+                       memory_gb_is_gib=True, memory_is_allocated=True, memory_of_rank0=True),
     "FLAGPERF": dict(source="flagperf"),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
@@ -172,6 +173,8 @@ class PublishedRun:
     reported_memory_is_allocated: bool = False
     """The reported peak is torch.cuda.max_memory_allocated (what tensors held: no allocator slack, no
     CUDA context), so it is compared with the predicted allocated peak; else with the whole peak."""
+    reported_memory_of_rank0: bool = False
+    """The reported peak is rank 0's, the first pipeline stage's, not the largest rank's."""
     """Peak GPU memory the source printed (its notes: "peak mem 82.4 GiB", "max GPU mem 49GB")."""
     assumptions: tuple = ()
     notes: str = ""
@@ -356,6 +359,7 @@ def row_to_run(row: dict) -> PublishedRun:
         nic_bytes_per_s=facts.get("nic_bytes_per_s"),
         reported_peak_memory_bytes=reported_memory,
         reported_memory_is_allocated=facts.get("memory_is_allocated", False),
+        reported_memory_of_rank0=facts.get("memory_of_rank0", False),
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         assumptions=tuple(assumptions), notes=notes,
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is

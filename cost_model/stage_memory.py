@@ -81,7 +81,10 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     # FSDP2's gathered weights at ZeRO 1/2), the fp8-gathered linears at their own bytes; at ZeRO 3
     # only the layers in flight, in comm_buffers.
     fp8_params = fp8_gathered_fraction(est, plan) * per_stage * est.params.dense_per_layer / plan.tp
-    weight_copies = (fw.compute_weight_copy_bytes * (dense + expert - fp8_params)
+    # Where ZeRO 1/2 shards the weights themselves (FSDP2 without resharding after forward, as torchtitan
+    # runs ZeRO-2), the gathered compute-dtype weights are that copy even without autocast.
+    copy_bytes = max(fw.compute_weight_copy_bytes, BYTES_WEIGHT if shards_weights(fw, plan, shard) else 0.0)
+    weight_copies = (copy_bytes * (dense + expert - fp8_params)
                      + fw.fp8_weight_copy_bytes * fp8_params) if plan.zero_stage < 3 else 0.0
     executor_on_cpu = _on_cpu(est) and fw.activation_recipe in eager.RECIPES
     if executor_on_cpu:
@@ -194,7 +197,9 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
     (Framework.fp8_weight_copy_bytes) instead."""
     fw = est.framework
     if plan.zero_stage < 3 or shard <= 1:
-        return 0.0
+        # Sharded weights under a pipeline at ZeRO 1/2: their unsharded gradients are held in the
+        # reduce dtype until the last backward (accumulates_unsharded_grads).
+        return fw.sharded_reduce_bytes_per_grad * local_params if accumulates_unsharded_grads(fw, plan, shard) else 0.0
     fp8_saving = gathered_bytes - fw.fp8_weight_copy_bytes  # per fp8-gathered parameter
     if plan.pp > 1:
         # FSDP under a pipeline keeps the stage's weights gathered from the first forward to the
@@ -219,9 +224,23 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
 
 
 def accumulates_unsharded_grads(fw, plan, shard: int) -> bool:
-    """ZeRO-3 without a pipeline whose gradient sync is off until the last micro-batch
-    (Framework.zero3_reduce_every_microbatch False): the unsharded gradients of the whole stage are
-    held across micro-batches, and the sharded gradients only replace them, layer by layer, in the
-    last backward (so they are not held besides)."""
-    return (plan.zero_stage >= 3 and shard > 1 and plan.pp == 1 and plan.num_microbatches > 1
-            and not fw.zero3_reduce_every_microbatch)
+    """Whether the stage's unsharded gradients are held across micro-batches, the sharded gradients
+    only replacing them, layer by layer, in the last backward (so not held besides): ZeRO-3 without a
+    pipeline whose gradient sync is off until the last micro-batch (Framework.zero3_reduce_every_
+    microbatch False), and ZeRO-2 over sharded weights under a pipeline (torch.distributed.pipelining
+    turns FSDP's gradient sync off until the last backward: torch 2.9 pipelining/stage.py
+    backward_maybe_with_nosync). ZeRO-3 under a pipeline holds them too, counted with its gathered
+    weights in _comm_buffers."""
+    if shard <= 1 or plan.num_microbatches == 1:
+        return False
+    if plan.zero_stage >= 3:
+        return plan.pp == 1 and not fw.zero3_reduce_every_microbatch
+    return plan.zero_stage == 2 and plan.pp > 1 and shards_weights(fw, plan, shard)
+
+
+def shards_weights(fw, plan, shard: int) -> bool:
+    """ZeRO 1/2 over weights the framework shards at that stage (its "params" state: FSDP2's sharded
+    parameters, torchtitan and KempnerForge), not only their optimizer states (Megatron, DeepSpeed)."""
+    params = fw.states.get("params")
+    return (0 < plan.zero_stage < 3 and shard > 1 and params is not None
+            and params.sharded_from_zero <= plan.zero_stage)

@@ -16,6 +16,8 @@ from cost_model.constants import Constants, load_constants
 from cost_model.estimator import Estimator
 from cost_model.profiles import builtin_profile
 from cost_model.published import PublishedRun
+from cost_model.stage_memory import allocated_peak_bytes, stage_memory
+from cost_model.stages import stage_split
 from cost_model.splits import (
     MOE_SPLIT, SPLITS, constant_mfu_guess, fit_rows, predict_with_mfu, refit_key, split_groups, validation_only,
 )
@@ -67,9 +69,20 @@ def predict_runs(runs: list, constants: Constants | None = None, framework: str 
         except InfeasiblePlan as exc:
             results.append(RowResult(run, None, skipped=f"{exc.reason}: {exc}"))
             continue
-        peak = e.details["memory_allocated_peak_bytes"] if run.reported_memory_is_allocated else e.peak_memory_bytes
-        results.append(RowResult(run, e.tokens_per_s_per_gpu, fits=e.fits, predicted_peak_memory_bytes=peak))
+        results.append(RowResult(run, e.tokens_per_s_per_gpu, fits=e.fits,
+                                 predicted_peak_memory_bytes=reported_peak_bytes(est, run, e.memory_breakdown_bytes)))
     return results
+
+
+def reported_peak_bytes(est: Estimator, run: PublishedRun, memory: dict) -> float:
+    """The predicted peak that the run's reported figure measures: the first pipeline stage's where
+    the source prints rank 0's (else the worst rank's, `memory`), allocated bytes only where it prints
+    max_memory_allocated."""
+    plan = run.plan
+    if run.reported_memory_of_rank0 and plan.pp > 1:
+        memory = stage_memory(est, plan, 0, plan.recompute, plan.recompute_num_layers,
+                              stage_split(plan, run.model.num_layers).num_layers[0])
+    return allocated_peak_bytes(memory) if run.reported_memory_is_allocated else float(sum(memory.values()))
 
 
 def held_out_results(runs: list, constants: Constants | None = None, framework: str | None = None,

@@ -99,3 +99,45 @@ def test_kempnerforge_rows_read_as_kempnerforge_ran():
     # torchtitan's own rows keep torchtitan's facts.
     titan = next(r for r in load_published_runs() if r.source == "torchtitan").framework_facts()
     assert titan.zero3_reduce_every_microbatch and titan.embedding_tp_sharded and not titan.loss_gathers_logits
+
+
+def test_zero2_over_sharded_weights_holds_the_gathered_copy_and_under_a_pipeline_the_fp32_gradients():
+    # Llama-3-8B, dp 8 with torchtitan's FSDP2 at ZeRO-2 (no resharding after forward): every local
+    # parameter's bf16 copy is gathered from forward to backward, 2 B x 8.03B. Megatron-Core's ZeRO-1
+    # shards only optimizer states: its bf16 weights are the states themselves, no copy.
+    zero2 = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8, zero_stage=2)
+    _, fsdp = _estimate(zero2)
+    assert fsdp.memory_breakdown_bytes["weight_copies"] == pytest.approx(2 * LLAMA3_8B_PARAMS, rel=1e-9)
+    megatron = load_constants().framework("megatron-core")
+    training = TrainingSpec(global_batch_size=64, seq_len=4096, dtype="bf16")
+    cluster = ClusterSpec(name="h100-80gb", num_gpus=8, gpus_per_node=8, profile="builtin:h100-80gb")
+    est = Estimator(resolve_model("llama-3-8b"), training, cluster, builtin_profile("h100-80gb"), framework=megatron)
+    zero1 = est.estimate(ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8, zero_stage=1))
+    assert zero1.memory_breakdown_bytes.get("weight_copies", 0.0) == 0.0
+    # Under a pipeline (pp 2, dp 4), torch.distributed.pipelining turns FSDP's gradient sync off until
+    # the last backward: each stage holds its unsharded gradients in fp32 (4 B each) instead of the
+    # sharded ones. Stage 0 of 2 holds 16 layers and the embedding.
+    pipe = ParallelPlan(dp=4, pp=2, micro_batch_size=1, num_microbatches=16, zero_stage=2)
+    est, piped = _estimate(pipe)
+    from cost_model.stage_memory import stage_memory
+
+    first = stage_memory(est, pipe, 0, "none", 0, 16)
+    local = est.params.local(pipe, 16, first=True, last=False)[0]
+    assert first["comm_buffers"] == pytest.approx(4 * local, rel=1e-9)
+    assert first.get("grads", 0.0) == 0.0 and first["weight_copies"] == pytest.approx(2 * local, rel=1e-9)
+
+
+def test_a_source_printing_rank_0s_memory_is_compared_with_the_first_stage():
+    from cost_model.stage_memory import allocated_peak_bytes, stage_memory
+    from cost_model.validation import predict_runs
+
+    # KempnerForge logs from rank 0 only: with pp 2 that is the first stage, whose 20 of 40 layers hold
+    # no head and no logits (the last stage, 4 x 4096 x 128256 bf16 logits, is the larger).
+    run = next(r for r in load_published_runs() if r.id == "KEMPNER-cv-13b-32gpu-tp4-pp2")
+    assert run.reported_memory_of_rank0 and run.plan.pp == 2
+    est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=run.framework_facts(),
+                    allow_tp_across_nodes=True)
+    first = allocated_peak_bytes(stage_memory(est, run.plan, 0, "full", 20, 20))
+    last = allocated_peak_bytes(stage_memory(est, run.plan, 1, "full", 20, 20))
+    assert first < last
+    assert predict_runs([run])[0].predicted_peak_memory_bytes == pytest.approx(first, rel=1e-9)
