@@ -197,3 +197,25 @@ def model_state_bytes(num_local_params: float, zero_stage: int, shard: int, stat
     stage from which it is sharded) of `num_local_params` (after TP/PP/EP splits)."""
     return {name: term.bytes_per_param * num_local_params / (shard if zero_stage >= term.sharded_from_zero else 1)
             for name, term in states.items()}
+
+
+def shards_weights(fw, plan) -> bool:
+    """ZeRO 1/2 over weights the framework shards at that stage (its "params" state: FSDP2's sharded
+    parameters, torchtitan and KempnerForge), not only their optimizer states (Megatron, DeepSpeed)."""
+    params = fw.states.get("params")
+    return (0 < plan.zero_stage < 3 and plan.dp * plan.cp > 1 and params is not None
+            and params.sharded_from_zero <= plan.zero_stage)
+
+
+def grads_accumulate_unsharded(fw, plan) -> bool:
+    """Whether FSDP holds a rank's unsharded gradients across the step's micro-batches, accumulated in
+    the reduce dtype (torch 2.9 distributed/fsdp/_fully_shard/_fsdp_param.py
+    to_accumulated_grad_if_needed), and reduces them once: ZeRO-3 with gradient sync off until the last
+    micro-batch (Framework.zero3_reduce_every_microbatch False), and ZeRO-3, or ZeRO-2 over sharded
+    weights, under a pipeline (torch.distributed.pipelining keeps FSDP's sync off until the last
+    backward: pipelining/stage.py backward_maybe_with_nosync)."""
+    if plan.dp * plan.cp <= 1 or plan.num_microbatches == 1:
+        return False
+    if plan.zero_stage >= 3:
+        return plan.pp > 1 or not fw.zero3_reduce_every_microbatch
+    return plan.zero_stage == 2 and plan.pp > 1 and shards_weights(fw, plan)

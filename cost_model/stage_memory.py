@@ -24,8 +24,8 @@ from __future__ import annotations
 from cost_model import eager_activations as eager
 from cost_model.stages import stage_split
 from cost_model.memory import (
-    BYTES_ACT, BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, in_flight_microbatches,
-    model_state_bytes,
+    BYTES_ACT, BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, grads_accumulate_unsharded,
+    in_flight_microbatches, model_state_bytes, shards_weights,
 )
 
 DEVICE_TERMS = ("cuda_context", "allocator_overhead", "cpu_runtime")
@@ -83,7 +83,7 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     fp8_params = fp8_gathered_fraction(est, plan) * per_stage * est.params.dense_per_layer / plan.tp
     # Where ZeRO 1/2 shards the weights themselves (FSDP2 without resharding after forward, as torchtitan
     # runs ZeRO-2), the gathered compute-dtype weights are that copy even without autocast.
-    copy_bytes = max(fw.compute_weight_copy_bytes, BYTES_WEIGHT if shards_weights(fw, plan, shard) else 0.0)
+    copy_bytes = max(fw.compute_weight_copy_bytes, BYTES_WEIGHT if shards_weights(fw, plan) else 0.0)
     weight_copies = (copy_bytes * (dense + expert - fp8_params)
                      + fw.fp8_weight_copy_bytes * fp8_params) if plan.zero_stage < 3 else 0.0
     executor_on_cpu = _on_cpu(est) and fw.activation_recipe in eager.RECIPES
@@ -224,23 +224,7 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
 
 
 def accumulates_unsharded_grads(fw, plan, shard: int) -> bool:
-    """Whether the stage's unsharded gradients are held across micro-batches, the sharded gradients
-    only replacing them, layer by layer, in the last backward (so not held besides): ZeRO-3 without a
-    pipeline whose gradient sync is off until the last micro-batch (Framework.zero3_reduce_every_
-    microbatch False), and ZeRO-2 over sharded weights under a pipeline (torch.distributed.pipelining
-    turns FSDP's gradient sync off until the last backward: torch 2.9 pipelining/stage.py
-    backward_maybe_with_nosync). ZeRO-3 under a pipeline holds them too, counted with its gathered
-    weights in _comm_buffers."""
-    if shard <= 1 or plan.num_microbatches == 1:
-        return False
-    if plan.zero_stage >= 3:
-        return plan.pp == 1 and not fw.zero3_reduce_every_microbatch
-    return plan.zero_stage == 2 and plan.pp > 1 and shards_weights(fw, plan, shard)
-
-
-def shards_weights(fw, plan, shard: int) -> bool:
-    """ZeRO 1/2 over weights the framework shards at that stage (its "params" state: FSDP2's sharded
-    parameters, torchtitan and KempnerForge), not only their optimizer states (Megatron, DeepSpeed)."""
-    params = fw.states.get("params")
-    return (0 < plan.zero_stage < 3 and shard > 1 and params is not None
-            and params.sharded_from_zero <= plan.zero_stage)
+    """Gradients held unsharded across micro-batches (cost_model.memory.grads_accumulate_unsharded),
+    the sharded gradients only replacing them, layer by layer, in the last backward (so not held
+    besides); ZeRO-3 under a pipeline is counted with its gathered weights in _comm_buffers instead."""
+    return shard > 1 and grads_accumulate_unsharded(fw, plan) and not (plan.zero_stage >= 3 and plan.pp > 1)

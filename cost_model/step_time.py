@@ -13,7 +13,7 @@ import math
 
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
-from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT
+from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT, grads_accumulate_unsharded
 from cost_model.stages import bubble_in_slowest_rank_times, stage_split
 
 GRAD_REDUCE_BYTES = {0: BYTES_GRAD, 1: BYTES_GRAD, 2: BYTES_GRAD}
@@ -42,11 +42,10 @@ def dp_rounds(plan: ParallelPlan, m: int, sw) -> tuple:
 
 def unsharded_accumulation_bytes_per_param(plan: ParallelPlan, m: int, sw) -> float:
     """HBM bytes per local parameter that accumulating unsharded gradients over the micro-batches
-    costs when ZeRO-3 reduces once per step without a pipeline (FSDP2 with gradient sync off): the
+    costs where FSDP holds them across the step (cost_model.memory.grads_accumulate_unsharded): the
     first micro-batch casts its bf16 gradient to the reduce dtype (read 2, write r), each later one
-    adds its bf16 gradient into the accumulator (read 2 + r, write r). Under a pipeline the stage's
-    gradients stay unsharded in their own storage (torch.distributed.pipelining): counted as none."""
-    if plan.zero_stage < 3 or sw.zero3_reduce_every_microbatch or plan.pp > 1 or m == 1:
+    adds its bf16 gradient into the accumulator (read 2 + r, write r)."""
+    if not grads_accumulate_unsharded(sw, plan):
         return 0.0
     r = sw.sharded_reduce_bytes_per_grad
     return (BYTES_ACT + r) + (m - 1) * (BYTES_ACT + 2 * r)

@@ -141,3 +141,17 @@ def test_a_source_printing_rank_0s_memory_is_compared_with_the_first_stage():
     last = allocated_peak_bytes(stage_memory(est, run.plan, 1, "full", 20, 20))
     assert first < last
     assert predict_runs([run])[0].predicted_peak_memory_bytes == pytest.approx(first, rel=1e-9)
+
+
+def test_a_pipeline_over_sharded_weights_pays_the_fp32_accumulation_each_micro_batch():
+    # Llama-3-8B, dp 4 x pp 2, torchtitan's FSDP2 at ZeRO-2, 16 micro-batches: per step one gather of
+    # the weights (4 B copy) and one reduce-scatter (6 B copy-in), and the gradients accumulate
+    # unsharded in fp32 under torch.distributed.pipelining: the first micro-batch casts (2 + 4 B), the
+    # 15 others add (2 + 4 read, 4 write): 4 + 6 + 6 + 15 x 10 = 166 B per parameter of the last stage
+    # (16 layers and the head), whose copies run a layer at a time over 2 rounds.
+    pipe = ParallelPlan(dp=4, pp=2, micro_batch_size=1, num_microbatches=16, zero_stage=2)
+    est, estimate = _estimate(pipe)
+    local = sum(est.params.local(pipe, 16, first=False, last=True))
+    copy_bytes = 166 * local
+    rate = ProfileTables(builtin_profile("h100-80gb")).memory_bytes_per_s(int(copy_bytes / (16 * 2)))
+    assert estimate.time_breakdown_s["sharded_copies"] == pytest.approx(copy_bytes / rate, rel=1e-9)
