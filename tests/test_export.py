@@ -224,8 +224,10 @@ def test_deepspeed_notes_pipeline_zero_limits_and_megatron_flags():
 
 
 def test_cli_exports_a_ranked_alternative(cli, tmp_path, capsys):
+    # The alternative is ZeRO-3: at ZeRO-1 torchtitan's FSDP2 holds every local weight's gathered bf16
+    # copy from forward to backward, and this 70B plan at tp 8 would not fit (82.7 GiB).
     doc = _with(FSDP)
-    doc.alternatives = [{"parallel": ParallelPlan(dp=8, tp=8, zero_stage=1, micro_batch_size=2, num_microbatches=8,
+    doc.alternatives = [{"parallel": ParallelPlan(dp=8, tp=8, zero_stage=3, micro_batch_size=2, num_microbatches=8,
                                                   sequence_parallel=True).to_dict(), "prediction": {}}]
     plan = tmp_path / "plan.json"
     doc.save(plan)
