@@ -47,6 +47,10 @@ KEMPNERFORGE_FACTS = {
     "zero3_reduce_every_microbatch": False,
 }
 """KempnerForge as it ran its published benchmarks (on torchtitan's facts otherwise)."""
+KEMPNERFORGE_MEMORY_LOG = dict(memory_gb_is_gib=True, memory_is_allocated=True, memory_of_rank0=True)
+"""What KempnerForge's "Mem/GPU ... GB" is: torch.cuda.max_memory_allocated / 1024**3 (GiB of allocated
+bytes: kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py), of rank 0 only
+(kempnerforge/metrics/logger.py: "Only emits from rank 0"), the first pipeline stage."""
 
 # Architecture facts each source's models share (not in the CSV's columns).
 # GPT (Megatron) and BLOOM: LayerNorm, biases, tied embeddings; GPT learned positions, BLOOM ALiBi.
@@ -71,14 +75,7 @@ SOURCES = {
     # InternEvo's A100 cluster: 4 x 100 Gb/s RoCE per 8-GPU node (its hardware table).
     "INTERNEVO": dict(source="internevo", nic_bytes_per_s=4 * 100e9 / 8 / 8),
     "FMS": dict(source="fms-fsdp"),
-    # KempnerForge turns FSDP2's gradient sync off on every micro-batch but the last
-    # (kempnerforge/training/grad.py maybe_no_sync, called by scripts/train.py at the measured commits
-    # 01b461a, 601aba9, 3ad9d9a): one reduce-scatter per step, unsharded fp32 gradients held in between.
-    # Its "Mem/GPU" prints torch.cuda.max_memory_allocated / 1024**3 labelled "GB"
-    # (kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py): allocated bytes, in GiB,
-    # of rank 0 only (kempnerforge/metrics/logger.py: "Only emits from rank 0"), the first pipeline stage.
-    "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, memory_gb_is_gib=True,
-                    memory_is_allocated=True, memory_of_rank0=True),
+    "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, **KEMPNERFORGE_MEMORY_LOG),
     "OLMOCORE": dict(source="olmo-core"),
     "TTDOCS": dict(source="torchtitan-docs"),
     "NANOTRON": dict(source="nanotron"),
@@ -98,7 +95,7 @@ SOURCES = {
     "MCOREMOERM": dict(source="megatron-core-moe-readme"),
     # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
     "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True},
-                       memory_gb_is_gib=True, memory_is_allocated=True, memory_of_rank0=True),
+                       **KEMPNERFORGE_MEMORY_LOG),
     "FLAGPERF": dict(source="flagperf"),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
@@ -170,12 +167,12 @@ class PublishedRun:
     nic_bytes_per_s: float | None = None
     """Scale-out bandwidth per GPU when the cluster is not DGX-like (None: the profile's)."""
     reported_peak_memory_bytes: float | None = None
+    """Peak GPU memory the source printed (its notes: "peak mem 82.4 GiB", "max GPU mem 49GB")."""
     reported_memory_is_allocated: bool = False
     """The reported peak is torch.cuda.max_memory_allocated (what tensors held: no allocator slack, no
     CUDA context), so it is compared with the predicted allocated peak; else with the whole peak."""
     reported_memory_of_rank0: bool = False
     """The reported peak is rank 0's, the first pipeline stage's, not the largest rank's."""
-    """Peak GPU memory the source printed (its notes: "peak mem 82.4 GiB", "max GPU mem 49GB")."""
     assumptions: tuple = ()
     notes: str = ""
     sweep: str = field(default="")

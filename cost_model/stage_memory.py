@@ -110,7 +110,7 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
         device = {"allocator_overhead": CPU_DEVICE_TERM_BYTES, "cuda_context": CPU_DEVICE_TERM_BYTES,
                   "cpu_runtime": float(est.profile.runtime_memory_bytes)}
     candidates = []
-    accumulating = accumulates_unsharded_grads(fw, plan, shard)
+    accumulating = accumulates_unsharded_grads(fw, plan)
     for activations, working, logits, grads_absent, _ in phases:
         candidates.append({**states, **({"grads": 0.0} if (grads_absent or accumulating) and "grads" in states else {}),
                            **zero, "weight_copies": weight_copies, "activations": activations,
@@ -199,7 +199,7 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
     if plan.zero_stage < 3 or shard <= 1:
         # Sharded weights under a pipeline at ZeRO 1/2: their unsharded gradients are held in the
         # reduce dtype until the last backward (accumulates_unsharded_grads).
-        return fw.sharded_reduce_bytes_per_grad * local_params if accumulates_unsharded_grads(fw, plan, shard) else 0.0
+        return fw.sharded_reduce_bytes_per_grad * local_params if accumulates_unsharded_grads(fw, plan) else 0.0
     fp8_saving = gathered_bytes - fw.fp8_weight_copy_bytes  # per fp8-gathered parameter
     if plan.pp > 1:
         # FSDP under a pipeline keeps the stage's weights gathered from the first forward to the
@@ -217,14 +217,14 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
         grads = min(grads, fw.zero3_reduce_bucket_params)
     fp8_gathered = gathered * fp8_gathered_fraction(est, plan) * est.params.dense_per_layer / plan.tp / layer
     held = gathered_bytes * gathered - fp8_saving * fp8_gathered + BYTES_GRAD * grads
-    if accumulates_unsharded_grads(fw, plan, shard):
+    if accumulates_unsharded_grads(fw, plan):
         # Every local parameter's unsharded gradient, in the reduce dtype, from the first backward on.
         held += fw.sharded_reduce_bytes_per_grad * local_params
     return held
 
 
-def accumulates_unsharded_grads(fw, plan, shard: int) -> bool:
+def accumulates_unsharded_grads(fw, plan) -> bool:
     """Gradients held unsharded across micro-batches (cost_model.memory.grads_accumulate_unsharded),
     the sharded gradients only replacing them, layer by layer, in the last backward (so not held
     besides); ZeRO-3 under a pipeline is counted with its gathered weights in _comm_buffers instead."""
-    return shard > 1 and grads_accumulate_unsharded(fw, plan) and not (plan.zero_stage >= 3 and plan.pp > 1)
+    return grads_accumulate_unsharded(fw, plan) and not (plan.zero_stage >= 3 and plan.pp > 1)

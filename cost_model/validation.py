@@ -36,8 +36,8 @@ class RowResult:
     """Why the row was not predicted (the plan breaks a rule of ours), else empty."""
     fits: bool = True
     predicted_peak_memory_bytes: float | None = None
-    """The predicted peak the source's figure is compared with: the allocated peak where the source
-    reports max_memory_allocated (PublishedRun.reported_memory_is_allocated), else the whole peak."""
+    """The predicted peak the source's figure is compared with (reported_peak_bytes): the allocated peak
+    where it reports max_memory_allocated, the first stage's where it prints rank 0's."""
     baseline_tokens_per_s_per_gpu: float | None = None
     """Out of sample: the constant-MFU guess fitted on the same training rows."""
     group: str = ""
