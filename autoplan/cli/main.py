@@ -8,6 +8,7 @@ printed as one line with exit code 2.
 """
 from __future__ import annotations
 
+import _thread
 import argparse
 import importlib
 import os
@@ -59,6 +60,7 @@ class _Interrupt:
     a half-imported module, a library's wrapper exception) still ends as `interrupted`, exit 130."""
 
     seen = False
+    previous_unraisable = staticmethod(sys.__unraisablehook__)
 
     @classmethod
     def handler(cls, signum, frame):
@@ -66,6 +68,19 @@ class _Interrupt:
             return
         cls.seen = True
         raise KeyboardInterrupt
+
+    @classmethod
+    def unraisable(cls, info) -> None:
+        """sys.unraisablehook while a command runs: a Ctrl-C that landed in code whose exceptions Python
+        cannot raise (a weakref callback or __del__ run by the garbage collector, e.g. SQLAlchemy's
+        class registry under Optuna) would be printed as "Exception ignored ... Traceback" and lost.
+        Deliver it again instead, a moment later, from another thread: raised here or at once it would
+        land in this hook or that callback again, where it is dropped the same way."""
+        if issubclass(info.exc_type, KeyboardInterrupt) and cls.seen:
+            cls.seen = False
+            threading.Timer(0.01, _thread.interrupt_main).start()
+            return
+        cls.previous_unraisable(info)
 
 
 def _interrupted(command: str) -> int:
@@ -85,10 +100,12 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
     from the moment the command is done; in-process callers get their previous handler back."""
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    previous_unraisable = _Interrupt.previous_unraisable = sys.unraisablehook
     command = ""
     if in_main_thread:
         _Interrupt.seen = False
         signal.signal(signal.SIGINT, _Interrupt.handler)
+        sys.unraisablehook = _Interrupt.unraisable
     try:
         parser = build_parser()
         args, extra = parser.parse_known_args(argv)
@@ -118,6 +135,7 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
     finally:
         if in_main_thread:
             signal.signal(signal.SIGINT, signal.SIG_IGN if _exiting else previous)
+            sys.unraisablehook = previous_unraisable
 
 
 def entry() -> None:
