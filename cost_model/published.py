@@ -112,6 +112,10 @@ MODEL_FACTS = {
 fields): head width, q/k norms, q/k/v bias, shared experts (shared_expert_ffn_size) and leading dense
 layers (num_dense_layers). None of the MoE rows' models has shared experts or dense layers (Mixtral,
 Qwen3-235B-A22B, KempnerForge's and FlagPerf's test models: every layer MoE, per their notes)."""
+_FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
+"""How an MLPerf row's config or log states NeMo's fp8_params."""
+_NEMO_GPT3_V40 = "NVIDIA/benchmarks/gpt3/implementations/nemo/config_DGXH100"
+"""NVIDIA's GPT-3 implementation in mlcommons/training_results_v4.0 (the rows cite it at 6fe9543)."""
 _ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
 _RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
 """Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
@@ -333,6 +337,14 @@ def row_to_run(row: dict) -> PublishedRun:
         # which gathered parameters one tensor at a time (Framework.zero3_gather_per_tensor).
         framework = "deepspeed"
         then["zero3_gather_per_tensor"] = True
+    stated = row["source"] + " " + row["notes"]
+    if row["precision"] == "fp8" and _FP8_PARAMS.search(stated):
+        # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer
+        # all-gathers the linears' weights in fp8 (Framework.fp8_param_gather).
+        then["fp8_param_gather"] = True
+    if _NEMO_GPT3_V40 in row["source"]:
+        # That implementation's conf/optim/distributed_fused_adam.yaml: grad_sync_dtype: bf16.
+        then["main_grad_reduce_bytes"] = 2.0
     if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:
         # InternEvo's Hybrid ZeRO over every DP rank syncs the weights by one broadcast per rank
         # (Framework.zero1_broadcast_sync); a shard group inside a node (zero1=8 or 4) broadcasts over

@@ -183,7 +183,13 @@ def fp8_gathered_fraction(est, plan) -> float:
     if est.training.dtype != "fp8" or not fw.fp8_weight_copy_bytes or plan.zero_stage == 0 \
             or plan.dp * plan.cp == 1 or model.is_moe:
         return 0.0
-    return 1.0 - model.num_layer_norms * model.norm_params() / est.params.dense_per_layer
+    return fp8_linear_share(est)
+
+
+def fp8_linear_share(est) -> float:
+    """Share of a layer's dense parameters in its linears (all but the norms): the weights an fp8 run
+    computes, and may gather, in fp8."""
+    return 1.0 - est.model.num_layer_norms * est.model.norm_params() / est.params.dense_per_layer
 
 
 def _on_cpu(est) -> bool:

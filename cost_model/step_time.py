@@ -13,17 +13,26 @@ import math
 
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
-from cost_model.memory import BYTES_GRAD, BYTES_WEIGHT, grads_accumulate_unsharded
+from cost_model.memory import BYTES_WEIGHT, grads_accumulate_unsharded
+from cost_model.stage_memory import fp8_gathered_fraction, fp8_linear_share
 from cost_model.stages import bubble_in_slowest_rank_times, stage_split
 
-GRAD_REDUCE_BYTES = {0: BYTES_GRAD, 1: BYTES_GRAD, 2: BYTES_GRAD}
-"""Bytes per gradient on the wire at ZeRO 0-2: Megatron/DeepSpeed reduce the fp32 main grads; ZeRO-3
-reduce-scatters in the framework's reduce dtype (Framework.sharded_reduce_bytes_per_grad)."""
-
-
 def grad_reduce_bytes(sw, zero_stage: int) -> float:
-    """Bytes per gradient on the wire of the framework's gradient reduction at `zero_stage`."""
-    return sw.sharded_reduce_bytes_per_grad if zero_stage >= 3 else GRAD_REDUCE_BYTES[zero_stage]
+    """Bytes per gradient on the wire of the framework's gradient reduction at `zero_stage`: ZeRO 0-2
+    reduce the main gradients (Framework.main_grad_reduce_bytes, fp32 for Megatron and DeepSpeed),
+    ZeRO-3 reduce-scatters in the framework's reduce dtype (Framework.sharded_reduce_bytes_per_grad)."""
+    return sw.sharded_reduce_bytes_per_grad if zero_stage >= 3 else sw.main_grad_reduce_bytes
+
+
+def fp8_gathered_params(est, plan: ParallelPlan, per_stage: int) -> float:
+    """Of a rank's `per_stage` layers' dense parameters, how many its data-parallel all-gathers move
+    in fp8 (1 B): the blocks' linears of an fp8 run whose framework gathers them so
+    (Framework.fp8_param_gather, or torchao's float8 all-gather under FSDP2:
+    cost_model.stage_memory.fp8_gathered_fraction); the norms, the embedding and the head stay bf16."""
+    if est.training.dtype != "fp8" or est.model.is_moe:
+        return 0.0
+    share = fp8_linear_share(est) if est.framework.fp8_param_gather else fp8_gathered_fraction(est, plan)
+    return share * per_stage * est.params.dense_per_layer / plan.tp
 
 
 def dp_rounds(plan: ParallelPlan, m: int, sw) -> tuple:
@@ -295,7 +304,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     # the dense ones' dp*cp: count their share (1/ep when etp = tp).
     params = dense + expert * plan.expert_dp / group
     grad_bytes = grad_reduce_bytes(sw, plan.zero_stage) * params
-    weight_bytes = BYTES_WEIGHT * params
+    weight_bytes = BYTES_WEIGHT * params - (BYTES_WEIGHT - 1) * min(dense, fp8_gathered_params(est, plan, per_stage))
     # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
     calls = dp_collective_calls(sw, plan.zero_stage, group, params, per_stage)
 

@@ -204,6 +204,18 @@ class Framework:
     """HBM bytes per gradient that each reduce-scatter of sharded gradients costs on the compute stream:
     FSDP2 copies the unsharded gradients into the reduce-scatter input in its reduce dtype (read bf16 2
     + write fp32 4: 6). 0: gradients are reduced where they were accumulated."""
+    main_grad_reduce_bytes: float = 4.0
+    """Bytes per gradient on the wire of the ZeRO 0-2 gradient reduction: the fp32 main gradients
+    (Megatron-LM turns accumulate_allreduce_grads_in_fp32 on with --bf16, "bfloat16 requires gradient
+    accumulation and all-reduce to be done in fp32": megatron/training/arguments.py); 2 where a run
+    reduces in bf16 (NeMo's distributed_fused_adam grad_sync_dtype: bf16, Megatron-Core
+    grad_reduce_in_fp32 False)."""
+    fp8_param_gather: bool = False
+    """An fp8 run keeps its linears' weights in fp8 and all-gathers them so, 1 B each instead of 2
+    (Megatron-Core --fp8-param-gather, NeMo fp8_params: "conducts the parameter all-gather in fp8,
+    reducing the all-gather overhead by half", NeMo docs features/optimizations/communication_overlap).
+    Memory is unchanged: Transformer Engine's Float8Tensor keeps each weight's fp8 transpose beside its
+    data (Hopper's fp8 GEMMs take TN operands only), 2 B per weight as in bf16."""
     sharded_reduce_bytes_per_grad: float = 2.0
     """Bytes per gradient on the wire of a ZeRO-3 reduce-scatter (the reduce dtype: 2 for bf16, 4 for
     fp32; ZeRO 0-2 reduce the fp32 main gradients)."""

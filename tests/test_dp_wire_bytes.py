@@ -1,0 +1,69 @@
+"""What the data-parallel collectives put on the wire, from worked examples: the main gradients'
+reduce dtype at ZeRO 0-2 (fp32 by Megatron-LM's default with --bf16, bf16 where a run sets NeMo's
+grad_sync_dtype) and the weights' all-gather in fp8 (Megatron-Core --fp8-param-gather, NeMo
+fp8_params), and that the published MLPerf rows carry the settings their configs state."""
+import pytest
+
+from autoplan.catalog import resolve_model
+from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
+from cost_model import Estimator, load_constants
+from cost_model.profiles import builtin_profile
+from cost_model.published import load_published_runs
+
+LLAMA3_8B_PARAMS = 8_030_261_248
+# Llama-3-8B's linears per layer: q and o 4096 x 4096, k and v 4096 x 1024, three MLP matrices
+# 4096 x 14336; 32 layers. The rest (embedding, head, norms) stays bf16 in an fp8 run.
+LLAMA3_8B_LINEARS = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+ZERO1 = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8, zero_stage=1)
+
+
+def _wire_bytes(dtype: str, plan: ParallelPlan = ZERO1, **facts) -> float:
+    framework = load_constants().framework("megatron-core").with_overrides(**facts)
+    training = TrainingSpec(global_batch_size=64, seq_len=4096, dtype=dtype)
+    cluster = ClusterSpec(name="h100-80gb", num_gpus=8, gpus_per_node=8, profile="builtin:h100-80gb")
+    est = Estimator(resolve_model("llama-3-8b"), training, cluster, builtin_profile("h100-80gb"), framework=framework)
+    return est.estimate(plan).details["dp_bytes_per_step"]
+
+
+def test_the_distributed_optimizer_reduces_fp32_main_grads_unless_the_run_reduces_in_bf16():
+    # ZeRO-1 over 8 ranks, once per step: a reduce-scatter of the gradients and an all-gather of the
+    # updated bf16 weights, each counted as the buffer's bytes: 4 + 2 B per parameter, 2 + 2 in bf16.
+    assert _wire_bytes("bf16") == pytest.approx(6 * LLAMA3_8B_PARAMS, rel=1e-9)
+    assert _wire_bytes("bf16", main_grad_reduce_bytes=2.0) == pytest.approx(4 * LLAMA3_8B_PARAMS, rel=1e-9)
+
+
+def test_fp8_params_gather_the_linears_in_one_byte_and_the_rest_in_bf16():
+    # fp8 with --fp8-param-gather: the 6.98e9 linear weights come back in 1 B, the embedding, head
+    # and norms (1.05e9) in 2 B; the fp32 reduce-scatter is unchanged.
+    gathered = 2 * LLAMA3_8B_PARAMS - LLAMA3_8B_LINEARS
+    assert _wire_bytes("fp8", fp8_param_gather=True) == pytest.approx(4 * LLAMA3_8B_PARAMS + gathered, rel=1e-9)
+    # Without the flag, or in a bf16 run, every weight is gathered in bf16.
+    assert _wire_bytes("fp8") == pytest.approx(6 * LLAMA3_8B_PARAMS, rel=1e-9)
+    assert _wire_bytes("bf16", fp8_param_gather=True) == pytest.approx(6 * LLAMA3_8B_PARAMS, rel=1e-9)
+
+
+def test_fp8_gathers_are_faster_and_the_memory_is_unchanged():
+    framework = load_constants().framework("megatron-core")
+    training = TrainingSpec(global_batch_size=64, seq_len=4096, dtype="fp8")
+    cluster = ClusterSpec(name="h100-80gb", num_gpus=64, gpus_per_node=8, profile="builtin:h100-80gb")
+    plan = ParallelPlan(dp=64, micro_batch_size=1, num_microbatches=1, zero_stage=1)
+
+    def estimate(**facts):
+        est = Estimator(resolve_model("llama-3-8b"), training, cluster, builtin_profile("h100-80gb"),
+                        framework=framework.with_overrides(**facts))
+        return est.estimate(plan)
+    plain, fp8_params = estimate(), estimate(fp8_param_gather=True)
+    assert fp8_params.details["dp_comm_total_s"] < plain.details["dp_comm_total_s"]
+    assert fp8_params.memory_breakdown_bytes == plain.memory_breakdown_bytes
+
+
+def test_mlperf_rows_read_as_their_configs_state():
+    runs = {r.id: dict(r.framework_then) for r in load_published_runs() if r.id.startswith("MLPERF")}
+    # NVIDIA's v4.0 GPT-3 (conf/optim/distributed_fused_adam.yaml: grad_sync_dtype bf16; FP8_PARAMS=True).
+    assert runs["MLPERF-v40-nv-n1344-01"]["fp8_param_gather"] is True
+    assert runs["MLPERF-v40-nv-n1344-01"]["main_grad_reduce_bytes"] == 2.0
+    # Llama 3.1 405B of v5.0 states FP8_PARAMS=True but not its gradient dtype: Megatron's fp32 stays.
+    assert runs["MLPERF-v50-nv405-n256-01"]["fp8_param_gather"] is True
+    assert "main_grad_reduce_bytes" not in runs["MLPERF-v50-nv405-n256-01"]
+    # HPE's Llama 3.1 8B states neither.
+    assert "fp8_param_gather" not in runs["MLPERF-v51-hpe8b-n8-01"]
