@@ -114,8 +114,16 @@ layers (num_dense_layers). None of the MoE rows' models has shared experts or de
 Qwen3-235B-A22B, KempnerForge's and FlagPerf's test models: every layer MoE, per their notes)."""
 _FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
 """How an MLPerf row's config or log states NeMo's fp8_params."""
-_NEMO_GPT3_V40 = "NVIDIA/benchmarks/gpt3/implementations/nemo/config_DGXH100"
-"""NVIDIA's GPT-3 implementation in mlcommons/training_results_v4.0 (the rows cite it at 6fe9543)."""
+_GRAD_SYNC_BF16 = (
+    # mlcommons/training_results_v3.0 NVIDIA/benchmarks/gpt3/implementations/pytorch/conf/
+    # megatron_gpt_config.yaml (9f08e30): optim distributed_fused_adam, grad_sync_dtype: bf16.
+    "MLPerf Training v3.0 NVIDIA dgxh100_",
+    # mlcommons/training_results_v4.0 NVIDIA/benchmarks/gpt3/implementations/nemo/conf/optim/
+    # distributed_fused_adam.yaml (62f111b): grad_sync_dtype: bf16.
+    "NVIDIA/benchmarks/gpt3/implementations/nemo/config_DGXH100",
+)
+"""Where an MLPerf row's implementation reduces its gradients in bf16 (NVIDIA's own GPT-3 configs; the
+partners' copies and v3.1's, whose optimizer config is not in their results, keep Megatron's fp32)."""
 _ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
 _RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
 """Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
@@ -342,8 +350,7 @@ def row_to_run(row: dict) -> PublishedRun:
         # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer
         # all-gathers the linears' weights in fp8 (Framework.fp8_param_gather).
         then["fp8_param_gather"] = True
-    if _NEMO_GPT3_V40 in row["source"]:
-        # That implementation's conf/optim/distributed_fused_adam.yaml: grad_sync_dtype: bf16.
+    if any(where in row["source"] for where in _GRAD_SYNC_BF16):
         then["main_grad_reduce_bytes"] = 2.0
     if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:
         # InternEvo's Hybrid ZeRO over every DP rank syncs the weights by one broadcast per rank
