@@ -269,8 +269,14 @@ def _recompute_terms(plan: ParallelPlan, sw, lt, per_stage: int) -> tuple:
         flops = lt.attn_fwd_flops if "core_attn" in mods else 0.0
         return per_stage * sum(seconds[m] for m in set(mods)), per_stage * flops
     if plan.recompute == "selective" and sw.selective_recompute == "ops":
-        # Every other matmul and all memory-bound ops rerun; attention's output is saved.
-        return per_stage * (0.5 * lt.gemm_fwd_s + lt.memory_fwd_s), per_stage * 0.5 * lt.gemm_fwd_flops
+        # Every other matmul and all memory-bound ops rerun; attention's output is saved, and so are
+        # the reduce-scatters' outputs but not the all-gathers' or the all-reduces' (torchtitan's save
+        # list: torchtitan/distributed/activation_checkpoint.py, comm ops reduce_scatter_tensor and
+        # all_to_all_single only): with SP the forward's all-gathers, half its TP traffic, run again
+        # to give the matmuls their inputs; without SP its all-reduces do.
+        tp_rerun_s = (0.5 if plan.sequence_parallel else 1.0) * _tp_exposed_fwd_s(plan, sw, lt)
+        return (per_stage * (0.5 * lt.gemm_fwd_s + lt.memory_fwd_s + tp_rerun_s),
+                per_stage * 0.5 * lt.gemm_fwd_flops)
     if plan.recompute == "selective":
         return per_stage * lt.attn_fwd_s, per_stage * lt.attn_fwd_flops
     if plan.recompute == "full":

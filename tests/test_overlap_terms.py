@@ -1,15 +1,17 @@
 """The overlap and fp8 terms of issue 20, from worked examples: Megatron-Core's TP comm overlap (a
 framework option that the plan file, the estimate and the export carry), the fp8 weight casts of
-Transformer Engine (once per step) against torchao (every micro-batch), and the data-parallel chunking
-of Megatron-Core's distributed optimizer."""
+Transformer Engine (once per step) against torchao (every micro-batch), the data-parallel chunking
+of Megatron-Core's distributed optimizer, and the TP traffic torchtitan's selective recompute reruns."""
 from types import SimpleNamespace
 
 import pytest
 
+from autoplan.catalog import resolve_model
 from autoplan.specs import AutoplanError, ClusterSpec, ParallelPlan, TrainingSpec, get_framework
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile
 from cost_model.step_time import tp_exposed_s
+from cost_model.tables import ProfileTables
 
 
 def _times(tp_fwd_s, gemm_fwd_s):
@@ -136,3 +138,24 @@ def test_fsdp2_copies_and_fp32_reduce_scatter_from_a_worked_example():
     # Without sharding (ZeRO-0: one replica per rank) there is nothing to copy.
     ddp = _estimate("llama-3-8b", "torchtitan", ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8))
     assert ddp.time_breakdown_s.get("sharded_copies", 0.0) == 0.0
+
+
+def test_torchtitans_selective_recompute_gathers_the_sequence_parallel_inputs_again():
+    # torchtitan's op-level selective AC keeps every other matmul's output, attention's and the
+    # reduce-scatters', not the all-gathers': under SP each layer's two forward all-gathers (of the
+    # b*s*h bf16 activation, over the tp ranks) run again in the backward to feed the matmuls.
+    model = resolve_model("llama-3-8b")
+    training = TrainingSpec(global_batch_size=8, seq_len=4096, dtype="bf16")
+    cluster = ClusterSpec(name="h100-80gb", num_gpus=8, gpus_per_node=8, profile="builtin:h100-80gb")
+    framework = load_constants().framework("torchtitan").with_overrides(tp_comm_overlap=0.0)
+    est = Estimator(model, training, cluster, builtin_profile("h100-80gb"), framework=framework)
+    plan = ParallelPlan(dp=4, tp=2, sequence_parallel=True, micro_batch_size=1, num_microbatches=2,
+                        zero_stage=3, recompute="selective")
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    activation_bytes = 1 * 4096 * 4096 * 2
+    gather_s = tables.collective_time_s("all_gather", activation_bytes, 2, 2)
+    scatter_s = tables.collective_time_s("reduce_scatter", activation_bytes, 2, 2)
+    lt = est.stage_costs(plan).layer
+    assert lt.tp_fwd_s == pytest.approx(2 * gather_s + 2 * scatter_s, rel=1e-9)
+    rerun_per_layer_s = 0.5 * lt.gemm_fwd_s + lt.memory_fwd_s + 2 * gather_s
+    assert est.estimate(plan).time_breakdown_s["recompute"] == pytest.approx(2 * 32 * rerun_per_layer_s, rel=1e-9)
