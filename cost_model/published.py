@@ -74,7 +74,15 @@ SOURCES = {
     # and the scale-out network where it is not a DGX's (each row's notes cite it).
     # InternEvo's A100 cluster: 4 x 100 Gb/s RoCE per 8-GPU node (its hardware table).
     "INTERNEVO": dict(source="internevo", nic_bytes_per_s=4 * 100e9 / 8 / 8),
-    "FMS": dict(source="fms-fsdp"),
+    # fms-fsdp wraps with FSDP1 (main_training_llama.py: FullyShardedDataParallel, use_orig_params only
+    # under torch.compile) and its bfSixteen policy (fms_fsdp/policies/mixed_precision.py: param and
+    # reduce dtype bf16): the flat parameter is gathered and reduced in place, in bf16, on torchtitan's
+    # facts otherwise. Its README's throughput table: "A100 80G 128 GPUs with 400Gbps", "H100 96 GPUs
+    # with 800 Gbps", per 8-GPU node: 6.25 and 12.5 GB/s per GPU.
+    "FMS": dict(source="fms-fsdp", nic_bytes_per_s={"a100-80gb": 400e9 / 8 / 8, "h100-80gb": 800e9 / 8 / 8},
+                framework_then={"gather_copy_bytes_per_param": 0.0,
+                                                   "reduce_copy_bytes_per_param": 0.0,
+                                                   "sharded_reduce_bytes_per_grad": 2.0}),
     "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, **KEMPNERFORGE_MEMORY_LOG),
     "OLMOCORE": dict(source="olmo-core"),
     "TTDOCS": dict(source="torchtitan-docs"),
@@ -124,6 +132,11 @@ _GRAD_SYNC_BF16 = (
 )
 """Where an MLPerf row's implementation reduces its gradients in bf16 (NVIDIA's own GPT-3 configs; the
 partners' copies and v3.1's, whose optimizer config is not in their results, keep Megatron's fp32)."""
+def _per_gpu(value, gpu: str):
+    """A source's fact given once, or per GPU type ({gpu: value}) where its clusters differ."""
+    return value.get(gpu) if isinstance(value, dict) else value
+
+
 _ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
 _RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
 """Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
@@ -372,7 +385,7 @@ def row_to_run(row: dict) -> PublishedRun:
         # Megatron-DeepSpeed long-sequence README's "New" rows ran its script's --use-flash-attn-triton
         # (the rebase added FlashAttention: examples_deepspeed/rebase/README.md), its "Old" rows not.
         flash_attention=_stated_flash_attention(prefix, row),
-        nic_bytes_per_s=facts.get("nic_bytes_per_s"),
+        nic_bytes_per_s=_per_gpu(facts.get("nic_bytes_per_s"), row["gpu"]),
         reported_peak_memory_bytes=reported_memory,
         reported_memory_is_allocated=facts.get("memory_is_allocated", False),
         reported_memory_of_rank0=facts.get("memory_of_rank0", False),

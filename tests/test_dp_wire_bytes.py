@@ -67,3 +67,18 @@ def test_mlperf_rows_read_as_their_configs_state():
     assert "main_grad_reduce_bytes" not in runs["MLPERF-v50-nv405-n256-01"]
     # HPE's Llama 3.1 8B states neither.
     assert "fp8_param_gather" not in runs["MLPERF-v51-hpe8b-n8-01"]
+
+
+def test_fms_fsdp_rows_read_as_fsdp1_in_bf16_on_their_network():
+    # fms-fsdp: FSDP1's flat parameter (gathered and reduced in place, no copies) with its bfSixteen
+    # policy (reduce in bf16), on the network its README states per 8-GPU node (800 Gbps for H100).
+    run = next(r for r in load_published_runs() if r.id == "FMS-v3-70b-h100")
+    est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=run.framework_facts(),
+                    allow_tp_across_nodes=True)
+    estimate = est.estimate(run.plan)
+    params = est.params.local(run.plan, run.model.num_layers, first=True, last=True)[0]
+    # One micro-batch: a gather for forward and one for backward in bf16, one bf16 reduce-scatter.
+    assert run.plan.num_microbatches == 1
+    assert estimate.details["dp_bytes_per_step"] == pytest.approx((2 + 2 + 2) * params, rel=1e-9)
+    assert estimate.time_breakdown_s.get("sharded_copies", 0.0) == 0.0
+    assert run.profile().inter_node_bandwidth_bytes_per_s == 800e9 / 8 / 8
