@@ -55,7 +55,8 @@ def nearest_fitting(model, training, cluster, estimator, plan: ParallelPlan,
     the headroom and framework."""
     scorer = PlanScorer(estimator)
     for free in STEPS:
-        pins = Pins(**{k: getattr(plan, k) for k in KNOBS if k not in free})
+        # The plan's hybrid sharding is not a lever: its shard group stays what the user planned.
+        pins = Pins(**{k: getattr(plan, k) for k in KNOBS if k not in free}, zero_shard=plan.zero_shard or None)
         space = SearchSpace(model, training, cluster, pins, allow_tp_across_nodes)
         candidates, _ = space.enumerate()
         fitting = [s for s in map(scorer.score, candidates) if s.feasible]

@@ -38,6 +38,7 @@ class Pins:
     etp: int | None = None
     micro_batch_size: int | None = None
     zero_stage: int | None = None
+    zero_shard: int | None = None
     recompute: str | None = None
     sequence_parallel: bool | None = None
 
@@ -45,7 +46,7 @@ class Pins:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     def describe(self) -> str:
-        flags = {"micro_batch_size": "micro-batch", "zero_stage": "zero"}
+        flags = {"micro_batch_size": "micro-batch", "zero_stage": "zero", "zero_shard": "zero-shard"}
         parts = []
         for k, v in self.pinned().items():
             if k == "sequence_parallel":
@@ -143,6 +144,7 @@ class SearchSpace:
             micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
             recompute=k["recompute"],
             recompute_num_layers=-(-m.num_layers // k["pp"]) if k["recompute"] == "full" else 0,
+            zero_shard=self._pinned.get("zero_shard", 0),
         )
         plan.check(m, t, c, allow_tp_across_nodes=self.allow_tp_across_nodes)
         return plan

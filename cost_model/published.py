@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autoplan.specs import (
-    AutoplanError, ClusterSpec, Framework, HardwareProfile, ModelSpec, ParallelPlan, StateTerm, TrainingSpec,
+    FRAMEWORKS, AutoplanError, ClusterSpec, Framework, HardwareProfile, ModelSpec, ParallelPlan, StateTerm,
+    TrainingSpec,
 )
 from cost_model.constants import Constants, load_constants
 from cost_model.moe_time import moe_run_facts
@@ -132,6 +133,19 @@ _GRAD_SYNC_BF16 = (
 )
 """Where an MLPerf row's implementation reduces its gradients in bf16 (NVIDIA's own GPT-3 configs; the
 partners' copies and v3.1's, whose optimizer config is not in their results, keep Megatron's fp32)."""
+_HSDP_SHARD = re.compile(r"HSDP shard group (\d+)|shard group (\d+) GPUs")
+"""How a row's notes state hybrid sharding: "HSDP shard group 8" (fms-fsdp's HYBRID_SHARD within a node,
+BloombergGPT's 128), "shard group 256 GPUs" (OLMo-core's num_replicas)."""
+
+
+def _hsdp_shard_group(notes: str, ranks: int) -> int:
+    """The ZeRO shard group a row's notes state (ParallelPlan.zero_shard), 0 where they state none or
+    the whole of its dp*cp ranks."""
+    found = _HSDP_SHARD.search(notes)
+    size = int(found.group(1) or found.group(2)) if found else 0
+    return size if 0 < size < ranks and ranks % size == 0 else 0
+
+
 def _per_gpu(value, gpu: str):
     """A source's fact given once, or per GPU type ({gpu: value}) where its clusters differ."""
     return value.get(gpu) if isinstance(value, dict) else value
@@ -342,7 +356,8 @@ def row_to_run(row: dict) -> PublishedRun:
                         recompute_num_layers=0, ep=(_int(row, "ep", 1) if moe else 1),
                         etp=0 if etp == tp else etp,
                         recompute_modules=tuple(next(iter(_RECOMPUTE_MODULES.findall(row["notes"])), "").split())
-                        if recompute == "selective" else ())
+                        if recompute == "selective" else (),
+                        zero_shard=_hsdp_shard_group(row["notes"], dp * cp) if zero else 0)
     if recompute == "full":
         # Every layer of every stage (the largest stage bounds the count).
         plan = plan.replace(recompute_num_layers=plan.layers_per_stage(layers))
@@ -358,6 +373,10 @@ def row_to_run(row: dict) -> PublishedRun:
         # which gathered parameters one tensor at a time (Framework.zero3_gather_per_tensor).
         framework = "deepspeed"
         then["zero3_gather_per_tensor"] = True
+    if plan.zero_shard and framework in FRAMEWORKS and plan.zero_stage not in FRAMEWORKS[framework].hsdp_zero_stages:
+        # The stack the row ran shards so, whatever the built-in framework standing in for it can do
+        # (BloombergGPT: SageMaker's sharded data parallelism, MiCS over 128 GPUs, on DeepSpeed's facts).
+        then["hsdp_zero_stages"] = (plan.zero_stage,)
     stated = row["source"] + " " + row["notes"]
     if row["precision"] == "fp8" and _FP8_PARAMS.search(stated):
         # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer

@@ -70,7 +70,7 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     p, m = plan.pp, plan.num_microbatches
     first, last = stage == 0, stage == p - 1
     dense, expert = est.params.local(plan, per_stage, first, last)
-    shard = plan.dp * plan.cp
+    shard = plan.zero_shard_group
     fw = est.framework
     states = model_state_bytes(dense, plan.zero_stage, shard, fw.states)
     if expert:

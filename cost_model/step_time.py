@@ -156,7 +156,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     dp_s, dp_total_s, dp_bytes = dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
     # Optimizer: memory-bound AdamW over the local shard of the stage's parameters, moving the
     # framework's bytes per parameter (fused vs for-each implementation).
-    shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
+    shard = plan.zero_shard_group if plan.zero_stage >= 1 else 1
     local = dense / shard + expert / (plan.expert_dp if plan.zero_stage >= 1 else 1)
     opt_bytes = sw.optimizer_bytes_per_param * local
     optimizer_s = memory_time_s(tables, opt_bytes, opt_bytes)
@@ -301,14 +301,16 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
              m: int) -> tuple:
     """(exposed_s, total_s, bytes) of the data-parallel collectives of one step on a rank with
     `per_stage` layers and (dense, expert) local parameters."""
-    group = plan.dp * plan.cp
-    if group == 1:
+    if plan.dp * plan.cp == 1:
         return 0.0, 0.0, 0.0
     tables, sw = est.tables, est.framework
-    rpn = _dp_ranks_per_node(plan, est.gpus_per_node)
+    # The ZeRO collectives run over a shard group: every dp*cp rank, or with hybrid sharding
+    # (ParallelPlan.zero_shard) consecutive ones, which sit tp apart like the whole group.
+    group = plan.zero_shard_group if plan.zero_stage >= 1 else plan.dp * plan.cp
+    rpn = min(group, _dp_ranks_per_node(plan, est.gpus_per_node))
     # Expert gradients reduce over the expert data-parallel ranks (tp*cp*dp / (etp*ep)), fewer than
     # the dense ones' dp*cp: count their share (1/ep when etp = tp).
-    params = dense + expert * plan.expert_dp / group
+    params = dense + expert * plan.expert_dp / (plan.dp * plan.cp)
     grad_bytes = grad_reduce_bytes(sw, plan.zero_stage) * params
     weight_bytes = BYTES_WEIGHT * params - (BYTES_WEIGHT - 1) * min(dense, fp8_gathered_params(est, plan, per_stage))
     # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
@@ -336,6 +338,15 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         total = (gathers * collectives_s("all_gather", weight_bytes, gather_calls)
                  + reductions * collectives_s("reduce_scatter", grad_bytes))
         wire = gathers * weight_bytes + reductions * grad_bytes
+    if plan.zero_replicas > 1:
+        # Hybrid sharding: after each reduction in the shard group, each bucket's shard of the
+        # gradients is all-reduced over the replicas holding the same shard, one rank per shard group
+        # (group x tp GPUs apart).
+        _, reductions = dp_rounds(plan, m, sw)
+        replica_rpn = max(1, _dp_ranks_per_node(plan, est.gpus_per_node) // group)
+        total += reductions * calls * tables.collective_time_s("all_reduce", grad_bytes / group / calls,
+                                                               plan.zero_replicas, replica_rpn)
+        wire += reductions * 2.0 * grad_bytes / group
     # Overlap: ZeRO 0-2 reduce during the last micro-batch's backward; ZeRO-3 prefetches during
     # all forward and backward compute. One layer's share always stays exposed (the last bucket).
     if plan.zero_stage >= 3:

@@ -30,6 +30,7 @@ MEGATRON_LITERAL_FLAGS = frozenset({
     "--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
     "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
     "--pipeline-model-parallel-layout", "--use-distributed-optimizer", "--use-torch-fsdp2",
+    "--num-distributed-optimizer-instances",
     "--no-gradient-accumulation-fusion", "--num-experts", "--swiglu", "--group-query-attention",
     "--seq-length", "--max-position-embeddings", "--position-embedding-type",
     "--untie-embeddings-and-output-weights", "--tokenizer-type", "--vocab-size", "--mock-data",
@@ -164,6 +165,9 @@ def megatron_accepts(text: str, num_gpus: int, hopper: bool = True) -> str:
         (a.get("--tokenizer-type") in ("NullTokenizer", None) or "--tokenizer-model" in a,
          f"--tokenizer-type {a.get('--tokenizer-type')} needs --tokenizer-model"),
         ("--tokenizer-type" in a, "no --tokenizer-type: Megatron-LM cannot build a tokenizer, so no vocabulary"),
+        (num_gpus // (tp * pp) % i("--num-distributed-optimizer-instances", 1) == 0,
+         "Data parallel size should be divisible by partial DistOpt shard factor (parallel_state.py core_v0.16.1 "
+         "lines 833-837: dp*cp over the instances)"),
     ]
     for ok, rule in rules:
         if not ok:

@@ -6,10 +6,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from autoplan.specs import get_framework
+from autoplan.specs import ParallelPlan, get_framework
 from cost_model.profiles import builtin_profile, nccl_inter_node_latency_s
 from cost_model.step_time import dp_collective_calls
 from cost_model.tables import ProfileTables
+
+BF16 = SimpleNamespace(dtype="bf16")
+"""The training the stand-in estimators carry: a bf16 run (no weights gathered in fp8)."""
 
 
 def test_nccl_ring_and_tree_latencies_follow_its_tuning_model():
@@ -58,11 +61,11 @@ def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
 
     profile = builtin_profile("h100-80gb")
     tables = ProfileTables(profile)
-    plan = SimpleNamespace(dp=1024, cp=1, tp=1, zero_stage=1, expert_dp=1024, pp=1, vpp=1)
+    plan = ParallelPlan(dp=1024, zero_stage=1)
     lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
     framework = get_framework("megatron-core").with_overrides(
         dp_bucket_params=2 ** 22, dp_bucket_params_per_rank=0.0, dp_param_gather_overlap=False)
-    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8)
+    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, training=BF16)
     # 100 buckets of 2^22 parameters: a reduce-scatter of 16 MiB of fp32 gradients and an all-gather of
     # 8 MiB of bf16 weights each. Each collective: NCCL's ring latency at 1,024 ranks plus its bytes
     # x (n-1)/n over the node's eight NICs at the built-in 90% of line rate.
@@ -76,7 +79,7 @@ def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
     assert dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)[1] == pytest.approx(expected, rel=2e-3)
     # The same bytes in one collective pay the latency once: ~0.95 s less.
     one = get_framework("megatron-core").with_overrides(dp_bucket_params=math.inf, dp_param_gather_overlap=False)
-    single = dp_time(SimpleNamespace(tables=tables, framework=one, gpus_per_node=8), plan, 32, 100 * 2 ** 22,
+    single = dp_time(SimpleNamespace(tables=tables, framework=one, gpus_per_node=8, training=BF16), plan, 32, 100 * 2 ** 22,
                       0.0, lt, 0.0, 1)[1]
     assert expected - single > 0.9 * 99 * (nccl_inter_node_latency_s("reduce_scatter", 1024)
                                             + nccl_inter_node_latency_s("all_gather", 1024))
@@ -115,13 +118,13 @@ def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
     # forward and backward each gather every tensor (2 x 48 all-gathers) and the gradients reduce
     # once per layer (4 reduce-scatters): the gathers pay 96 ring latencies where per-layer ones pay 8.
     tables = ProfileTables(builtin_profile("h100-80gb"))
-    plan = SimpleNamespace(dp=1024, cp=1, tp=1, zero_stage=3, expert_dp=1024, pp=1, vpp=1)
+    plan = ParallelPlan(dp=1024, zero_stage=3)
     lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
     per_layer = get_framework("deepspeed").with_overrides(dp_bandwidth_scale=1.0)
     per_tensor = per_layer.with_overrides(zero3_gather_per_tensor=True)
 
     def total_s(framework):
-        est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, model=gpt)
+        est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, model=gpt, training=BF16)
         return dp_time(est, plan, 4, 4 * 2 ** 22, 0.0, lt, 0.0, 1)[1]
 
     latency = nccl_inter_node_latency_s("all_gather", 1024)
@@ -135,7 +138,7 @@ def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay
 
     profile = builtin_profile("h100-80gb")
     tables = ProfileTables(profile)
-    plan = SimpleNamespace(dp=1024, cp=1, tp=1, zero_stage=1, expert_dp=1024, pp=1, vpp=1)
+    plan = ParallelPlan(dp=1024, zero_stage=1)
     # Backward long enough to hide every bucketed collective, so only what cannot hide shows.
     lt = SimpleNamespace(gemm_bwd_s=1.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
     node_bytes_per_s = 8 * profile.inter_node_bandwidth_bytes_per_s * 0.90
@@ -149,7 +152,7 @@ def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay
     framework = get_framework("megatron-core").with_overrides(
         dp_bucket_params=2 ** 22, dp_bucket_params_per_rank=0.0, dp_param_gather_overlap=False,
         dp_comm_overlap=1.0, overlap_contention=0.0, zero1_broadcast_sync=True)
-    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8)
+    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, training=BF16)
     exposed, total, _ = dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)
     broadcasts = 1024 * ring_s("all_gather", 2 * 100 * 2 ** 22 / 1024)
     assert total == pytest.approx(100 * ring_s("reduce_scatter", 2 ** 24) + broadcasts, rel=5e-3)

@@ -187,8 +187,9 @@ def model_mismatch(doc, got: dict) -> str:
         wrong.append(f"rank 0 holds {got['model_parts']} model parts, the plan has vpp={par.vpp}")
     # Every weight is split over the planned ranks: FSDP over dp (ZeRO 0: replicated, unless the experts
     # borrow dp_shard), TP over tp, CP ranks join FSDP; routed experts over ep x (dp*cp*tp/ep), the same
-    # product. Only the norms stay whole under TP, and FSDP pads rank 0's chunk: within 0.5%.
-    shards = par.tp * par.cp * (par.dp if par.zero_stage > 0 or par.ep > 1 else 1)
+    # product; with hybrid sharding FSDP over the shard group only (zero_shard, CP included). Only the
+    # norms stay whole under TP, and FSDP pads rank 0's chunk: within 0.5%.
+    shards = par.tp * (par.zero_shard_group if par.zero_stage > 0 else par.cp * (par.dp if par.ep > 1 else 1))
     held = got["part_params"] / max(got["local_params"], 1)
     if abs(held - shards) > 0.005 * shards:
         wrong.append(f"rank 0 holds 1/{held:.2f} of its stage's {got['part_params']} parameters, the plan "

@@ -49,7 +49,7 @@ def register(subparsers) -> None:
 # Flags that describe a plan; with a plan file they would be silently ignored, so they are refused.
 # (--framework, --gpu, --profile and --calibration re-score the file's plan another way: allowed.)
 _PLAN_FLAGS = ("--model", "--gpus", "--gpus-per-node", "--global-batch", "--seq-len",
-               "--dp", "--tp", "--pp", "--cp", "--vpp", "--ep", "--micro-batch", "--zero", "--recompute",
+               "--dp", "--tp", "--pp", "--cp", "--vpp", "--ep", "--micro-batch", "--zero", "--zero-shard", "--recompute",
                "--sequence-parallel", "--recompute-layers", "--dtype", "--recompute-modules", "--moe-capacity-factor")
 
 
@@ -106,7 +106,7 @@ def _plan_from_flags(args):
                         recompute=recompute,
                         recompute_num_layers=-(-model.num_layers // pp) if recompute == "full" else 0,
                         recompute_modules=tuple(args.recompute_modules or ()),
-                        moe_capacity_factor=args.moe_capacity_factor or 0.0)
+                        moe_capacity_factor=args.moe_capacity_factor or 0.0, zero_shard=args.zero_shard or 0)
     if args.recompute_modules and recompute != "selective":
         raise AutoplanError(f"--recompute-modules needs --recompute selective, got --recompute {recompute}")
     if args.recompute_layers is not None and recompute != "full":

@@ -66,6 +66,11 @@ def add_pin_arguments(p: argparse.ArgumentParser, title: str = "pins (fix a knob
     g.add_argument("--zero", type=ascii_int, choices=(0, 1, 2, 3), default=None,
                    help="ZeRO stage: 1 shards optimizer states over dp (Megatron --use-distributed-optimizer), "
                         "2 also gradients, 3 also weights (FSDP)")
+    g.add_argument("--zero-shard", type=positive_int, default=None, metavar="N",
+                   help="hybrid sharding (HSDP): shard the ZeRO states over groups of N consecutive dp*cp ranks "
+                        "and replicate across the groups (FSDP HYBRID_SHARD, torchtitan "
+                        "data_parallel_shard_degree x cp, Megatron --num-distributed-optimizer-instances = "
+                        "dp*cp/N); default: over every dp*cp rank")
     g.add_argument("--recompute", choices=RECOMPUTE_CHOICES, default=None,
                    help="activation recomputation: selective = attention core only (Megatron "
                         "--recompute-activations), full = whole layers (--recompute-granularity full)")
@@ -78,7 +83,8 @@ def pins_from_args(args):
     from autoplan.space import Pins
 
     return Pins(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vpp=args.vpp, ep=args.ep,
-                micro_batch_size=args.micro_batch, zero_stage=args.zero, recompute=args.recompute,
+                micro_batch_size=args.micro_batch, zero_stage=args.zero, zero_shard=args.zero_shard,
+                recompute=args.recompute,
                 sequence_parallel=args.sequence_parallel)
 
 

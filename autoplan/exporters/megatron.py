@@ -87,6 +87,9 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
         # the whole gradient buffer on every rank: ZeRO-2 communication with ZeRO-1 memory. The
         # plan's costs overlap both collectives with compute, as these two flags make Megatron do.
         args += [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)]
+        if par.zero_shard:
+            # Partial distributed optimizer: one instance per shard group of consecutive dp-cp ranks.
+            args.append(("--num-distributed-optimizer-instances", par.zero_replicas))
         if par.zero_stage == 2:
             notes.append("zero_stage=2: Megatron's distributed optimizer reduce-scatters gradients but "
                          "keeps the full gradient buffer per rank, so gradient memory is not sharded")

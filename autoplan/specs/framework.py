@@ -256,6 +256,9 @@ class Framework:
     # -- what it can run ------------------------------------------------------------------------
     dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
     zero_stages: tuple = (0, 1, 2, 3)
+    hsdp_zero_stages: tuple = ()
+    """The ZeRO stages at which it shards within groups of data-parallel ranks and replicates across
+    them (ParallelPlan.zero_shard); () = it shards over every data-parallel rank only."""
     max_zero_with_pp: int = 3
     """Highest ZeRO stage it combines with pipeline parallelism."""
     max_zero_with_ep: int = 3
@@ -365,6 +368,16 @@ class Framework:
                    "zero_stage", "pick one of those (--zero)")
         # Before the degree rules: it holds whatever the degrees, so a pinned --zero on an MoE model is
         # refused for this reason, not for whichever pp or ep a candidate happened to have.
+        if plan.zero_shard and plan.zero_stage not in self.hsdp_zero_stages:
+            stages = ", ".join(map(str, self.hsdp_zero_stages))
+            where = f" (hybrid sharding at ZeRO stages {stages} only)" if stages else ""
+            refuse(f"shards ZeRO states over every data-parallel rank{where}, got zero_shard={plan.zero_shard} at "
+                   f"zero_stage={plan.zero_stage}", "zero_shard",
+                   "plan without --zero-shard" + (f", or with --zero {self.hsdp_zero_stages[-1]}" if stages else ""))
+        if plan.zero_shard and model.is_moe:
+            refuse(f"is planned here with hybrid sharding for dense models only (the experts' states shard over "
+                   f"their own expert-data-parallel ranks), got zero_shard={plan.zero_shard} for {model.name!r}",
+                   "zero_shard_moe", "plan without --zero-shard")
         if model.is_moe and plan.zero_stage > self.max_zero_with_moe:
             refuse(f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
                    f"{self.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "

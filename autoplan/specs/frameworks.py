@@ -89,6 +89,8 @@ _AUTOPLAN = Framework(
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
         "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
+        "hsdp_zero_stages": "executor/torch_backend/parallel_dims.py: FSDP2 shards over the one dp mesh "
+                            "dimension (no replicate dimension)",
         "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
                                 "block's linears only (q/k norms etc. would be replicated without summed grads)",
         "cp_with_masked_attention": "executor/torch_backend/context_parallel.py: plain causal attention",
@@ -178,10 +180,14 @@ FRAMEWORKS = {f.name: f for f in (
         fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
         expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True,
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
-        dp_sync_per_virtual_stage=True,
+        dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2),
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
+                 "hsdp_zero_stages": "Megatron-LM core_v0.16.1 megatron/training/arguments.py line 2333 "
+                                     "--num-distributed-optimizer-instances; megatron/core/parallel_state.py lines "
+                                     "833-840: each instance shards the distributed optimizer over consecutive dp-cp "
+                                     "ranks (Megatron-FSDP's hybrid mode is not planned here)",
                  "fp8_weight_cast_per_microbatch": "Transformer Engine te.Linear forward(is_first_microbatch): the "
                                                    "fp8 weight and its transpose are cast on the first micro-batch "
                                                    "and reused (Megatron-Core passes it under gradient accumulation)",
@@ -239,9 +245,12 @@ FRAMEWORKS = {f.name: f for f in (
                     "op-level selective activation checkpointing",
         states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0,
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
-        zero_stages=(0, 1, 2, 3), min_microbatches_per_stage=True, tied_embeddings_with_pp=False,
-        gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
+        zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
+        tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
         sources={"states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
+                 "hsdp_zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py lines 74-77: fully_shard over "
+                                     "the mesh ['dp_replicate', 'fsdp'] (fsdp = dp_shard x cp) when "
+                                     "data_parallel_replicate_degree > 1, at every FSDP reshard setting",
                  "gather_copy_bytes_per_param": "torch 2.9 distributed/fsdp/_fully_shard/_fsdp_collectives.py "
                                                 "foreach_all_gather_copy_out: fsdp.split_with_sizes_copy of the "
                                                 "all-gather output into each bf16 parameter, on the compute stream",
@@ -288,6 +297,8 @@ FRAMEWORKS = {f.name: f for f in (
         states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8, dp_bucket_params=5e8,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
+                 "hsdp_zero_stages": "DeepSpeed 0.19 removed MiCS, its hybrid ZeRO-3 (runtime/config.py "
+                                     "_REMOVED_ZERO_CONFIG_KEYS: mics_shard_size)",
                  "max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
                                       "DeepSpeedEngine._configure_zero_optimizer, the ZeroStageEnum.weights "
                                       "branch: assert not self.has_moe_layers, \"MoE not supported with Stage 3\"",
@@ -307,11 +318,14 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="llm-foundry", version="MosaicML llm-foundry 0.x with Composer FSDP (2023-2024)",
         description="MosaicML llm-foundry: PyTorch FSDP (Composer) data parallelism, flash attention",
-        states=_fsdp2_states("FSDP flat-parameter master"), zero_stages=(0, 2, 3), max_tp=1, max_pp=1,
+        states=_fsdp2_states("FSDP flat-parameter master"), zero_stages=(0, 2, 3), hsdp_zero_stages=(2, 3),
+        max_tp=1, max_pp=1,
         max_cp=1, max_vpp=1, sequence_parallel="never", loss_bytes_per_logit=2.0, mla=False,
         sources={"loss_bytes_per_logit": "llm-foundry MPT yamls: loss_fn fused_crossentropy (flash-attn's "
                                          "cross_entropy, inplace_backward: the gradient overwrites the bf16 logits)",
                  "zero_stages": "Composer FSDP sharding_strategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD",
+                 "hsdp_zero_stages": "Composer composer/distributed/dist_strategy.py: over a 2-D device mesh "
+                                     "SHARD_GRAD_OP runs as _HYBRID_SHARD_ZERO2 and FULL_SHARD as HYBRID_SHARD",
                  "max_tp": "llm-foundry trains with FSDP only (its benchmark tables)"}),
     Framework(
         name="megatron-2021", version="Megatron-LM of Narayanan et al. 2021 (arXiv 2104.04473)",

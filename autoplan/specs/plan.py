@@ -57,6 +57,22 @@ class ParallelPlan:
     """Tokens an expert takes per micro-batch, as a multiple of the mean (top-k x tokens / experts);
     the rest are dropped (Megatron-Core --moe-expert-capacity-factor, transformer_config.py
     core_v0.16.1 lines 690-691). 0 = dropless, Megatron's default."""
+    zero_shard: int = 0
+    """Hybrid sharding (HSDP): how many of the dp*cp ranks one copy of the ZeRO-sharded states spans.
+    Consecutive ranks form a shard group; the states are sharded within it and replicated across the
+    dp*cp/zero_shard groups, whose gradients are then all-reduced shard by shard (PyTorch FSDP
+    HYBRID_SHARD, torchtitan's data_parallel_shard/replicate degrees, Megatron-Core's partial
+    distributed optimizer --num-distributed-optimizer-instances). 0 = every dp*cp rank: plain ZeRO."""
+
+    @property
+    def zero_shard_group(self) -> int:
+        """The ranks the ZeRO-sharded states are split over: zero_shard, or every dp*cp rank."""
+        return self.zero_shard or self.dp * self.cp
+
+    @property
+    def zero_replicas(self) -> int:
+        """Copies of the sharded states across the data-parallel ranks (1 without hybrid sharding)."""
+        return self.dp * self.cp // self.zero_shard_group
 
     @property
     def expert_tp(self) -> int:
@@ -122,13 +138,30 @@ class ParallelPlan:
         recompute_num_layers (which applies per rank as min(recompute_num_layers, its layers))."""
         return -(-num_layers // self.pp)
 
+    def _check_zero_shard(self) -> None:
+        """Hybrid sharding needs sharded states, whole context-parallel groups in each shard group, and
+        shard groups that split the dp*cp ranks into two or more equal copies."""
+        ranks = self.dp * self.cp
+        if self.zero_shard < 0:
+            raise InfeasiblePlan(f"zero_shard must be 0 (shard over every dp*cp rank) or positive, got "
+                                 f"zero_shard={self.zero_shard}", "zero_shard")
+        if self.zero_stage == 0:
+            raise InfeasiblePlan(f"zero_shard={self.zero_shard} shards ZeRO states, but zero_stage=0 shards none; "
+                                 f"pick zero_stage 1-3 or leave zero_shard 0", "zero_shard")
+        if self.zero_shard >= ranks or ranks % self.zero_shard or self.zero_shard % self.cp:
+            raise InfeasiblePlan(
+                f"zero_shard must be a multiple of cp that divides dp*cp into two or more shard groups, got "
+                f"zero_shard={self.zero_shard}, dp={self.dp} * cp={self.cp} = {ranks} (0 shards over all {ranks})",
+                "zero_shard")
+
     def replace(self, **changes) -> "ParallelPlan":
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """Every field; etp, recompute_modules and moe_capacity_factor only when set, so the plan files (and plan ids) without it stay as they were."""
+        """Every field; etp, recompute_modules, moe_capacity_factor and zero_shard only when set, so the plan
+        files (and plan ids) without them stay as they were."""
         d = asdict(self)
-        for key in ("etp", "recompute_modules", "moe_capacity_factor"):
+        for key in ("etp", "recompute_modules", "moe_capacity_factor", "zero_shard"):
             if not d[key]:
                 del d[key]
         if "recompute_modules" in d:
@@ -188,6 +221,8 @@ class ParallelPlan:
             raise InfeasiblePlan(
                 f"interleaved 1F1B needs num_microbatches divisible by pp, got "
                 f"num_microbatches={self.num_microbatches}, pp={self.pp}", "vpp_microbatches")
+        if self.zero_shard:
+            self._check_zero_shard()
         if self.sequence_parallel and self.tp == 1:
             raise InfeasiblePlan("sequence_parallel needs tp > 1 (it shards along the TP group)", "sp_needs_tp")
         if self.sequence_parallel and (training.seq_len // self.cp) % self.tp:

@@ -32,6 +32,7 @@ PARALLEL_INTS = {  # field -> (low, high, required)
     "etp": (0, MAX_NUM_GPUS, False),
     "zero_stage": (0, 3, False), "micro_batch_size": (1, MAX_GLOBAL_BATCH, True),
     "num_microbatches": (1, MAX_GLOBAL_BATCH, True), "recompute_num_layers": (0, MAX_LAYERS, False),
+    "zero_shard": (0, MAX_NUM_GPUS, False),
 }
 SAMPLE_FIELDS = {  # table -> {field: kind}; "int"/"float" are positive, bounded
     "matmul": {"m": "int", "n": "int", "k": "int", "dtype": "dtype", "flops_per_s": "flops"},

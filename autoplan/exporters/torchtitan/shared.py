@@ -28,8 +28,11 @@ def data_parallel_degrees(doc: PlanDocument, notes: list, experts_take_shard_ran
     plan's ZeRO stage. ZeRO 0 over several replicas: replicate only (0.2.0 applies DDP; 0.3.0 HSDP with
     a shard group of one, llama3/parallelize.py line 70: every rank keeps whole weights), unless
     `experts_take_shard_ranks` (0.3.0, ep > 1: the experts' group comes out of dp_shard). ZeRO 1/2:
-    FSDP that keeps the parameters gathered (SHARD_GRAD_OP). ZeRO 3: FSDP."""
+    FSDP that keeps the parameters gathered (SHARD_GRAD_OP). ZeRO 3: FSDP. With hybrid sharding
+    (zero_shard) the replicas are the data_parallel_replicate_degree and the shard group is
+    data_parallel_shard_degree x cp (torchtitan's fsdp mesh dimension is dp_shard x cp)."""
     par = doc.parallel
+    replicas = par.zero_replicas if par.zero_stage else 1
     if par.zero_stage == 0 and par.dp > 1:
         if not (experts_take_shard_ranks and par.ep > 1):
             return par.dp, 1, "default"
@@ -40,8 +43,8 @@ def data_parallel_degrees(doc: PlanDocument, notes: list, experts_take_shard_ran
         notes.append(f"zero_stage={par.zero_stage}: torchtitan has no ZeRO-1/2 distinction; exported "
                      f"as FSDP with fsdp_reshard_after_forward='never' (gradients and optimizer state "
                      f"sharded, parameters gathered for the whole step)")
-        return 1, par.dp, "never"
-    return 1, par.dp, "default"
+        return replicas, par.dp // replicas, "never"
+    return replicas, par.dp // replicas, "default"
 
 
 def pipeline_and_experts(doc: PlanDocument, notes: list, head: str) -> dict:
