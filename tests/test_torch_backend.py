@@ -71,6 +71,8 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
     (MOE, dict(dp=4, ep=2, num_microbatches=2)),                  # all-to-all; DDP + expert all-reduce
     (MOE, dict(dp=4, ep=2, zero_stage=3, num_microbatches=2)),    # experts FSDP2 over their edp pair
     (MOE, dict(dp=2, cp=2, ep=4, zero_stage=1, num_microbatches=4, recompute="full", recompute_num_layers=1)),
+    (LLAMA, dict(dp=4, zero_stage=3, zero_shard=2, num_microbatches=2)),         # HSDP: 2 shard groups of 2
+    (LLAMA, dict(dp=2, cp=2, zero_stage=1, zero_shard=2, num_microbatches=4)),   # HSDP over dp x cp
 ]
 
 
@@ -122,6 +124,16 @@ def test_parallel_plans_reproduce_single_device_losses():
                 not grad_norms_close(record.extra["grad_norms"], ref.extra["grad_norms"]):
             mismatches.append((model.name, plan, record.status, record.error, record.losses, ref.losses,
                                record.extra.get("grad_norms"), ref.extra["grad_norms"]))
+        # Parity cannot tell sharding from replication: what rank 0 holds can. FSDP2 over the shard
+        # group (every dp*cp rank, or zero_shard of them under HSDP) and TP over tp; the tiny
+        # models' odd widths pad a little.
+        parsed = ParallelPlan(**{"micro_batch_size": 1, **plan})
+        if record.status == "ok" and parsed.zero_stage and parsed.ep == 1:
+            held = record.extra["runtime"]["weights_held_fraction"]
+            shards = parsed.tp * parsed.zero_shard_group
+            if abs(held * shards - 1) > 0.1:
+                mismatches.append((model.name, plan, f"rank 0 holds 1/{1 / held:.2f} of its weights, "
+                                                     f"the plan shards them {shards} ways"))
     assert len(records) == len(PARALLEL_PLANS) and not mismatches, mismatches
 
 

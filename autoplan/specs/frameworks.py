@@ -82,6 +82,7 @@ _AUTOPLAN = Framework(
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
     fused_cross_entropy=True, flash_attention=True, dtypes=("bf16", "fp8", "fp32"),
     fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    hsdp_zero_stages=(1, 2, 3),
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla=False,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
@@ -89,8 +90,9 @@ _AUTOPLAN = Framework(
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
         "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
-        "hsdp_zero_stages": "executor/torch_backend/parallel_dims.py: FSDP2 shards over the one dp mesh "
-                            "dimension (no replicate dimension)",
+        "hsdp_zero_stages": "executor/torch_backend/train.py fsdp_mesh: FSDP2 over the 2-D mesh (dp_replicate, "
+                            "dp_shard x cp) of executor/torch_backend/parallel_dims.py, which all-reduces each "
+                            "reduce-scattered shard over the replicas (tests/test_torch_backend.py runs it)",
         "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
                                 "block's linears only (q/k norms etc. would be replicated without summed grads)",
         "cp_with_masked_attention": "executor/torch_backend/context_parallel.py: plain causal attention",
@@ -150,8 +152,9 @@ _AUTOPLAN_91EE867 = replace(
                 "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without "
                 + ",".join(AUTOPLAN_SPEEDUPS) + "`",
     activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
-    dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={},
+    dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={}, hsdp_zero_stages=(),
     sources={**_AUTOPLAN.sources,
+             "hsdp_zero_stages": "executor/torch_backend/parallel_dims.py at 91ee867: one dp mesh dimension",
              "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "
                                           "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
                                           "div 8, add 8, addcdiv 16 = 80 B) + foreach clip (norm 4, scale 8); the "

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from autoplan.specs import AutoplanError, ParallelPlan
 
-MESH_DIMS = ("pp", "dp", "cp", "tp")
-"""Outermost to innermost: TP ranks are neighbours (same node, NVLink), PP ranks furthest apart."""
+MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+"""Outermost to innermost: TP ranks are neighbours (same node, NVLink), PP ranks furthest apart. The
+data-parallel ranks are dp_replicate x dp_shard (hybrid sharding: FSDP2 shards over dp_shard x cp and
+replicates across dp_replicate; dp_replicate = 1 without it), flattened back into "dp" for the rest."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,9 @@ class ParallelDims:
     cp: int
     """Context-parallel degree."""
     world_size: int
+    dp_replicate: int = 1
+    """Copies of the sharded states across the data-parallel ranks (ParallelPlan.zero_replicas); the
+    other dp / dp_replicate ranks, with the cp ranks, form each shard group."""
 
     def __post_init__(self) -> None:
         product = self.dp * self.tp * self.pp * self.cp
@@ -32,14 +37,22 @@ class ParallelDims:
 
     @classmethod
     def from_plan(cls, plan: ParallelPlan, world_size: int) -> "ParallelDims":
-        return cls(dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, world_size=world_size)
+        return cls(dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, world_size=world_size,
+                   dp_replicate=plan.zero_replicas if plan.zero_stage else 1)
 
     def sizes(self) -> tuple[int, ...]:
-        return tuple(getattr(self, name) for name in MESH_DIMS)
+        sizes = {"dp_replicate": self.dp_replicate, "dp_shard": self.dp // self.dp_replicate}
+        return tuple(sizes[name] if name in sizes else getattr(self, name) for name in MESH_DIMS)
 
     def build_mesh(self, device_type: str):
-        """A 4-D DeviceMesh named (pp, dp, cp, tp); dimensions of size 1 are kept so that code
-        can always ask for mesh["tp"] and get a (possibly trivial) group."""
+        """A DeviceMesh named (pp, dp_replicate, dp_shard, cp, tp) with "dp" (dp_replicate x dp_shard),
+        "dp_cp" (all the replicas a gradient is averaged over) and "dp_shard_cp" (a shard group)
+        flattened onto it; dimensions of size 1 are kept so that code can always ask for mesh["tp"] and
+        get a (possibly trivial) group. The ranks are laid out as (pp, dp, cp, tp) whatever the split."""
         from torch.distributed.device_mesh import init_device_mesh
 
-        return init_device_mesh(device_type, self.sizes(), mesh_dim_names=MESH_DIMS)
+        mesh = init_device_mesh(device_type, self.sizes(), mesh_dim_names=MESH_DIMS)
+        mesh["dp_replicate", "dp_shard"]._flatten("dp")
+        mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")
+        mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
+        return mesh

@@ -92,7 +92,10 @@ class PlanRunner:
         # Gradients are averaged over every rank that holds the same weights: dp replicas, and the
         # cp ranks, which saw different tokens of the same sequences.
         self.num_replicas = plan.dp * plan.cp
-        self.replica_mesh = self.mesh["dp"] if plan.cp == 1 else self.mesh["dp", "cp"]._flatten("dp_cp")
+        self.replica_mesh = self.mesh["dp_cp"]
+        # FSDP2 over a shard group, or with hybrid sharding over (replicas, shard group): it then
+        # all-reduces each reduce-scattered shard across the replicas (HSDP).
+        self.fsdp_mesh = self.mesh["dp_replicate", "dp_shard_cp"] if self.dims.dp_replicate > 1 else self.replica_mesh
         num_stages = plan.pp * plan.vpp
         self.stage_ids = stage_indices(self.rank["pp"], plan.pp, plan.vpp) if plan.pp > 1 else [0]
         self.is_last_stage = num_stages - 1 in self.stage_ids
@@ -157,7 +160,7 @@ class PlanRunner:
                 expert_parallel.apply_expert_fsdp(model, self.expert_mesh, plan.zero_stage, self.num_replicas,
                                                   self.mp_policy)
             if self.fsdp:
-                apply_fsdp(model, self.replica_mesh, plan.zero_stage, self.mp_policy)
+                apply_fsdp(model, self.fsdp_mesh, plan.zero_stage, self.mp_policy)
             model.to_empty(device=self.device)
             model.init_weights(self.options.seed)
             if plan.cp > 1:
@@ -179,7 +182,17 @@ class PlanRunner:
                 "fp8": {"recipe": self.fp8_recipe, "linears": self.fp8_linears,
                         "float8_all_gather": self.fp8_all_gather, "emulated": self.device.type != "cuda"}
                 if self.fp8_recipe else None,
-                "adamw": "fused" if self.device.type == "cuda" and self.options.uses("fused-adamw") else "foreach"}
+                "adamw": "fused" if self.device.type == "cuda" and self.options.uses("fused-adamw") else "foreach",
+                "weights_held_fraction": self.weights_held_fraction()}
+
+    def weights_held_fraction(self) -> float:
+        """This rank's share of its chunks' weights as stored (sharded DTensors count their local
+        part): 1/(tp x the FSDP shard group) under FSDP and TP, what the memory model divides by."""
+        from torch.distributed.tensor import DTensor
+
+        params = [p for m in self.models for p in m.parameters()]
+        local = sum(p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in params)
+        return local / max(1, sum(p.numel() for p in params))
 
     # -- one optimizer step ------------------------------------------------------------------
     def load_batch(self, source, step: int) -> tuple[torch.Tensor, torch.Tensor]:
