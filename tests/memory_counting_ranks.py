@@ -73,8 +73,7 @@ def count_plan(spec, plan, policy: str, b: int, s: int, device) -> dict:
     # weights under bf16 autocast.
     fsdp, bf16_copies = compute_mode(plan, spec, bf16_params=True)
     if fsdp:
-        replicas = mesh["dp"] if plan.cp == 1 else mesh["dp", "cp"]._flatten("dp_cp")
-        apply_fsdp(model, replicas, plan.zero_stage, MixedPrecisionPolicy(
+        apply_fsdp(model, dims.fsdp_mesh(mesh), plan.zero_stage, MixedPrecisionPolicy(
             param_dtype=torch.bfloat16 if bf16_copies else None, reduce_dtype=torch.float32))
     model.to_empty(device=device)
     model.init_weights(0)

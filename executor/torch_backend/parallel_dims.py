@@ -56,3 +56,9 @@ class ParallelDims:
         mesh["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")
         mesh["dp_shard", "cp"]._flatten("dp_shard_cp")
         return mesh
+
+    def fsdp_mesh(self, mesh):
+        """Where FSDP2 shards (a mesh from build_mesh): over every dp*cp rank, or with hybrid sharding
+        the 2-D (dp_replicate, dp_shard x cp), across whose first dimension it all-reduces each
+        reduce-scattered shard (HSDP)."""
+        return mesh["dp_replicate", "dp_shard_cp"] if self.dp_replicate > 1 else mesh["dp_cp"]

@@ -93,9 +93,7 @@ class PlanRunner:
         # cp ranks, which saw different tokens of the same sequences.
         self.num_replicas = plan.dp * plan.cp
         self.replica_mesh = self.mesh["dp_cp"]
-        # FSDP2 over a shard group, or with hybrid sharding over (replicas, shard group): it then
-        # all-reduces each reduce-scattered shard across the replicas (HSDP).
-        self.fsdp_mesh = self.mesh["dp_replicate", "dp_shard_cp"] if self.dims.dp_replicate > 1 else self.replica_mesh
+        self.fsdp_mesh = self.dims.fsdp_mesh(self.mesh)
         num_stages = plan.pp * plan.vpp
         self.stage_ids = stage_indices(self.rank["pp"], plan.pp, plan.vpp) if plan.pp > 1 else [0]
         self.is_last_stage = num_stages - 1 in self.stage_ids
