@@ -146,6 +146,14 @@ def _hsdp_shard_group(notes: str, ranks: int) -> int:
     return size if 0 < size < ranks and ranks % size == 0 else 0
 
 
+def _recompute_modules(notes: str) -> tuple:
+    """The submodules a selective-recompute row reruns, where its notes name them (Megatron-Core's
+    --recompute-modules, OLMo-core's feed-forward-only checkpointing); () = the framework's own."""
+    if _OLMO_CORE_MLP_AC in notes:
+        return ("mlp",)
+    return tuple(next(iter(_RECOMPUTE_MODULES.findall(notes)), "").split())
+
+
 def _per_gpu(value, gpu: str):
     """A source's fact given once, or per GPU type ({gpu: value}) where its clusters differ."""
     return value.get(gpu) if isinstance(value, dict) else value
@@ -154,6 +162,9 @@ def _per_gpu(value, gpu: str):
 _ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
 _RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
 """Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
+_OLMO_CORE_MLP_AC = "selected_modules = blocks.*.feed_forward"
+"""OLMo-core's per-module activation checkpointing of the feed-forward only (ActivationCheckpointingConfig
+mode selected_modules, as a row's notes quote its script): Megatron-Core's "mlp" recompute module."""
 
 FRAMEWORK_FACTS = {
     "megatron-core": "megatron-core", "nemo-megatron-core": "megatron-core",
@@ -355,8 +366,7 @@ def row_to_run(row: dict) -> PublishedRun:
                         micro_batch_size=mb, num_microbatches=max(1, m), recompute=recompute,
                         recompute_num_layers=0, ep=(_int(row, "ep", 1) if moe else 1),
                         etp=0 if etp == tp else etp,
-                        recompute_modules=tuple(next(iter(_RECOMPUTE_MODULES.findall(row["notes"])), "").split())
-                        if recompute == "selective" else (),
+                        recompute_modules=_recompute_modules(row["notes"]) if recompute == "selective" else (),
                         zero_shard=_hsdp_shard_group(row["notes"], dp * cp) if zero else 0)
     if recompute == "full":
         # Every layer of every stage (the largest stage bounds the count).
@@ -377,6 +387,9 @@ def row_to_run(row: dict) -> PublishedRun:
         # The stack the row ran shards so, whatever the built-in framework standing in for it can do
         # (BloombergGPT: SageMaker's sharded data parallelism, MiCS over 128 GPUs, on DeepSpeed's facts).
         then["hsdp_zero_stages"] = (plan.zero_stage,)
+    if plan.recompute_modules and framework in FRAMEWORKS and not FRAMEWORKS[framework].recompute_modules:
+        # The stack it ran names the submodules it recomputes (OLMo-core's selected_modules mode).
+        then["recompute_modules"] = True
     stated = row["source"] + " " + row["notes"]
     if row["precision"] == "fp8" and _FP8_PARAMS.search(stated):
         # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer

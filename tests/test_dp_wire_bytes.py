@@ -82,3 +82,15 @@ def test_fms_fsdp_rows_read_as_fsdp1_in_bf16_on_their_network():
     assert estimate.details["dp_bytes_per_step"] == pytest.approx((2 + 2 + 2) * params, rel=1e-9)
     assert estimate.time_breakdown_s.get("sharded_copies", 0.0) == 0.0
     assert run.profile().inter_node_bandwidth_bytes_per_s == 800e9 / 8 / 8
+
+
+def test_olmo_core_32b_recomputes_its_feed_forward_only():
+    # OLMo-core's script checkpoints blocks.*.feed_forward (selected_modules): each layer reruns its
+    # MLP forward in the backward, not torchtitan's every-other-matmul policy.
+    run = next(r for r in load_published_runs() if r.id == "OLMOCORE-32B-15")
+    assert run.plan.recompute == "selective" and run.plan.recompute_modules == ("mlp",)
+    est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=run.framework_facts(),
+                    allow_tp_across_nodes=True)
+    lt = est.stage_costs(run.plan).layer
+    expected_s = run.plan.num_microbatches * run.model.num_layers * lt.mlp_fwd_s
+    assert est.estimate(run.plan).time_breakdown_s["recompute"] == pytest.approx(expected_s, rel=1e-9)
