@@ -81,9 +81,8 @@ SOURCES = {
     # facts otherwise. Its README's throughput table: "A100 80G 128 GPUs with 400Gbps", "H100 96 GPUs
     # with 800 Gbps", per 8-GPU node: 6.25 and 12.5 GB/s per GPU.
     "FMS": dict(source="fms-fsdp", nic_bytes_per_s={"a100-80gb": 400e9 / 8 / 8, "h100-80gb": 800e9 / 8 / 8},
-                framework_then={"gather_copy_bytes_per_param": 0.0,
-                                                   "reduce_copy_bytes_per_param": 0.0,
-                                                   "sharded_reduce_bytes_per_grad": 2.0}),
+                framework_then={"gather_copy_bytes_per_param": 0.0, "reduce_copy_bytes_per_param": 0.0,
+                                "sharded_reduce_bytes_per_grad": 2.0}),
     "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, **KEMPNERFORGE_MEMORY_LOG),
     "OLMOCORE": dict(source="olmo-core"),
     "TTDOCS": dict(source="torchtitan-docs"),
@@ -136,6 +135,12 @@ partners' copies and v3.1's, whose optimizer config is not in their results, kee
 _HSDP_SHARD = re.compile(r"HSDP shard group (\d+)|shard group (\d+) GPUs")
 """How a row's notes state hybrid sharding: "HSDP shard group 8" (fms-fsdp's HYBRID_SHARD within a node,
 BloombergGPT's 128), "shard group 256 GPUs" (OLMo-core's num_replicas)."""
+_ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
+_RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
+"""Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
+_OLMO_CORE_MLP_AC = "selected_modules = blocks.*.feed_forward"
+"""OLMo-core's per-module activation checkpointing of the feed-forward only (ActivationCheckpointingConfig
+mode selected_modules, as a row's notes quote its script): Megatron-Core's "mlp" recompute module."""
 
 
 def _hsdp_shard_group(notes: str, ranks: int) -> int:
@@ -158,13 +163,6 @@ def _per_gpu(value, gpu: str):
     """A source's fact given once, or per GPU type ({gpu: value}) where its clusters differ."""
     return value.get(gpu) if isinstance(value, dict) else value
 
-
-_ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
-_RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
-"""Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
-_OLMO_CORE_MLP_AC = "selected_modules = blocks.*.feed_forward"
-"""OLMo-core's per-module activation checkpointing of the feed-forward only (ActivationCheckpointingConfig
-mode selected_modules, as a row's notes quote its script): Megatron-Core's "mlp" recompute module."""
 
 FRAMEWORK_FACTS = {
     "megatron-core": "megatron-core", "nemo-megatron-core": "megatron-core",
