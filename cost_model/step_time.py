@@ -306,7 +306,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     tables, sw = est.tables, est.framework
     # The ZeRO collectives run over a shard group: every dp*cp rank, or with hybrid sharding
     # (ParallelPlan.zero_shard) consecutive ones, which sit tp apart like the whole group.
-    group = plan.zero_shard_group if plan.zero_stage >= 1 else plan.dp * plan.cp
+    group = plan.zero_shard_group
     rpn = min(group, _dp_ranks_per_node(plan, est.gpus_per_node))
     # Expert gradients reduce over the expert data-parallel ranks (tp*cp*dp / (etp*ep)), fewer than
     # the dense ones' dp*cp: count their share (1/ep when etp = tp).

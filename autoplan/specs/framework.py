@@ -366,8 +366,6 @@ class Framework:
         if plan.zero_stage not in self.zero_stages:
             refuse(f"has ZeRO stages {', '.join(map(str, self.zero_stages))}, got zero_stage={plan.zero_stage}",
                    "zero_stage", "pick one of those (--zero)")
-        # Before the degree rules: it holds whatever the degrees, so a pinned --zero on an MoE model is
-        # refused for this reason, not for whichever pp or ep a candidate happened to have.
         if plan.zero_shard and plan.zero_stage not in self.hsdp_zero_stages:
             stages = ", ".join(map(str, self.hsdp_zero_stages))
             where = f" (hybrid sharding at ZeRO stages {stages} only)" if stages else ""
@@ -378,6 +376,8 @@ class Framework:
             refuse(f"is planned here with hybrid sharding for dense models only (the experts' states shard over "
                    f"their own expert-data-parallel ranks), got zero_shard={plan.zero_shard} for {model.name!r}",
                    "zero_shard_moe", "plan without --zero-shard")
+        # Before the degree rules: it holds whatever the degrees, so a pinned --zero on an MoE model is
+        # refused for this reason, not for whichever pp or ep a candidate happened to have.
         if model.is_moe and plan.zero_stage > self.max_zero_with_moe:
             refuse(f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
                    f"{self.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "

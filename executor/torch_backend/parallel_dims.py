@@ -38,7 +38,7 @@ class ParallelDims:
     @classmethod
     def from_plan(cls, plan: ParallelPlan, world_size: int) -> "ParallelDims":
         return cls(dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, world_size=world_size,
-                   dp_replicate=plan.zero_replicas if plan.zero_stage else 1)
+                   dp_replicate=plan.zero_replicas)
 
     def sizes(self) -> tuple[int, ...]:
         sizes = {"dp_replicate": self.dp_replicate, "dp_shard": self.dp // self.dp_replicate}

@@ -32,7 +32,7 @@ def data_parallel_degrees(doc: PlanDocument, notes: list, experts_take_shard_ran
     (zero_shard) the replicas are the data_parallel_replicate_degree and the shard group is
     data_parallel_shard_degree x cp (torchtitan's fsdp mesh dimension is dp_shard x cp)."""
     par = doc.parallel
-    replicas = par.zero_replicas if par.zero_stage else 1
+    replicas = par.zero_replicas
     if par.zero_stage == 0 and par.dp > 1:
         if not (experts_take_shard_ranks and par.ep > 1):
             return par.dp, 1, "default"
