@@ -122,6 +122,8 @@ layers (num_dense_layers). None of the MoE rows' models has shared experts or de
 Qwen3-235B-A22B, KempnerForge's and FlagPerf's test models: every layer MoE, per their notes)."""
 _FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
 """How an MLPerf row's config or log states NeMo's fp8_params."""
+_FSDP_FLOAT8_GATHER = re.compile(r"enable_fsdp_float8_all_gather|FSDP float8 all-gather", re.IGNORECASE)
+"""How a torchtitan row's config or notes state torchao's float8 all-gather under FSDP2."""
 _GRAD_SYNC_BF16 = (
     # mlcommons/training_results_v3.0 NVIDIA/benchmarks/gpt3/implementations/pytorch/conf/
     # megatron_gpt_config.yaml (9f08e30): optim distributed_fused_adam, grad_sync_dtype: bf16.
@@ -393,6 +395,10 @@ def row_to_run(row: dict) -> PublishedRun:
         # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer
         # all-gathers the linears' weights in fp8 (Framework.fp8_param_gather).
         then["fp8_param_gather"] = True
+    if row["precision"] == "fp8" and _FSDP_FLOAT8_GATHER.search(stated):
+        # torchao's float8 all-gather (torchtitan [float8] enable_fsdp_float8_all_gather): FSDP2
+        # gathers the linears' weights as fp8 tensors, 1 B each on the wire and in the gathered copy.
+        then["fp8_weight_copy_bytes"] = 1.0
     if any(where in row["source"] for where in _GRAD_SYNC_BF16):
         then["main_grad_reduce_bytes"] = 2.0
     if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:

@@ -60,6 +60,16 @@ def unsharded_accumulation_bytes_per_param(plan: ParallelPlan, m: int, sw) -> fl
     return (BYTES_ACT + r) + (m - 1) * (BYTES_ACT + 2 * r)
 
 
+def grad_accumulation_bytes_per_param(sw, plan: ParallelPlan, dtype: str) -> tuple:
+    """(first micro-batch, each later one): HBM bytes per local parameter of adding a micro-batch's
+    gradients to the accumulated ones outside the GEMM (Framework.grad_accumulation_bytes), at ZeRO
+    0-1 only: at 2-3 the gradients are reduced into the rank's partition as they come."""
+    if plan.zero_stage >= 2:
+        return 0.0, 0.0
+    first, later = sw.grad_accumulation_bytes.get(dtype, (0.0, 0.0))
+    return float(first), float(later)
+
+
 def _dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
     """Gradient-reduction ranks (dp x cp replicas) sit tp apart (Megatron order tp, cp, dp, pp):
     how many of them share a node."""
@@ -165,6 +175,13 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     # the frameworks that pay it here run without a pipeline in every measured run).
     cast_bytes = sw.weight_cast_bytes_per_param * (dense + expert)
     cast_mb_s = memory_time_s(tables, cast_bytes, cast_bytes / max(1, state_layers)) if cast_bytes else 0.0
+    # Gradient accumulation outside the weight-gradient GEMM (DeepSpeed), in every micro-batch's
+    # backward, so in the pipeline's fill and drain too (added to the bubble below).
+    first_mb_bytes, later_mb_bytes = grad_accumulation_bytes_per_param(sw, plan, est.training.dtype)
+    accum_bytes = (first_mb_bytes + (m - 1) * later_mb_bytes) / m * (dense + expert)
+    accum_mb_s = memory_time_s(tables, accum_bytes, accum_bytes / max(1, state_layers)) if accum_bytes else 0.0
+    cast_mb_s += accum_mb_s
+    bubble_s += bubble_ranks / v * accum_mb_s
     # fp8 weights: cast for forward and again for backward in every micro-batch (torchao), or once
     # per step with the transpose written too (Transformer Engine: 3 B + 1 B per weight).
     if sw.fp8_weight_cast_per_microbatch:
@@ -360,7 +377,8 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         window *= interleaved_window_factor(sw, plan.pp, plan.vpp, m)
     total /= sw.dp_bandwidth_scale
     tail = total / calls
-    hidden = min(total, sw.dp_comm_overlap * window)
+    overlap = sw.dp_comm_overlap if plan.zero_stage in sw.dp_overlap_zero_stages else 0.0
+    hidden = min(total, overlap * window)
     # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
     # so a fitted fraction of the overlapped time still lands on the step.
     exposed = max(total - hidden, tail) + sw.overlap_contention * hidden

@@ -24,9 +24,9 @@ TIME_TERMS = {
                   "ranks' time)", "Narayanan et al. 2021 sec. 2.2"),
     "dp_comm": ("data-parallel / ZeRO gradient and weight collectives, exposed part",
                 "ZeRO (Rajbhandari et al. 2019) sec. 7 volumes; overlap per framework"),
-    "weight_casts": ("casts of fp32 weights to the compute dtype + fp32 gradient accumulation",
-                     "Framework.weight_cast_bytes_per_param over the profile's copy bandwidth (0 for frameworks "
-                     "that keep compute-dtype weights)"),
+    "weight_casts": ("casts of fp32 weights to the compute dtype + gradient accumulation outside the GEMM",
+                     "Framework.weight_cast_bytes_per_param and grad_accumulation_bytes over the profile's copy "
+                     "bandwidth (0 for frameworks that keep compute-dtype weights and fuse the accumulation)"),
     "sharded_copies": ("FSDP2's copies around its collectives: all-gather output into the parameters, "
                        "gradients into the reduce-scatter input", "Framework.gather_copy_bytes_per_param and "
                        "reduce_copy_bytes_per_param per gather and reduction over the profile's copy bandwidth "

@@ -94,3 +94,22 @@ def test_olmo_core_32b_recomputes_its_feed_forward_only():
     lt = est.stage_costs(run.plan).layer
     expected_s = run.plan.num_microbatches * run.model.num_layers * lt.mlp_fwd_s
     assert est.estimate(run.plan).time_breakdown_s["recompute"] == pytest.approx(expected_s, rel=1e-9)
+
+
+def test_torchtitan_rows_that_state_the_float8_all_gather_gather_their_linears_in_one_byte():
+    # Trainy's H200 run launches torchtitan with --quantize.linear.float8.enable_fsdp_float8_all_gather:
+    # FSDP2 gathers the linears as torchao float8 tensors. The Dec-2024 H100 tables do not say so.
+    runs = {r.id: r for r in load_published_runs() if r.id.startswith(("TORCHTITAN-H200", "TORCHTITAN-2412"))}
+    assert runs["TORCHTITAN-H200-4n"].framework_facts().fp8_weight_copy_bytes == 1.0
+    assert runs["TORCHTITAN-2412-T1c"].framework_facts().fp8_weight_copy_bytes == 0.0
+    run = runs["TORCHTITAN-H200-4n"]
+    # Llama-3.1-8B, FSDP over 32 ranks, one micro-batch of 2: ZeRO-3 gathers the weights for forward
+    # and again for backward, and reduce-scatters the gradients once in fp32 (torchtitan's
+    # mixed_precision_reduce). With the float8 all-gather the linears come back in 1 B, the rest in 2.
+    assert (run.plan.dp, run.plan.zero_stage, run.plan.num_microbatches) == (32, 3, 1)
+    est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=run.framework_facts(),
+                    allow_tp_across_nodes=True)
+    assert est.params.dense_per_layer * 32 + 2 * 128256 * 4096 + 4096 == LLAMA3_8B_PARAMS
+    gathered = 2 * (1 * LLAMA3_8B_LINEARS + 2 * (LLAMA3_8B_PARAMS - LLAMA3_8B_LINEARS))
+    assert est.estimate(run.plan).details["dp_bytes_per_step"] == pytest.approx(gathered + 4 * LLAMA3_8B_PARAMS,
+                                                                                rel=1e-9)

@@ -169,6 +169,11 @@ class Framework:
     lines 55-73). False: GEMMs over each expert's own tokens (Megatron-Core TEGroupedMLP, torchtitan)."""
     dp_comm_overlap: float = 0.8
     """Fraction of the overlappable compute window the DP/FSDP collectives can hide behind."""
+    dp_overlap_zero_stages: tuple = (0, 1, 2, 3)
+    """The ZeRO stages at which its DP collectives start under the backward (or, sharded, the
+    forward); at the others they start once the backward is done and every byte is exposed
+    (DeepSpeed: overlap_comm defaults to ZeRO-3 only; its pipeline engine reduces after the whole
+    schedule)."""
     dp_param_gather_overlap: bool = False
     """ZeRO-1/2: the updated weights' all-gather runs under the next step's first forward, chunked
     per layer (per virtual stage with a pipeline), so the forward adds to the window the gradient
@@ -209,7 +214,9 @@ class Framework:
     (Megatron-LM turns accumulate_allreduce_grads_in_fp32 on with --bf16, "bfloat16 requires gradient
     accumulation and all-reduce to be done in fp32": megatron/training/arguments.py); 2 where a run
     reduces in bf16 (NeMo's distributed_fused_adam grad_sync_dtype: bf16, Megatron-Core
-    grad_reduce_in_fp32 False)."""
+    grad_reduce_in_fp32 False). DeepSpeed's BF16_Optimizer all-reduces its fp32 accumulators cast to
+    bf16 (engine.py allreduce_bucket, communication_data_type): 2 x 2 B on the wire, as a 4 B
+    reduce-scatter; its fp16 ZeRO-1 reduces 2 B, which this field does not tell apart."""
     fp8_param_gather: bool = False
     """An fp8 run keeps its linears' weights in fp8 and all-gathers them so, 1 B each instead of 2
     (Megatron-Core --fp8-param-gather, NeMo fp8_params: "conducts the parameter all-gather in fp8,
@@ -250,6 +257,13 @@ class Framework:
     """HBM bytes per parameter and micro-batch spent casting weights and accumulating gradients
     (autocast over fp32 weights: cast 4+2, grad cast 2+4, fp32 accumulate 4+4+4); 0 when the
     kernels read compute-dtype weights and accumulate into the main grad inside the GEMM."""
+    grad_accumulation_bytes: dict = field(default_factory=dict)
+    """dtype -> (bytes of the first micro-batch, bytes of each later one): HBM bytes per local
+    parameter that adding a micro-batch's gradients to the accumulated ones moves outside the weight-
+    gradient GEMM, at ZeRO 0-1 (at 2-3 the gradients are reduced and partitioned as they come).
+    {} = none: Megatron accumulates into the fp32 main gradient inside the GEMM
+    (gradient_accumulation_fusion), FSDP's cost is `reduce_copy_bytes_per_param`'s and
+    cost_model.step_time.unsharded_accumulation_bytes_per_param's."""
     optimizer_bytes_per_param: float = 30.0
     """HBM bytes per (local) parameter of one optimizer step. 30: a fused AdamW reads fp32 master,
     m, v, grad (16) and writes master, m, v (12) and the bf16 weight (2)."""

@@ -43,6 +43,19 @@ _DEEPSPEED_STATES = {
 }
 """DeepSpeed ZeRO (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): gradients stay in the
 compute dtype until reduced; the optimizer works on an fp32 copy of its own partition."""
+_DEEPSPEED_GRAD_ACCUMULATION = {"bf16": (18.0, 18.0), "fp16": (0.0, 6.0)}
+"""bf16 (BF16_Optimizer, which DeepSpeed picks for bf16 at ZeRO-1 and under its pipeline engine:
+engine.py _do_optimizer_sanity_check): each micro-batch's backward ends in update_hp_grads,
+hp_grad.add_(lp.grad.to(float32)) per parameter: read bf16 2, write and read the fp32 cast 4 + 4,
+read and write the fp32 accumulator 4 + 4 = 18 B (bf16_optimizer.py). fp16 (the ZeRO-1 and fp16
+optimizers): autograd adds each later micro-batch's gradient into param.grad in place, read 2 + 2,
+write 2 = 6 B; the first micro-batch's GEMM writes param.grad itself."""
+_DEEPSPEED_OVERLAP_SOURCE = (
+    "deepspeed/runtime/zero/config.py overlap_comm_valid: overlap_comm defaults to stage == 3; without it "
+    "engine.backward reduces the gradients after loss.backward() (engine.py allreduce_gradients)")
+_DEEPSPEED_PIPE_REDUCE_SOURCE = (
+    "deepspeed/runtime/pipe/schedule.py TrainSchedule.steps: ReduceTiedGrads, ReduceGrads and OptimizerStep "
+    "follow the last micro-batch's backward (Megatron-DeepSpeed trains GPTModelPipe on this engine)")
 
 # The executor's memory-bound kernels over the cost model's minimal count, from one measured step
 # (H100, plan l1-s2k-m4: Llama-3.2-1B, seq 2048, 4 micro-batches of 4; the kernel trace in
@@ -299,7 +312,11 @@ FRAMEWORKS = {f.name: f for f in (
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
         states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8, dp_bucket_params=5e8,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
+        dp_overlap_zero_stages=(3,), grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION,
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
+                 "grad_accumulation_bytes": "deepspeed/runtime/bf16_optimizer.py update_hp_grads; torch autograd "
+                                            "AccumulateGrad (fp16)",
+                 "dp_overlap_zero_stages": _DEEPSPEED_OVERLAP_SOURCE,
                  "hsdp_zero_stages": "DeepSpeed 0.19 removed MiCS, its hybrid ZeRO-3 (runtime/config.py "
                                      "_REMOVED_ZERO_CONFIG_KEYS: mics_shard_size)",
                  "max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
@@ -348,8 +365,12 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-deepspeed", version="Megatron-DeepSpeed as BigScience ran BLOOM (2022)",
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
         states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, dp_bucket_params=5e8,
-        max_zero_with_moe=2, max_cp=1, max_vpp=1, sequence_parallel="never", mla=False,
-        sources={"max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
+        max_zero_with_moe=2, max_cp=1, max_vpp=1, sequence_parallel="never", mla=False, dp_overlap_zero_stages=(),
+        grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION,
+        sources={"dp_overlap_zero_stages": _DEEPSPEED_PIPE_REDUCE_SOURCE,
+                 "grad_accumulation_bytes": "deepspeed/runtime/pipe/engine.py _exec_backward_pass: "
+                                            "optimizer.update_hp_grads after every micro-batch's backward (bf16)",
+                 "max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
                                       "DeepSpeedEngine._configure_zero_optimizer, the ZeroStageEnum.weights "
                                       "branch: assert not self.has_moe_layers, \"MoE not supported with Stage 3\"",
                  "states": "DeepSpeed ZeRO-1 (deepspeed/runtime/zero/stage_1_and_2.py): fp16 grads, fp32 partitions",

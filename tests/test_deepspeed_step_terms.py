@@ -1,0 +1,99 @@
+"""DeepSpeed's step as its code runs it, from worked examples: when its data-parallel collectives can
+hide under compute (overlap_comm defaults to ZeRO-3 only; the pipeline engine reduces after the whole
+schedule) and what accumulating each micro-batch's gradients outside the GEMM costs (BF16_Optimizer's
+fp32 accumulators, autograd's in-place fp16 add), inside the pipeline's fill and drain too."""
+from types import SimpleNamespace
+
+import pytest
+
+from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec, get_framework
+from cost_model import Estimator, load_constants
+from cost_model.profiles import builtin_profile
+from cost_model.step_time import dp_time
+from cost_model.tables import ProfileTables
+
+# GPT style, 8 layers of h = 1024: per layer QKV 3h^2 + 3h, projection h^2 + h, MLP 8h^2 + 5h, two
+# LayerNorms 4h: 12h^2 + 13h parameters.
+GPT = ModelSpec(name="gpt", num_layers=8, hidden_size=1024, num_heads=16, num_kv_heads=16, ffn_hidden_size=4096,
+                vocab_size=50304, mlp="gelu", norm="layernorm", linear_bias=True)
+LAYER_PARAMS = 12 * 1024 ** 2 + 13 * 1024
+
+
+def _dp_exposed_and_total(framework, zero_stage):
+    # 8 ranks over 8 nodes, 8 layers of 2^28 parameters, a backward of 100 s: far longer than any
+    # collective here, so whatever may overlap does. DeepSpeed's 5e8-element buckets make 5
+    # collectives of the 2^31 gradients: if they overlapped, only the last would show.
+    tables = ProfileTables(builtin_profile("a100-80gb"))
+    plan = ParallelPlan(tp=8, dp=8, zero_stage=zero_stage)
+    lt = SimpleNamespace(gemm_bwd_s=100.0, attn_bwd_s=0.0, gemm_fwd_s=50.0, attn_fwd_s=0.0)
+    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, model=GPT,
+                          training=SimpleNamespace(dtype="bf16"))
+    exposed, total, _ = dp_time(est, plan, 8, 2.0 ** 31, 0.0, lt, 150.0, 4)
+    return exposed, total
+
+
+@pytest.mark.parametrize("name,zero_stage", [("deepspeed", 0), ("deepspeed", 1), ("deepspeed", 2),
+                                             ("megatron-deepspeed", 0), ("megatron-deepspeed", 1)])
+def test_deepspeed_reduces_after_the_backward_below_zero3(name, zero_stage):
+    # overlap_comm is off below ZeRO-3 (zero/config.py) and the pipeline engine reduces after its
+    # schedule: every second of the collectives lands on the step.
+    exposed, total = _dp_exposed_and_total(get_framework(name), zero_stage)
+    assert total > 0.0 and exposed == pytest.approx(total)
+
+
+def test_deepspeed_zero3_and_megatron_hide_under_the_backward():
+    # ZeRO-3 (overlap_comm on) and Megatron-Core at ZeRO-1 hide all but the last collective: a
+    # layer's of 8 at ZeRO-3, a bucket's at Megatron-Core: 2^31 parameters in buckets of max(40M, 1M x dp),
+    # ceil(2147.5M / 40M) = 54 of them.
+    for name, zero_stage, calls in (("deepspeed", 3, 8), ("megatron-core", 1, 54)):
+        exposed, total = _dp_exposed_and_total(get_framework(name), zero_stage)
+        assert exposed == pytest.approx(total / calls), name
+
+
+def _estimate(framework, plan, dtype="bf16", global_batch=64):
+    training = TrainingSpec(global_batch_size=global_batch, seq_len=2048, dtype=dtype)
+    cluster = ClusterSpec(name="a100-80gb", num_gpus=plan.tp * plan.pp * plan.dp, gpus_per_node=8,
+                          profile="builtin:a100-80gb")
+    profile = builtin_profile("a100-80gb")
+    return Estimator(GPT, training, cluster, profile, framework=framework), ProfileTables(profile)
+
+
+@pytest.mark.parametrize("dtype,bytes_first,bytes_later", [("bf16", 18, 18), ("fp16", 0, 6)])
+def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_every_micro_batch(dtype, bytes_first, bytes_later):
+    deepspeed = load_constants().framework("megatron-deepspeed")
+    assert deepspeed.grad_accumulation_bytes[dtype] == (bytes_first, bytes_later)
+    fused = deepspeed.with_overrides(grad_accumulation_bytes={})
+    # pp = 2 over 8 layers, dp = 4, micro-batch 2 of a 64-sequence batch: m = 8 micro-batches. The
+    # last stage holds 4 layers, the final LayerNorm (2h) and the tied head (50304 x h).
+    plan = ParallelPlan(pp=2, dp=4, micro_batch_size=2, num_microbatches=8, zero_stage=1)
+    est, tables = _estimate(deepspeed, plan, dtype)
+    m = 8
+    local_params = 4 * LAYER_PARAMS + 2 * 1024 + 50304 * 1024
+    accum_bytes = (bytes_first + (m - 1) * bytes_later) * local_params
+    # Per layer (a chunk of the stage's bytes), at the profile's HBM bandwidth for ops of that size.
+    bandwidth = tables.memory_bytes_per_s(int(accum_bytes / m / 4))
+    with_it, without = est.estimate(plan), Estimator(est.model, est.training, est.cluster, est.profile,
+                                                     framework=fused).estimate(plan)
+    added = with_it.time_breakdown_s["weight_casts"] - without.time_breakdown_s["weight_casts"]
+    assert added == pytest.approx(accum_bytes / bandwidth, rel=1e-3)
+    # Each micro-batch pays it inside its backward, so the fill and drain pay it too: the bubble is
+    # (sum - max) of the ranks' micro-batch times, p - 1 = 1 micro-batch at equal stages, less here
+    # where the first stage lacks the head (details["bubble_fraction"] = that over m).
+    bubble = with_it.time_breakdown_s["pp_bubble"] - without.time_breakdown_s["pp_bubble"]
+    fraction = with_it.details["bubble_fraction"]
+    assert 0.5 / m < fraction < 1 / m
+    assert bubble == pytest.approx(fraction * added, rel=1e-6)
+    assert sum(with_it.time_breakdown_s.values()) == pytest.approx(with_it.step_time_s)
+
+
+def test_no_accumulation_cost_where_gradients_are_reduced_as_they_come():
+    # ZeRO-2/3 reduce each bucket into the rank's partition during the backward; Megatron fuses the
+    # add into the weight-gradient GEMM (gradient_accumulation_fusion).
+    deepspeed = load_constants().framework("deepspeed")
+    for framework, zero_stage in ((deepspeed, 2), (deepspeed, 3), (load_constants().framework("megatron-core"), 1)):
+        plan = ParallelPlan(dp=8, micro_batch_size=2, num_microbatches=4, zero_stage=zero_stage)
+        est, _ = _estimate(framework, plan)
+        fused = Estimator(est.model, est.training, est.cluster, est.profile,
+                          framework=framework.with_overrides(grad_accumulation_bytes={}))
+        assert est.estimate(plan).time_breakdown_s["weight_casts"] == \
+            fused.estimate(plan).time_breakdown_s["weight_casts"]
