@@ -8,9 +8,9 @@ from importlib import import_module
 
 _LAZY = {
     "PlanRequest": "autoplan.planner", "PlanOutcome": "autoplan.planner", "plan_search": "autoplan.planner",
-    "estimate_document": "autoplan.planner", "resolve_model": "autoplan.catalog",
-    "catalog_model": "autoplan.catalog", "model_names": "autoplan.catalog",
-    "resolve_cluster": "autoplan.clusters", "Pins": "autoplan.space",
+    "estimate_document": "autoplan.planner", "resolve_model": "autoplan.inputs.catalog",
+    "catalog_model": "autoplan.inputs.catalog", "model_names": "autoplan.inputs.catalog",
+    "resolve_cluster": "autoplan.inputs.clusters", "Pins": "autoplan.space",
 }
 
 __all__ = ["__version__", *_LAZY]

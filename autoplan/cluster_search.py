@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from autoplan.budget import training_run
-from autoplan.catalog import resolve_model
-from autoplan.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_cluster
+from autoplan.inputs.catalog import resolve_model
+from autoplan.inputs.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_cluster
 from autoplan.planner import leanest_fitting_knobs, make_estimator, plan_document, training_shape
 from autoplan.search import PlanScorer, SearchResult, search
 from autoplan.space import SearchSpace
@@ -178,7 +178,7 @@ def gpu_options(gpus: list | None, profile_paths: list, prices) -> list:
     Without --gpu or --profile every built-in type is searched, or, with prices per type, the priced
     ones. A price for a type that is not searched, or a type without a price when others have one,
     is one line (a cost ranking that silently mixes priced and unpriced types would mislead)."""
-    from autoplan.clusters import load_profile_file
+    from autoplan.inputs.clusters import load_profile_file
 
     names = list(dict.fromkeys(g.strip().lower() for g in gpus)) if gpus else []
     if not names and not profile_paths:
@@ -302,7 +302,7 @@ def cluster_search(request: ClusterRequest) -> ClusterOutcome:
     for option in request.options:
         per_node = DEFAULT_GPUS_PER_NODE
         if option.profile_path is not None:
-            from autoplan.clusters import load_profile_file
+            from autoplan.inputs.clusters import load_profile_file
 
             per_node = load_profile_file(option.profile_path).gpus_per_node or DEFAULT_GPUS_PER_NODE
         counts = gpu_counts(per_node, request.gpus_min, request.gpus_max)

@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autoplan.catalog import resolve_model
-from autoplan.clusters import check_count, check_dtype, cluster_for_plan_file, resolve_cluster
+from autoplan.inputs.catalog import resolve_model
+from autoplan.inputs.clusters import check_count, check_dtype, cluster_for_plan_file, resolve_cluster
 from autoplan.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
 from autoplan.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
 from autoplan.specs import (

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare(args) -> int:
-    from autoplan.hf_config import load_hf_config
+    from autoplan.inputs.hf_config import load_hf_config
     from autoplan.specs import ClusterSpec, ParallelPlan, PlanDocument, TrainingSpec
     from autoplan.specs.flops import mfu
     from autoplan.specs.gpus import datasheet_peak_flops_per_s as peak_flops_per_s

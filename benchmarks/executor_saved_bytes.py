@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from autoplan.hf_config import load_hf_config
+    from autoplan.inputs.hf_config import load_hf_config
     from executor.loss import auto_chunk_tokens
     from executor.model import Kernels, build_model, rope_cache
     from executor.saved_bytes import saved_bytes

@@ -3,7 +3,7 @@ tp with and without sequence parallelism, pp plain / interleaved / uneven (first
 lighter, and unequal middle stages), cp, ep (Mixtral), GQA, qkv bias, tied embeddings, full /
 partial / selective recompute, bf16 / fp16 / fp8, one node and many; and the newer architectures
 (MLA with shared experts and leading dense layers at 32k, per-head q/k norm)."""
-from autoplan.catalog import catalog_model
+from autoplan.inputs.catalog import catalog_model
 from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec
 
 LLAMA3_8B = ModelSpec(name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,

@@ -6,8 +6,8 @@ import pytest
 
 from autoplan import bounded
 from autoplan.planner import PlanRequest, make_estimator, plan_search, training_shape
-from autoplan.catalog import resolve_model
-from autoplan.clusters import resolve_cluster
+from autoplan.inputs.catalog import resolve_model
+from autoplan.inputs.clusters import resolve_cluster
 from autoplan.search import PlanScorer, exhaustive_search
 from autoplan.space import SearchSpace
 from autoplan.specs import FRAMEWORK_NAMES, InfeasiblePlan, get_framework

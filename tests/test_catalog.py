@@ -1,7 +1,7 @@
 """The model catalog: published parameter counts, architecture flags, names and suggestions."""
 import pytest
 
-from autoplan.catalog import catalog_model, model_names, resolve_model
+from autoplan.inputs.catalog import catalog_model, model_names, resolve_model
 from autoplan.specs import AutoplanError
 
 BRIEF_MODELS = ("qwen-72b", "qwen2-72b", "qwen2.5-7b", "qwen2.5-72b", "llama-2-7b", "llama-2-13b", "llama-2-70b",

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from autoplan.hf_config import load_hf_config
+from autoplan.inputs.hf_config import load_hf_config
 from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, activation_bytes_per_layer, builtin_profile, load_constants
 from autoplan.specs.flops import model_flops_per_token

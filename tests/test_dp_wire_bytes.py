@@ -4,7 +4,7 @@ grad_sync_dtype) and the weights' all-gather in fp8 (Megatron-Core --fp8-param-g
 fp8_params), and that the published MLPerf rows carry the settings their configs state."""
 import pytest
 
-from autoplan.catalog import resolve_model
+from autoplan.inputs.catalog import resolve_model
 from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autoplan.hf_config import load_hf_config
+from autoplan.inputs.hf_config import load_hf_config
 from autoplan.specs import AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, PlanDocument, TrainingSpec
 from executor.blocks import CausalAttention, apply_rope, rope_cache
 from executor.model import build_model, check_buildable, count_params, model_notes

@@ -1,5 +1,5 @@
 """The search explores expert TP (etp) jointly with tp and ep where the framework runs it."""
-from autoplan.catalog import catalog_model
+from autoplan.inputs.catalog import catalog_model
 from autoplan.planner import PlanRequest, plan_search
 from autoplan.space import Pins, SearchSpace
 from autoplan.specs import ClusterSpec, TrainingSpec

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from autoplan.exporters import export_plan
-from autoplan.hf_config import load_hf_config
+from autoplan.inputs.hf_config import load_hf_config
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ParallelPlan, PlanDocument, TrainingSpec
 from tests.test_export import export_megatron_args
 

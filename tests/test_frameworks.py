@@ -187,7 +187,7 @@ def test_analytical_and_calibrated_estimators_share_one_contract(tmp_path):
 
 def test_model_features_a_framework_lacks_are_refused_first(capsys):
     """DeepSeek-V3's multi-head latent attention: the executor builds none, Megatron-Core has it."""
-    from autoplan.catalog import catalog_model
+    from autoplan.inputs.catalog import catalog_model
 
     deepseek = catalog_model("deepseek-v3")
     plan = ParallelPlan(dp=8, ep=8, micro_batch_size=1, num_microbatches=8, zero_stage=1)
@@ -310,7 +310,7 @@ def test_search_refuses_up_front_what_the_plan_file_refuses(framework, model, se
     assert main(args) == 2
     said = capsys.readouterr().err.strip()
     assert len(said.splitlines()) == 1 and not (tmp_path / "refused.json").exists()
-    from autoplan.catalog import catalog_model
+    from autoplan.inputs.catalog import catalog_model
     from tests.export_plans import export_doc
     doc = export_doc(catalog_model(model), gpus, gpus, seq_len=seq_len, dp=gpus, zero_stage=1, micro_batch_size=1,
                num_microbatches=1)

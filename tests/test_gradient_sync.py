@@ -4,7 +4,7 @@ set_requires_gradient_sync(False) on all but the last micro-batch) sends, copies
 one that reduce-scatters every micro-batch (torchtitan)."""
 import pytest
 
-from autoplan.catalog import resolve_model
+from autoplan.inputs.catalog import resolve_model
 from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from autoplan.catalog import catalog_model, resolve_model
-from autoplan.hf_config import load_hf_config
+from autoplan.inputs.catalog import catalog_model, resolve_model
+from autoplan.inputs.hf_config import load_hf_config
 from autoplan.specs import AutoplanError
 
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,

@@ -1,10 +1,10 @@
-"""Qwen2-MoE and gpt-oss config.json readers (autoplan/hf_recent.py): hand-written configs with the
+"""Qwen2-MoE and gpt-oss config.json readers (autoplan/inputs/hf_recent.py): hand-written configs with the
 architecture fields of the released checkpoints, counted against the sizes their authors publish."""
 import json
 
 import pytest
 
-from autoplan.hf_config import load_hf_config
+from autoplan.inputs.hf_config import load_hf_config
 from tests.test_hf_config import expect_refusal
 
 QWEN15_MOE_A27B = {  # Qwen/Qwen1.5-MoE-A2.7B

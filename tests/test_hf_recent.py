@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from autoplan.hf_config import load_hf_config
+from autoplan.inputs.hf_config import load_hf_config
 from autoplan.specs import ModelSpec
 from tests.test_hf_config import expect_refusal
 
@@ -132,7 +132,7 @@ def test_new_fields_at_default_leave_the_plan_dict_unchanged():
 def test_catalog_entries_are_their_published_configs(name):
     from dataclasses import replace
 
-    from autoplan.catalog import catalog_model, model_source
+    from autoplan.inputs.catalog import catalog_model, model_source
 
     entry = catalog_model(name)
     assert replace(entry, name="x", max_seq_len=0) == replace(spec(name), name="x", max_seq_len=0)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from autoplan.catalog import resolve_model
+from autoplan.inputs.catalog import resolve_model
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ParallelPlan, TrainingSpec, get_framework
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile

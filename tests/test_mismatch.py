@@ -21,7 +21,7 @@ def _record(device: str, device_name: str, backend: str = "torch") -> Measuremen
 
 
 def _cpu_profile():
-    from autoplan.clusters import load_profile_file
+    from autoplan.inputs.clusters import load_profile_file
 
     return load_profile_file(CPU_PROFILE)
 

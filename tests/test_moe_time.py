@@ -116,7 +116,7 @@ def test_expert_inputs_and_router_scores_are_stored():
 
 
 def test_expert_states_per_gpu_worked_example():
-    from autoplan.catalog import catalog_model
+    from autoplan.inputs.catalog import catalog_model
     from cost_model.moe_memory import expert_state_bytes
     mixtral = catalog_model("mixtral-8x7b")
     constants = load_constants()

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from autoplan.catalog import resolve_model
+from autoplan.inputs.catalog import resolve_model
 from autoplan.specs import AutoplanError, ClusterSpec, ParallelPlan, TrainingSpec, get_framework
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile
@@ -48,7 +48,7 @@ def test_pipelined_tp_traffic_shows_its_first_chunk_or_what_outlasts_the_gemms()
 
 
 def _estimate(model_name, framework, plan, dtype="bf16", num_gpus=8, global_batch=64):
-    from autoplan.catalog import resolve_model
+    from autoplan.inputs.catalog import resolve_model
 
     model = resolve_model(model_name)
     training = TrainingSpec(global_batch_size=global_batch, seq_len=4096, dtype=dtype)
@@ -76,7 +76,7 @@ def test_row_wise_fp8_casts_the_output_gradient_and_the_input_again_for_the_weig
     # "rowwise") backward casts each output gradient a second time (m x n) and the saved bf16 input
     # again (m x k), 3 B per element (read 2, write 1), in each of 32 layers and 8 micro-batches;
     # tensor-wise reuses the one cast of each.
-    from autoplan.catalog import resolve_model
+    from autoplan.inputs.catalog import resolve_model
     from cost_model.tables import ProfileTables
 
     plan = ParallelPlan(dp=8, micro_batch_size=1, num_microbatches=8, zero_stage=1)

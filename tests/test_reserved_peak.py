@@ -30,8 +30,8 @@ def test_validate_reports_allocated_and_reserved_errors(tmp_path):
 
 def test_a_cpu_profile_predicts_no_device_terms():
     from autoplan.specs import ParallelPlan
-    from autoplan.catalog import resolve_model
-    from autoplan.clusters import resolve_cluster
+    from autoplan.inputs.catalog import resolve_model
+    from autoplan.inputs.clusters import resolve_cluster
     from autoplan.planner import make_estimator, training_shape
     from dataclasses import replace
 

@@ -32,7 +32,7 @@ def test_tpe_alone_finds_the_optimum_of_a_small_space_given_trials():
     space = SearchSpace(oracle.document.model, oracle.document.training, oracle.document.cluster,
                         Pins(pp=1, cp=1, micro_batch_size=1))
     from autoplan.planner import make_estimator
-    from autoplan.clusters import resolve_cluster
+    from autoplan.inputs.clusters import resolve_cluster
 
     _, profile = resolve_cluster(req.num_gpus)
     scorer = PlanScorer(make_estimator(space.model, space.training, space.cluster, profile))
@@ -162,7 +162,7 @@ def test_a_pinned_full_recompute_is_kept_even_when_nothing_needs_recomputing():
 def test_interleaving_with_uneven_stages_is_in_the_space():
     """126 layers (Llama 3 405B) at pp=8: ranks of 15 and 16 layers, so vpp=8 (chunks of 2, one
     layer fewer at the embedding and the loss) is a knob value and a plan the search can pick."""
-    from autoplan.catalog import catalog_model
+    from autoplan.inputs.catalog import catalog_model
     from autoplan.specs import ClusterSpec, TrainingSpec
 
     model = catalog_model("llama-3-405b")

@@ -307,7 +307,7 @@ def test_stages_follow_the_plans_uneven_split():
 def test_searched_mixtral_plan_passes_the_torch_checks(monkeypatch):
     """What `autoplan search --model mixtral-8x7b --gpus 64` picks (dp=64 ep=8 zero=1, full
     recompute of 3 layers) is accepted for 64 ranks; the same model with tp=2 is refused."""
-    from autoplan.catalog import catalog_model
+    from autoplan.inputs.catalog import catalog_model
     from executor.torch_backend import check
 
     mixtral = catalog_model("mixtral-8x7b")

@@ -77,8 +77,8 @@ def _plan_from_file(args):
 
 
 def _plan_from_flags(args):
-    from autoplan.catalog import resolve_model
-    from autoplan.clusters import check_dtype, resolve_cluster
+    from autoplan.inputs.catalog import resolve_model
+    from autoplan.inputs.clusters import check_dtype, resolve_cluster
     from autoplan.planner import score_one, training_shape
     from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, resolve_headroom
 
@@ -139,7 +139,7 @@ def _suggest(doc, scored, args) -> str:
     """For a plan that does not fit: by how much, and the nearest plan that does (recorded in the
     plan file as `nearest_fitting`)."""
     from autoplan.calibration import load_calibration
-    from autoplan.clusters import cluster_for_plan_file, resolve_cluster
+    from autoplan.inputs.clusters import cluster_for_plan_file, resolve_cluster
     from autoplan.nearest import nearest_fitting
     from autoplan.planner import make_estimator
     from autoplan.render import GIB, fits_phrase, plan_line

@@ -79,9 +79,9 @@ def _layout(args, model, training, cluster, profile, framework):
 
 
 def run(args) -> int:
-    from autoplan.catalog import resolve_model
+    from autoplan.inputs.catalog import resolve_model
     from autoplan.cli.progress import Progress
-    from autoplan.clusters import resolve_cluster
+    from autoplan.inputs.clusters import resolve_cluster
     from autoplan.memory_table import DTYPES, ZERO_STAGES, memory_rows
     from autoplan.planner import make_estimator, training_shape
     from autoplan.specs import DEFAULT_FRAMEWORK, RECOMPUTE_POLICIES, AutoplanError, is_stdout, resolve_headroom

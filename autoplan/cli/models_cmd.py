@@ -12,7 +12,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autoplan.catalog import CATALOG_PATH, catalog_model, model_names, model_source
+    from autoplan.inputs.catalog import CATALOG_PATH, catalog_model, model_names, model_source
     from autoplan.render import render_models
     from autoplan.specs.jsonio import dumps
 

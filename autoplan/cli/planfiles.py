@@ -14,7 +14,7 @@ def load_plan(path, score_missing: bool = True, own_profile: bool = True, framew
     The profile the file names must be there unless `own_profile` is False (estimate --gpu/--profile
     re-scores on another one). `framework_rules` False leaves the framework's rules to the caller:
     `run` checks them against the framework its backend runs (autoplan-xla's for --backend xla)."""
-    from autoplan.clusters import cluster_for_plan_file
+    from autoplan.inputs.clusters import cluster_for_plan_file
     from autoplan.specs import InfeasiblePlan, PlanDocument, get_framework
 
     doc = PlanDocument.load(path)

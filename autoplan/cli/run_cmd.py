@@ -170,7 +170,7 @@ def check_paths(options, out_flag: str = "-o/--output") -> None:
 
 def mismatch_warning(record, doc, base_dir) -> str | None:
     """One line when the run and the prediction it carries describe different hardware/frameworks."""
-    from autoplan.clusters import cluster_for_plan_file
+    from autoplan.inputs.clusters import cluster_for_plan_file
     from autoplan.specs import AutoplanError
     from autoplan.specs.compat import MISMATCH_ADVICE, measurement_mismatch
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autoplan.clusters import cluster_for_plan_file
+from autoplan.inputs.clusters import cluster_for_plan_file
 from autoplan.report import plots, tables
 from autoplan.report.html import Section, write_index
 from autoplan.render import plan_line

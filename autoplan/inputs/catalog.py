@@ -57,7 +57,7 @@ def catalog_model(name: str) -> ModelSpec:
 
 def resolve_model(arg: str) -> ModelSpec:
     """`--model`: a catalog name, a config.json path, or a folder holding config.json."""
-    from autoplan.hf_config import load_hf_config
+    from autoplan.inputs.hf_config import load_hf_config
 
     if not isinstance(arg, str) or not arg.strip():
         raise AutoplanError("--model is empty; give a catalog name (see `autoplan models`) or a config.json path")

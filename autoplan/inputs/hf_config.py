@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autoplan.hf_recent import RECENT_FAMILIES, SUPPORTED_RECENT
+from autoplan.inputs.hf_recent import RECENT_FAMILIES, SUPPORTED_RECENT
 from autoplan.specs import AutoplanError, ModelSpec, SchemaError, read_json
 from autoplan.specs.validation import (
     MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, show,

@@ -1,8 +1,8 @@
 """config.json readers for the 2024-2025 families: Qwen3 (dense and MoE), Qwen2-MoE, DeepSeek-V2/V3,
-gpt-oss, Gemma 2/3, OLMo 2, Phi-3, StarCoder2 and GPT-J. `autoplan.hf_config` dispatches to them by
+gpt-oss, Gemma 2/3, OLMo 2, Phi-3, StarCoder2 and GPT-J. `autoplan.inputs.hf_config` dispatches to them by
 `model_type`.
 
-Each reader takes `f`, the typed view of one config.json (`autoplan.hf_config._Fields`), and returns
+Each reader takes `f`, the typed view of one config.json (`autoplan.inputs.hf_config._Fields`), and returns
 ModelSpec keyword arguments. Defaults for absent fields are those of the matching `transformers`
 configuration class (v4.5x); where a family's config class has no default for a field a released
 config always sets, the field is required. What a config says that the planner does not model
