@@ -110,7 +110,7 @@ def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: boo
 
     facts = load_constants().framework(get_framework(framework).name)
     if calibration is not None:
-        from autoplan.calibration import CalibratedEstimator
+        from cost_model.learned.calibration import CalibratedEstimator
 
         return CalibratedEstimator(model, training, cluster, profile, calibration,
                                    allow_tp_across_nodes=allow_tp_across_nodes, framework=facts,
@@ -280,7 +280,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
                         expert_tp=get_framework(request.framework).expert_tensor_parallel)
     calibration = None
     if request.calibration_path:
-        from autoplan.calibration import load_calibration
+        from cost_model.learned.calibration import load_calibration
 
         calibration = load_calibration(request.calibration_path)
     framework = get_framework(request.framework).name
@@ -349,7 +349,7 @@ def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = 
         cluster, profile = doc.cluster, cluster_for_plan_file(doc.cluster, base_dir)
     calibration = None
     if calibration_path:
-        from autoplan.calibration import load_calibration
+        from cost_model.learned.calibration import load_calibration
 
         calibration = load_calibration(calibration_path)
     name = get_framework(framework or doc.framework).name

@@ -1,7 +1,7 @@
 """The estimator contract: what the search, the planner and the reports ask of a cost model.
 
-The analytical `Estimator` and the calibrated one (`autoplan.calibration.CalibratedEstimator`) both
-satisfy it, so either can score a search without the caller knowing which.
+The analytical `Estimator` and the calibrated one (`cost_model.learned.calibration.CalibratedEstimator`)
+both satisfy it, so either can score a search without the caller knowing which.
 """
 from __future__ import annotations
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from autoplan.calibration import CalibratedEstimator, apply, correction_factor, load_calibration
 from autoplan.cli.main import main
 from autoplan.specs import PlanDocument, read_measurements
 from cost_model import Estimator
 from cost_model.constants import load_constants
 from cost_model.learned.calibrate import load_measured_profile
+from cost_model.learned.calibration import CalibratedEstimator, apply, correction_factor, load_calibration
 from cost_model.learned.store import CalibrationFile
 
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data"

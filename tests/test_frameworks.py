@@ -168,7 +168,7 @@ def test_export_of_a_plan_made_for_another_framework_rechecks_and_rescores(tmp_p
 
 
 def test_analytical_and_calibrated_estimators_share_one_contract(tmp_path):
-    from autoplan.calibration import CalibratedEstimator
+    from cost_model.learned.calibration import CalibratedEstimator
     from cost_model import Estimator, PlanEstimator, builtin_profile
 
     model = ModelSpec(name="m", num_layers=8, hidden_size=1024, num_heads=16, num_kv_heads=16,

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from autoplan.calibration import CalibratedEstimator, load_calibration
 from autoplan.cli.main import main
 from autoplan.specs import PlanDocument
 from cost_model import builtin_profile
+from cost_model.learned.calibration import CalibratedEstimator, load_calibration
 from cost_model.learned.memory_correction import MemoryCorrection, MemoryRow, evaluate_memory
 
 H100_RUNS = Path(__file__).resolve().parents[1] / "cost_model" / "data" / "h100_runs" / "runs.jsonl"

@@ -213,7 +213,7 @@ def test_tuning_block_is_validated(made):
 def test_calibration_from_tuned_runs(tmp_path):
     """tune's calibration is calibrate's fit on its runs alone (here: shipped real CPU runs), saved
     and loaded like any calibration file; below the minimum it is refused, not fitted from too little."""
-    from autoplan.calibration import load_calibration
+    from cost_model.learned.calibration import load_calibration
     from autoplan.specs import AutoplanError
     from autoplan.tune import fit_calibration, min_calibration_runs
 

@@ -124,7 +124,7 @@ def _plan_from_flags(args):
     framework = args.framework or DEFAULT_FRAMEWORK
     calibration = None
     if args.calibration:
-        from autoplan.calibration import load_calibration
+        from cost_model.learned.calibration import load_calibration
 
         calibration = load_calibration(args.calibration)
     scored = score_one(model, training, cluster, profile, plan, args.allow_tp_across_nodes, framework, calibration,
@@ -138,7 +138,7 @@ def _plan_from_flags(args):
 def _suggest(doc, scored, args) -> str:
     """For a plan that does not fit: by how much, and the nearest plan that does (recorded in the
     plan file as `nearest_fitting`)."""
-    from autoplan.calibration import load_calibration
+    from cost_model.learned.calibration import load_calibration
     from autoplan.inputs.clusters import cluster_for_plan_file, resolve_cluster
     from autoplan.nearest import nearest_fitting
     from autoplan.planner import make_estimator

@@ -43,7 +43,7 @@ def _metrics_rows(metrics: dict) -> list:
 
 
 def accuracy_sections(data, out_dir: Path, calibration=None, measurement_paths=()) -> list[Section]:
-    from autoplan.calibration import correction_factor
+    from cost_model.learned.calibration import correction_factor
     from cost_model.learned.calibrate import MIN_CV_GROUPS, MIN_TRAINING_ROWS
     from cost_model.learned.evaluate import error_metrics, evaluate_calibration, throughput_ape
 
@@ -97,7 +97,7 @@ def accuracy_sections(data, out_dir: Path, calibration=None, measurement_paths=(
 
 # -- plan -----------------------------------------------------------------------------------------
 def _estimator(doc: PlanDocument, profile, calibration, num_gpus: int | None = None):
-    from autoplan.calibration import CalibratedEstimator
+    from cost_model.learned.calibration import CalibratedEstimator
 
     cluster = doc.cluster if num_gpus is None else replace(doc.cluster, num_gpus=num_gpus)
     return cluster, CalibratedEstimator(doc.model, doc.training, cluster, profile, calibration,
@@ -203,7 +203,7 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     out_dir is checked by the one writer's rules (autoplan.specs.output) before anything is read;
     everything is drawn into a private folder on its file system and published only when the whole
     report is done, so a failure leaves out_dir as it was (or absent)."""
-    from autoplan.calibration import load_calibration
+    from cost_model.learned.calibration import load_calibration
     from autoplan.cli.planfiles import load_plan  # the one plan reader: the rules every command applies
     from cost_model.learned.calibrate import gather
 

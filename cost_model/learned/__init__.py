@@ -1,6 +1,7 @@
 """Learned parts of the cost model: op-level regressors baked into a learned HardwareProfile, and a
 plan-level correction of the analytical step time, with grouped-CV evaluation and JSON persistence
-(docs/learned.md). Imports scikit-learn; the analytical `cost_model` does not import this package."""
+(docs/learned.md); `calibration` applies a calibration file when planning (CalibratedEstimator).
+Imports scikit-learn; the analytical `cost_model` does not import this package."""
 from cost_model.learned.calibrate import build_calibration, calibrated_validation, load_measured_profile
 from cost_model.learned.correction import (
     LogRatioRegressor, correction_in_distribution, make_correction, out_of_range_features,
