@@ -9,7 +9,7 @@ reports ~90% effective training time over 54 days, arXiv:2407.21783 section 3.3.
 """
 from __future__ import annotations
 
-from autoplan.text import human_count
+from autoplan.rendering.text import human_count
 
 
 def training_run(tokens_per_s: float, num_gpus: int, train_tokens: float, gpu_hour_price: float | None = None) -> dict:

@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoplan.render import plan_line
-from autoplan.text import text_table
+from autoplan.rendering.render import plan_line
+from autoplan.rendering.text import text_table
 from autoplan.specs import AutoplanError, Measurement, PlanDocument
 
 GIB = 2**30

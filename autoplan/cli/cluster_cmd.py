@@ -68,7 +68,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from autoplan.cli.progress import Progress
-    from autoplan.cluster_render import render_cluster
+    from autoplan.rendering.cluster_render import render_cluster
     from autoplan.cluster_search import ClusterRequest, Goal, cluster_search, gpu_options
     from autoplan.specs import DEFAULT_FRAMEWORK, is_stdout, write_json_atomic
     from autoplan.specs.jsonio import dumps

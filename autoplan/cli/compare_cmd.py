@@ -58,8 +58,8 @@ def verdict(a, b) -> str:
 
 def run(args) -> int:
     from autoplan.cli.planfiles import load_plan
-    from autoplan.render import plan_line
-    from autoplan.text import text_table
+    from autoplan.rendering.render import plan_line
+    from autoplan.rendering.text import text_table
 
     a, b = (load_plan(path) for path in args.plans)
     pa, pb = a.prediction, b.prediction

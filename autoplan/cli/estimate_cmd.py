@@ -142,7 +142,7 @@ def _suggest(doc, scored, args) -> str:
     from autoplan.inputs.clusters import cluster_for_plan_file, resolve_cluster
     from autoplan.nearest import nearest_fitting
     from autoplan.planner import make_estimator
-    from autoplan.render import GIB, fits_phrase, plan_line
+    from autoplan.rendering.render import GIB, fits_phrase, plan_line
 
     e = scored.estimate
     over = f"{(e.peak_memory_bytes - e.usable_memory_bytes) / GIB:.1f} GiB"
@@ -173,7 +173,7 @@ def _suggest(doc, scored, args) -> str:
 
 
 def run(args) -> int:
-    from autoplan.render import comparison_lines, render_document
+    from autoplan.rendering.render import comparison_lines, render_document
 
     before = None
     if args.plan is not None:

@@ -12,7 +12,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autoplan.render import render_framework, render_frameworks
+    from autoplan.rendering.render import render_framework, render_frameworks
     from autoplan.specs import FRAMEWORKS, get_framework
     from autoplan.specs.frameworks import base_framework_name
 

@@ -143,7 +143,7 @@ HEADERS = ["dtype", "zero", "recompute", "mbs", "weights", "grads", "optim", "ac
 
 
 def _render(facts: dict, defaults: list, where: str, rows: list, shown: list, args) -> str:
-    from autoplan.text import text_table, wrap_line
+    from autoplan.rendering.text import text_table, wrap_line
 
     cap, headroom = facts["memory_capacity_bytes"], facts["memory_headroom_bytes"]
     usable = f"{(cap - headroom) / GIB:.1f} GiB usable ({cap / GIB:.1f} GiB less {headroom / GIB:.1f} GiB headroom)" \

@@ -13,7 +13,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from autoplan.inputs.catalog import CATALOG_PATH, catalog_model, model_names, model_source
-    from autoplan.render import render_models
+    from autoplan.rendering.render import render_models
     from autoplan.specs.jsonio import dumps
 
     specs = [(name, catalog_model(name), model_source(name)) for name in model_names()]

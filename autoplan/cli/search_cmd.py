@@ -163,7 +163,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from autoplan.planner import PlanRequest, plan_search
-    from autoplan.render import render_document
+    from autoplan.rendering.render import render_document
     from autoplan.specs import AutoplanError
 
     if args.study_name and not args.storage:

@@ -131,7 +131,7 @@ def run(args) -> int:
                 sys.stderr.write(f"autoplan tune: calibration not written: {exc}\n")
                 return 1
         calibration.save(args.calibration_out)
-        from autoplan.text import wrap_line
+        from autoplan.rendering.text import wrap_line
 
         for line in lines:  # calibrate's report, wrapped to the output's 120 columns
             warning = line.startswith("warning:")

@@ -20,7 +20,7 @@ import numpy as np
 from autoplan.inputs.clusters import cluster_for_plan_file
 from autoplan.report import plots, tables
 from autoplan.report.html import Section, write_index
-from autoplan.render import plan_line
+from autoplan.rendering.render import plan_line
 from autoplan.specs import (
     AutoplanError, InfeasiblePlan, ParallelPlan, PlanDocument, check_output_folder, publish_folder, staging_folder,
 )

@@ -124,7 +124,7 @@ def measured_vs_predicted(paths) -> tuple[list, list]:
     same hardware and framework. Returns (rows with header first, one line per mismatch). The
     prediction is the one the plan carried when it was run (what the planner promised)."""
     from autoplan.inputs.clusters import cluster_for_plan_file
-    from autoplan.render import plan_line
+    from autoplan.rendering.render import plan_line
     from autoplan.specs import AutoplanError, PlanDocument, read_measurements
     from autoplan.specs.compat import measurement_mismatch
     from autoplan.specs.flops import mfu

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import textwrap
 
+from autoplan.rendering.text import WIDTH, human_count, text_table, wrap_line
 from autoplan.specs import get_framework
-from autoplan.text import WIDTH, human_count, text_table, wrap_line
 from cost_model.terms import meaning as term_meaning
 
 GIB = 2**30

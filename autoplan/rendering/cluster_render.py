@@ -6,8 +6,8 @@ Days, GPU-hours and cost in every row come from that row's predicted tokens/s th
 """
 from __future__ import annotations
 
-from autoplan.render import GIB, headline_lines, plan_line, setup_lines
-from autoplan.text import human_count, text_table, wrap_line
+from autoplan.rendering.render import GIB, headline_lines, plan_line, setup_lines
+from autoplan.rendering.text import human_count, text_table, wrap_line
 
 NO_PRICE = ("cost     unknown: no --gpu-hour-price (autoplan ships no price list: prices depend on the provider, the "
             "commitment and the date); ranked by GPU-hours, which is the cost at one price for every type, not "
