@@ -7,10 +7,11 @@ The public names are loaded lazily so `import autoplan` stays light (no optuna u
 from importlib import import_module
 
 _LAZY = {
-    "PlanRequest": "autoplan.planner", "PlanOutcome": "autoplan.planner", "plan_search": "autoplan.planner",
-    "estimate_document": "autoplan.planner", "resolve_model": "autoplan.inputs.catalog",
+    "PlanRequest": "autoplan.planning.planner", "PlanOutcome": "autoplan.planning.planner",
+    "plan_search": "autoplan.planning.planner", "estimate_document": "autoplan.planning.planner",
+    "resolve_model": "autoplan.inputs.catalog",
     "catalog_model": "autoplan.inputs.catalog", "model_names": "autoplan.inputs.catalog",
-    "resolve_cluster": "autoplan.inputs.clusters", "Pins": "autoplan.space",
+    "resolve_cluster": "autoplan.inputs.clusters", "Pins": "autoplan.planning.space",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -571,7 +571,7 @@ def census(limit: int | None, timeout_s: float, seed: int) -> dict:
     import matplotlib
     matplotlib.use("Agg")
     import autoplan.cli.main  # noqa: F401
-    import autoplan.planner  # noqa: F401
+    import autoplan.planning.planner  # noqa: F401
     import cost_model.learned.calibrate  # noqa: F401
     import optuna  # noqa: F401
     import sklearn.ensemble  # noqa: F401

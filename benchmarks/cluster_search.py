@@ -47,7 +47,7 @@ def timed_cluster(argv: list) -> tuple[float, float, int, dict]:
 
 
 def full_search_step_s(doc: dict, point: dict) -> float:
-    from autoplan.planner import PlanRequest, plan_search
+    from autoplan.planning.planner import PlanRequest, plan_search
 
     t = doc["training"]
     outcome = plan_search(PlanRequest(model=doc["model"]["name"], num_gpus=point["num_gpus"], gpu=point["gpu"],

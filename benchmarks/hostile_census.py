@@ -703,7 +703,7 @@ def census(only: str | None = None, per_class: int | None = None) -> dict:
     import matplotlib
     matplotlib.use("Agg")
     import autoplan.cli.main  # noqa: F401
-    import autoplan.planner  # noqa: F401
+    import autoplan.planning.planner  # noqa: F401
     import cost_model.learned.calibrate  # noqa: F401
     import optuna  # noqa: F401
     import sklearn.ensemble  # noqa: F401

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoplan.inputs.hf_config import load_hf_config
-from autoplan.planner import PlanRequest, make_estimator, plan_search
+from autoplan.planning.planner import PlanRequest, make_estimator, plan_search
 from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
 from cost_model import builtin_profile
 from cost_model.published import load_published_runs

@@ -52,7 +52,7 @@ def timed_search(model: str, gpus: int, seed: int) -> tuple[float, float, dict]:
 
 
 def exhaustive_optimum(model: str, gpus: int) -> tuple[float, int, float]:
-    from autoplan.planner import PlanRequest, plan_search
+    from autoplan.planning.planner import PlanRequest, plan_search
 
     started = time.perf_counter()
     outcome = plan_search(PlanRequest(model=model, num_gpus=gpus, exhaustive=True))

@@ -1,5 +1,5 @@
 """A cheap lower bound on a plan's step time, for an exact search that scores only the plans that
-can still win (autoplan.bounded).
+can still win (autoplan.planning.bounded).
 
 The bound reads the same per-shape layer times as the estimate (`Estimator.stage_costs`, cached
 per (micro-batch, tp, cp, ep, sp)) and keeps only terms that step_time.step_time_terms adds for
@@ -76,7 +76,7 @@ def no_recompute_time_s(est, plan: ParallelPlan) -> float:
 
 def recompute_time_lower_s(est, plan: ParallelPlan) -> float:
     """A lower bound on the step time of a selective or full recompute `plan` as the search scores it
-    (autoplan.search.PlanScorer), from the time terms alone: its own under selective recompute; under
+    (autoplan.planning.search.PlanScorer), from the time terms alone: its own under selective recompute; under
     full recompute those of one recomputed layer per stage, the fewest the scorer keeps (the
     recompute term and the bubble grow with the layers; with none at all the plan is its twin without
     recompute, scored on its own)."""

@@ -302,7 +302,7 @@ def test_report_refuses_a_measurement_file_with_a_malformed_line(capsys, files, 
 def test_a_killed_search_keeps_its_trials_in_the_storage_and_says_so_on_resume(capsys, files, tmp_path):
     """Trials reach the stored study in small batches while the search runs, so an interrupted
     search (here: interrupted after 45 scored trials) resumes with them."""
-    import autoplan.search as search
+    import autoplan.planning.search as search
 
     db = tmp_path / "study.db"
     argv = ["search", *SMALL, "--trials", "200", "--storage", f"sqlite:///{db}"]
@@ -365,11 +365,11 @@ def test_failed_command_leaves_an_existing_output_untouched(capsys, files, tmp_p
 
 
 def test_ctrl_c_during_search_is_one_line_130_and_keeps_the_plan_file(capsys, files, tmp_path, monkeypatch):
-    import autoplan.planner
+    import autoplan.planning.planner
 
     def interrupted(request):
         raise KeyboardInterrupt
-    monkeypatch.setattr(autoplan.planner, "plan_search", interrupted)
+    monkeypatch.setattr(autoplan.planning.planner, "plan_search", interrupted)
     out = tmp_path / "plan.json"
     out.write_text((files / "plan.json").read_text())
     before = digest(out)

@@ -1,15 +1,15 @@
-"""The default search (branch and bound, autoplan.bounded) against the oracle that scores every
+"""The default search (branch and bound, autoplan.planning.bounded) against the oracle that scores every
 plan: the same best plan and runners-up, and the lower bounds below every plan's step time."""
 import dataclasses
 
 import pytest
 
-from autoplan import bounded
-from autoplan.planner import PlanRequest, make_estimator, plan_search, training_shape
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import resolve_cluster
-from autoplan.search import PlanScorer, exhaustive_search
-from autoplan.space import SearchSpace
+from autoplan.planning import bounded
+from autoplan.planning.planner import PlanRequest, make_estimator, plan_search, training_shape
+from autoplan.planning.search import PlanScorer, exhaustive_search
+from autoplan.planning.space import SearchSpace
 from autoplan.specs import FRAMEWORK_NAMES, InfeasiblePlan, get_framework
 from cost_model.bounds import memory_floor_bytes, no_recompute_time_s, recompute_time_lower_s, step_time_lower_bound
 

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from autoplan.budget import training_run
 from autoplan.cli.argtypes import token_count
 from autoplan.cli.main import main
+from autoplan.planning.budget import training_run
 
 SMALL = ["--model", "llama-2-7b", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]
 

@@ -6,8 +6,8 @@ import pytest
 
 from autoplan.inputs.hf_config import load_hf_config
 from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
-from cost_model import Estimator, activation_bytes_per_layer, builtin_profile, load_constants
 from autoplan.specs.flops import model_flops_per_token
+from cost_model import Estimator, activation_bytes_per_layer, builtin_profile, load_constants
 from cost_model.flops import attention_core_fwd_flops, layer_gemms, logits_gemm
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"

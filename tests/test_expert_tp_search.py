@@ -1,7 +1,7 @@
 """The search explores expert TP (etp) jointly with tp and ep where the framework runs it."""
 from autoplan.inputs.catalog import catalog_model
-from autoplan.planner import PlanRequest, plan_search
-from autoplan.space import Pins, SearchSpace
+from autoplan.planning.planner import PlanRequest, plan_search
+from autoplan.planning.space import Pins, SearchSpace
 from autoplan.specs import ClusterSpec, TrainingSpec
 
 MIXTRAL = catalog_model("mixtral-8x7b")

@@ -167,7 +167,7 @@ def loaded(statements: str) -> list:
 
 def test_planning_the_cost_model_and_the_cli_load_no_torch():
     assert loaded("""
-        import autoplan.planner, autoplan.search, autoplan.specs, cost_model, cost_model.learned
+        import autoplan.planning.planner, autoplan.planning.search, autoplan.specs, cost_model, cost_model.learned
         import autoplan.cli.main
         autoplan.cli.main.build_parser()      # every subcommand registered, as `autoplan --help` does
     """) == []

@@ -97,8 +97,8 @@ def test_row_wise_fp8_casts_the_output_gradient_and_the_input_again_for_the_weig
 
 def test_the_megatron_export_passes_the_overlap_the_plan_was_costed_with():
     from autoplan.exporters import export_plan
-    from autoplan.planner import PlanRequest, plan_search
-    from autoplan.space import Pins
+    from autoplan.planning.planner import PlanRequest, plan_search
+    from autoplan.planning.space import Pins
     from tests.framework_acceptance import megatron_accepts
 
     flags = {}

@@ -15,8 +15,8 @@ import random
 
 import pytest
 
-from autoplan.planner import PlanRequest, plan_search
-from autoplan.space import Pins
+from autoplan.planning.planner import PlanRequest, plan_search
+from autoplan.planning.space import Pins
 from autoplan.specs import InfeasiblePlan, ModelSpec, write_json_atomic
 from executor import RunOptions
 

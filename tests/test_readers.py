@@ -102,7 +102,7 @@ def test_compare_reads_a_prediction_without_breakdowns(capsys, tmp_path, good):
 
 
 def test_tune_scores_alternatives_without_a_prediction():
-    from autoplan import tune
+    from autoplan.planning import tune
     from autoplan.specs import PlanDocument
 
     doc = PlanDocument.from_dict(json.loads(json.dumps(_plan_with_alternative())))
@@ -113,7 +113,7 @@ def test_tune_scores_alternatives_without_a_prediction():
 
 def _plan_with_alternative():
     from autoplan.cli.planfiles import load_plan  # noqa: F401 (the module the CLI reads with)
-    from autoplan.planner import score_one  # noqa: F401
+    from autoplan.planning.planner import score_one  # noqa: F401
 
     base = {"schema": "autoplan.plan/v2", "framework": "autoplan",
             "model": {"name": "m", "num_layers": 4, "hidden_size": 256, "num_heads": 8, "num_kv_heads": 8,

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from autoplan.planner import PlanRequest, plan_search
-from autoplan.search import PlanScorer, optuna_search
-from autoplan.space import Pins, SearchSpace
+from autoplan.planning.planner import PlanRequest, plan_search
+from autoplan.planning.search import PlanScorer, optuna_search
+from autoplan.planning.space import Pins, SearchSpace
 from autoplan.specs import AutoplanError, InfeasiblePlan, PlanDocument
 
 SMALL = dict(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048)
@@ -31,7 +31,7 @@ def test_tpe_alone_finds_the_optimum_of_a_small_space_given_trials():
     oracle = plan_search(PlanRequest(exhaustive=True, pins=Pins(pp=1, cp=1, micro_batch_size=1), **SMALL))
     space = SearchSpace(oracle.document.model, oracle.document.training, oracle.document.cluster,
                         Pins(pp=1, cp=1, micro_batch_size=1))
-    from autoplan.planner import make_estimator
+    from autoplan.planning.planner import make_estimator
     from autoplan.inputs.clusters import resolve_cluster
 
     _, profile = resolve_cluster(req.num_gpus)
@@ -144,13 +144,13 @@ def test_a_space_smaller_than_the_trial_budget_is_enumerated():
     (96, 4096, 768),
 ])
 def test_default_global_batch_divides_over_the_gpus(num_gpus, seq_len, expected):
-    from autoplan.planner import default_global_batch
+    from autoplan.planning.planner import default_global_batch
 
     assert default_global_batch(num_gpus, seq_len) == expected
 
 
 def test_a_pinned_full_recompute_is_kept_even_when_nothing_needs_recomputing():
-    from autoplan.planner import PlanRequest, plan_search
+    from autoplan.planning.planner import PlanRequest, plan_search
 
     outcome = plan_search(PlanRequest(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048,
                                       pins=Pins(recompute="full"), num_trials=30))
@@ -194,7 +194,7 @@ def test_rejections_count_distinct_plans():
     tp 2 and 4: 4 stages x sp on, broken by 2047 % tp, and 4 x sp off that run; tp 8 (dp 1): one plan
     with sp, one without. So batch_product 4, sp_divides_seq 4 + 4 + 1 = 9, and 4 + 4 + 1 = 9 plans.
     (Counted per knob choice, as before, the vpp values alone made them 40 and 60.)"""
-    from autoplan.planner import resolve_model
+    from autoplan.planning.planner import resolve_model
     from autoplan.specs import ClusterSpec, TrainingSpec
 
     space = SearchSpace(resolve_model("llama-2-7b"), TrainingSpec(4, 2047, "bf16"), ClusterSpec("h100-80gb", 8, 8),

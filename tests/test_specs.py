@@ -184,7 +184,7 @@ def test_a_typo_in_the_parallel_block_is_refused_not_dropped():
 
 
 def test_divisors_are_exact_and_fast_for_huge_counts():
-    from autoplan.space import divisors
+    from autoplan.planning.space import divisors
 
     for n in (1, 12, 16, 126, 97, 3600):
         assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]

@@ -215,7 +215,7 @@ def test_calibration_from_tuned_runs(tmp_path):
     and loaded like any calibration file; below the minimum it is refused, not fitted from too little."""
     from cost_model.learned.calibration import load_calibration
     from autoplan.specs import AutoplanError
-    from autoplan.tune import fit_calibration, min_calibration_runs
+    from autoplan.planning.tune import fit_calibration, min_calibration_runs
 
     runs, _ = read_measurements(ROOT / "notebooks" / "data" / "runs.jsonl")
     ok = [r for r in runs if r.status == "ok"]

@@ -3,7 +3,7 @@ and/or within a budget, with a scaling table per GPU type and the runners-up at 
 
 Exit codes: 0 a cluster meets the goal, 1 none searched does (the fastest found and by how much it
 misses are printed), 2 bad input. Thin: parse, build a ClusterRequest, call
-`autoplan.cluster_search.cluster_search`, print or write.
+`autoplan.planning.cluster_search.cluster_search`, print or write.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from autoplan.cli.argtypes import (
 
 
 def register(subparsers) -> None:
-    from autoplan.cluster_search import CLUSTER_TRIALS, DEFAULT_GPUS_MAX, DEFAULT_GPUS_MIN
+    from autoplan.planning.cluster_search import CLUSTER_TRIALS, DEFAULT_GPUS_MAX, DEFAULT_GPUS_MIN
 
     p = subparsers.add_parser("cluster",
                               help="the GPU type and count to ask for: train N tokens by a deadline or budget",
@@ -69,7 +69,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from autoplan.cli.progress import Progress
     from autoplan.rendering.cluster_render import render_cluster
-    from autoplan.cluster_search import ClusterRequest, Goal, cluster_search, gpu_options
+    from autoplan.planning.cluster_search import ClusterRequest, Goal, cluster_search, gpu_options
     from autoplan.specs import DEFAULT_FRAMEWORK, is_stdout, write_json_atomic
     from autoplan.specs.jsonio import dumps
 

@@ -55,7 +55,7 @@ _PLAN_FLAGS = ("--model", "--gpus", "--gpus-per-node", "--global-batch", "--seq-
 
 def _plan_from_file(args):
     from autoplan.cli.planfiles import load_plan
-    from autoplan.planner import estimate_document
+    from autoplan.planning.planner import estimate_document
     from autoplan.specs import AutoplanError
 
     given = [flag for flag in _PLAN_FLAGS if getattr(args, flag.lstrip("-").replace("-", "_")) is not None]
@@ -79,7 +79,7 @@ def _plan_from_file(args):
 def _plan_from_flags(args):
     from autoplan.inputs.catalog import resolve_model
     from autoplan.inputs.clusters import check_dtype, resolve_cluster
-    from autoplan.planner import score_one, training_shape
+    from autoplan.planning.planner import score_one, training_shape
     from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, resolve_headroom
 
     if args.model is None or args.gpus is None:
@@ -112,7 +112,7 @@ def _plan_from_flags(args):
     if args.recompute_layers is not None and recompute != "full":
         raise AutoplanError(f"--recompute-layers needs --recompute full, got --recompute {recompute}")
     if recompute == "full":
-        from autoplan.planner import make_estimator
+        from autoplan.planning.planner import make_estimator
 
         if args.recompute_layers is not None:
             plan = plan.replace(recompute_num_layers=args.recompute_layers)
@@ -140,8 +140,8 @@ def _suggest(doc, scored, args) -> str:
     plan file as `nearest_fitting`)."""
     from cost_model.learned.calibration import load_calibration
     from autoplan.inputs.clusters import cluster_for_plan_file, resolve_cluster
-    from autoplan.nearest import nearest_fitting
-    from autoplan.planner import make_estimator
+    from autoplan.planning.nearest import nearest_fitting
+    from autoplan.planning.planner import make_estimator
     from autoplan.rendering.render import GIB, fits_phrase, plan_line
 
     e = scored.estimate

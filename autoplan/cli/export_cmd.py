@@ -69,7 +69,7 @@ def rescored_note(doc, framework: str, plan_path) -> tuple[str, bool]:
     import copy
     from pathlib import Path
 
-    from autoplan.planner import estimate_document
+    from autoplan.planning.planner import estimate_document
 
     old = doc.prediction
     new_doc, scored = estimate_document(copy.deepcopy(doc), base_dir=Path(plan_path).parent, framework=framework)

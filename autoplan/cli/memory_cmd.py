@@ -41,13 +41,13 @@ def register(subparsers) -> None:
 
 def _layout(args, model, training, cluster, profile, framework):
     """The layout from the flags, or the searched plan's; and a line saying where it came from."""
-    from autoplan.memory_table import Layout
+    from autoplan.planning.memory_table import Layout
     from autoplan.specs import AutoplanError, get_framework
 
     given = {f: getattr(args, f) for f in LAYOUT_FLAGS if getattr(args, f) is not None}
     if not given:
-        from autoplan.planner import PlanRequest, plan_search
-        from autoplan.space import Pins
+        from autoplan.planning.planner import PlanRequest, plan_search
+        from autoplan.planning.space import Pins
         from autoplan.specs import InfeasiblePlan
 
         # --sequence-parallel / --no-sequence-parallel alone pins the searched layout (not dropped)
@@ -82,8 +82,8 @@ def run(args) -> int:
     from autoplan.inputs.catalog import resolve_model
     from autoplan.cli.progress import Progress
     from autoplan.inputs.clusters import resolve_cluster
-    from autoplan.memory_table import DTYPES, ZERO_STAGES, memory_rows
-    from autoplan.planner import make_estimator, training_shape
+    from autoplan.planning.memory_table import DTYPES, ZERO_STAGES, memory_rows
+    from autoplan.planning.planner import make_estimator, training_shape
     from autoplan.specs import DEFAULT_FRAMEWORK, RECOMPUTE_POLICIES, AutoplanError, is_stdout, resolve_headroom
 
     if args.output is not None and not is_stdout(args.output) and not args.output.lower().endswith((".csv", ".md")):

@@ -31,7 +31,7 @@ def load_plan(path, score_missing: bool = True, own_profile: bool = True, framew
     for line in doc.assumed:
         sys.stderr.write(f"note: {line}\n")
     if score_missing and not doc.prediction:
-        from autoplan.planner import estimate_document
+        from autoplan.planning.planner import estimate_document
 
         doc, _ = estimate_document(doc, base_dir=Path(path).parent)
         sys.stderr.write(f"note: plan file {str(path)!r} carries no prediction: scored with today's cost model "

@@ -1,7 +1,7 @@
 """`autoplan search`: the best parallel plan for a model on a cluster, its predicted step time and
 memory as breakdowns, the runners-up and why they lost, and the plan file (`-o`, `--json`).
 
-Thin: parse, build a PlanRequest, call `autoplan.planner.plan_search`, print or write.
+Thin: parse, build a PlanRequest, call `autoplan.planning.planner.plan_search`, print or write.
 The argument helpers here are shared with `autoplan estimate`.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ def add_pin_arguments(p: argparse.ArgumentParser, title: str = "pins (fix a knob
 
 
 def pins_from_args(args):
-    from autoplan.space import Pins
+    from autoplan.planning.space import Pins
 
     return Pins(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vpp=args.vpp, ep=args.ep,
                 micro_batch_size=args.micro_batch, zero_stage=args.zero, zero_shard=args.zero_shard,
@@ -162,7 +162,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autoplan.planner import PlanRequest, plan_search
+    from autoplan.planning.planner import PlanRequest, plan_search
     from autoplan.rendering.render import render_document
     from autoplan.specs import AutoplanError
 

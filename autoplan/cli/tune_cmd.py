@@ -52,13 +52,13 @@ def register(subparsers) -> None:
 
 def _scored(plan, plan_path: str):
     """An alternative that carries no prediction, scored as `autoplan estimate` would score it."""
-    from autoplan.planner import estimate_document
+    from autoplan.planning.planner import estimate_document
 
     return estimate_document(plan, base_dir=Path(plan_path).parent)[0]
 
 
 def run(args) -> int:
-    from autoplan import tune
+    from autoplan.planning import tune
     from autoplan.cli.planfiles import load_plan
     from autoplan.cli.progress import Progress
     from autoplan.cli.run_cmd import check_paths, check_plan, run_and_record

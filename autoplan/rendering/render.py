@@ -95,7 +95,7 @@ def _calibration_lines(doc) -> list:
 
 def budget_lines(doc) -> list:
     """Days, GPU-hours and cost to train --train-tokens with the plan (nothing when not asked)."""
-    from autoplan.budget import describe, training_run
+    from autoplan.planning.budget import describe, training_run
 
     b = doc.extra.get("train_budget")
     if not b or not doc.prediction:
@@ -105,7 +105,7 @@ def budget_lines(doc) -> list:
 
 
 def _budget_cells(doc, pred: dict) -> list:
-    from autoplan.budget import training_run
+    from autoplan.planning.budget import training_run
 
     b = doc.extra.get("train_budget")
     if not b:

@@ -1,7 +1,8 @@
 """Plain-text layout shared by every report autoplan prints: aligned tables, wrapped prose, counts.
 
-A leaf of the rendering modules (render, cluster_render, budget, tune, the CLI's compare, memory and
-tune commands): it imports nothing of ours, so they all read it without importing one another.
+A leaf of every module that prints (rendering's render and cluster_render, planning's budget and tune,
+the CLI's compare, memory and tune commands): it imports nothing of ours, so they all read it without
+importing one another.
 """
 from __future__ import annotations
 

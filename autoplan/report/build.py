@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from autoplan.inputs.clusters import cluster_for_plan_file
+from autoplan.rendering.render import plan_line
 from autoplan.report import plots, tables
 from autoplan.report.html import Section, write_index
-from autoplan.rendering.render import plan_line
 from autoplan.specs import (
     AutoplanError, InfeasiblePlan, ParallelPlan, PlanDocument, check_output_folder, publish_folder, staging_folder,
 )
@@ -107,8 +107,8 @@ def _estimator(doc: PlanDocument, profile, calibration, num_gpus: int | None = N
 def search_plans(doc: PlanDocument, profile, calibration=None, num_gpus: int | None = None):
     """The search library's result for the doc's problem (at its GPU count or another one):
     exhaustive when the space is small enough, else NSGA-II (seeded) for a time/memory front."""
-    from autoplan.search import PlanScorer, search
-    from autoplan.space import SearchSpace
+    from autoplan.planning.search import PlanScorer, search
+    from autoplan.planning.space import SearchSpace
 
     cluster, estimator = _estimator(doc, profile, calibration, num_gpus)
     space = SearchSpace(doc.model, doc.training, cluster)

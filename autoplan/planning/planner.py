@@ -12,8 +12,8 @@ from typing import Callable
 
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import check_count, check_dtype, cluster_for_plan_file, resolve_cluster
-from autoplan.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
-from autoplan.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
+from autoplan.planning.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
+from autoplan.planning.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
 from autoplan.specs import (
     AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, InfeasiblePlan, ModelSpec, PlanDocument,
     MemoryHeadroom, TrainingSpec, get_framework, resolve_headroom,

@@ -11,7 +11,7 @@ Bounds (cost_model.bounds): a loose one from the layer times, the head and the w
 every group; each ZeRO stage's time without recompute (no memory model); a plan's own time terms
 under recompute (one recomputed layer under full). A ZeRO stage no plan of which fits (its leanest
 memory, floored for every policy by bounds.memory_floor_bytes) is not scored either.
-`autoplan.search` (bounded_search) makes the scores its SearchResult; this module does not import it.
+`autoplan.planning.search` (bounded_search) makes the scores its SearchResult; this module does not import it.
 
 The bounds hold for the analytical Estimator; a calibrated or learned one may scale times down,
 so `search` uses Optuna there. If a scored plan ever comes in under its stage's bound, `search`
@@ -23,7 +23,7 @@ import heapq
 import itertools
 import math
 
-from autoplan.space import SearchSpace, batch_rule
+from autoplan.planning.space import SearchSpace, batch_rule
 from autoplan.specs import InfeasiblePlan, ParallelPlan
 
 KEEP_LAYOUTS = 5
@@ -130,7 +130,7 @@ def _never_fits(est, plan: ParallelPlan) -> bool:
 
 
 def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS) -> tuple | None:
-    """The plans the exhaustive search's answer needs, scored by `scorer` (autoplan.search.PlanScorer):
+    """The plans the exhaustive search's answer needs, scored by `scorer` (autoplan.planning.search.PlanScorer):
     only the groups whose bound can still beat the `keep_layouts`-th best layout (see the module
     docstring). (scored, rule rejections, plans left unscored), or None when a plan came in under its
     group's bound: the caller then scores every plan.

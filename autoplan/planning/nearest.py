@@ -3,8 +3,8 @@
 A small local search around the given plan, in the order a person would reach for the levers:
 first the memory levers alone (ZeRO stage, recompute, micro-batch), then the layout too (tp, pp,
 sequence parallelism), keeping the GPU count, cp, ep and the training shape. Each step enumerates
-the search space with every other knob pinned to the plan's value (autoplan.space), scores it with
-the search's own scorer (autoplan.search.PlanScorer: full recompute gets the fewest layers that fit),
+the search space with every other knob pinned to the plan's value (autoplan.planning.space), scores it with
+the search's own scorer (autoplan.planning.search.PlanScorer: full recompute gets the fewest layers that fit),
 and keeps the plans that run. Of those, the fastest wins (the fewest changed knobs on a tie): "nearest"
 is the step, not the count of flags, since one lever alone can cost far more time than two together
 (llama-2-70b at tp=8 on 32 H100s: ZeRO-3 alone fits at +79% step time, ZeRO-2 with full recompute of
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autoplan.search import PlanScorer, Scored
-from autoplan.space import KNOBS, Pins, SearchSpace
+from autoplan.planning.search import PlanScorer, Scored
+from autoplan.planning.space import KNOBS, Pins, SearchSpace
 from autoplan.specs import ParallelPlan
 
 MEMORY_LEVERS = ("zero_stage", "recompute", "micro_batch_size")

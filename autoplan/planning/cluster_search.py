@@ -1,10 +1,10 @@
 """The cluster to ask for: GPU type and count to train N tokens by a deadline and/or within a budget.
 
 For each GPU type (a built-in profile or a measured one) and each GPU count (powers of two below a
-node, whole nodes in powers of two from one node up), the plan search of `autoplan.search` runs with
+node, whole nodes in powers of two from one node up), the plan search of `autoplan.planning.search` runs with
 a smaller budget than `autoplan search` (CLUSTER_TRIALS TPE trials, then the local polish from the
 CLUSTER_POLISH_STARTS best layouts; the same seed at every point). The best plan's throughput gives
-days, GPU-hours and cost through `autoplan.budget.training_run`, the formulas `search
+days, GPU-hours and cost through `autoplan.planning.budget.training_run`, the formulas `search
 --train-tokens` prints.
 
 The choice: with a deadline, the cheapest point that meets it (and the budget, if given), cheapest
@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autoplan.budget import training_run
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_cluster
-from autoplan.planner import leanest_fitting_knobs, make_estimator, plan_document, training_shape
-from autoplan.search import PlanScorer, SearchResult, search
-from autoplan.space import SearchSpace
+from autoplan.planning.budget import training_run
+from autoplan.planning.planner import leanest_fitting_knobs, make_estimator, plan_document, training_shape
+from autoplan.planning.search import PlanScorer, SearchResult, search
+from autoplan.planning.space import SearchSpace
 from autoplan.specs import (
     DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, MemoryHeadroom, get_framework, resolve_headroom,
 )

@@ -13,13 +13,13 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from autoplan.space import KNOBS, SearchSpace
+from autoplan.planning.space import KNOBS, SearchSpace
 from autoplan.specs import AutoplanError, CostEstimate, InfeasiblePlan, ParallelPlan
 
 GIB = 2**30
 SAMPLERS = ("tpe", "nsga2")
 AUTO = "auto"
-"""The default: the exact branch-and-bound enumeration (autoplan.bounded) where the cost model has
+"""The default: the exact branch-and-bound enumeration (autoplan.planning.bounded) where the cost model has
 a lower bound and no study is stored, else TPE."""
 DEFAULT_TRIALS = {"tpe": 200, "nsga2": 600}
 NSGA2_POPULATION = 40
@@ -126,7 +126,7 @@ class SearchResult:
     """NSGA-II only: the non-dominated plans (step time vs memory), fastest first."""
     num_pruned: int = 0
     """Exhaustive search only: plans never scored because a lower bound on their step time
-    exceeded the best found (autoplan.bounded); 0 when every plan was scored."""
+    exceeded the best found (autoplan.planning.bounded); 0 when every plan was scored."""
 
     @property
     def best(self) -> Scored | None:
@@ -169,8 +169,8 @@ def exhaustive_search(space: SearchSpace, scorer: PlanScorer) -> SearchResult:
 
 def bounded_search(space: SearchSpace, scorer: PlanScorer) -> SearchResult:
     """The exhaustive search's answer from the plans a lower bound on step time cannot rule out
-    (autoplan.bounded); every plan scored if a bound is ever broken."""
-    from autoplan.bounded import bounded_scores
+    (autoplan.planning.bounded); every plan scored if a bound is ever broken."""
+    from autoplan.planning.bounded import bounded_scores
 
     started = time.perf_counter()
     found = bounded_scores(space, scorer)
@@ -428,11 +428,11 @@ def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_tri
            study_name: str | None = None, log=None, polish_starts: int = POLISH_STARTS,
            first_knobs: tuple = ()) -> SearchResult:
     """The search the user asked for. `auto` (the default) is exact: branch and bound over the whole
-    space (autoplan.bounded) for the analytical cost model without a stored study, else TPE. A
+    space (autoplan.planning.bounded) for the analytical cost model without a stored study, else TPE. A
     space with no more knob combinations than the trial budget (heavily pinned) is enumerated
     instead: exact, and cheaper than sampling it with repeats. `exhaustive` scores every plan."""
     if sampler == AUTO:
-        from autoplan.bounded import supports_bounds
+        from autoplan.planning.bounded import supports_bounds
 
         if storage is None and num_trials is None and not exhaustive and supports_bounds(scorer.estimator):
             return bounded_search(space, scorer)
