@@ -6,7 +6,7 @@ import pytest
 
 from autoplan.cli.argtypes import token_count
 from autoplan.cli.main import main
-from autoplan.planning.budget import training_run
+from cost_model.budget import training_run
 
 SMALL = ["--model", "llama-2-7b", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]
 

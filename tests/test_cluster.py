@@ -5,7 +5,7 @@ import re
 import pytest
 
 from autoplan.cli.main import main
-from autoplan.planning.budget import training_run
+from cost_model.budget import training_run
 
 # 10 trials per count and counts 8..256 keep each call to a few seconds on a busy 2-core machine.
 BASE = ["cluster", "--model", "llama-2-7b", "--train-tokens", "1T", "--gpus-max", "256", "--trials", "10",

@@ -4,7 +4,7 @@ For each GPU type (a built-in profile or a measured one) and each GPU count (pow
 node, whole nodes in powers of two from one node up), the plan search of `autoplan.planning.search` runs with
 a smaller budget than `autoplan search` (CLUSTER_TRIALS TPE trials, then the local polish from the
 CLUSTER_POLISH_STARTS best layouts; the same seed at every point). The best plan's throughput gives
-days, GPU-hours and cost through `autoplan.planning.budget.training_run`, the formulas `search
+days, GPU-hours and cost through `cost_model.budget.training_run`, the formulas `search
 --train-tokens` prints.
 
 The choice: with a deadline, the cheapest point that meets it (and the budget, if given), cheapest
@@ -28,7 +28,7 @@ from typing import Callable
 
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_cluster
-from autoplan.planning.budget import training_run
+from cost_model.budget import training_run
 from autoplan.planning.planner import leanest_fitting_knobs, make_estimator, plan_document, training_shape
 from autoplan.planning.search import PlanScorer, SearchResult, search
 from autoplan.planning.space import SearchSpace

@@ -2,7 +2,7 @@
 it), the runners-up at other sizes and a scaling table per GPU type. Lines fit 120 columns.
 
 Days, GPU-hours and cost in every row come from that row's predicted tokens/s through
-`autoplan.planning.budget.training_run` (steady state).
+`cost_model.budget.training_run` (steady state).
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import textwrap
 
 from autoplan.rendering.text import WIDTH, human_count, text_table, wrap_line
 from autoplan.specs import get_framework
+from cost_model.budget import training_run
 from cost_model.terms import meaning as term_meaning
 
 GIB = 2**30
@@ -93,20 +94,25 @@ def _calibration_lines(doc) -> list:
     return [f"costed   {doc.provenance.get('cost_model', '?')}, calibrated with {path} (`autoplan calibrate`)"]
 
 
+def describe_training_run(run: dict, train_tokens: float, num_gpus: int, gpu_hour_price: float | None) -> str:
+    """One line of cost_model.budget.training_run: days, GPU-hours and, with a price, dollars."""
+    text = (f"  train {human_count(train_tokens)} tokens: {run['days']:,.1f} days on {num_gpus:,} GPUs, "
+            f"{run['gpu_hours']:,.0f} GPU-hours")
+    if run["cost"] is not None:
+        text += f", ${run['cost']:,.0f} at ${gpu_hour_price:,.2f}/GPU-hour"
+    return text + " (steady state)"
+
+
 def budget_lines(doc) -> list:
     """Days, GPU-hours and cost to train --train-tokens with the plan (nothing when not asked)."""
-    from autoplan.planning.budget import describe, training_run
-
     b = doc.extra.get("train_budget")
     if not b or not doc.prediction:
         return []
     run = training_run(doc.prediction["tokens_per_s"], doc.cluster.num_gpus, b["train_tokens"], b.get("gpu_hour_price"))
-    return [describe(run, b["train_tokens"], doc.cluster.num_gpus, b.get("gpu_hour_price"))]
+    return [describe_training_run(run, b["train_tokens"], doc.cluster.num_gpus, b.get("gpu_hour_price"))]
 
 
 def _budget_cells(doc, pred: dict) -> list:
-    from autoplan.planning.budget import training_run
-
     b = doc.extra.get("train_budget")
     if not b:
         return []

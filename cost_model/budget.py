@@ -9,8 +9,6 @@ reports ~90% effective training time over 54 days, arXiv:2407.21783 section 3.3.
 """
 from __future__ import annotations
 
-from autoplan.rendering.text import human_count
-
 
 def training_run(tokens_per_s: float, num_gpus: int, train_tokens: float, gpu_hour_price: float | None = None) -> dict:
     """{"days", "gpu_hours", "cost"} of training `train_tokens` at `tokens_per_s` (cost None without a price)."""
@@ -18,11 +16,3 @@ def training_run(tokens_per_s: float, num_gpus: int, train_tokens: float, gpu_ho
     gpu_hours = seconds * num_gpus / 3600
     return {"days": seconds / 86400, "gpu_hours": gpu_hours,
             "cost": gpu_hours * gpu_hour_price if gpu_hour_price else None}
-
-
-def describe(run: dict, train_tokens: float, num_gpus: int, gpu_hour_price: float | None) -> str:
-    text = (f"  train {human_count(train_tokens)} tokens: {run['days']:,.1f} days on {num_gpus:,} GPUs, "
-            f"{run['gpu_hours']:,.0f} GPU-hours")
-    if run["cost"] is not None:
-        text += f", ${run['cost']:,.0f} at ${gpu_hour_price:,.2f}/GPU-hour"
-    return text + " (steady state)"
