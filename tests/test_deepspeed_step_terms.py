@@ -11,6 +11,7 @@ from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile
 from cost_model.step_time import dp_time
 from cost_model.tables import ProfileTables
+from tests.cli_run import run_cli
 
 # GPT style, 8 layers of h = 1024: per layer QKV 3h^2 + 3h, projection h^2 + h, MLP 8h^2 + 5h, two
 # LayerNorms 4h: 12h^2 + 13h parameters.
@@ -97,3 +98,15 @@ def test_no_accumulation_cost_where_gradients_are_reduced_as_they_come():
                           framework=framework.with_overrides(grad_accumulation_bytes={}))
         assert est.estimate(plan).time_breakdown_s["weight_casts"] == \
             fused.estimate(plan).time_breakdown_s["weight_casts"]
+
+
+def test_the_frameworks_command_says_where_each_accumulates_and_when_it_overlaps(capsys):
+
+    code, out, _ = run_cli(capsys, "frameworks", "deepspeed")
+    assert code == 0
+    assert "DP window 80% at ZeRO 3 only" in out
+    assert "gradient accumulation outside the GEMM at ZeRO 0-1: bf16 18 B, fp16 6" in " ".join(out.split())
+    code, out, _ = run_cli(capsys, "frameworks", "megatron-deepspeed")
+    assert code == 0 and "DP window none (reduced after the backward)" in out
+    code, out, _ = run_cli(capsys, "frameworks", "megatron-core")
+    assert code == 0 and "gradient accumulation in the GEMM" in out and "DP window 80%," in out

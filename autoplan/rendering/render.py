@@ -94,6 +94,24 @@ def _calibration_lines(doc) -> list:
     return [f"costed   {doc.provenance.get('cost_model', '?')}, calibrated with {path} (`autoplan calibrate`)"]
 
 
+def _accumulation(f) -> str:
+    """Where a framework adds each micro-batch's gradients (Framework.grad_accumulation_bytes)."""
+    if not f.grad_accumulation_bytes:
+        return "in the GEMM"
+    per_dtype = ", ".join(f"{dtype} {later:g} B" + (f" ({first:g} B the first)" if first != later else "")
+                          for dtype, (first, later) in f.grad_accumulation_bytes.items())
+    return f"outside the GEMM at ZeRO 0-1: {per_dtype} per parameter and micro-batch"
+
+
+def _dp_window(f) -> str:
+    """How much of its compute window a framework's DP collectives hide under, and at which ZeRO stages."""
+    stages = tuple(f.dp_overlap_zero_stages)
+    if not stages or not f.dp_comm_overlap:
+        return "none (reduced after the backward)"
+    where = "" if set(stages) >= {0, 1, 2, 3} else f" at ZeRO {', '.join(map(str, stages))} only"
+    return f"{f.dp_comm_overlap:.0%}{where}"
+
+
 def describe_training_run(run: dict, train_tokens: float, num_gpus: int, gpu_hour_price: float | None) -> str:
     """One line of cost_model.budget.training_run: days, GPU-hours and, with a price, dollars."""
     text = (f"  train {human_count(train_tokens)} tokens: {run['days']:,.1f} days on {num_gpus:,} GPUs, "
@@ -324,8 +342,9 @@ def render_framework(f, fitted: dict | None = None) -> str:
               f"selective recompute = {f.selective_recompute}",
               f"  activations saved as: {f.activation_recipe}; outside the allocator: "
               f"{f.runtime_bytes / 2 ** 30:.2f} GiB (CUDA context, cuBLAS/NCCL)",
-              f"fuses: flash attention {'yes' if f.flash_attention else 'no'}, memory-bound bytes x{f.fused_elementwise:g}",
-              f"overlaps: TP comm {f.tp_comm_overlap:.0%}, DP window {f.dp_comm_overlap:.0%}, "
+              f"fuses: flash attention {'yes' if f.flash_attention else 'no'}, memory-bound bytes x{f.fused_elementwise:g}, "
+              f"gradient accumulation {_accumulation(f)}",
+              f"overlaps: TP comm {f.tp_comm_overlap:.0%}, DP window {_dp_window(f)}, "
               f"pipeline scatter/gather {'yes' if f.pp_scatter_gather else 'no'}",
               f"can run: {_can_run(f)}"]
     if fitted:
