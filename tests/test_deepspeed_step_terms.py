@@ -101,7 +101,6 @@ def test_no_accumulation_cost_where_gradients_are_reduced_as_they_come():
 
 
 def test_the_frameworks_command_says_where_each_accumulates_and_when_it_overlaps(capsys):
-
     code, out, _ = run_cli(capsys, "frameworks", "deepspeed")
     assert code == 0
     assert "DP window 80% at ZeRO 3 only" in out
