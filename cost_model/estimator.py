@@ -89,8 +89,9 @@ class Estimator:
         self.model, self.training, self.cluster, self.profile = model, training, cluster, profile
         self.constants = constants or load_constants()
         # The framework's documented facts with its fitted efficiency values merged in; a Framework
-        # given here is used as it is (the caller merged what it wanted).
-        self.framework = framework or self.constants.framework(DEFAULT_FRAMEWORK)
+        # given here is used as it is (the caller merged what it wanted), with the model states a run in
+        # the training dtype keeps (Framework.for_dtype: DeepSpeed's bf16 optimizer).
+        self.framework = (framework or self.constants.framework(DEFAULT_FRAMEWORK)).for_dtype(training.dtype)
         self.allow_tp_across_nodes = allow_tp_across_nodes
         # The user's safety margin: "fits" (and the fewest recomputed layers that fit) is judged
         # against capacity - headroom; the breakdowns themselves do not change.

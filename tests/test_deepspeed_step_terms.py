@@ -65,7 +65,8 @@ def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_every_micro_batc
     assert deepspeed.grad_accumulation_bytes[dtype] == (bytes_first, bytes_later)
     fused = deepspeed.with_overrides(grad_accumulation_bytes={})
     # pp = 2 over 8 layers, dp = 4, micro-batch 2 of a 64-sequence batch: m = 8 micro-batches. The
-    # last stage holds 4 layers, the final LayerNorm (2h) and the tied head (50304 x h).
+    # last stage holds 4 layers, the final LayerNorm (2h) and the head (50304 x h; the embedding, untied,
+    # is the first stage's).
     plan = ParallelPlan(pp=2, dp=4, micro_batch_size=2, num_microbatches=8, zero_stage=1)
     est, tables = _estimate(deepspeed, plan, dtype)
     m = 8
@@ -109,3 +110,21 @@ def test_the_frameworks_command_says_where_each_accumulates_and_when_it_overlaps
     assert code == 0 and "DP window none (reduced after the backward)" in out
     code, out, _ = run_cli(capsys, "frameworks", "megatron-core")
     assert code == 0 and "gradient accumulation in the GEMM" in out and "DP window 80%," in out
+
+
+def test_deepspeed_bf16_keeps_full_size_fp32_gradients_below_zero2():
+    # BF16_Optimizer (ZeRO 0-1 in bf16): fp32_groups_gradients_flat is zeros_like the whole bf16 group,
+    # 4 B per local parameter on every rank; fp16's ZeRO-1 keeps only its partition's, 4 B / dp.
+    # dp = 4, pp = 1: 8 layers + the final LayerNorm (2h) + the embedding and the untied head (2 x 50304 x h).
+    local_params = 8 * LAYER_PARAMS + 2 * 1024 + 2 * 50304 * 1024
+    plan = ParallelPlan(dp=4, micro_batch_size=2, num_microbatches=8, zero_stage=1)
+    deepspeed = load_constants().framework("megatron-deepspeed")
+    bf16 = _estimate(deepspeed, plan, "bf16")[0].estimate(plan).memory_breakdown_bytes
+    fp16 = _estimate(deepspeed, plan, "fp16")[0].estimate(plan).memory_breakdown_bytes
+    assert bf16["grad_accumulator"] == pytest.approx(4 * local_params, rel=1e-9) and "grad_partition" not in bf16
+    assert fp16["grad_partition"] == pytest.approx(4 * local_params / 4, rel=1e-9) and "grad_accumulator" not in fp16
+    assert bf16["optimizer"] == pytest.approx(fp16["optimizer"]) == pytest.approx(12 * local_params / 4, rel=1e-9)
+    # At ZeRO-2 DeepSpeed's ZeRO optimizer partitions the fp32 gradients in bf16 too.
+    zero2 = ParallelPlan(dp=4, micro_batch_size=2, num_microbatches=8, zero_stage=2)
+    bf16_zero2 = _estimate(load_constants().framework("deepspeed"), zero2, "bf16")[0].estimate(zero2)
+    assert bf16_zero2.memory_breakdown_bytes["grad_accumulator"] == pytest.approx(4 * local_params / 4, rel=1e-9)

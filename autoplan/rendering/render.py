@@ -332,10 +332,13 @@ def _loss_kind(f) -> str:
 def render_framework(f, fitted: dict | None = None) -> str:
     """`autoplan frameworks NAME`: every fact of one framework with its source; `fitted` names the
     efficiency values the cost model fitted on published runs (already merged into `f`)."""
-    lines = [f"{f.name}: {f.description}", f"  facts of: {f.version}", "", "stores (bytes per parameter)"]
-    lines += text_table(["state", "bytes", "sharded from ZeRO", "what"],
-                        [[k, f"{t.bytes_per_param:g}", str(t.sharded_from_zero) if t.sharded_from_zero <= 3 else "never",
-                          t.what] for k, t in f.states.items()], "lrrl")
+    lines = [f"{f.name}: {f.description}", f"  facts of: {f.version}"]
+    for title, states in [("stores (bytes per parameter)", f.states),
+                          *((f"stores in {dtype} (bytes per parameter)", s) for dtype, s in f.states_by_dtype.items())]:
+        lines += ["", title]
+        lines += text_table(["state", "bytes", "sharded from ZeRO", "what"],
+                            [[k, f"{t.bytes_per_param:g}", str(t.sharded_from_zero) if t.sharded_from_zero <= 3 else "never",
+                              t.what] for k, t in states.items()], "lrrl")
     lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {f.activation_bytes} B "
               f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}"
               f"{f' over {f.loss_chunks} sequence chunks, one at a time' if f.loss_chunks > 1 else ''}, "

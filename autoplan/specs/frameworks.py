@@ -43,6 +43,17 @@ _DEEPSPEED_STATES = {
 }
 """DeepSpeed ZeRO (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): gradients stay in the
 compute dtype until reduced; the optimizer works on an fp32 copy of its own partition."""
+_DEEPSPEED_BF16_STATES = {
+    "params": StateTerm(2, 3, "bf16 weights the kernels read"),
+    "grads": StateTerm(2, 2, "bf16 gradients (param.grad of the micro-batch)"),
+    "grad_accumulator": StateTerm(4, 2, "fp32 gradients the micro-batches add into: full-size under "
+                                        "BF16_Optimizer (ZeRO 0-1), the rank's partition at ZeRO 2-3"),
+    "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
+}
+"""DeepSpeed in bf16: at ZeRO 0-1 (and under its pipeline engine) BF16_Optimizer keeps
+fp32_groups_gradients_flat, zeros_like the whole bf16 flat group in fp32, of which each rank's
+partition is a view (deepspeed/runtime/bf16_optimizer.py); the fp32 master weights and Adam states
+are partitioned. fp16 runs keep _DEEPSPEED_STATES (ZeRO-1's fp32 gradient is the partition's)."""
 _DEEPSPEED_GRAD_ACCUMULATION = {"bf16": (18.0, 18.0), "fp16": (0.0, 6.0)}
 """bf16 (BF16_Optimizer, which DeepSpeed picks for bf16 at ZeRO-1 and under its pipeline engine:
 engine.py _do_optimizer_sanity_check): each micro-batch's backward ends in update_hp_grads,
@@ -313,7 +324,9 @@ FRAMEWORKS = {f.name: f for f in (
         states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8, dp_bucket_params=5e8,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         dp_overlap_zero_stages=(3,), grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION,
+        states_by_dtype={"bf16": _DEEPSPEED_BF16_STATES},
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
+                 "states_by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
                  "grad_accumulation_bytes": "deepspeed/runtime/bf16_optimizer.py update_hp_grads; torch autograd "
                                             "AccumulateGrad (fp16)",
                  "dp_overlap_zero_stages": _DEEPSPEED_OVERLAP_SOURCE,
@@ -366,8 +379,9 @@ FRAMEWORKS = {f.name: f for f in (
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
         states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, dp_bucket_params=5e8,
         max_zero_with_moe=2, max_cp=1, max_vpp=1, sequence_parallel="never", mla=False, dp_overlap_zero_stages=(),
-        grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION,
+        grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION, states_by_dtype={"bf16": _DEEPSPEED_BF16_STATES},
         sources={"dp_overlap_zero_stages": _DEEPSPEED_PIPE_REDUCE_SOURCE,
+                 "states_by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
                  "grad_accumulation_bytes": "deepspeed/runtime/pipe/engine.py _exec_backward_pass: "
                                             "optimizer.update_hp_grads after every micro-batch's backward (bf16)",
                  "max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
