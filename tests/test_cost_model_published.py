@@ -167,3 +167,8 @@ def test_fit_script_runs_and_stays_within_its_bounds():
     assert c.frameworks["megatron-2021"]["gemm_efficiency"] == c.frameworks["llm-foundry"]["gemm_efficiency"] \
         == values["gemm_efficiency"]
     assert c.framework("torchtitan").fp8_gemm_efficiency == 1.0
+    # torch.compile's share of the memory-bound bytes is derived, never fitted: a compiled run moves
+    # the minimal count, 1 / elementwise_bytes_factor of what the eager kernels move.
+    assert "compiled_elementwise_factor" not in {name for name, *_ in fit_constants.PARAMETERS}
+    c = fit_constants.constants_from({"elementwise_bytes_factor": 2.5})
+    assert {c.framework(fw).compiled_elementwise_factor for fw in fit_constants.PUBLISHED} == {0.4}

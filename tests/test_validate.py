@@ -73,14 +73,16 @@ SPLIT_BOUNDS = {
     # the SP all-gathers, fms-fsdp read as FSDP1 on its network, hybrid sharding, refitted: -> the sixth;
     # then OLMo-core 32B's feed-forward-only recompute, refitted: -> the seventh; then DeepSpeed as its
     # code runs (no DP overlap below ZeRO-3 or under its pipeline engine, gradient accumulation outside
-    # the GEMM) and torchao's float8 all-gather where torchtitan rows state it, refitted: -> the last.
-    ("source", "bf16_fp16"): (0.10, 0.87),            # 11.8% -> 11.4% -> 10.6% -> 10.6% -> 10.4% -> 9.5% -> 9.5% -> 9.6%, +0.91
-    ("gpu_generation", "bf16_fp16"): (0.115, 0.86),   # 12.3% -> 12.3% -> 11.5% -> 11.5% -> 11.5% -> 11.3% -> 11.2% -> 10.9%, +0.90
-    ("scale", "bf16_fp16"): (0.083, 0.90),            # 8.4% -> 8.5% -> 8.0% -> 8.0% -> 8.0% -> 7.9% -> 7.9% -> 7.8%, +0.94
-    ("source", "fp8"): (0.135, 0.88),                 # 14.4% -> 14.9% -> 15.2% -> 14.8% -> 14.7% -> 13.3% -> 13.0% -> 12.7%, +0.94
-    ("gpu_generation", "fp8"): (0.152, 0.87),         # 16.6% -> 15.4% -> 15.4% -> 15.0% -> 14.9% -> 14.6% -> 14.4% -> 14.4%, +0.93
-    ("scale", "fp8"): (0.115, 0.91),                  # 11.9% -> 12.0% -> 12.3% -> 12.2% -> 12.0% -> 11.3% -> 11.2% -> 10.9%, +0.94
-    ("precision", "fp8"): (0.13, 0.90),               # 13.3% -> 13.8% -> 13.7% -> 13.4% -> 13.3% -> 12.5% -> 12.4% -> 12.3%, +0.94
+    # the GEMM) and torchao's float8 all-gather where torchtitan rows state it, refitted: -> the eighth;
+    # then torch.compile's share of the memory-bound bytes derived (the minimal count), not fitted,
+    # refitted: -> the last.
+    ("source", "bf16_fp16"): (0.10, 0.87),            # 11.8% -> 11.4% -> 10.6% -> 10.6% -> 10.4% -> 9.5% -> 9.5% -> 9.6% -> 9.4%, +0.91
+    ("gpu_generation", "bf16_fp16"): (0.115, 0.86),   # 12.3% -> 12.3% -> 11.5% -> 11.5% -> 11.5% -> 11.3% -> 11.2% -> 10.9% -> 10.8%, +0.90
+    ("scale", "bf16_fp16"): (0.083, 0.90),            # 8.4% -> 8.5% -> 8.0% -> 8.0% -> 8.0% -> 7.9% -> 7.9% -> 7.8% -> 7.9%, +0.94
+    ("source", "fp8"): (0.135, 0.88),                 # 14.4% -> 14.9% -> 15.2% -> 14.8% -> 14.7% -> 13.3% -> 13.0% -> 12.7% -> 12.5%, +0.94
+    ("gpu_generation", "fp8"): (0.13, 0.87),          # 16.6% -> 15.4% -> 15.4% -> 15.0% -> 14.9% -> 14.6% -> 14.4% -> 14.4% -> 12.6%, +0.94
+    ("scale", "fp8"): (0.115, 0.91),                  # 11.9% -> 12.0% -> 12.3% -> 12.2% -> 12.0% -> 11.3% -> 11.2% -> 10.9% -> 10.7%, +0.94
+    ("precision", "fp8"): (0.12, 0.90),               # 13.3% -> 13.8% -> 13.7% -> 13.4% -> 13.3% -> 12.5% -> 12.4% -> 12.3% -> 11.6%, +0.95
     # The MoE rows no fit ever saw (issue 25), 2026-12: far from issue 25's target (<= 10%, >= 0.8);
     # the bound keeps them from getting worse (68.3%, -0.09 before cost_model/moe_time.py; 63.9%, +0.11
     # with it on the constants of 77aeed0; 65.7%, -0.08 on the constants refitted with the DP buckets;

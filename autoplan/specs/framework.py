@@ -248,7 +248,9 @@ class Framework:
     """Bytes its memory-bound ops (norms, activations, residuals, RoPE, loss) move over the minimal
     count of cost_model/layer_time.py."""
     compiled_elementwise_factor: float = 1.0
-    """`fused_elementwise` when the run uses torch.compile (what compilation leaves of those bytes)."""
+    """`fused_elementwise` when the run uses torch.compile (what compilation leaves of those bytes).
+    For the published frameworks derived, not fitted: 1 / elementwise_bytes_factor, so that a compiled
+    run moves the minimal count (benchmarks/fit_constants.py constants_from)."""
     async_tp_overlap: float = 0.0
     """`tp_comm_overlap` when the run turns async TP on."""
     overlap_contention: float = 0.0
