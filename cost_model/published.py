@@ -124,6 +124,8 @@ _FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
 """How an MLPerf row's config or log states NeMo's fp8_params."""
 _FSDP_FLOAT8_GATHER = re.compile(r"enable_fsdp_float8_all_gather|FSDP float8 all-gather", re.IGNORECASE)
 """How a torchtitan row's config or notes state torchao's float8 all-gather under FSDP2."""
+_ASYNC_TP = re.compile(r"asyncTP|AsyncTP|enable_async_tensor_parallel\s*=\s*true")
+"""How a torchtitan row states async TP (experimental.enable_async_tensor_parallel)."""
 _GRAD_SYNC_BF16 = (
     # mlcommons/training_results_v3.0 NVIDIA/benchmarks/gpt3/implementations/pytorch/conf/
     # megatron_gpt_config.yaml (9f08e30): optim distributed_fused_adam, grad_sync_dtype: bf16.
@@ -414,7 +416,7 @@ def row_to_run(row: dict) -> PublishedRun:
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
         cluster=cluster, plan=plan, framework=framework,
         compiled=facts["compiled"] if "compiled" in facts else "compile" in notes,
-        async_tp=("asyncTP" in notes or "AsyncTP" in notes) and framework == "torchtitan",
+        async_tp=bool(_ASYNC_TP.search(notes)) and framework == "torchtitan",
         tp_comm_overlap=facts.get("tp_comm_overlap", False) and framework == "megatron-core",
         fp8_rowwise="rowwise" in row["id"] or facts.get("fp8_recipe") == "rowwise",
         # The FlashAttention-2 paper's baselines name their attention in the model column; the

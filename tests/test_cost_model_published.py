@@ -35,6 +35,9 @@ def test_every_row_loads_with_its_inferred_cells_recorded(runs):
 def test_software_flags_come_from_the_notes(runs):
     vanilla, asynctp = runs["TORCHTITAN-2506-70B-bf16-vanillaTP"], runs["TORCHTITAN-2506-70B-bf16-asyncTP"]
     assert vanilla.compiled and not vanilla.async_tp and asynctp.async_tp
+    # The 405B docs rows say it in torchtitan's own key: "experimental.enable_async_tensor_parallel=true"
+    # on the Float8 + Async TP row only ("no async TP" on the bf16 one).
+    assert runs["TTDOCS-405B-11"].async_tp and not runs["TTDOCS-405B-09"].async_tp and not runs["TTDOCS-405B-10"].async_tp
     assert runs["TORCHTITAN-2506-8B-float8-rowwise-asyncTP"].fp8_rowwise
     assert not runs["TORCHTITAN-2412-T1a"].compiled and runs["TORCHTITAN-2412-T1b"].compiled
     assert runs["N21-T2-01"].framework == "deepspeed" and runs["N21-T2-07"].framework == "megatron-2021"
