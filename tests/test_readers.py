@@ -84,7 +84,7 @@ def test_a_plan_without_a_prediction_is_scored_everywhere(capsys, tmp_path, good
     assert "carries no prediction" in err
     code, out, err = run(capsys, "export", path, "--to", "torchtitan")
     assert code == 0, err
-    from autoplan.cli.planfiles import load_plan
+    from autoplan.planning.planfiles import load_plan
 
     doc = load_plan(path)
     capsys.readouterr()
@@ -112,7 +112,7 @@ def test_tune_scores_alternatives_without_a_prediction():
 
 
 def _plan_with_alternative():
-    from autoplan.cli.planfiles import load_plan  # noqa: F401 (the module the CLI reads with)
+    from autoplan.planning.planfiles import load_plan  # noqa: F401 (the module the CLI reads with)
     from autoplan.planning.planner import score_one  # noqa: F401
 
     base = {"schema": "autoplan.plan/v2", "framework": "autoplan",

@@ -57,7 +57,7 @@ def verdict(a, b) -> str:
 
 
 def run(args) -> int:
-    from autoplan.cli.planfiles import load_plan
+    from autoplan.planning.planfiles import load_plan
     from autoplan.rendering.render import plan_line
     from autoplan.rendering.text import text_table
 

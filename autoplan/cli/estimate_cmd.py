@@ -54,7 +54,7 @@ _PLAN_FLAGS = ("--model", "--gpus", "--gpus-per-node", "--global-batch", "--seq-
 
 
 def _plan_from_file(args):
-    from autoplan.cli.planfiles import load_plan
+    from autoplan.planning.planfiles import load_plan
     from autoplan.planning.planner import estimate_document
     from autoplan.specs import AutoplanError
 

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autoplan.cli.planfiles import load_plan
+    from autoplan.planning.planfiles import load_plan
     from autoplan.exporters import export_launch, export_plan, target_framework, with_alternative
     from autoplan.specs import AutoplanError, is_stdout, write_text_atomic
     from autoplan.specs.frameworks import base_framework_name

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from autoplan.cli.planfiles import load_plan
+    from autoplan.planning.planfiles import load_plan
     from executor.backends import get_backend
     from executor.options import options_from_args
 

@@ -59,7 +59,7 @@ def _scored(plan, plan_path: str):
 
 def run(args) -> int:
     from autoplan.planning import tune
-    from autoplan.cli.planfiles import load_plan
+    from autoplan.planning.planfiles import load_plan
     from autoplan.cli.progress import Progress
     from autoplan.cli.run_cmd import check_paths, check_plan, run_and_record
     from autoplan.specs import AutoplanError, is_stdout

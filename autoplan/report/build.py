@@ -204,7 +204,7 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     everything is drawn into a private folder on its file system and published only when the whole
     report is done, so a failure leaves out_dir as it was (or absent)."""
     from cost_model.learned.calibration import load_calibration
-    from autoplan.cli.planfiles import load_plan  # the one plan reader: the rules every command applies
+    from autoplan.planning.planfiles import load_plan  # the one plan reader: the rules every command applies
     from cost_model.learned.calibrate import gather
 
     if not measurement_paths and not published and plan_path is None:
