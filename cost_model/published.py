@@ -245,8 +245,8 @@ class PublishedRun:
         overrides["tp_comm_gemm_overlap"] = self.tp_comm_overlap
         if self.flash_attention is not None:
             overrides["flash_attention"] = self.flash_attention
-        if self.fp8_rowwise:
-            overrides["fp8_rowwise"] = True
+        # The scaling the run states (tensorwise unless it says rowwise), not the framework's default.
+        overrides["fp8_rowwise"] = self.fp8_rowwise
         return framework.with_overrides(**overrides)
 
     def profile(self) -> HardwareProfile:

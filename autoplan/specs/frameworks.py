@@ -270,11 +270,14 @@ FRAMEWORKS = {f.name: f for f in (
         name="torchtitan", version="torchtitan 0.3.0 (2026; the 0.2.0 TOML export re-checks 0.2's own rules)",
         description="PyTorch torchtitan: FSDP2/HSDP + TP/SP + torch.distributed.pipelining + CP, "
                     "op-level selective activation checkpointing",
-        states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0,
+        states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0, fp8_rowwise=True,
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
         zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
         tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
-        sources={"states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
+        sources={"fp8_rowwise": "torchtitan 0.3.0 components/quantization/float8.py Float8LinearConverter.Config: "
+                               "recipe_name Literal['rowwise', 'rowwise_with_gw_hp'], default rowwise (what "
+                               "autoplan's export turns on)",
+                 "states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
                  "hsdp_zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py lines 74-77: fully_shard over "
                                      "the mesh ['dp_replicate', 'fsdp'] (fsdp = dp_shard x cp) when "
                                      "data_parallel_replicate_degree > 1, at every FSDP reshard setting",
