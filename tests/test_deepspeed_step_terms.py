@@ -110,6 +110,8 @@ def test_the_frameworks_command_says_where_each_accumulates_and_when_it_overlaps
     assert code == 0 and "DP window none (reduced after the backward)" in out
     code, out, _ = run_cli(capsys, "frameworks", "megatron-core")
     assert code == 0 and "gradient accumulation in the GEMM" in out and "DP window 80%," in out
+    code, out, _ = run_cli(capsys, "frameworks", "autoplan")  # autocast: fp32 accumulation, in its casts
+    assert code == 0 and "gradient accumulation with the weight casts" in out
 
 
 def test_deepspeed_bf16_keeps_full_size_fp32_gradients_below_zero2():

@@ -97,7 +97,8 @@ def _calibration_lines(doc) -> list:
 def _accumulation(f) -> str:
     """Where a framework adds each micro-batch's gradients (Framework.grad_accumulation_bytes)."""
     if not f.grad_accumulation_bytes:
-        return "in the GEMM"
+        # autocast over fp32 weights accumulates in fp32 outside the GEMM: weight_cast_bytes_per_param counts it
+        return "with the weight casts" if f.weight_cast_bytes_per_param else "in the GEMM"
     per_dtype = ", ".join(f"{dtype} {later:g} B" + (f" ({first:g} B the first)" if first != later else "")
                           for dtype, (first, later) in f.grad_accumulation_bytes.items())
     return f"outside the GEMM at ZeRO 0-1: {per_dtype} per parameter and micro-batch"
