@@ -32,6 +32,7 @@ import math
 import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from scipy.optimize import minimize
 
@@ -40,6 +41,9 @@ from cost_model.constants import CONSTANTS_PATH, Constants
 from cost_model.published import load_published_runs
 from cost_model.splits import SPLITS, fit_rows, refit_key, split_groups
 from cost_model.validation import predict_runs, summarize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # its sibling, also when a test loads this file by path
+from paired_switches import SWITCHES, paired_estimate  # noqa: E402
 
 # The frameworks whose facts the published rows carry (cost_model/published.py), plus
 # Megatron-Core, which runs Megatron's kernels (Transformer Engine GEMMs, flash attention).
@@ -87,16 +91,38 @@ def constants_from(values: dict, provenance: dict | None = None) -> Constants:
     return Constants(frameworks=frameworks, provenance=provenance or {})
 
 
+SEARCHED = tuple(p for p in PARAMETERS if p[0] not in SWITCHES)
+"""The parameters Powell searches; a switch's value is measured on its paired rows (paired_switches.py)."""
+
+
 def _decode(x) -> dict:
     values = {}
-    for xi, (name, _, _, _, (lo, hi), log) in zip(x, PARAMETERS):
+    for xi, (name, _, _, _, (lo, hi), log) in zip(x, SEARCHED):
         v = math.exp(xi) if log else xi
         values[name] = min(max(v, lo), hi)
     return values
 
 
 def _encode(values: dict) -> list:
-    return [math.log(values[name]) if log else values[name] for name, _, _, _, _, log in PARAMETERS]
+    return [math.log(values[name]) if log else values[name] for name, _, _, _, _, log in SEARCHED]
+
+
+def _switch_values(runs: list, values: dict, rounds: int = 6) -> dict:
+    """Each switch's paired estimate on `runs` with the other values at `values` (absent: no pair).
+    The switches meet on some rows (row-wise fp8 with async TP), so each is re-estimated with the
+    others' latest values until none moves by 1e-6."""
+    current = dict(values)
+    found = {}
+    for _ in range(rounds):
+        moved = 0.0
+        for name in SWITCHES:
+            v = paired_estimate(runs, name, current, constants_from)
+            if v is not None:
+                moved = max(moved, abs(v - current.get(name, v)) if name in found else 1.0)
+                found[name] = current[name] = v
+        if moved < 1e-6:
+            break
+    return found
 
 
 WEIGHTINGS = {"rows": 0.0, "sqrt": 0.5, "sources": 1.0}
@@ -117,21 +143,28 @@ def mean_abs_log_error(runs: list, constants: Constants, weighting: str = "rows"
 
 
 def fit(runs: list, max_evals: int = 3000, start: dict | None = None, weighting: str = "rows") -> tuple:
-    bounds = [(math.log(lo), math.log(hi)) if log else (lo, hi) for _, _, _, _, (lo, hi), log in PARAMETERS]
-    x = _encode({name: (start or {}).get(name, init) for name, _, _, init, _, _ in PARAMETERS})
+    bounds = [(math.log(lo), math.log(hi)) if log else (lo, hi) for _, _, _, _, (lo, hi), log in SEARCHED]
+    first = {name: (start or {}).get(name, init) for name, _, _, init, _, _ in PARAMETERS}
+    # The switches first (on the start values), then the search with them held, then the switches again
+    # on the searched values.
+    switches = _switch_values(runs, first)
+    x = _encode(first)
     objective, evals = float("inf"), 0
     # Powell restarted from its own answer escapes some of the shallow local minima.
     for _ in range(2):
-        res = minimize(lambda v: mean_abs_log_error(runs, constants_from(_decode(v)), weighting), x, method="Powell",
-                       bounds=bounds, options={"maxfev": max_evals // 2, "xtol": 1e-3, "ftol": 1e-5})
+        res = minimize(lambda v: mean_abs_log_error(runs, constants_from({**_decode(v), **switches}), weighting), x,
+                       method="Powell", bounds=bounds, options={"maxfev": max_evals // 2, "xtol": 1e-3, "ftol": 1e-5})
         evals += int(res.nfev)
         if res.fun < objective:
             x, objective = res.x, float(res.fun)
     values = _decode(x)
+    values.update(_switch_values(runs, {**values, **switches}))
     base = mean_abs_log_error(runs, constants_from(values), weighting)
+    objective = base
     # A parameter no training row depends on (the held-out source was its only evidence) is not
-    # fitted: it is dropped and its frameworks keep their documented default, as a new one would.
-    for name, _, _, init, (lo, hi), _ in PARAMETERS:
+    # fitted: it is dropped and its frameworks keep their documented default, as a new one would. (A
+    # switch without a pair among the rows is absent already.)
+    for name, _, _, init, (lo, hi), _ in SEARCHED:
         probe = dict(values, **{name: hi if values[name] < (lo + hi) / 2 else lo})
         if abs(mean_abs_log_error(runs, constants_from(probe), weighting) - base) < 1e-12:
             del values[name]

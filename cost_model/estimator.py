@@ -109,7 +109,7 @@ class Estimator:
             memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
             flash_attention=fw.flash_attention, moe_load_imbalance=fw.moe_load_imbalance,
             moe_a2a_overlap=fw.moe_a2a_overlap, moe_padded_expert_gemm=fw.moe_padded_expert_gemm,
-            fp8_rowwise=fw.fp8_rowwise)
+            fp8_rowwise=fw.fp8_rowwise, tp_backward_input_reductions=fw.tp_backward_input_reductions)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
         # Parameter counts (whole model; stages and TP divide them below), per layer on average over

@@ -77,6 +77,8 @@ class Rates:
     """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
     fp8_rowwise: bool = False
     """Framework.fp8_rowwise: torchao's row-wise (axis-wise) scaled fp8, whose backward casts more."""
+    tp_backward_input_reductions: int = 0
+    """Framework.tp_backward_input_reductions (0: one per block)."""
 
 
 def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
@@ -189,6 +191,12 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
             # none shared with the data-gradient GEMM's; tensor-wise, one scale serves both axes).
             memory_bwd_s += memory_time_s(tables, sum(3.0 * (g.m * g.n + g.m * g.k) * g.count for g in gemms),
                                           op_bytes)
+            # torchao runs its two backward GEMMs (slow accumulation) in cuBLAS's tensor-wise kernel with unit
+            # scales and rescales their bf16 outputs in one more kernel per GEMM (float8/float8_ops.py
+            # addmm_float8_unwrapped, `output *= post_inverse_scale`; pytorch/ao issue 2184): 2 B read and
+            # 2 B written per element of the data gradient (m x k) and of the weight gradient (n x k).
+            memory_bwd_s += memory_time_s(tables, sum(4.0 * (g.m * g.k + g.n * g.k) * g.count for g in gemms),
+                                          op_bytes)
         weight_bytes = sum(3.0 * g.k * g.n * g.count for g in gemms)
         fp8_weight_cast_s = memory_time_s(tables, weight_bytes, weight_bytes / max(1, len(gemms)))
 
@@ -196,17 +204,26 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     # (Korthikanti 2022 section 4.2.2: same bytes on the wire). Narayanan 2021 section 3.2. A
     # parallel block sums attention and MLP outputs before one reduction (GPT-NeoX gpt_j_residual,
     # PaLM sec. 2): one collective per pass.
+    # Backward mirrors the forward (each gather's gradient is a reduction and vice versa), with one
+    # input-gradient reduction per block unless the framework reduces each projection's apart.
     tp_rpn = min(tp, gpus_per_node)
     buffer = BYTES_ACT * tokens * h
     reductions = 1 if model.parallel_block else 2
+    bwd_reductions = rates.tp_backward_input_reductions or reductions
     if tp == 1:
-        tp_pass_s = 0.0
+        tp_pass_s = tp_bwd_s = 0.0
     elif sequence_parallel:
-        tp_pass_s = reductions * (tables.collective_time_s("all_gather", buffer, tp, tp_rpn)
-                                  + tables.collective_time_s("reduce_scatter", buffer, tp, tp_rpn))
+        gather_s = tables.collective_time_s("all_gather", buffer, tp, tp_rpn)
+        scatter_s = tables.collective_time_s("reduce_scatter", buffer, tp, tp_rpn)
+        tp_pass_s = reductions * (gather_s + scatter_s)
+        tp_bwd_s = reductions * gather_s + bwd_reductions * scatter_s
     else:
-        tp_pass_s = reductions * tables.collective_time_s("all_reduce", buffer, tp, tp_rpn)
-    tp_bytes = 0.0 if tp == 1 else reductions * 2 * 2.0 * (tp - 1) / tp * buffer
+        all_reduce_s = tables.collective_time_s("all_reduce", buffer, tp, tp_rpn)
+        tp_pass_s = reductions * all_reduce_s
+        tp_bwd_s = bwd_reductions * all_reduce_s
+    # On the wire per rank: (tp-1)/tp of the buffer per all-gather or reduce-scatter, twice that per all-reduce.
+    collectives = (3 * reductions + bwd_reductions) if sequence_parallel else 2 * (reductions + bwd_reductions)
+    tp_bytes = 0.0 if tp == 1 else collectives * (tp - 1) / tp * buffer
 
     # CP: ring exchange of K/V chunks (fwd), and of K/V plus their gradients (bwd), overlapped
     # with the attention compute of the same step where it fits (Liu et al. 2023, Ring Attention).
@@ -244,7 +261,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
                      + mt.permute_fwd_s + mt.a2a_fwd_s)
     return LayerTimes(
         gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn_fwd_s, attn_bwd_s=attn_bwd_s,
-        memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_pass_s, tp_bwd_s=tp_pass_s,
+        memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_pass_s, tp_bwd_s=tp_bwd_s,
         cp_fwd_s=cp_fwd_s, cp_bwd_s=cp_bwd_s, ep_fwd_s=ep_fwd_s, ep_bwd_s=ep_bwd_s,
         gemm_fwd_flops=sum(g.flops for g in gemms), attn_fwd_flops=attn_flops, tp_bytes=tp_bytes,
         fp8_weight_cast_s=fp8_weight_cast_s, norm_fwd_s=norm_fwd_s, moe_act_fwd_s=routed_act_s,

@@ -43,6 +43,14 @@ KEMPNERFORGE_FACTS = {
     "embedding_tp_sharded": False,
     "loss_gathers_logits": True,
     "loss_bytes_per_logit": 8.0,
+    # Its TP plan gives q, k, v, gate and up each its own ColwiseParallel (tensor_parallel.py
+    # _build_block_tp_plan, at the measured commits), so backward reduces each input gradient apart:
+    # 5 reduce-scatters (SP) or all-reduces (its PP stages' plain TP) per layer where torchtitan has 2.
+    # Counted with that plan on torch 2.9's DTensor over a fake 2-rank process group
+    # (tests/test_tp_collective_counts.py): backward 2 all-gathers + 5 reduce-scatters, compiled or
+    # eager; the forward's 5 gathers of eager mode become 2 under torch.compile (AOTAutograd's CSE
+    # merges the identical gathers of one input), and every SP row of KempnerForge's is compiled.
+    "tp_backward_input_reductions": 5,
     # FSDP2's gradient sync off on every micro-batch but the last (kempnerforge/training/grad.py
     # maybe_no_sync, called by scripts/train.py at the measured commits 01b461a, 601aba9, 3ad9d9a).
     "zero3_reduce_every_microbatch": False,
@@ -84,7 +92,12 @@ SOURCES = {
                 framework_then={"gather_copy_bytes_per_param": 0.0, "reduce_copy_bytes_per_param": 0.0,
                                 "sharded_reduce_bytes_per_grad": 2.0}),
     "KEMPNER": dict(source="kempnerforge", framework_then=KEMPNERFORGE_FACTS, **KEMPNERFORGE_MEMORY_LOG),
-    "OLMOCORE": dict(source="olmo-core"),
+    # Only its 32B rows span nodes, and they ran on Ai2's Augusta cluster: the script (OLMo2-32B.py at
+    # eaecf879c, a commit of the branch for "uploading checkpoints augusta") saves to gs://, and at that
+    # commit olmo_core/distributed/utils.py sets NCCL's FASTRAK (GPUDirect-TCPXO) plugin on "augusta"
+    # hosts. That is Google Cloud's A3 Mega: 8 H100 80GB with eight 200 Gb/s NICs for GPU traffic
+    # (Google Cloud docs, "Networking and GPU machines"), 25 GB/s per GPU, half a DGX H100's.
+    "OLMOCORE": dict(source="olmo-core", nic_bytes_per_s=200e9 / 8),
     "TTDOCS": dict(source="torchtitan-docs"),
     "NANOTRON": dict(source="nanotron"),
     "MLPERF": dict(source="mlperf"),
@@ -92,11 +105,16 @@ SOURCES = {
     "NEMOTRON": dict(source="nemotron"),
     "FP8LM": dict(source="fp8-lm"),
     "ZB": dict(source="zero-bubble"),
-    "FA2": dict(source="flash-attention-2"),
+    # The flash-attention repo's GPT trainer takes its own fused loss (training/configs/experiment/pile/
+    # base.yaml: train.loss_fn flash_attn.losses.cross_entropy.CrossEntropyLoss, inplace_backward: True,
+    # "faster and uses less memory than torch.nn.CrossEntropyLoss").
+    "FA2": dict(source="flash-attention-2", framework_then={"fused_cross_entropy": True}),
     "MDS": dict(source="megatron-deepspeed-examples"),
     "NEOX": dict(source="gpt-neox-20b"),
     "BBGPT": dict(source="bloomberggpt"),
     "DGXC": dict(source="dgxc-jax"),
+    # torchao's float8 training table ran torchtitan 0.0.2, before 0.3.0's chunked loss.
+    "TORCHAO": dict(source="torchao", framework_then={"loss_chunks": 1}),
     # Mixture-of-experts runs (2026-12, cost_model/data/published_sources/moe.md). They are scored
     # out of sample only: no constant is fitted on a row with moe_num_experts (cost_model/splits.py).
     "MOEZOO": dict(source="megatron-moe-modelzoo"),

@@ -153,6 +153,13 @@ class Framework:
     them (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers' split-pipelined all-gather
     and reduce-scatter, transformer_engine/common/comm_gemm_overlap): per pass only the first chunk
     (1/tp of the traffic) and the traffic beyond the layer's GEMM time stay exposed."""
+    tp_backward_input_reductions: int = 0
+    """Collectives per layer that reduce the input gradients of its column-parallel GEMMs in backward
+    (reduce-scatter under SP, all-reduce without). 0: one per block, as Megatron (fused QKV and fc1)
+    and torchtitan (PrepareModuleInput gathers each block's input once, so autograd sums the q/k/v
+    gradients before the one reduction) run it. A plan that parallelizes q, k, v, gate and up each
+    with its own ColwiseParallel reduces five times (KempnerForge; counted, see
+    cost_model/published.py KEMPNERFORGE_FACTS)."""
     fp8_weight_cast_per_microbatch: bool = True
     """fp8: weights cast to fp8 in every micro-batch's forward and again for its backward (torchao
     Float8Linear), or once per step, with the transpose, and reused by later micro-batches
