@@ -61,7 +61,15 @@ def one_step(config: dict) -> dict:
 
 def main(configs_path: str, out_path: str) -> None:
     import deepspeed
+    import deepspeed.ops
 
+    # DeepSpeed's TorchBackend JIT-compiles its shared-memory all-reduce op (deepspeed_shm_comm) in every
+    # rank whenever its builder reports compatible (0.19.8 comm/torch.py build_shm_op), then starts it.
+    # Training never calls it (only inference_all_reduce does; all_reduce is torch.distributed's), but the
+    # compile takes minutes per fresh venv on 2 cores, and on a CPU without avx512bw its kernels fault
+    # and the peer ranks wait on its shm flags (the CI hang and the SIGABRT on AMD EPYC). Marking the op
+    # incompatible, through the table DeepSpeed itself consults, leaves the engine on gloo as it trains.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     deepspeed.init_distributed(dist_backend="gloo")
     verdicts = []
     for item in json.loads(open(configs_path).read()):

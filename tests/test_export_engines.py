@@ -89,7 +89,14 @@ def run_deepspeed(configs: list, tmp_path: Path, world: int = 2) -> list:
                               env=_child_env(DS_ACCELERATOR="cpu", MASTER_PORT=port, RANK=str(rank),
                                              LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_SIZE=str(world)))
              for rank in range(world)]
-    logs = [proc.communicate(timeout=600)[0] for proc in procs]
+    try:
+        logs = [proc.communicate(timeout=300)[0] for proc in procs]
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            proc.kill()
+        logs = [proc.communicate()[0] for proc in procs]
+        raise AssertionError("the DeepSpeed ranks did not finish in 300 s (one step of a tiny model takes "
+                             "seconds); their output:\n" + "\n".join(f"rank {r}: {log[-2000:]}" for r, log in enumerate(logs)))
     for rank, proc in enumerate(procs):
         assert proc.returncode == 0, f"rank {rank} exited with {proc.returncode}:\n{logs[rank][-3000:]}"
     return [json.loads((tmp_path / f"ds_rank{rank}.json").read_text()) for rank in range(world)]
