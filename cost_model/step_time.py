@@ -96,8 +96,6 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
 
     # Layer overhead: host time per layer; torch.compile fuses kernels, so it launches fewer of them too.
     layer_overhead_s = sw.layer_overhead_s
-    if plan.zero_stage >= 2 and plan.dp * plan.cp > 1:
-        layer_overhead_s += sw.sharded_layer_overhead_s
 
     # The slowest rank sets the pace. 1F1B's fill and drain run every other rank's forward and
     # backward of one micro-batch once, so with per-rank micro-batch times t_i the step is

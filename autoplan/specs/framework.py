@@ -263,8 +263,6 @@ class Framework:
     overlap_contention: float = 0.0
     """Fraction of overlapped DP/FSDP collective time that still slows the step (NCCL kernels hold
     SMs and HBM bandwidth while the GEMMs run)."""
-    sharded_layer_overhead_s: float = 0.0
-    """Host/stream time per layer and micro-batch of its ZeRO-2/3 hooks (gather, free, reduce)."""
     weight_cast_bytes_per_param: float = 0.0
     """HBM bytes per parameter and micro-batch spent casting weights and accumulating gradients
     (autocast over fp32 weights: cast 4+2, grad cast 2+4, fp32 accumulate 4+4+4); 0 when the
