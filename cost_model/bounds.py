@@ -66,11 +66,9 @@ def no_recompute_time_s(est, plan: ParallelPlan) -> float:
     optimizer do not depend on it. With uneven stages recompute can move which rank sets the pace;
     that rank then holds more layers, so the step grows further (checked for every plan of uneven
     spaces by tests/test_bounded_search.py)."""
-    from cost_model.step_time import step_time_terms
-
     if plan.recompute != "none":
         plan = plan.replace(recompute="none", recompute_num_layers=0)
-    time, _, _ = step_time_terms(est, plan, est.stage_costs(plan))
+    time, _, _ = est.time_terms(plan, keep=True)
     return SAFETY * sum(time.values())
 
 
@@ -80,11 +78,17 @@ def recompute_time_lower_s(est, plan: ParallelPlan) -> float:
     full recompute those of one recomputed layer per stage, the fewest the scorer keeps (the
     recompute term and the bubble grow with the layers; with none at all the plan is its twin without
     recompute, scored on its own)."""
-    from cost_model.step_time import step_time_terms
-
     if plan.recompute == "full":
         plan = plan.replace(recompute_num_layers=1)
-    time, _, _ = step_time_terms(est, plan, est.stage_costs(plan))
+    time, _, _ = est.time_terms(plan, keep=True)
+    return SAFETY * sum(time.values())
+
+
+def priced_time_s(est, plan: ParallelPlan) -> float:
+    """The step time of `plan` as the estimate will price it, from its time terms (held for that
+    estimate): the sharpest bound there is, for a full-recompute plan once the search knows the
+    layers it will recompute (PlanScorer.as_scored)."""
+    time, _, _ = est.time_terms(plan, keep=True)
     return SAFETY * sum(time.values())
 
 

@@ -26,14 +26,12 @@ from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
 from cost_model.layer_mix import layer_seconds, mixes_dense_and_moe, pacing_layer_kinds
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
-from cost_model.stage_memory import allocated_peak_bytes, min_full_recompute_layers, stage_memory
+from cost_model.stage_memory import allocated_peak_bytes, min_full_recompute_layers, plan_memory_key, stage_memory
 from cost_model.stages import stage_split
 from cost_model.step_time import step_time_terms
 from cost_model.tables import ProfileTables
 
 _TABLES: dict = {}
-_RECOMPUTE_FIELDS = ("recompute", "recompute_num_layers")
-"""ParallelPlan fields that Estimator.memory takes as arguments instead."""
 
 
 @dataclass(frozen=True)
@@ -145,8 +143,7 @@ class Estimator:
 
     def _extras(self, plan: ParallelPlan) -> tuple:
         # The eager recipe's chunked loss recomputes the head's logits in its backward.
-        recomputed = self.framework.activation_recipe == "eager" and \
-            recipe_for("eager", self.model, plan).chunked_loss
+        recomputed = self.framework.activation_recipe == "eager" and self.eager_recipe(plan).chunked_loss
         key = ("extras", plan.micro_batch_size, plan.tp, plan.cp, recomputed)
         ex = self._layer_cache.get(key)
         if ex is None:
@@ -157,10 +154,26 @@ class Estimator:
                                            embedding_time_s(self.model, self.tables, self.rates, tokens))
         return ex
 
+    def eager_recipe(self, plan: ParallelPlan):
+        """eager_activations.recipe_for the framework's eager recipe as `plan` runs it, cached per
+        what it reads of the plan (tp, cp and the replicas and ZeRO stage that decide autocast)."""
+        key = ("recipe", plan.tp, plan.cp, plan.dp, plan.zero_stage)
+        hit = self._layer_cache.get(key)
+        if hit is None:
+            on_cpu = getattr(self.profile, "device_kind", "gpu") == "cpu"
+            hit = self._layer_cache[key] = recipe_for(self.framework.activation_recipe, self.model, plan, on_cpu=on_cpu)
+        return hit
+
     def stage_costs(self, plan: ParallelPlan) -> StageCosts:
         """The per-micro-batch costs of this plan's shapes (cached per shape), for the step time."""
-        head_compute_s, head_memory_s, embed_s = self._extras(plan)
-        return StageCosts(self._layer(plan), head_compute_s, head_memory_s, embed_s, self.params)
+        key = ("costs", plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel, plan.expert_tp,
+               plan.pp, plan.vpp, plan.moe_capacity_factor, plan.dp, plan.zero_stage)  # all _layer, _extras read
+        hit = self._layer_cache.get(key)
+        if hit is None:
+            head_compute_s, head_memory_s, embed_s = self._extras(plan)
+            hit = self._layer_cache[key] = StageCosts(self._layer(plan), head_compute_s, head_memory_s, embed_s,
+                                                      self.params)
+        return hit
 
     # -- memory --------------------------------------------------------------------------------
     @property
@@ -169,10 +182,10 @@ class Estimator:
         return self.profile.memory_capacity_bytes - self.memory_headroom_bytes
 
     def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int,
-                      per_stage: int) -> dict:
+                      per_stage: int, plan_key: tuple | None = None) -> dict:
         """Memory of pipeline rank `stage`, which holds `per_stage` layers, at its peak phase
-        (cost_model.stage_memory)."""
-        return stage_memory(self, plan, stage, recompute, num_recompute, per_stage)
+        (cost_model.stage_memory; `plan_key`: plan_memory_key(plan), when the caller has it)."""
+        return stage_memory(self, plan, stage, recompute, num_recompute, per_stage, plan_key)
 
     def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool, etp: int = 0,
                                 modules: tuple = ()) -> tuple:
@@ -202,19 +215,19 @@ class Estimator:
         the first, the last, and a middle rank with more layers than the first (uneven splits).
         Cached per plan without its own recompute fields, which `recompute` and `num_recompute`
         stand for (the search prices one plan under several policies and layer counts)."""
-        key = ("memory", recompute, num_recompute,
-               *(v for k, v in vars(plan).items() if k not in _RECOMPUTE_FIELDS))
+        plan_key = plan_memory_key(plan)
+        key = ("memory", recompute, num_recompute, plan_key)
         hit = self._layer_cache.get(key)
         if hit is None:
-            hit = self._layer_cache[key] = self._worst_stage_memory(plan, recompute, num_recompute)
+            hit = self._layer_cache[key] = self._worst_stage_memory(plan, recompute, num_recompute, plan_key)
         return dict(hit[0]), hit[1]
 
-    def _worst_stage_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int) -> tuple:
+    def _worst_stage_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int, plan_key: tuple) -> tuple:
         split = stage_split(plan, self.model.num_layers)
-        worst = self._stage_memory(plan, 0, recompute, num_recompute, split.num_layers[0])
+        worst = self._stage_memory(plan, 0, recompute, num_recompute, split.num_layers[0], plan_key)
         first_total = worst_total = sum(worst.values())
         for rank in split.memory_ranks[1:]:
-            mem = self._stage_memory(plan, rank, recompute, num_recompute, split.num_layers[rank])
+            mem = self._stage_memory(plan, rank, recompute, num_recompute, split.num_layers[rank], plan_key)
             total = sum(mem.values())
             if total > worst_total:
                 worst, worst_total = mem, total
@@ -241,8 +254,21 @@ class Estimator:
         self.framework.check(self.model, self.training, plan)
         return self._estimate(plan)
 
+    def time_terms(self, plan: ParallelPlan, keep: bool = False) -> tuple:
+        """step_time.step_time_terms of a checked plan. The exact search prices a plan's step time as a
+        bound first (`keep`: held for later) and scores the same plan later, which takes the held
+        terms instead of pricing them again (and lets them go: an exhaustive search holds nothing).
+        A held result is shared until then: read it, do not change it."""
+        key = ("time", plan)
+        hit = self._layer_cache.get(key) if keep else self._layer_cache.pop(key, None)
+        if hit is None:
+            hit = step_time_terms(self, plan, self.stage_costs(plan))
+            if keep:
+                self._layer_cache[key] = hit
+        return hit
+
     def _estimate(self, plan: ParallelPlan) -> CostEstimate:
-        time, details, hw_flops = step_time_terms(self, plan, self.stage_costs(plan))
+        time, details, hw_flops = self.time_terms(plan)
         memory, details["memory_first_stage_bytes"] = self._stages_memory(plan, plan.recompute, plan.recompute_num_layers)
         details["memory_allocated_peak_bytes"] = allocated_peak_bytes(memory)
         return CostEstimate(

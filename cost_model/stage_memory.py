@@ -21,6 +21,12 @@ what torch.cuda.max_memory_allocated measures.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
+import operator
+from dataclasses import dataclass
+
+from autoplan.specs import ParallelPlan
 from cost_model import eager_activations as eager
 from cost_model.stages import stage_split
 from cost_model.memory import (
@@ -43,6 +49,19 @@ FOREACH_ADAMW_TEMP_BYTES = 4
 """fp32 sqrt(exp_avg_sq) per parameter, alive during the for-each AdamW update."""
 
 
+RECOMPUTE_FIELDS = ("recompute", "recompute_num_layers")
+"""ParallelPlan fields that Estimator.memory and stage_memory take as arguments instead."""
+
+
+def plan_memory_key(plan) -> tuple:
+    """The plan's fields but its recompute ones: what its memory depends on besides the policy and
+    layer count it is priced under (the estimator's memory caches are keyed by it)."""
+    return _MEMORY_KEY(plan)
+
+
+_MEMORY_KEY = operator.attrgetter(*(f.name for f in dataclasses.fields(ParallelPlan) if f.name not in RECOMPUTE_FIELDS))
+
+
 def allocated_peak_bytes(breakdown: dict) -> float:
     """The breakdown's total without the device terms: comparable to max_memory_allocated."""
     return sum(v for k, v in breakdown.items() if k not in DEVICE_TERMS)
@@ -50,23 +69,145 @@ def allocated_peak_bytes(breakdown: dict) -> float:
 
 def min_full_recompute_layers(est, plan) -> int | None:
     """Fewest layers per stage to recompute fully so `est.memory(plan, ...)` fits the profile's
-    capacity less the user's headroom: 0 when it fits without recompute, None when not even with every layer recomputed.
-    Memory falls monotonically with the count (each rank recomputes min(count, its layers)), so bisect."""
+    capacity less the user's headroom: 0 when it fits without recompute, None when not even with
+    every layer recomputed.
+
+    Memory falls monotonically with the count n (each rank recomputes min(n, its layers)), so the
+    answer is the smallest n that fits, found by narrowing (lo, hi] with lo over and hi within the
+    capacity. For n >= 1 every phase of every rank is affine in min(n, its layers) and the worst
+    rank's peak is their maximum, so it is convex in n: the chord between lo and hi lies above it and
+    crosses the capacity at or past the answer. Each round tries where the chord crosses and the
+    count below it (one evaluation each when the peak is affine, the common case), then halves what
+    is left, so it never takes more rounds than bisection; the evaluations alone decide, so a peak
+    that is not convex only costs rounds, never the answer."""
     capacity = est.usable_memory_bytes
+
+    def peak(n: int) -> float:
+        return sum(est.memory(plan, "full", n).values())
+
     if sum(est.memory(plan, "none", 0).values()) <= capacity:
         return 0
     per_stage = plan.layers_per_stage(est.model.num_layers)
-    if sum(est.memory(plan, "full", per_stage).values()) > capacity:
+    hi, hi_peak = per_stage, peak(per_stage)
+    if hi_peak > capacity:
         return None
-    lo, hi = 1, per_stage
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if sum(est.memory(plan, "full", mid).values()) <= capacity else (mid + 1, hi)
-    return lo
+    lo, lo_peak = 1, peak(1)
+    if lo_peak <= capacity:
+        return 1
+    while hi - lo > 1:
+        crossing = lo + math.ceil((lo_peak - capacity) * (hi - lo) / (lo_peak - hi_peak))
+        for n in dict.fromkeys((min(max(crossing, lo + 1), hi - 1), crossing - 1, (lo + hi) // 2)):
+            if lo < n < hi:
+                n_peak = peak(n)
+                if n_peak <= capacity:
+                    hi, hi_peak = n, n_peak
+                else:
+                    lo, lo_peak = n, n_peak
+    return hi
 
 
-def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int) -> dict:
-    """Memory breakdown of pipeline rank `stage` (holding `per_stage` layers) at its peak phase."""
+def states_floor_bytes(est, plan) -> float:
+    """A lower bound on the plan's peak memory under any recompute policy: the model states of the
+    rank holding the most, its gradients left out (a phase may not hold them yet). Every phase
+    stage_memory weighs holds at least that, so a plan over the capacity by this alone needs no
+    breakdown to be ruled out. Cached per what the states depend on: many plans of a search
+    (micro-batches, recompute, sequence parallelism, interleaving) share them."""
+    split = stage_split(plan, est.model.num_layers)
+    shard = plan.zero_shard_group
+    floor = 0.0
+    for rank in split.memory_ranks:
+        per_stage, first, last = split.num_layers[rank], rank == 0, rank == plan.pp - 1
+        key = ("states floor", per_stage, first, last, plan.tp, plan.expert_tp, plan.ep, plan.zero_stage, shard,
+               plan.expert_dp)
+        held = est._layer_cache.get(key)
+        if held is None:
+            dense, expert = est.params.local(plan, per_stage, first, last)
+            states = model_state_bytes(dense, plan.zero_stage, shard, est.framework.states)
+            if expert:
+                for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, est.framework.states).items():
+                    states[k] += v
+            held = est._layer_cache[key] = sum(v for k, v in states.items() if k != "grads")
+        floor = max(floor, held)
+    return floor
+
+
+def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int,
+                 plan_key: tuple | None = None) -> dict:
+    """Memory breakdown of pipeline rank `stage` (holding `per_stage` layers) at its peak phase.
+    What the rank holds whatever its recompute policy is worked out once per plan and rank
+    (`plan_key`: plan_memory_key(plan), when the caller has it) and kept in
+    the estimator's cache: the search prices one plan under several policies and layer counts."""
+    key = ("stage", stage, per_stage, plan_key if plan_key is not None else plan_memory_key(plan))
+    held = est._layer_cache.get(key)
+    if held is None:
+        held = est._layer_cache[key] = _held_whatever_recompute(est, plan, stage, per_stage)
+    kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
+    full_layer, selective_layer, input_only = held.layer_bytes
+    stored = kept * (selective_layer if recompute == "selective" else full_layer) + (per_stage - kept) * input_only
+    if held.first_rank_saved:
+        stored += held.first_rank_saved
+    activations = stored * held.in_flight
+    # Backward of one layer: its activation gradients (about its saved tensors), plus the
+    # recomputed layer itself under full recompute.
+    doubled = kept < per_stage if held.eager else recompute == "full"
+    phases = [(activations, held.working_layer * (2 if doubled else 1), held.logits, False)]
+    if held.loss_phase is not None:
+        phases.append((activations, *held.loss_phase))
+    # The phase with the largest total, as max(candidates, key=sum) would pick it, first one on a tie,
+    # each total summed in its breakdown's key order (so bit for bit that sum) without building the
+    # breakdowns that lose.
+    best, best_total = None, -math.inf
+    for activations, working, logits, grads_absent in phases:
+        total = held.states_total_without_grads if grads_absent or held.accumulating else held.states_total
+        total = total + held.weight_copies + activations + working + logits + held.comm + 0.0
+        for value in held.device.values():
+            total += value
+        if total > best_total:
+            best, best_total = (activations, working, logits, grads_absent), total
+    if held.optimizer is not None and held.optimizer_total > best_total:
+        return dict(held.optimizer)
+    activations, working, logits, grads_absent = best
+    return {**held.states, **({"grads": 0.0} if (grads_absent or held.accumulating) and "grads" in held.states else {}),
+            **_ZERO_TERMS, "weight_copies": held.weight_copies, "activations": activations,
+            "activation_working": working, "logits": logits, "comm_buffers": held.comm, **held.device}
+
+
+_ZERO_TERMS = {"weight_copies": 0.0, "activations": 0.0, "activation_working": 0.0, "logits": 0.0,
+               "comm_buffers": 0.0, "optimizer_working": 0.0}
+"""Every phase's breakdown has these keys, in this order, whether the phase holds them or not."""
+
+
+@dataclass(slots=True)
+class _Held:
+    """What one pipeline rank holds whatever its recompute policy (stage_memory adds the saved
+    activations that the policy decides)."""
+    states: dict
+    weight_copies: float
+    comm: float
+    device: dict
+    """The device terms, the allocator's block the largest transient of any phase."""
+    accumulating: bool
+    in_flight: float
+    layer_bytes: tuple
+    """(saved without recompute, saved under selective recompute, the input alone) per layer and micro-batch."""
+    first_rank_saved: float
+    """The embedding's saved tensors per micro-batch on the first rank of an eager recipe (else 0)."""
+    working_layer: float
+    """One layer's backward working set (doubled where the layer is recomputed first)."""
+    logits: float
+    loss_phase: tuple | None
+    """The last rank's loss backward (eager recipes): (working set, logits, grads not yet allocated)."""
+    optimizer: dict | None
+    """The optimizer step's breakdown (eager recipes): activations and the autocast cache gone."""
+    eager: bool
+    states_total: float = 0.0
+    """sum(states.values()), in their order."""
+    states_total_without_grads: float = 0.0
+    """The same with the gradients not yet allocated (0.0 in their place adds nothing)."""
+    optimizer_total: float = 0.0
+
+
+def _held_whatever_recompute(est, plan, stage: int, per_stage: int) -> _Held:
     p, m = plan.pp, plan.num_microbatches
     first, last = stage == 0, stage == p - 1
     dense, expert = est.params.local(plan, per_stage, first, last)
@@ -93,75 +234,64 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
         # weights from forward to backward at ZeRO 1/2 (train.py compute_mode, parallelize.py).
         weight_copies = eager.FP32 * (dense + expert) if 0 < plan.zero_stage < 3 and shard > 1 else 0.0
     b, s_local = plan.micro_batch_size, est.training.seq_len // plan.cp
-    kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
     gathered_bytes = eager.FP32 if executor_on_cpu else BYTES_WEIGHT
     comm = _comm_buffers(est, plan, dense + expert, shard, fp8_params, gathered_bytes)
     in_flight = in_flight_microbatches(p, plan.vpp, m, stage,
                                        stage_split(plan, est.model.num_layers).chunk_layers[stage])
-    if fw.activation_recipe in eager.RECIPES:
-        phases = _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight, b, s_local)
+    is_eager = fw.activation_recipe in eager.RECIPES
+    if is_eager:
+        layer_bytes, first_saved, working_layer, loss_phase, block = _eager_shape(est, plan, first, last, b, s_local)
+        logits = 0.0
     else:
-        phases = _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, s_local)
-    block = max(ph[4] for ph in phases)
-    zero = {"weight_copies": 0.0, "activations": 0.0, "activation_working": 0.0, "logits": 0.0,
-            "comm_buffers": 0.0, "optimizer_working": 0.0}
+        layer_bytes, working_layer, logits, block = _megatron_shape(est, plan, last, b, s_local)
+        first_saved, loss_phase = 0.0, None
     device = {"allocator_overhead": block, "cuda_context": fw.runtime_bytes}
     if _on_cpu(est):
         device = {"allocator_overhead": CPU_DEVICE_TERM_BYTES, "cuda_context": CPU_DEVICE_TERM_BYTES,
                   "cpu_runtime": float(est.profile.runtime_memory_bytes)}
-    candidates = []
-    accumulating = accumulates_unsharded_grads(fw, plan)
-    for activations, working, logits, grads_absent, _ in phases:
-        candidates.append({**states, **({"grads": 0.0} if (grads_absent or accumulating) and "grads" in states else {}),
-                           **zero, "weight_copies": weight_copies, "activations": activations,
-                           "activation_working": working, "logits": logits, "comm_buffers": comm, **device})
-    if fw.activation_recipe in eager.RECIPES:
+    optimizer = None
+    if is_eager:
         # The optimizer step: activations and the autocast cache are gone by then.
         local = (dense + expert) / (shard if plan.zero_stage >= 1 else 1)
-        candidates.append({**states, **zero, "optimizer_working": FOREACH_ADAMW_TEMP_BYTES * local, **device})
-    return max(candidates, key=lambda c: sum(c.values()))
+        optimizer = {**states, **_ZERO_TERMS, "optimizer_working": FOREACH_ADAMW_TEMP_BYTES * local, **device}
+    return _Held(states, weight_copies, comm, device, accumulates_unsharded_grads(fw, plan), in_flight, layer_bytes,
+                 first_saved, working_layer, logits, loss_phase, optimizer, is_eager, sum(states.values()),
+                 sum(v for k, v in states.items() if k != "grads"),
+                 sum(optimizer.values()) if optimizer is not None else 0.0)
 
 
-def _eager_phases(est, plan, recompute, kept, per_stage, first, last, in_flight, b, s) -> list:
-    """(activations, working, logits, grads not yet allocated, largest block) per phase, for the
-    eager recipes (cost_model/eager_activations.py)."""
+def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> tuple:
+    """((saved per layer without recompute, under selective, input only), the embedding's saved
+    tensors on the first rank, one layer's backward working set, the last rank's loss-backward
+    phase (working set, logits, grads not yet allocated) or None, the largest transient block) for
+    the eager recipes (cost_model/eager_activations.py)."""
     model, tp, sp = est.model, plan.tp, plan.sequence_parallel
-    recipe = eager.recipe_for(est.framework.activation_recipe, model, plan, on_cpu=_on_cpu(est))
+    recipe = est.eager_recipe(plan)
     key = ("eager", recipe, b, s, tp, sp)
     sizes = est._layer_cache.get(key)
     if sizes is None:   # per shape, as the search asks for the same shapes many times
         sizes = est._layer_cache[key] = tuple(sum(f(model, b, s, tp, sp, recipe).values()) for f in (
             eager.layer_saved, eager.selective_layer_saved, eager.full_layer_saved, eager.head_saved))
     full_layer, selective_layer, input_only, head = sizes
-    layer = selective_layer if recompute == "selective" else full_layer
-    stored = kept * layer + (per_stage - kept) * input_only
-    if first:
-        stored += sum(eager.embedding_saved(model, b, s).values())
-    activations = stored * in_flight
-    # Layer backward: the layer's activation gradients (about its saved tensors), plus the
-    # recomputed layer itself under full recompute.
-    layer_working = full_layer * (2 if kept < per_stage else 1)
-    mlp_block = BYTES_ACT * b * s * model.ffn_hidden_size / tp
-    phases = [(activations, layer_working, 0.0, False, mlp_block)]
+    first_saved = sum(eager.embedding_saved(model, b, s).values()) if first else 0.0
+    # The layer backward's working set: the layer's activation gradients, about its saved tensors.
+    block = BYTES_ACT * b * s * model.ffn_hidden_size / tp   # the MLP's widest activation
+    loss_phase = None
     if last:
         # One micro-batch: grads are set to None each step and first written in its backward.
         grads_absent = plan.num_microbatches == 1 and plan.pp == 1
-        phases.append((activations, eager.loss_backward_working(model, b, s, recipe), head, grads_absent,
-                       eager.largest_transient_block(model, b, s, recipe)))
-    block = max(ph[4] for ph in phases)
-    return [(*ph[:4], block) for ph in phases]
+        loss_phase = (eager.loss_backward_working(model, b, s, recipe), head, grads_absent)
+        block = max(block, eager.largest_transient_block(model, b, s, recipe))
+    return (full_layer, selective_layer, input_only), first_saved, full_layer, loss_phase, block
 
 
-def _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, s) -> list:
-    """One phase: every stored activation, one layer's backward working set and the logits
-    (Korthikanti et al. 2022 named tensors, cost_model/memory.py)."""
+def _megatron_shape(est, plan, last: bool, b: int, s: int) -> tuple:
+    """((saved per layer without recompute, under selective, input only), one layer's backward
+    working set, the logits, the largest transient block): Korthikanti et al. 2022 named tensors,
+    cost_model/memory.py."""
     full_layer, selective_layer, input_only, working_layer = est._layer_activation_bytes(
         b, s, plan.tp, plan.sequence_parallel, plan.expert_tp, plan.recompute_modules)
-    layer_bytes = selective_layer if recompute == "selective" else full_layer
-    stored = kept * layer_bytes + (per_stage - kept) * input_only
-    # Backward of one layer: its activation gradients (about one layer's activations, with the
-    # SP-gathered inputs at full length), plus its recomputed activations under full recompute.
-    working = working_layer * (2 if recompute == "full" else 1)
+    # The backward working set holds the SP-gathered inputs at full length.
     fw = est.framework
     fused_loss = fw.fused_cross_entropy and plan.tp <= fw.fused_cross_entropy_max_tp
     per_logit = fw.loss_bytes_per_logit or (BYTES_LOGITS if fused_loss else BYTES_LOGITS_UNFUSED)
@@ -171,7 +301,7 @@ def _megatron_phases(est, plan, recompute, kept, per_stage, last, in_flight, b, 
     hidden_grad = BYTES_GRAD * b * s * est.model.hidden_size if fw.loss_chunks > 1 else 0.0
     logits = per_logit * logit_elems + hidden_grad if last else 0.0
     block = max(BYTES_ACT * logit_elems if last else 0.0, BYTES_ACT * b * s * est.model.ffn_hidden_size / plan.tp)
-    return [(stored * in_flight, working, logits, False, block)]
+    return (full_layer, selective_layer, input_only), working_layer, logits, block
 
 
 def fp8_gathered_fraction(est, plan) -> float:

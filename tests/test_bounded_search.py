@@ -12,6 +12,7 @@ from autoplan.planning.search import PlanScorer, exhaustive_search
 from autoplan.planning.space import SearchSpace
 from autoplan.specs import FRAMEWORK_NAMES, InfeasiblePlan, get_framework
 from cost_model.bounds import memory_floor_bytes, no_recompute_time_s, recompute_time_lower_s, step_time_lower_bound
+from cost_model.stage_memory import states_floor_bytes
 
 CASES = [  # dense, MoE, uneven stages (126 layers), interleaving
     dict(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048),
@@ -41,6 +42,31 @@ def test_bounds_are_below_every_plans_step_time(case):
         # the memory floor that rules a whole ZeRO stage of a group out (bounded._never_fits)
         every = max(s.plan.stage_num_layers(est.model.num_layers))
         assert memory_floor_bytes(est.memory(s.plan, "full", every)) <= sum(s.estimate.memory_breakdown_bytes.values())
+        # the states floor that rules a ZeRO stage out before its step time is bounded (bounded._states_over)
+        assert states_floor_bytes(est, s.plan) <= sum(s.estimate.memory_breakdown_bytes.values())
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[3]], ids=lambda c: c["model"])
+def test_fewest_recomputed_layers_is_the_smallest_count_that_fits(case):
+    """min_full_recompute_layers (a secant search on a convex peak) against its definition: the count
+    it returns fits and one fewer does not; None only when every layer recomputed does not fit."""
+    space, scorer = _space(case)
+    est = scorer.estimator
+    usable, checked = est.usable_memory_bytes, 0
+    for plan in space.enumerate()[0]:
+        if plan.recompute != "full":
+            continue
+        fewest = est.min_full_recompute_layers(plan)
+        if fewest is None:
+            assert sum(est.memory(plan, "full", plan.recompute_num_layers).values()) > usable
+            continue
+        if fewest == 0:
+            assert sum(est.memory(plan, "none", 0).values()) <= usable
+            continue
+        checked += 1
+        assert sum(est.memory(plan, "full", fewest).values()) <= usable
+        assert sum(est.memory(plan, "none" if fewest == 1 else "full", fewest - 1).values()) > usable
+    assert checked >= 20  # the case reaches plans that must recompute some layers but not all
 
 
 @pytest.mark.parametrize("case", CASES + [dict(CASES[0], framework="deepspeed")],

@@ -9,8 +9,10 @@ plan of any layout the runners-up are picked from, so it is never scored. The an
 `exhaustive_search` gives, best plan and runners-up alike, from a few per cent of the scores.
 Bounds (cost_model.bounds): a loose one from the layer times, the head and the weight casts for
 every group; each ZeRO stage's time without recompute (no memory model); a plan's own time terms
-under recompute (one recomputed layer under full). A ZeRO stage no plan of which fits (its leanest
-memory, floored for every policy by bounds.memory_floor_bytes) is not scored either.
+under recompute (under full, at the layers it will recompute: a memory question, asked only of the
+plans reached). A ZeRO stage no plan of which fits is not scored either: its model states alone
+over the memory (stage_memory.states_floor_bytes, before its time is bounded), or its leanest
+memory, floored for every policy by bounds.memory_floor_bytes.
 `autoplan.planning.search` (bounded_search) makes the scores its SearchResult; this module does not import it.
 
 The bounds hold for the analytical Estimator; a calibrated or learned one may scale times down,
@@ -110,6 +112,31 @@ def _policy_bound(est, plan: ParallelPlan) -> float:
     return recompute_time_lower_s(est, plan)
 
 
+def _full_recompute_bound(scorer, plan: ParallelPlan) -> tuple:
+    """(bound, the plan scoring will price) for a full-recompute plan: its own step time at the layers
+    the scorer will recompute (PlanScorer.as_scored, a memory question only), so that a plan which
+    must recompute many layers to fit is never scored when that makes it too slow to matter. Falls
+    back to recompute_time_lower_s (one recomputed layer) when a rule refuses it."""
+    from cost_model.bounds import priced_time_s
+
+    try:
+        priced = scorer.as_scored(plan)
+        return priced_time_s(scorer.estimator, priced), priced
+    except InfeasiblePlan:  # scoring says why
+        return _policy_bound(scorer.estimator, plan), None
+
+
+def _states_over(est, plan: ParallelPlan) -> bool:
+    """The stage's model states alone are over the usable memory (stage_memory.states_floor_bytes):
+    a cached sum, checked before the stage's step time is bounded."""
+    from cost_model.stage_memory import states_floor_bytes
+
+    try:
+        return states_floor_bytes(est, plan) > est.usable_memory_bytes
+    except Exception:  # a shape the memory model cannot price: let scoring say why
+        return False
+
+
 def _never_fits(est, plan: ParallelPlan) -> bool:
     """No plan of the stage fits: the leanest of its ZeRO stage (no recompute, selective, or every
     layer recomputed; memory falls with the recomputed layers, min_full_recompute_layers bisects on
@@ -136,9 +163,13 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
     group's bound: the caller then scores every plan.
 
     Three kinds of heap entries, each opened cheapest bound first: a group (loose bound), which opens
-    into its ZeRO stages that pass the rules (each at its time without recompute, a bound on its
-    recompute policies), which score their plan without recompute and queue those with recompute at
-    their own time terms (bounds.recompute_time_lower_s, no memory model), scored when reached."""
+    into its ZeRO stages that pass the rules and whose model states alone fit (each at its time
+    without recompute, a bound on its recompute policies), which score their plan without recompute
+    and queue those with recompute at that bound. A plan with recompute, when first reached, goes
+    back at its own time terms (selective: bounds.recompute_time_lower_s; full: bounds.priced_time_s
+    at the layers the scorer will recompute, so one that must recompute many layers to fit is not
+    scored in vain) and is scored when reached again. The time terms a bound prices are held for
+    the estimate that scores the same plan."""
     est, rejections, heap, tick = scorer.estimator, {}, [], itertools.count()  # tick: heap order among equal bounds
     for knobs, zeros, recomputes in plan_groups(space, rejections):
         first = broken = None
@@ -155,16 +186,20 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
     heapq.heapify(heap)
     best_by_layout, threshold, scored, seen, pruned, pruned_memory = {}, math.inf, [], set(), 0, 0
     while heap:
-        bound, _, kind, entry = heapq.heappop(heap)
-        if bound > threshold:
+        key, _, kind, entry = heapq.heappop(heap)
+        if key > threshold:
             pruned = _num_plans(kind, entry) + sum(_num_plans(k, e) for _, _, k, e in heap)
             break
+        bound = key  # a plan's entry carries its stage's bound besides its own key
         if kind == _GROUP:  # open into its ZeRO stages, each at its sharper bound
             knobs, zeros, recomputes, checked = entry  # checked: the first ZeRO stage's plan, if it passed
             for zero in zeros:
                 plan = checked if checked is not None and zero == zeros[0] else \
                     _rule_checked(space, est, knobs, zero, rejections, len(recomputes))
                 if plan is None:
+                    continue
+                if plan and _states_over(est, plan):  # no plan of the stage fits: no bound needed
+                    pruned_memory += len(recomputes)
                     continue
                 sharper = _tight_bound(est, plan) if plan else 0.0
                 heapq.heappush(heap, (max(bound, sharper), next(tick), _STAGE, (knobs, zero, recomputes, plan)))
@@ -185,14 +220,21 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
                     continue
                 seen.add(plan)
                 if recompute == "none" or not first:
-                    to_score.append(plan)
-                else:
-                    own = max(bound, _policy_bound(est, plan))
-                    heapq.heappush(heap, (own, next(tick), _PLAN, (plan, bound)))
+                    to_score.append((plan, None))
+                else:  # at the stage's bound until reached, then at its own
+                    heapq.heappush(heap, (bound, next(tick), _PLAN, (plan, bound, None, False)))
         else:
-            (plan, bound), to_score = entry, [entry[0]]
-        for plan in to_score:
-            s = scorer.score(plan)
+            plan, bound, priced, own_bound = entry
+            if not own_bound:  # reached at its stage's bound: back in the heap at its own step time
+                if plan.recompute == "full":  # at the layers it will recompute
+                    own, priced = _full_recompute_bound(scorer, plan)
+                else:
+                    own = _policy_bound(est, plan)
+                heapq.heappush(heap, (max(key, own), next(tick), _PLAN, (plan, bound, priced, True)))
+                continue
+            to_score = [(plan, priced)]
+        for plan, priced in to_score:
+            s = scorer.score(plan, priced)
             scored.append(s)
             # The stage's bound holds for the plan scored, also when a full-recompute plan folds onto
             # its twin without recompute (whose score is then the one taken).

@@ -67,26 +67,35 @@ class PlanScorer:
     def scored(self) -> list:
         return list(self._cache.values())
 
-    def score(self, plan: ParallelPlan) -> Scored:
+    def score(self, plan: ParallelPlan, priced: ParallelPlan | None = None) -> Scored:
+        """`plan` scored, once; `priced`: as_scored(plan) where the caller has it already."""
         hit = self._cache.get(plan)
         if hit is None:
-            hit = self._cache[plan] = self._score(plan)
+            hit = self._cache[plan] = self._score(plan, priced)
         return hit
 
-    def _score(self, plan: ParallelPlan) -> Scored:
+    def as_scored(self, plan: ParallelPlan) -> ParallelPlan:
+        """The plan this scorer prices for `plan`: under full recompute the pinned layers per stage
+        or the fewest that fit (every layer when none fits), or its twin without recompute when it
+        fits with none; other plans as they are. May raise InfeasiblePlan."""
+        if plan.recompute != "full":
+            return plan
+        est = self.estimator
+        if self.recompute_layers is not None:
+            return plan.replace(recompute_num_layers=min(self.recompute_layers,
+                                                         plan.layers_per_stage(est.model.num_layers)))
+        fewest = est.min_full_recompute_layers(plan)
+        if fewest == 0 and self.keep_full_recompute:
+            return plan.replace(recompute_num_layers=1)
+        if fewest == 0:  # fits with no recompute at all: the same plan as recompute="none"
+            return plan.replace(recompute="none", recompute_num_layers=0)
+        return plan if fewest is None else plan.replace(recompute_num_layers=fewest)
+
+    def _score(self, plan: ParallelPlan, priced: ParallelPlan | None = None) -> Scored:
         est = self.estimator
         try:
-            if plan.recompute == "full" and self.recompute_layers is not None:
-                plan = plan.replace(recompute_num_layers=min(
-                    self.recompute_layers, plan.layers_per_stage(est.model.num_layers)))
-            elif plan.recompute == "full":
-                fewest = est.min_full_recompute_layers(plan)
-                if fewest == 0 and self.keep_full_recompute:
-                    plan = plan.replace(recompute_num_layers=1)
-                elif fewest == 0:  # fits with no recompute at all: the same plan as recompute="none"
-                    plan = plan.replace(recompute="none", recompute_num_layers=0)
-                elif fewest is not None:
-                    plan = plan.replace(recompute_num_layers=fewest)
+            if plan.recompute == "full":
+                plan = priced if priced is not None else self.as_scored(plan)
                 hit = self._cache.get(plan)  # folded onto a plan scored already (its "none" twin)
                 if hit is not None:
                     return hit
