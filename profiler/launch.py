@@ -131,6 +131,7 @@ def profile_local(request: ProfileRequest, nproc: int) -> None:
     # The children start with SIGINT ignored and blocked (both inherited through exec): a Ctrl-C in
     # the terminal reaches every process of the group, and only this one should answer it, by
     # stopping them. Here it is blocked, not lost: it is delivered as soon as the spawn is done.
+    written_before = _file_identity(request.out)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
@@ -147,9 +148,24 @@ def profile_local(request: ProfileRequest, nproc: int) -> None:
             pass
     except BaseException as exc:
         _stop(context.processes)
+        if isinstance(exc, KeyboardInterrupt) and _file_identity(request.out) != written_before:
+            # Rank 0 had replaced the profile (atomically, its last act) when the Ctrl-C came: the
+            # work is done and whole, only the ranks' teardown was cut short. Keep it and end as
+            # finished rather than report an interruption over a file that changed.
+            print(f"the profile was written to {request.out} before the interrupt", file=sys.stderr)
+            return
         if not isinstance(exc, (mp.ProcessRaisedException, mp.ProcessExitedException)):
             raise
         _raise_child_error(exc, request)
+
+
+def _file_identity(path) -> tuple | None:
+    """(inode, modification time) of `path`, None when absent: an atomic replace changes it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def _stop(processes, grace_s: float = 5.0) -> None:

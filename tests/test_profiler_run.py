@@ -168,3 +168,43 @@ def test_torchrun_across_two_nodes_measures_inter_node_links(tmp_path):
         c.bus_bandwidth_bytes_per_s for c in profile.collectives if c.op == "all_reduce")
     assert "wrote" in results[0][0] and "wrote" not in results[1][0]  # rank 0 writes and reports
 
+
+
+class _RanksThatWrote:
+    """Stands in for torch.multiprocessing's context of spawned ranks (the race needs a Ctrl-C at one
+    exact moment, which real ranks give only by chance): rank 0 has replaced the profile, and the
+    Ctrl-C lands while the parent waits for the ranks' teardown; or it lands before any write."""
+
+    def __init__(self, out, write: bool):
+        if write:
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text('{"name": "new"}')
+            tmp.replace(out)            # atomic, as write_json_atomic does
+        self.processes = []
+
+    def join(self, timeout=None):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_a_ctrl_c_after_the_profile_is_written_ends_as_finished(tmp_path, monkeypatch, capsys, written):
+    """An interrupt that comes after rank 0 replaced the output is not an interruption of the work:
+    the new profile stays and the command ends as finished (the fuzz test's SIGINT at 12 s hit this on
+    a fast machine: exit 130 over a file that had changed). Before the write, it stays an interruption."""
+    import torch.multiprocessing as mp
+
+    from profiler.launch import profile_local
+    from profiler.runner import ProfileRequest
+
+    out = tmp_path / "profile.json"
+    out.write_text('{"name": "old"}')
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: _RanksThatWrote(out, written))
+    request = ProfileRequest(out=out, device_type="cpu", quick=True)
+    if written:
+        profile_local(request, 2)
+        assert json.loads(out.read_text())["name"] == "new"
+        assert "written to" in capsys.readouterr().err
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            profile_local(request, 2)
+        assert json.loads(out.read_text())["name"] == "old"
