@@ -107,28 +107,64 @@ def min_full_recompute_layers(est, plan) -> int | None:
 
 
 def states_floor_bytes(est, plan) -> float:
-    """A lower bound on the plan's peak memory under any recompute policy: the model states of the
-    rank holding the most, its gradients left out (a phase may not hold them yet). Every phase
-    stage_memory weighs holds at least that, so a plan over the capacity by this alone needs no
-    breakdown to be ruled out. Cached per what the states depend on: many plans of a search
-    (micro-batches, recompute, sequence parallelism, interleaving) share them."""
+    """A lower bound on the plan's peak memory under any recompute policy: the model states and the
+    weight copies of the rank holding the most, its gradients left out (a phase may not hold them
+    yet). The peak is at least every phase's total, and each phase but the optimizer step holds both,
+    so a plan over the capacity by this alone needs no breakdown to be ruled out. Cached per what they depend on: many plans of a search (micro-batches, recompute,
+    sequence parallelism, interleaving) share them."""
     split = stage_split(plan, est.model.num_layers)
-    shard = plan.zero_shard_group
     floor = 0.0
     for rank in split.memory_ranks:
         per_stage, first, last = split.num_layers[rank], rank == 0, rank == plan.pp - 1
-        key = ("states floor", per_stage, first, last, plan.tp, plan.expert_tp, plan.ep, plan.zero_stage, shard,
-               plan.expert_dp)
+        key = ("weights floor", per_stage, first, last, plan.tp, plan.expert_tp, plan.ep, plan.zero_stage,
+               plan.zero_shard_group, plan.expert_dp, plan.dp * plan.cp)  # all _rank_weights reads
         held = est._layer_cache.get(key)
         if held is None:
-            dense, expert = est.params.local(plan, per_stage, first, last)
-            states = model_state_bytes(dense, plan.zero_stage, shard, est.framework.states)
-            if expert:
-                for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, est.framework.states).items():
-                    states[k] += v
-            held = est._layer_cache[key] = sum(v for k, v in states.items() if k != "grads")
+            weights = _rank_weights(est, plan, per_stage, first, last)
+            without_grads = sum(v for k, v in weights.states.items() if k != "grads")
+            # Every phase but the optimizer step's holds both, and there is always one such phase.
+            held = est._layer_cache[key] = without_grads + weights.copies
         floor = max(floor, held)
     return floor
+
+
+@dataclass(slots=True)
+class _RankWeights:
+    """A rank's parameters and what it keeps of them: states (ZeRO-sharded) and compute copies."""
+    dense: float
+    expert: float
+    states: dict
+    fp8_params: float
+    copies: float
+    """The compute-dtype copy of the weights held from forward to backward (weight_copies)."""
+    executor_on_cpu: bool
+
+
+def _rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _RankWeights:
+    dense, expert = est.params.local(plan, per_stage, first, last)
+    shard = plan.zero_shard_group
+    fw = est.framework
+    states = model_state_bytes(dense, plan.zero_stage, shard, fw.states)
+    if expert:
+        # Expert states shard over the expert data-parallel ranks (tp*cp*dp / (etp*ep)).
+        for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, fw.states).items():
+            states[k] += v
+    # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
+    # FSDP2's gathered weights at ZeRO 1/2), the fp8-gathered linears at their own bytes; at ZeRO 3
+    # only the layers in flight, in comm_buffers.
+    fp8_params = fp8_gathered_fraction(est, plan) * per_stage * est.params.dense_per_layer / plan.tp
+    # Where ZeRO 1/2 shards the weights themselves (FSDP2 without resharding after forward, as torchtitan
+    # runs ZeRO-2), the gathered compute-dtype weights are that copy even without autocast.
+    copy_bytes = max(fw.compute_weight_copy_bytes, BYTES_WEIGHT if shards_weights(fw, plan) else 0.0)
+    copies = (copy_bytes * (dense + expert - fp8_params)
+              + fw.fp8_weight_copy_bytes * fp8_params) if plan.zero_stage < 3 else 0.0
+    executor_on_cpu = _on_cpu(est) and fw.activation_recipe in eager.RECIPES
+    if executor_on_cpu:
+        # The executor on a CPU runs fp32 (no autocast, no mixed precision off CUDA): no cast cache;
+        # where FSDP2 wraps the model (ZeRO over several replicas) it keeps its gathered fp32
+        # weights from forward to backward at ZeRO 1/2 (train.py compute_mode, parallelize.py).
+        copies = eager.FP32 * (dense + expert) if 0 < plan.zero_stage < 3 and shard > 1 else 0.0
+    return _RankWeights(dense, expert, states, fp8_params, copies, executor_on_cpu)
 
 
 def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int,
@@ -210,29 +246,10 @@ class _Held:
 def _held_whatever_recompute(est, plan, stage: int, per_stage: int) -> _Held:
     p, m = plan.pp, plan.num_microbatches
     first, last = stage == 0, stage == p - 1
-    dense, expert = est.params.local(plan, per_stage, first, last)
-    shard = plan.zero_shard_group
+    weights = _rank_weights(est, plan, per_stage, first, last)
+    dense, expert, states, shard = weights.dense, weights.expert, weights.states, plan.zero_shard_group
+    fp8_params, weight_copies, executor_on_cpu = weights.fp8_params, weights.copies, weights.executor_on_cpu
     fw = est.framework
-    states = model_state_bytes(dense, plan.zero_stage, shard, fw.states)
-    if expert:
-        # Expert states shard over the expert data-parallel ranks (tp*cp*dp / (etp*ep)).
-        for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, fw.states).items():
-            states[k] += v
-    # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
-    # FSDP2's gathered weights at ZeRO 1/2), the fp8-gathered linears at their own bytes; at ZeRO 3
-    # only the layers in flight, in comm_buffers.
-    fp8_params = fp8_gathered_fraction(est, plan) * per_stage * est.params.dense_per_layer / plan.tp
-    # Where ZeRO 1/2 shards the weights themselves (FSDP2 without resharding after forward, as torchtitan
-    # runs ZeRO-2), the gathered compute-dtype weights are that copy even without autocast.
-    copy_bytes = max(fw.compute_weight_copy_bytes, BYTES_WEIGHT if shards_weights(fw, plan) else 0.0)
-    weight_copies = (copy_bytes * (dense + expert - fp8_params)
-                     + fw.fp8_weight_copy_bytes * fp8_params) if plan.zero_stage < 3 else 0.0
-    executor_on_cpu = _on_cpu(est) and fw.activation_recipe in eager.RECIPES
-    if executor_on_cpu:
-        # The executor on a CPU runs fp32 (no autocast, no mixed precision off CUDA): no cast cache;
-        # where FSDP2 wraps the model (ZeRO over several replicas) it keeps its gathered fp32
-        # weights from forward to backward at ZeRO 1/2 (train.py compute_mode, parallelize.py).
-        weight_copies = eager.FP32 * (dense + expert) if 0 < plan.zero_stage < 3 and shard > 1 else 0.0
     b, s_local = plan.micro_batch_size, est.training.seq_len // plan.cp
     gathered_bytes = eager.FP32 if executor_on_cpu else BYTES_WEIGHT
     comm = _comm_buffers(est, plan, dense + expert, shard, fp8_params, gathered_bytes)
