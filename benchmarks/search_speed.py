@@ -6,6 +6,7 @@ step time of the plan it chose and the exhaustive optimum (every valid plan scor
 
     .venv/bin/python benchmarks/search_speed.py                 # all cases
     .venv/bin/python benchmarks/search_speed.py --quick         # the two headline cases, one seed
+    .venv/bin/python benchmarks/search_speed.py --quick --instructions   # + each command's instruction count
 
 Targets (issue 26): every case <= 1 s wall on 2 cores, start-up included, gap 0.00% (the default
 search is exact). On a shared machine the CPU seconds are the figure to read (the wall time waits
@@ -18,7 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -60,6 +63,22 @@ def exhaustive_optimum(model: str, gpus: int) -> tuple[float, int, float]:
     return outcome.best.step_time_s, outcome.result.num_evaluated, time.perf_counter() - started
 
 
+def instructions(model: str, gpus: int) -> float | None:
+    """Billions of instructions the whole `autoplan search` command executes (valgrind's callgrind,
+    about 50x slower than a plain run): unlike wall or CPU seconds, the count does not drift with a
+    shared machine's load or clock, so before/after comparisons of the search's work hold. None
+    without valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *autoplan_command(),
+                           "search", "--model", model, "--gpus", str(gpus), "--json"],
+                          capture_output=True, text=True, env=os.environ.copy())
+    found = re.search(r"Collected\s*:\s*(\d+)", proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise SystemExit(f"valgrind on autoplan search --model {model} --gpus {gpus} failed: {proc.stderr[-500:]}")
+    return int(found.group(1)) / 1e9
+
+
 def startup_s() -> float:
     """Interpreter start-up plus the CLI's imports, without a search (`autoplan models`)."""
     started = time.perf_counter()
@@ -71,6 +90,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the two headline cases, one seed")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count each case's instructions once under valgrind (drift-free; ~1 min a case)")
     args = parser.parse_args()
     cases, seeds = (QUICK, 1) if args.quick else (CASES, args.seeds)
     print(f"cpu cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.1f}; "
@@ -95,6 +116,10 @@ def main() -> None:
         print(f"{model:14s} {gpus:6d} {walls:>18s} {cpus:>18s} {trials:7d} "
               f"{' '.join(f'{100 * g:.2f}%' for g in gaps):>20s} "
               f"{num_plans:>12d}, {exhaustive_s:6.1f}  {best}", flush=True)
+        if args.instructions:
+            count = instructions(model, gpus)
+            print(f"{'':14s} {'':6s} instructions: " + (f"{count:.2f} G" if count is not None else
+                                                         "valgrind not installed"), flush=True)
     print(f"worst gap: {100 * worst_gap:.2f}%")
 
 
