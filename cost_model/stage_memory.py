@@ -106,12 +106,13 @@ def min_full_recompute_layers(est, plan) -> int | None:
     return hi
 
 
-def states_floor_bytes(est, plan) -> float:
+def weights_floor_bytes(est, plan) -> float:
     """A lower bound on the plan's peak memory under any recompute policy: the model states and the
     weight copies of the rank holding the most, its gradients left out (a phase may not hold them
     yet). The peak is at least every phase's total, and each phase but the optimizer step holds both,
-    so a plan over the capacity by this alone needs no breakdown to be ruled out. Cached per what they depend on: many plans of a search (micro-batches, recompute,
-    sequence parallelism, interleaving) share them."""
+    so a plan over the capacity by this alone needs no breakdown to be ruled out. Cached per what
+    they depend on: many plans of a search (micro-batches, recompute, sequence parallelism,
+    interleaving) share them."""
     split = stage_split(plan, est.model.num_layers)
     floor = 0.0
     for rank in split.memory_ranks:
@@ -171,8 +172,8 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
                  plan_key: tuple | None = None) -> dict:
     """Memory breakdown of pipeline rank `stage` (holding `per_stage` layers) at its peak phase.
     What the rank holds whatever its recompute policy is worked out once per plan and rank
-    (`plan_key`: plan_memory_key(plan), when the caller has it) and kept in
-    the estimator's cache: the search prices one plan under several policies and layer counts."""
+    (`plan_key`: plan_memory_key(plan), when the caller has it) and kept in the estimator's cache:
+    the search prices one plan under several policies and layer counts."""
     key = ("stage", stage, per_stage, plan_key if plan_key is not None else plan_memory_key(plan))
     held = est._layer_cache.get(key)
     if held is None:

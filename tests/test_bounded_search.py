@@ -12,7 +12,7 @@ from autoplan.planning.search import PlanScorer, exhaustive_search
 from autoplan.planning.space import SearchSpace
 from autoplan.specs import FRAMEWORK_NAMES, InfeasiblePlan, get_framework
 from cost_model.bounds import memory_floor_bytes, no_recompute_time_s, recompute_time_lower_s, step_time_lower_bound
-from cost_model.stage_memory import states_floor_bytes
+from cost_model.stage_memory import weights_floor_bytes
 
 CASES = [  # dense, MoE, uneven stages (126 layers), interleaving
     dict(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048),
@@ -42,8 +42,9 @@ def test_bounds_are_below_every_plans_step_time(case):
         # the memory floor that rules a whole ZeRO stage of a group out (bounded._never_fits)
         every = max(s.plan.stage_num_layers(est.model.num_layers))
         assert memory_floor_bytes(est.memory(s.plan, "full", every)) <= sum(s.estimate.memory_breakdown_bytes.values())
-        # the states floor that rules a ZeRO stage out before its step time is bounded (bounded._states_over)
-        assert states_floor_bytes(est, s.plan) <= sum(s.estimate.memory_breakdown_bytes.values())
+        # the states-and-weight-copies floor that rules a ZeRO stage out before its step time is
+        # bounded (bounded._weights_over)
+        assert weights_floor_bytes(est, s.plan) <= sum(s.estimate.memory_breakdown_bytes.values())
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[3]], ids=lambda c: c["model"])

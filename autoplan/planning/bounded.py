@@ -10,9 +10,9 @@ plan of any layout the runners-up are picked from, so it is never scored. The an
 Bounds (cost_model.bounds): a loose one from the layer times, the head and the weight casts for
 every group; each ZeRO stage's time without recompute (no memory model); a plan's own time terms
 under recompute (under full, at the layers it will recompute: a memory question, asked only of the
-plans reached). A ZeRO stage no plan of which fits is not scored either: its model states alone
-over the memory (stage_memory.states_floor_bytes, before its time is bounded), or its leanest
-memory, floored for every policy by bounds.memory_floor_bytes.
+plans reached). A ZeRO stage no plan of which fits is not scored either: its model states and
+weight copies alone over the memory (stage_memory.weights_floor_bytes, before its time is bounded),
+or its leanest memory, floored for every policy by bounds.memory_floor_bytes.
 `autoplan.planning.search` (bounded_search) makes the scores its SearchResult; this module does not import it.
 
 The bounds hold for the analytical Estimator; a calibrated or learned one may scale times down,
@@ -126,13 +126,13 @@ def _full_recompute_bound(scorer, plan: ParallelPlan) -> tuple:
         return _policy_bound(scorer.estimator, plan), None
 
 
-def _states_over(est, plan: ParallelPlan) -> bool:
-    """The stage's model states alone are over the usable memory (stage_memory.states_floor_bytes):
-    a cached sum, checked before the stage's step time is bounded."""
-    from cost_model.stage_memory import states_floor_bytes
+def _weights_over(est, plan: ParallelPlan) -> bool:
+    """The stage's model states and weight copies alone are over the usable memory
+    (stage_memory.weights_floor_bytes): a cached sum, checked before the stage's step time is bounded."""
+    from cost_model.stage_memory import weights_floor_bytes
 
     try:
-        return states_floor_bytes(est, plan) > est.usable_memory_bytes
+        return weights_floor_bytes(est, plan) > est.usable_memory_bytes
     except Exception:  # a shape the memory model cannot price: let scoring say why
         return False
 
@@ -198,7 +198,7 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
                     _rule_checked(space, est, knobs, zero, rejections, len(recomputes))
                 if plan is None:
                     continue
-                if plan and _states_over(est, plan):  # no plan of the stage fits: no bound needed
+                if plan and _weights_over(est, plan):  # no plan of the stage fits: no bound needed
                     pruned_memory += len(recomputes)
                     continue
                 sharper = _tight_bound(est, plan) if plan else 0.0
