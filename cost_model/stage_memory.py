@@ -116,16 +116,8 @@ def weights_floor_bytes(est, plan) -> float:
     split = stage_split(plan, est.model.num_layers)
     floor = 0.0
     for rank in split.memory_ranks:
-        per_stage, first, last = split.num_layers[rank], rank == 0, rank == plan.pp - 1
-        key = ("weights floor", per_stage, first, last, plan.tp, plan.expert_tp, plan.ep, plan.zero_stage,
-               plan.zero_shard_group, plan.expert_dp, plan.dp * plan.cp)  # all _rank_weights reads
-        held = est._layer_cache.get(key)
-        if held is None:
-            weights = _rank_weights(est, plan, per_stage, first, last)
-            without_grads = sum(v for k, v in weights.states.items() if k != "grads")
-            # Every phase but the optimizer step's holds both, and there is always one such phase.
-            held = est._layer_cache[key] = without_grads + weights.copies
-        floor = max(floor, held)
+        weights = _rank_weights(est, plan, split.num_layers[rank], rank == 0, rank == plan.pp - 1)
+        floor = max(floor, weights.floor)
     return floor
 
 
@@ -139,9 +131,25 @@ class _RankWeights:
     copies: float
     """The compute-dtype copy of the weights held from forward to backward (weight_copies)."""
     executor_on_cpu: bool
+    states_total: float
+    states_total_without_grads: float
+    floor: float
+    """The states without the gradients, plus the copies: what every phase but the optimizer step's
+    holds (and there is always one such phase)."""
 
 
 def _rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _RankWeights:
+    """Cached per what it reads: many plans of a search (micro-batches, recompute, sequence
+    parallelism, interleaving) share a rank's weights. Read-only to its callers."""
+    key = ("weights", per_stage, first, last, plan.tp, plan.expert_tp, plan.ep, plan.zero_stage,
+           plan.zero_shard_group, plan.expert_dp, plan.dp * plan.cp)  # all _count_rank_weights reads
+    weights = est._layer_cache.get(key)
+    if weights is None:
+        weights = est._layer_cache[key] = _count_rank_weights(est, plan, per_stage, first, last)
+    return weights
+
+
+def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _RankWeights:
     dense, expert = est.params.local(plan, per_stage, first, last)
     shard = plan.zero_shard_group
     fw = est.framework
@@ -165,7 +173,9 @@ def _rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _RankWe
         # where FSDP2 wraps the model (ZeRO over several replicas) it keeps its gathered fp32
         # weights from forward to backward at ZeRO 1/2 (train.py compute_mode, parallelize.py).
         copies = eager.FP32 * (dense + expert) if 0 < plan.zero_stage < 3 and shard > 1 else 0.0
-    return _RankWeights(dense, expert, states, fp8_params, copies, executor_on_cpu)
+    without_grads = sum(v for k, v in states.items() if k != "grads")
+    return _RankWeights(dense, expert, states, fp8_params, copies, executor_on_cpu, sum(states.values()),
+                        without_grads, without_grads + copies)
 
 
 def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int,
@@ -273,9 +283,8 @@ def _held_whatever_recompute(est, plan, stage: int, per_stage: int) -> _Held:
         local = (dense + expert) / (shard if plan.zero_stage >= 1 else 1)
         optimizer = {**states, **_ZERO_TERMS, "optimizer_working": FOREACH_ADAMW_TEMP_BYTES * local, **device}
     return _Held(states, weight_copies, comm, device, accumulates_unsharded_grads(fw, plan), in_flight, layer_bytes,
-                 first_saved, working_layer, logits, loss_phase, optimizer, is_eager, sum(states.values()),
-                 sum(v for k, v in states.items() if k != "grads"),
-                 sum(optimizer.values()) if optimizer is not None else 0.0)
+                 first_saved, working_layer, logits, loss_phase, optimizer, is_eager, weights.states_total,
+                 weights.states_total_without_grads, sum(optimizer.values()) if optimizer is not None else 0.0)
 
 
 def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> tuple:
@@ -285,9 +294,15 @@ def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> tuple:
     the eager recipes (cost_model/eager_activations.py)."""
     model, tp, sp = est.model, plan.tp, plan.sequence_parallel
     recipe = est.eager_recipe(plan)
+    # One micro-batch: grads are set to None each step and first written in its backward.
+    grads_absent = plan.num_microbatches == 1 and plan.pp == 1
+    shape_key = ("eager shape", recipe, b, s, tp, sp, first, last, grads_absent)  # all it reads
+    shape = est._layer_cache.get(shape_key)
+    if shape is not None:   # per shape and rank, as the search asks for the same ones many times
+        return shape
     key = ("eager", recipe, b, s, tp, sp)
     sizes = est._layer_cache.get(key)
-    if sizes is None:   # per shape, as the search asks for the same shapes many times
+    if sizes is None:
         sizes = est._layer_cache[key] = tuple(sum(f(model, b, s, tp, sp, recipe).values()) for f in (
             eager.layer_saved, eager.selective_layer_saved, eager.full_layer_saved, eager.head_saved))
     full_layer, selective_layer, input_only, head = sizes
@@ -296,11 +311,11 @@ def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> tuple:
     block = BYTES_ACT * b * s * model.ffn_hidden_size / tp   # the MLP's widest activation
     loss_phase = None
     if last:
-        # One micro-batch: grads are set to None each step and first written in its backward.
-        grads_absent = plan.num_microbatches == 1 and plan.pp == 1
         loss_phase = (eager.loss_backward_working(model, b, s, recipe), head, grads_absent)
         block = max(block, eager.largest_transient_block(model, b, s, recipe))
-    return (full_layer, selective_layer, input_only), first_saved, full_layer, loss_phase, block
+    shape = est._layer_cache[shape_key] = ((full_layer, selective_layer, input_only), first_saved, full_layer,
+                                           loss_phase, block)
+    return shape
 
 
 def _megatron_shape(est, plan, last: bool, b: int, s: int) -> tuple:
