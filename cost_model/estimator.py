@@ -26,7 +26,9 @@ from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
 from cost_model.layer_mix import layer_seconds, mixes_dense_and_moe, pacing_layer_kinds
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
-from cost_model.stage_memory import allocated_peak_bytes, min_full_recompute_layers, plan_memory_key, stage_memory
+from cost_model.stage_memory import (
+    allocated_peak_bytes, min_full_recompute_layers, plan_memory_key, stage_breakdown, stage_memory, stage_peak,
+)
 from cost_model.stages import stage_split
 from cost_model.step_time import step_time_terms
 from cost_model.tables import ProfileTables
@@ -224,14 +226,13 @@ class Estimator:
 
     def _worst_stage_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int, plan_key: tuple) -> tuple:
         split = stage_split(plan, self.model.num_layers)
-        worst = self._stage_memory(plan, 0, recompute, num_recompute, split.num_layers[0], plan_key)
-        first_total = worst_total = sum(worst.values())
+        worst = stage_peak(self, plan, 0, recompute, num_recompute, split.num_layers[0], plan_key)
+        first_total = worst[0]
         for rank in split.memory_ranks[1:]:
-            mem = self._stage_memory(plan, rank, recompute, num_recompute, split.num_layers[rank], plan_key)
-            total = sum(mem.values())
-            if total > worst_total:
-                worst, worst_total = mem, total
-        return worst, first_total
+            peak = stage_peak(self, plan, rank, recompute, num_recompute, split.num_layers[rank], plan_key)
+            if peak[0] > worst[0]:
+                worst = peak
+        return stage_breakdown(worst), first_total
 
     def memory(self, plan: ParallelPlan, recompute: str | None = None, num_recompute: int | None = None) -> dict:
         """Memory breakdown (bytes) of the worst pipeline rank (the max over ranks)."""

@@ -180,10 +180,17 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
 
 def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int,
                  plan_key: tuple | None = None) -> dict:
-    """Memory breakdown of pipeline rank `stage` (holding `per_stage` layers) at its peak phase.
-    What the rank holds whatever its recompute policy is worked out once per plan and rank
-    (`plan_key`: plan_memory_key(plan), when the caller has it) and kept in the estimator's cache:
-    the search prices one plan under several policies and layer counts."""
+    """Memory breakdown of pipeline rank `stage` (holding `per_stage` layers) at its peak phase."""
+    return stage_breakdown(stage_peak(est, plan, stage, recompute, num_recompute, per_stage, plan_key))
+
+
+def stage_peak(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int,
+               plan_key: tuple | None = None) -> tuple:
+    """(total bytes, the peak phase) of pipeline rank `stage` (holding `per_stage` layers): the total is
+    its breakdown's sum, bit for bit (stage_breakdown builds the breakdown; a caller comparing ranks
+    builds only the worst one's). What the rank holds whatever its recompute policy is worked out once
+    per plan and rank (`plan_key`: plan_memory_key(plan), when the caller has it) and kept in the
+    estimator's cache: the search prices one plan under several policies and layer counts."""
     key = ("stage", stage, per_stage, plan_key if plan_key is not None else plan_memory_key(plan))
     held = est._layer_cache.get(key)
     if held is None:
@@ -212,8 +219,17 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
         if total > best_total:
             best, best_total = (activations, working, logits, grads_absent), total
     if held.optimizer is not None and held.optimizer_total > best_total:
+        return held.optimizer_total, (held, None)
+    return best_total, (held, best)
+
+
+def stage_breakdown(peak: tuple) -> dict:
+    """The breakdown (bytes per term) of a stage_peak's phase: the optimizer step's, or the one whose
+    (activations, backward working set, logits, grads not yet allocated) it names."""
+    held, phase = peak[1]
+    if phase is None:
         return dict(held.optimizer)
-    activations, working, logits, grads_absent = best
+    activations, working, logits, grads_absent = phase
     return {**held.states, **({"grads": 0.0} if (grads_absent or held.accumulating) and "grads" in held.states else {}),
             **_ZERO_TERMS, "weight_copies": held.weight_copies, "activations": activations,
             "activation_working": working, "logits": logits, "comm_buffers": held.comm, **held.device}

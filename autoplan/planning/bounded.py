@@ -78,14 +78,26 @@ def _reject(rejections: dict, tag: str, count: int, message: str) -> None:
     rejections[tag] = (before + count, first)
 
 
-def _rule_checked(space: SearchSpace, est, knobs: dict, zero: int, rejections: dict, count: int):
+def _framework_rules(est):
+    """The framework's rules a candidate must pass: its plan rules alone when the problem passes its
+    own (Framework.check_problem, asked once here instead of once per candidate), else all of them
+    (every candidate then breaks the problem's rule, and says so)."""
+    fw = est.framework
+    try:
+        fw.check_problem(est.model, est.training)
+    except InfeasiblePlan:
+        return fw.check
+    return fw.check_plan
+
+
+def _rule_checked(space: SearchSpace, est, framework_rules, knobs: dict, zero: int, rejections: dict, count: int):
     """The group's plan at ZeRO stage `zero` without recompute, checked by the plan's and the
     framework's rules (what Estimator.estimate checks first). None with the `count` plans of that
     stage rejected when a rule breaks that the recompute policy cannot mend (no framework rule reads
     it); the plan unchecked (False) when the rule is a recompute one, for scoring to judge per plan."""
     try:
         plan = space.plan({**knobs, "zero_stage": zero, "recompute": "none"})
-        est.framework.check(est.model, est.training, plan)
+        framework_rules(est.model, est.training, plan)
         return plan
     except InfeasiblePlan as exc:
         if exc.reason in _RECOMPUTE_RULES:
@@ -171,11 +183,12 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
     scored in vain) and is scored when reached again. The time terms a bound prices are held for
     the estimate that scores the same plan."""
     est, rejections, heap, tick = scorer.estimator, {}, [], itertools.count()  # tick: heap order among equal bounds
+    framework_rules = _framework_rules(est)
     for knobs, zeros, recomputes in plan_groups(space, rejections):
         first = broken = None
         try:
             first = space.plan({**knobs, "zero_stage": zeros[0], "recompute": "none"})
-            est.framework.check(est.model, est.training, first)
+            framework_rules(est.model, est.training, first)
         except InfeasiblePlan as exc:
             broken = exc
         if broken is not None and broken.reason not in MENDABLE_RULES:  # every plan of the group breaks it
@@ -195,7 +208,7 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
             knobs, zeros, recomputes, checked = entry  # checked: the first ZeRO stage's plan, if it passed
             for zero in zeros:
                 plan = checked if checked is not None and zero == zeros[0] else \
-                    _rule_checked(space, est, knobs, zero, rejections, len(recomputes))
+                    _rule_checked(space, est, framework_rules, knobs, zero, rejections, len(recomputes))
                 if plan is None:
                     continue
                 if plan and _weights_over(est, plan):  # no plan of the stage fits: no bound needed

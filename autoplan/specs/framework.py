@@ -391,8 +391,13 @@ class Framework:
         """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
         the plan breaks, the problem's own rules (check_problem) first. Structural rules every
         framework shares are ParallelPlan.check's."""
-        refuse = self._refuse
         self.check_problem(model, training)
+        self.check_plan(model, training, plan)
+
+    def check_plan(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
+        """check's rules that read the plan: what a search asks of each candidate once the problem
+        has passed check_problem."""
+        refuse = self._refuse
         if plan.zero_stage not in self.zero_stages:
             refuse(f"has ZeRO stages {', '.join(map(str, self.zero_stages))}, got zero_stage={plan.zero_stage}",
                    "zero_stage", "pick one of those (--zero)")
