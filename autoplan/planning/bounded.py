@@ -225,7 +225,8 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
             to_score = []
             for recompute in recomputes:
                 try:
-                    plan = space.plan({**knobs, "zero_stage": zero, "recompute": recompute})
+                    plan = first if first and recompute == "none" else \
+                        space.plan({**knobs, "zero_stage": zero, "recompute": recompute})  # first: this one, checked
                 except InfeasiblePlan as exc:
                     _reject(rejections, exc.reason, 1, str(exc))
                     continue
