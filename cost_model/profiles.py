@@ -21,6 +21,10 @@ from autoplan.specs.gpus import gpu_sheet
 GIB = 1024 ** 3
 H100_MATMUL_EFF = 713e12 / 989.5e12
 """Best sustained bf16 GEMM of the shipped H100 SXM full profile over the datasheet peak."""
+H100_FP8_MATMUL_EFF = 1270e12 / 1979e12
+"""Best sustained fp8 (e4m3, tensor-wise scaled `torch._scaled_mm`) GEMM of the same profile over the
+datasheet fp8 peak: 0.64, against 0.72 for bf16. fp8 does not reach the same fraction of its doubled peak:
+over the profile's large shapes (bf16 above 650 TFLOP/s) fp8 runs 1.66-1.83x bf16, not 2x."""
 POWER_CAP_500W_CLOCK = (500 / 700) ** (1 / 3)
 """assumption: a 500 W cap on a 700 W part lowers sustained tensor-core clocks by the cube root of
 the power ratio (dynamic power ~ f*V^2 with V ~ f under DVFS), 0.894."""
@@ -30,7 +34,8 @@ _H100_SOURCES = {
               "back for two minutes, so sustained clocks) on one H100 SXM 700 W, 713 TFLOP/s at 1024x2048x4096 "
               "= 0.72 of peak (cost_model/data/h100_runs/profile-full.json, 2026-11-22); short bursts reach "
               "~795-802 (DESIGN.md facts; the same GPU's --quick sweep), which training does not sustain. "
-              "fp8 assumed the same fraction of its peak (a framework's fp8_gemm_efficiency corrects it)",
+              "fp8 likewise: the best tensor-wise scaled fp8 GEMM of the same sweep, 1270 TFLOP/s at 1024x2048x8192 "
+              "= 0.64 of the fp8 peak",
     "attention": "benchmark, not datasheet: FlashAttention-2 through PyTorch SDPA on H100: FA3 paper (arXiv 2407.08608) reports "
                  "FA3 at up to 740 TFLOP/s (75%) and 1.5-2.0x FA2, so FA2 ~0.45 of peak forward",
     "intra_node_bandwidth_bytes_per_s": "datasheet: NVLink 4, 450 GB/s per direction per GPU",
@@ -83,17 +88,18 @@ SPECS = {
             "memory_capacity_bytes": "80 GB part; torch reports 79.15 GiB total capacity"}),
     "h100-80gb": _entry(
         "h100-sxm", device_name="NVIDIA H100 80GB HBM3", capacity_bytes=int(79.11 * GIB),
-        matmul_eff=H100_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
+        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
             "memory_capacity_bytes": "80 GB part; torch reports 79.11 GiB total capacity"}),
     "h200": _entry(
         "h200-sxm", device_name="NVIDIA H200", capacity_bytes=int(139.8 * GIB),
-        matmul_eff=H100_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
+        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
             "memory_capacity_bytes": "141 GB HBM3e part (143771 MiB); torch reports ~139.8 GiB"}),
     "h100-96gb-500w": _entry(
         "h100-sxm", device_name="NVIDIA H100 96GB HBM2e (500 W cap)", capacity_bytes=int(94.5 * GIB),
-        hbm_bytes_per_s=2400e9, matmul_eff=H100_MATMUL_EFF * POWER_CAP_500W_CLOCK, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9,
+        hbm_bytes_per_s=2400e9, matmul_eff=H100_MATMUL_EFF * POWER_CAP_500W_CLOCK,
+        fp8_matmul_eff=H100_FP8_MATMUL_EFF * POWER_CAP_500W_CLOCK, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9,
         sources={
             **_H100_SOURCES,
             "peak_flops_per_s": "H100 SXM datasheet peaks (torchtitan reports MFU against them)",
@@ -159,7 +165,8 @@ def _matmul_table(spec: dict) -> tuple:
         for m in _MATMUL_DIMS:
             for n in _MATMUL_DIMS:
                 for k in _MATMUL_DIMS:
-                    fps = _gemm_flops_per_s(m, n, k, spec["peak"][dtype], spec["matmul_eff"] / _BEST_FILL_EFF,
+                    eff = spec["fp8_matmul_eff"] if dtype == "fp8" else spec["matmul_eff"]
+                    fps = _gemm_flops_per_s(m, n, k, spec["peak"][dtype], eff / _BEST_FILL_EFF,
                                             spec["hbm_bytes_per_s"], spec["num_sms"], bpe, _K_FILL_ITERS)
                     samples.append(MatmulSample(m, n, k, dtype, fps))
     return tuple(samples)
