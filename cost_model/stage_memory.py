@@ -309,13 +309,15 @@ def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> tuple:
     phase (working set, logits, grads not yet allocated) or None, the largest transient block) for
     the eager recipes (cost_model/eager_activations.py)."""
     model, tp, sp = est.model, plan.tp, plan.sequence_parallel
-    recipe = est.eager_recipe(plan)
     # One micro-batch: grads are set to None each step and first written in its backward.
     grads_absent = plan.num_microbatches == 1 and plan.pp == 1
-    shape_key = ("eager shape", recipe, b, s, tp, sp, first, last, grads_absent)  # all it reads
+    # All it reads: the recipe's own inputs (Estimator.eager_recipe) rather than the recipe, whose hash
+    # costs more than the rest of a lookup.
+    shape_key = ("eager shape", tp, plan.cp, plan.dp, plan.zero_stage, b, s, sp, first, last, grads_absent)
     shape = est._layer_cache.get(shape_key)
     if shape is not None:   # per shape and rank, as the search asks for the same ones many times
         return shape
+    recipe = est.eager_recipe(plan)
     key = ("eager", recipe, b, s, tp, sp)
     sizes = est._layer_cache.get(key)
     if sizes is None:
