@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from autoplan.specs.errors import InfeasiblePlan
+from autoplan.specs import framework_rules as rules
+from autoplan.specs.framework_rules import block_extras  # noqa: F401 - re-exported
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import ParallelPlan
 from autoplan.specs.training import TrainingSpec
@@ -42,18 +43,6 @@ def megatron_states() -> dict:
         "grads": StateTerm(4, 2, "fp32 main-grad buffer (gradients accumulated over micro-batches)"),
         "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
     }
-
-
-def block_extras(model: ModelSpec) -> list:
-    """A block's parts beyond the Llama/GPT block (pre-norms, one attention, one MLP, in sequence)."""
-    extras = []
-    if model.qk_norm:
-        extras.append(f"q/k norms (qk_norm={model.qk_norm!r})")
-    if model.norm_placement != "pre":
-        extras.append(f"{model.norm_placement} norms")
-    if model.parallel_block:
-        extras.append("parallel attention/MLP block")
-    return extras
 
 
 @dataclass(frozen=True)
@@ -354,156 +343,31 @@ class Framework:
         states = self.states_by_dtype.get(dtype)
         return replace(self, states=states) if states else self
 
-    # -- the rules --------------------------------------------------------------------------------
-    def _refuse(self, rule: str, tag: str, fix: str) -> None:
-        raise InfeasiblePlan(f"framework {self.name} {rule}; {fix}", f"framework_{tag}")
-
+    # -- the rules (autoplan.specs.framework_rules) ------------------------------------------------
     def check_model(self, model: ModelSpec, training: TrainingSpec | None = None) -> None:
         """Raise InfeasiblePlan when no plan of this framework can run the model (an architecture
         feature it lacks) or, given the training shape, its sequence length; the planner asks this
         once, before searching."""
-        refuse = self._refuse
-        rule = self.context_rule(model.max_seq_len, model.position, training.seq_len) if training else ""
-        if rule:  # the plan-file validation's sentence (autoplan.specs.schemas.validate_plan)
-            raise InfeasiblePlan(f"{rule}; plan a shorter --seq-len", "framework_seq_len")
-        if model.is_mla and not self.mla:
-            refuse(f"has no multi-head latent attention, which {model.name!r} uses (kv_lora_rank="
-                   f"{model.kv_lora_rank})", "mla", "plan it for a framework that has it (--framework megatron-core)")
-        if model.is_moe and not self.moe:
-            refuse(f"runs dense models only, got {model.name!r} with {model.num_experts} experts", "moe",
-                   "pick a framework that runs mixtures of experts (--framework megatron-core)")
+        rules.check_model(self, model, training)
 
     def check_problem(self, model: ModelSpec, training: TrainingSpec) -> None:
         """Raise InfeasiblePlan when no plan of this framework can train the model this way: the rules
-        that depend on the problem alone (architecture, dtype, sequence length), not on the plan. The
-        planner asks this once, before searching, so a search that cannot succeed names the problem
-        rather than whichever plan rule each candidate happened to break first."""
-        refuse = self._refuse
-        self.check_model(model, training)  # the architecture and the context rule (context_rule)
-        if training.dtype not in self.dtypes:
-            refuse(f"trains in {', '.join(self.dtypes)}, not dtype={training.dtype}", "dtype",
-                   f"plan with --dtype {self.dtypes[0]}")
-        if training.dtype == "fp8" and model.is_moe and not self.fp8_moe:
-            refuse(f"runs fp8 for dense models only (its experts' GEMMs stay bf16), got {model.name!r} with "
-                   f"{model.num_experts} experts", "fp8_moe", "plan with --dtype bf16")
+        that depend on the problem alone (architecture, dtype, sequence length), not on the plan."""
+        rules.check_problem(self, model, training)
 
     def check(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
         """Raise InfeasiblePlan (reason tag "framework_...") for the first rule of this framework
         the plan breaks, the problem's own rules (check_problem) first. Structural rules every
         framework shares are ParallelPlan.check's."""
-        self.check_problem(model, training)
-        self.check_plan(model, training, plan)
+        rules.check_problem(self, model, training)
+        rules.check_plan(self, model, training, plan)
 
     def check_plan(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
         """check's rules that read the plan: what a search asks of each candidate once the problem
         has passed check_problem."""
-        refuse = self._refuse
-        if plan.zero_stage not in self.zero_stages:
-            refuse(f"has ZeRO stages {', '.join(map(str, self.zero_stages))}, got zero_stage={plan.zero_stage}",
-                   "zero_stage", "pick one of those (--zero)")
-        if plan.zero_shard and plan.zero_stage not in self.hsdp_zero_stages:
-            stages = ", ".join(map(str, self.hsdp_zero_stages))
-            where = f" (hybrid sharding at ZeRO stages {stages} only)" if stages else ""
-            refuse(f"shards ZeRO states over every data-parallel rank{where}, got zero_shard={plan.zero_shard} at "
-                   f"zero_stage={plan.zero_stage}", "zero_shard",
-                   "plan without --zero-shard" + (f", or with --zero {self.hsdp_zero_stages[-1]}" if stages else ""))
-        if plan.zero_shard and model.is_moe:
-            refuse(f"is planned here with hybrid sharding for dense models only (the experts' states shard over "
-                   f"their own expert-data-parallel ranks), got zero_shard={plan.zero_shard} for {model.name!r}",
-                   "zero_shard_moe", "plan without --zero-shard")
-        # Before the degree rules: it holds whatever the degrees, so a pinned --zero on an MoE model is
-        # refused for this reason, not for whichever pp or ep a candidate happened to have.
-        if model.is_moe and plan.zero_stage > self.max_zero_with_moe:
-            refuse(f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
-                   f"{self.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "
-                   f"{model.num_experts} experts", "zero_with_moe", f"plan with --zero {self.max_zero_with_moe}")
-        for degree, limit in (("tp", self.max_tp), ("pp", self.max_pp), ("cp", self.max_cp), ("vpp", self.max_vpp)):
-            value = getattr(plan, degree)
-            if value > limit:
-                refuse(f"runs {degree} <= {limit}, got {degree}={value}", f"{degree}_limit",
-                       f"plan with --{degree} {limit}" if limit == 1 else f"pick {degree} <= {limit}")
-        if plan.pp > 1 and plan.zero_stage > self.max_zero_with_pp:
-            refuse(f"does not combine ZeRO stage {plan.zero_stage} with pipeline parallelism (at most "
-                   f"{self.max_zero_with_pp} with pp > 1), got pp={plan.pp}, zero_stage={plan.zero_stage}",
-                   "zero_with_pp", f"plan with --zero {self.max_zero_with_pp} or --pp 1")
-        if plan.ep > 1 and plan.zero_stage > self.max_zero_with_ep:
-            refuse(f"does not combine ZeRO stage {plan.zero_stage} with expert parallelism (at most "
-                   f"{self.max_zero_with_ep} with ep > 1), got ep={plan.ep}", "zero_with_ep",
-                   f"plan with --zero {self.max_zero_with_ep} or ep=1")
-        if plan.zero_stage == 3 and model.tied_embeddings and not self.zero3_tied_embeddings:
-            refuse(f"does not shard tied embedding/head weights (ZeRO-3), got zero_stage=3 for {model.name!r} "
-                   "with tied_embeddings", "zero3_tied_embeddings", "plan with --zero 2 or less")
-        if plan.zero_stage == 3 and training.dtype not in self.zero3_dtypes:
-            refuse(f"runs ZeRO-3 in {', '.join(self.zero3_dtypes)} only, got dtype={training.dtype}", "zero3_dtype",
-                   "plan with --zero 2 or less, or another --dtype")
-        if self.zero0_only_pure_dp and plan.zero_stage == 0 and (plan.tp, plan.pp, plan.cp) != (1, 1, 1):
-            refuse(f"runs plain data parallelism (zero_stage=0) only without tp/pp/cp, got tp={plan.tp}, "
-                   f"pp={plan.pp}, cp={plan.cp}", "zero0_mixed", "plan with --zero 1 or more")
-        if not self.uneven_stages and plan.pp > 1 and len(set(plan.stage_num_layers(model.num_layers))) > 1:
-            refuse(f"needs pp to divide num_layers, got pp={plan.pp}, num_layers={model.num_layers}",
-                   "uneven_stages", "pick a pp that divides the layers")
-        if not self.uneven_interleaved and plan.vpp > 1 and \
-                len(set(plan.virtual_stage_num_layers(model.num_layers))) > 1:
-            refuse(f"interleaves equal virtual stages only: pp*vpp must divide num_layers, got pp={plan.pp} * "
-                   f"vpp={plan.vpp} = {plan.pp * plan.vpp}, num_layers={model.num_layers}", "uneven_interleaved",
-                   "pick a vpp for which pp*vpp divides the layers")
-        if self.sequence_parallel == "always" and plan.tp > 1 and not plan.sequence_parallel:
-            refuse(f"always shards norms on the sequence under tensor parallelism, got tp={plan.tp} with "
-                   "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")
-        if self.sequence_parallel == "never" and plan.sequence_parallel:
-            refuse("has no sequence parallelism", "sp_never", "plan with --no-sequence-parallel")
-        if plan.recompute_modules and not self.recompute_modules:
-            refuse(f"has no per-module selective recompute, got recompute_modules={list(plan.recompute_modules)}",
-                   "recompute_modules", "plan without recompute_modules, or for --framework megatron-core")
-        if plan.moe_capacity_factor and not self.moe_capacity_factor:
-            refuse(f"routes dropless only (no expert capacity), got moe_capacity_factor={plan.moe_capacity_factor}",
-                   "moe_capacity_factor", "plan without moe_capacity_factor (dropless), or for --framework megatron-core")
-        if plan.expert_tp != plan.tp and not self.expert_tensor_parallel:
-            refuse(f"splits experts over the tensor-parallel ranks (no expert TP of their own), got etp={plan.etp}, "
-                   f"tp={plan.tp}", "expert_tp", "plan without etp (etp = tp), or for --framework megatron-core")
-        if self.moe_a2a_overlap and model.is_moe and plan.ep > 1 and (
-                plan.recompute == "full" or (plan.pp > 1 and plan.vpp == 1)):
-            # Megatron-Core transformer_config.py core_v0.16.1 lines 1857-1879.
-            refuse(f"overlaps the expert all-to-all only without full recompute and, with a pipeline, with "
-                   f"interleaving, got recompute={plan.recompute}, pp={plan.pp}, vpp={plan.vpp}", "moe_a2a_overlap",
-                   "plan with --recompute none/selective and --vpp > 1 under --pp, or without the option")
-        if model.is_moe and not self.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
-            refuse(f"runs mixtures of experts with data, context and expert parallelism only, got "
-                   f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")
-        if self.min_microbatches_per_stage and plan.pp > 1 and plan.num_microbatches < plan.pp:
-            refuse(f"runs 1F1B, which needs at least as many micro-batches as pipeline stages, got "
-                   f"num_microbatches={plan.num_microbatches}, pp={plan.pp}", "microbatches_per_stage",
-                   "raise --global-batch or lower --micro-batch")
-        if self.tied_embeddings_one_stage and model.tied_embeddings and (plan.tp > 1 or plan.pp > 1):
-            refuse(f"runs tied embedding/head weights only with tp=1 and pp=1, got tp={plan.tp}, pp={plan.pp} "
-                   f"for {model.name!r}", "tied_embeddings", "plan with --tp 1 --pp 1")
-        if not self.tied_embeddings_with_pp and model.tied_embeddings and plan.pp > 1:
-            refuse(f"does not tie embedding and head weights across pipeline stages, got pp={plan.pp} for "
-                   f"{model.name!r} with tied_embeddings", "tied_embeddings_pp", "plan with --pp 1")
-        if not self.learned_positions_split_sequence and model.position == "learned" and (
-                plan.cp > 1 or plan.sequence_parallel):
-            refuse(f"does not split learned position embeddings over the sequence, got cp={plan.cp}, "
-                   f"sequence_parallel={plan.sequence_parallel} for {model.name!r}", "learned_positions",
-                   "plan with --cp 1 --no-sequence-parallel")
-        extras = block_extras(model)
-        if not self.tp_with_block_extras and plan.tp > 1 and extras:
-            refuse(f"shards no {', '.join(extras)} of {model.name!r} over tensor parallelism, got tp={plan.tp}",
-                   "tp_block_extras", "plan with --tp 1 (or for a framework that has these layers)")
-        if not self.cp_with_masked_attention and plan.cp > 1 and (model.sliding_window or model.attn_logit_softcap):
-            refuse(f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
-                   f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
-                   "cp_masked_attention", "plan with --cp 1")
+        rules.check_plan(self, model, training, plan)
 
     def context_rule(self, max_seq_len: int, position: str, seq_len: int) -> str:
-        """The one rule on a sequence longer than the model's context, in the one sentence search, export,
-        run and the plan-file validation say: "" when this framework runs it, else "training.seq_len
-        must be at most the model's context ... for framework <name>, got <seq_len>". A learned position
-        table is the model's length in every framework; a framework with `seq_len_within_model` builds
-        its RoPE tables that long too; the others size RoPE for the run (torchtitan 0.3.0
-        models/common/decoder.py update_from_config; the exports write max(max_seq_len, seq_len), and
-        size a shipped flavor's RoPE cache for the plan)."""
-        if seq_len <= max_seq_len or not (self.seq_len_within_model or position == "learned"):
-            return ""
-        why = "learned position embeddings" if position == "learned" else "position tables of the model's length"
-        return (f"training.seq_len must be at most the model's context model.max_seq_len={max_seq_len} ({why}) "
-                f"for framework {self.name}, got {seq_len}")
+        """The one rule on a sequence longer than the model's context ("" when this framework runs it):
+        framework_rules.context_rule."""
+        return rules.context_rule(self, max_seq_len, position, seq_len)

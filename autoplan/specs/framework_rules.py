@@ -1,0 +1,174 @@
+"""A framework's rules: what plans it can run (autoplan.specs.framework.Framework asks these).
+
+Each refusal is InfeasiblePlan with the reason tag "framework_<rule>", one sentence with the values
+and what to do instead. The problem's own rules (the architecture, the dtype, the sequence length)
+come first and hold for every plan; the plan rules follow. Structural rules every framework shares
+are ParallelPlan.check's. `fw` is the autoplan.specs.framework.Framework whose facts they read
+(that module imports this one, not the other way round).
+"""
+from __future__ import annotations
+
+from autoplan.specs.errors import InfeasiblePlan
+from autoplan.specs.model import ModelSpec
+from autoplan.specs.plan import ParallelPlan
+from autoplan.specs.training import TrainingSpec
+
+
+def block_extras(model: ModelSpec) -> list:
+    """A block's parts beyond the Llama/GPT block (pre-norms, one attention, one MLP, in sequence)."""
+    extras = []
+    if model.qk_norm:
+        extras.append(f"q/k norms (qk_norm={model.qk_norm!r})")
+    if model.norm_placement != "pre":
+        extras.append(f"{model.norm_placement} norms")
+    if model.parallel_block:
+        extras.append("parallel attention/MLP block")
+    return extras
+
+
+def _refuse(fw, rule: str, tag: str, fix: str) -> None:
+    raise InfeasiblePlan(f"framework {fw.name} {rule}; {fix}", f"framework_{tag}")
+
+
+def check_model(fw, model: ModelSpec, training: TrainingSpec | None = None) -> None:
+    """Raise InfeasiblePlan when no plan of this framework can run the model (an architecture
+    feature it lacks) or, given the training shape, its sequence length; the planner asks this
+    once, before searching."""
+    rule = context_rule(fw, model.max_seq_len, model.position, training.seq_len) if training else ""
+    if rule:  # the plan-file validation's sentence (autoplan.specs.schemas.validate_plan)
+        raise InfeasiblePlan(f"{rule}; plan a shorter --seq-len", "framework_seq_len")
+    if model.is_mla and not fw.mla:
+        _refuse(fw, f"has no multi-head latent attention, which {model.name!r} uses (kv_lora_rank="
+               f"{model.kv_lora_rank})", "mla", "plan it for a framework that has it (--framework megatron-core)")
+    if model.is_moe and not fw.moe:
+        _refuse(fw, f"runs dense models only, got {model.name!r} with {model.num_experts} experts", "moe",
+               "pick a framework that runs mixtures of experts (--framework megatron-core)")
+
+
+def check_problem(fw, model: ModelSpec, training: TrainingSpec) -> None:
+    """Raise InfeasiblePlan when no plan of this framework can train the model this way: the rules
+    that depend on the problem alone (architecture, dtype, sequence length), not on the plan. The
+    planner asks this once, before searching, so a search that cannot succeed names the problem
+    rather than whichever plan rule each candidate happened to break first."""
+    check_model(fw, model, training)  # the architecture and the context rule (context_rule)
+    if training.dtype not in fw.dtypes:
+        _refuse(fw, f"trains in {', '.join(fw.dtypes)}, not dtype={training.dtype}", "dtype",
+               f"plan with --dtype {fw.dtypes[0]}")
+    if training.dtype == "fp8" and model.is_moe and not fw.fp8_moe:
+        _refuse(fw, f"runs fp8 for dense models only (its experts' GEMMs stay bf16), got {model.name!r} with "
+               f"{model.num_experts} experts", "fp8_moe", "plan with --dtype bf16")
+
+
+def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
+    """check's rules that read the plan: what a search asks of each candidate once the problem
+    has passed check_problem."""
+    if plan.zero_stage not in fw.zero_stages:
+        _refuse(fw, f"has ZeRO stages {', '.join(map(str, fw.zero_stages))}, got zero_stage={plan.zero_stage}",
+               "zero_stage", "pick one of those (--zero)")
+    if plan.zero_shard and plan.zero_stage not in fw.hsdp_zero_stages:
+        stages = ", ".join(map(str, fw.hsdp_zero_stages))
+        where = f" (hybrid sharding at ZeRO stages {stages} only)" if stages else ""
+        _refuse(fw, f"shards ZeRO states over every data-parallel rank{where}, got zero_shard={plan.zero_shard} at "
+               f"zero_stage={plan.zero_stage}", "zero_shard",
+               "plan without --zero-shard" + (f", or with --zero {fw.hsdp_zero_stages[-1]}" if stages else ""))
+    if plan.zero_shard and model.is_moe:
+        _refuse(fw, f"is planned here with hybrid sharding for dense models only (the experts' states shard over "
+               f"their own expert-data-parallel ranks), got zero_shard={plan.zero_shard} for {model.name!r}",
+               "zero_shard_moe", "plan without --zero-shard")
+    # Before the degree rules: it holds whatever the degrees, so a pinned --zero on an MoE model is
+    # refused for this reason, not for whichever pp or ep a candidate happened to have.
+    if model.is_moe and plan.zero_stage > fw.max_zero_with_moe:
+        _refuse(fw, f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
+               f"{fw.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "
+               f"{model.num_experts} experts", "zero_with_moe", f"plan with --zero {fw.max_zero_with_moe}")
+    for degree, limit in (("tp", fw.max_tp), ("pp", fw.max_pp), ("cp", fw.max_cp), ("vpp", fw.max_vpp)):
+        value = getattr(plan, degree)
+        if value > limit:
+            _refuse(fw, f"runs {degree} <= {limit}, got {degree}={value}", f"{degree}_limit",
+                   f"plan with --{degree} {limit}" if limit == 1 else f"pick {degree} <= {limit}")
+    if plan.pp > 1 and plan.zero_stage > fw.max_zero_with_pp:
+        _refuse(fw, f"does not combine ZeRO stage {plan.zero_stage} with pipeline parallelism (at most "
+               f"{fw.max_zero_with_pp} with pp > 1), got pp={plan.pp}, zero_stage={plan.zero_stage}",
+               "zero_with_pp", f"plan with --zero {fw.max_zero_with_pp} or --pp 1")
+    if plan.ep > 1 and plan.zero_stage > fw.max_zero_with_ep:
+        _refuse(fw, f"does not combine ZeRO stage {plan.zero_stage} with expert parallelism (at most "
+               f"{fw.max_zero_with_ep} with ep > 1), got ep={plan.ep}", "zero_with_ep",
+               f"plan with --zero {fw.max_zero_with_ep} or ep=1")
+    if plan.zero_stage == 3 and model.tied_embeddings and not fw.zero3_tied_embeddings:
+        _refuse(fw, f"does not shard tied embedding/head weights (ZeRO-3), got zero_stage=3 for {model.name!r} "
+               "with tied_embeddings", "zero3_tied_embeddings", "plan with --zero 2 or less")
+    if plan.zero_stage == 3 and training.dtype not in fw.zero3_dtypes:
+        _refuse(fw, f"runs ZeRO-3 in {', '.join(fw.zero3_dtypes)} only, got dtype={training.dtype}", "zero3_dtype",
+               "plan with --zero 2 or less, or another --dtype")
+    if fw.zero0_only_pure_dp and plan.zero_stage == 0 and (plan.tp, plan.pp, plan.cp) != (1, 1, 1):
+        _refuse(fw, f"runs plain data parallelism (zero_stage=0) only without tp/pp/cp, got tp={plan.tp}, "
+               f"pp={plan.pp}, cp={plan.cp}", "zero0_mixed", "plan with --zero 1 or more")
+    if not fw.uneven_stages and plan.pp > 1 and len(set(plan.stage_num_layers(model.num_layers))) > 1:
+        _refuse(fw, f"needs pp to divide num_layers, got pp={plan.pp}, num_layers={model.num_layers}",
+               "uneven_stages", "pick a pp that divides the layers")
+    if not fw.uneven_interleaved and plan.vpp > 1 and \
+            len(set(plan.virtual_stage_num_layers(model.num_layers))) > 1:
+        _refuse(fw, f"interleaves equal virtual stages only: pp*vpp must divide num_layers, got pp={plan.pp} * "
+               f"vpp={plan.vpp} = {plan.pp * plan.vpp}, num_layers={model.num_layers}", "uneven_interleaved",
+               "pick a vpp for which pp*vpp divides the layers")
+    if fw.sequence_parallel == "always" and plan.tp > 1 and not plan.sequence_parallel:
+        _refuse(fw, f"always shards norms on the sequence under tensor parallelism, got tp={plan.tp} with "
+               "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")
+    if fw.sequence_parallel == "never" and plan.sequence_parallel:
+        _refuse(fw, "has no sequence parallelism", "sp_never", "plan with --no-sequence-parallel")
+    if plan.recompute_modules and not fw.recompute_modules:
+        _refuse(fw, f"has no per-module selective recompute, got recompute_modules={list(plan.recompute_modules)}",
+               "recompute_modules", "plan without recompute_modules, or for --framework megatron-core")
+    if plan.moe_capacity_factor and not fw.moe_capacity_factor:
+        _refuse(fw, f"routes dropless only (no expert capacity), got moe_capacity_factor={plan.moe_capacity_factor}",
+               "moe_capacity_factor", "plan without moe_capacity_factor (dropless), or for --framework megatron-core")
+    if plan.expert_tp != plan.tp and not fw.expert_tensor_parallel:
+        _refuse(fw, f"splits experts over the tensor-parallel ranks (no expert TP of their own), got etp={plan.etp}, "
+               f"tp={plan.tp}", "expert_tp", "plan without etp (etp = tp), or for --framework megatron-core")
+    if fw.moe_a2a_overlap and model.is_moe and plan.ep > 1 and (
+            plan.recompute == "full" or (plan.pp > 1 and plan.vpp == 1)):
+        # Megatron-Core transformer_config.py core_v0.16.1 lines 1857-1879.
+        _refuse(fw, f"overlaps the expert all-to-all only without full recompute and, with a pipeline, with "
+               f"interleaving, got recompute={plan.recompute}, pp={plan.pp}, vpp={plan.vpp}", "moe_a2a_overlap",
+               "plan with --recompute none/selective and --vpp > 1 under --pp, or without the option")
+    if model.is_moe and not fw.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
+        _refuse(fw, f"runs mixtures of experts with data, context and expert parallelism only, got "
+               f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")
+    if fw.min_microbatches_per_stage and plan.pp > 1 and plan.num_microbatches < plan.pp:
+        _refuse(fw, f"runs 1F1B, which needs at least as many micro-batches as pipeline stages, got "
+               f"num_microbatches={plan.num_microbatches}, pp={plan.pp}", "microbatches_per_stage",
+               "raise --global-batch or lower --micro-batch")
+    if fw.tied_embeddings_one_stage and model.tied_embeddings and (plan.tp > 1 or plan.pp > 1):
+        _refuse(fw, f"runs tied embedding/head weights only with tp=1 and pp=1, got tp={plan.tp}, pp={plan.pp} "
+               f"for {model.name!r}", "tied_embeddings", "plan with --tp 1 --pp 1")
+    if not fw.tied_embeddings_with_pp and model.tied_embeddings and plan.pp > 1:
+        _refuse(fw, f"does not tie embedding and head weights across pipeline stages, got pp={plan.pp} for "
+               f"{model.name!r} with tied_embeddings", "tied_embeddings_pp", "plan with --pp 1")
+    if not fw.learned_positions_split_sequence and model.position == "learned" and (
+            plan.cp > 1 or plan.sequence_parallel):
+        _refuse(fw, f"does not split learned position embeddings over the sequence, got cp={plan.cp}, "
+               f"sequence_parallel={plan.sequence_parallel} for {model.name!r}", "learned_positions",
+               "plan with --cp 1 --no-sequence-parallel")
+    extras = block_extras(model)
+    if not fw.tp_with_block_extras and plan.tp > 1 and extras:
+        _refuse(fw, f"shards no {', '.join(extras)} of {model.name!r} over tensor parallelism, got tp={plan.tp}",
+               "tp_block_extras", "plan with --tp 1 (or for a framework that has these layers)")
+    if not fw.cp_with_masked_attention and plan.cp > 1 and (model.sliding_window or model.attn_logit_softcap):
+        _refuse(fw, f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
+               f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
+               "cp_masked_attention", "plan with --cp 1")
+
+
+def context_rule(fw, max_seq_len: int, position: str, seq_len: int) -> str:
+    """The one rule on a sequence longer than the model's context, in the one sentence search, export,
+    run and the plan-file validation say: "" when this framework runs it, else "training.seq_len
+    must be at most the model's context ... for framework <name>, got <seq_len>". A learned position
+    table is the model's length in every framework; a framework with `seq_len_within_model` builds
+    its RoPE tables that long too; the others size RoPE for the run (torchtitan 0.3.0
+    models/common/decoder.py update_from_config; the exports write max(max_seq_len, seq_len), and
+    size a shipped flavor's RoPE cache for the plan)."""
+    if seq_len <= max_seq_len or not (fw.seq_len_within_model or position == "learned"):
+        return ""
+    why = "learned position embeddings" if position == "learned" else "position tables of the model's length"
+    return (f"training.seq_len must be at most the model's context model.max_seq_len={max_seq_len} ({why}) "
+            f"for framework {fw.name}, got {seq_len}")
