@@ -43,12 +43,14 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The `autoplan` parser with every subcommand, or with `only` that one (what running a command
+    needs: the other commands' modules are not imported, which is most of a quick command's start)."""
     parser = _Parser(prog="autoplan", description="Plan, predict and run the parallel training of LLMs.")
     from autoplan import __version__
     parser.add_argument("--version", action="version", version=f"autoplan {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    for name in ([only] if only in COMMANDS else COMMANDS):
         importlib.import_module(f"autoplan.cli.{name}_cmd").register(sub)
     parser.set_defaults(subparsers=sub.choices)
     return parser
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
         signal.signal(signal.SIGINT, _Interrupt.handler)
         sys.unraisablehook = _Interrupt.unraisable
     try:
-        parser = build_parser()
+        words = sys.argv[1:] if argv is None else argv
+        parser = build_parser(words[0] if words else None)  # a command's own parser, or all of them
         args, extra = parser.parse_known_args(argv)
         command = getattr(args, "command", None) or ""
         if extra:  # said by the command's own parser: `autoplan <command>: error: ...`
