@@ -185,6 +185,24 @@ def test_planning_the_cost_model_and_the_cli_load_no_torch():
     """) == []
 
 
+def test_running_a_command_imports_no_other_command():
+    """`autoplan search` builds its own parser only (autoplan/cli/main.py): the other commands' modules,
+    and what they import (the cluster search, the exporters, the executor's options), stay out of its
+    start-up, a share of every quick command's time (benchmarks/search_speed.py)."""
+    code = textwrap.dedent("""
+        import json, sys
+        from autoplan.cli.main import main
+        try:
+            main(["search", "--help"])
+        except SystemExit:  # --help exits once printed
+            pass
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("autoplan.cli.") and m.endswith("_cmd"))))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == ["autoplan.cli.search_cmd"]
+
+
 def test_the_torch_probe_sees_torch_when_it_is_loaded():
     pytest.importorskip("torch")
     assert loaded("import executor.model; executor.model.Transformer") == ["torch"]
