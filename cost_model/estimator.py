@@ -27,7 +27,7 @@ from cost_model.layer_mix import layer_seconds, mixes_dense_and_moe, pacing_laye
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
 from cost_model.stage_memory import (
-    allocated_peak_bytes, min_full_recompute_layers, plan_memory_key, stage_breakdown, stage_memory, stage_peak,
+    allocated_peak_bytes, min_full_recompute_layers, plan_memory_key, stage_breakdown, stage_peak,
 )
 from cost_model.stages import stage_split
 from cost_model.step_time import step_time_terms
@@ -182,12 +182,6 @@ class Estimator:
     def usable_memory_bytes(self) -> int:
         """The profile's capacity less the user's headroom: what "fits" is judged against."""
         return self.profile.memory_capacity_bytes - self.memory_headroom_bytes
-
-    def _stage_memory(self, plan: ParallelPlan, stage: int, recompute: str, num_recompute: int,
-                      per_stage: int, plan_key: tuple | None = None) -> dict:
-        """Memory of pipeline rank `stage`, which holds `per_stage` layers, at its peak phase
-        (cost_model.stage_memory; `plan_key`: plan_memory_key(plan), when the caller has it)."""
-        return stage_memory(self, plan, stage, recompute, num_recompute, per_stage, plan_key)
 
     def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool, etp: int = 0,
                                 modules: tuple = ()) -> tuple:

@@ -88,18 +88,21 @@ SPECS = {
             "memory_capacity_bytes": "80 GB part; torch reports 79.15 GiB total capacity"}),
     "h100-80gb": _entry(
         "h100-sxm", device_name="NVIDIA H100 80GB HBM3", capacity_bytes=int(79.11 * GIB),
-        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
+        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
+        allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
             "memory_capacity_bytes": "80 GB part; torch reports 79.11 GiB total capacity"}),
     "h200": _entry(
         "h200-sxm", device_name="NVIDIA H200", capacity_bytes=int(139.8 * GIB),
-        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9, sources={
+        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
+        allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
             "memory_capacity_bytes": "141 GB HBM3e part (143771 MiB); torch reports ~139.8 GiB"}),
     "h100-96gb-500w": _entry(
         "h100-sxm", device_name="NVIDIA H100 96GB HBM2e (500 W cap)", capacity_bytes=int(94.5 * GIB),
         hbm_bytes_per_s=2400e9, matmul_eff=H100_MATMUL_EFF * POWER_CAP_500W_CLOCK,
-        fp8_matmul_eff=H100_FP8_MATMUL_EFF * POWER_CAP_500W_CLOCK, attn_fwd_eff=0.45, attn_bwd_eff=0.38, allreduce_busbw=370e9,
+        fp8_matmul_eff=H100_FP8_MATMUL_EFF * POWER_CAP_500W_CLOCK, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
+        allreduce_busbw=370e9,
         sources={
             **_H100_SOURCES,
             "peak_flops_per_s": "H100 SXM datasheet peaks (torchtitan reports MFU against them)",

@@ -16,6 +16,7 @@ from cost_model import (
 from cost_model.flops import attention_core_fwd_flops, layer_gemms, logits_gemm
 from cost_model.measured_runs import H100_RUNS_DIR
 from cost_model.memory import ops_saved_elems, selective_kept_bytes
+from cost_model.stage_memory import stage_memory
 
 # GPT-3 175B as Narayanan 2021 Table 1 lists it: MHA, GeLU MLP with ffn = 4h.
 GPT = ModelSpec(name="gpt-175b", num_layers=96, hidden_size=12288, num_heads=96, num_kv_heads=96,
@@ -224,7 +225,7 @@ def test_builtin_h100_gemm_table_peaks_at_the_measured_profiles_best(dtype):
 # -- uneven pipeline stages ------------------------------------------------------------------
 def _every_rank_total(est, plan):
     counts = plan.stage_num_layers(est.model.num_layers)
-    return [sum(est._stage_memory(plan, r, plan.recompute, plan.recompute_num_layers, counts[r]).values())
+    return [sum(stage_memory(est, plan, r, plan.recompute, plan.recompute_num_layers, counts[r]).values())
             for r in range(plan.pp)]
 
 
@@ -244,7 +245,7 @@ def test_uneven_split_memory_is_the_max_over_every_stage(num_microbatches, worst
     if worst_rank is not None:
         assert totals.index(max(totals)) == worst_rank and max(totals) > e.details["memory_first_stage_bytes"]
     # recompute_num_layers=8 recomputes all 7 layers of the small ranks (min(n, stage layers)).
-    assert est._stage_memory(plan, 0, "full", 8, 7) == est._stage_memory(plan, 0, "full", 7, 7)
+    assert stage_memory(est, plan, 0, "full", 8, 7) == stage_memory(est, plan, 0, "full", 7, 7)
     assert e.details["layers_per_stage"] == 8
 
 
