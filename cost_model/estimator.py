@@ -107,7 +107,8 @@ class Estimator:
             fp8_scale=fw.fp8_gemm_efficiency * (fw.fp8_rowwise_efficiency if fw.fp8_rowwise else 1.0),
             attention_scale=fw.attention_efficiency,
             memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
-            flash_attention=fw.flash_attention, moe_load_imbalance=fw.moe_load_imbalance,
+            flash_attention=fw.flash_attention, attention_kernel=fw.attention_kernel,
+            moe_load_imbalance=fw.moe_load_imbalance,
             moe_a2a_overlap=fw.moe_a2a_overlap, moe_padded_expert_gemm=fw.moe_padded_expert_gemm,
             fp8_rowwise=fw.fp8_rowwise, tp_backward_input_reductions=fw.tp_backward_input_reductions)
         self.peak_flops_per_s = profile.peak(training.dtype)

@@ -69,6 +69,8 @@ class Rates:
     attention_scale: float
     memory_scale: float
     flash_attention: bool
+    attention_kernel: str = "sdpa"
+    """Framework.attention_kernel: which of the profile's attention tables prices the attention core."""
     moe_load_imbalance: float = 0.0
     """Framework.moe_load_imbalance (cost_model/moe_time.py)."""
     moe_a2a_overlap: bool = False
@@ -136,9 +138,9 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
                                           window=window)
     if rates.flash_attention:
         fwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
-                                                rates.gemm_dtype, "fwd")
+                                                rates.gemm_dtype, "fwd", rates.attention_kernel)
         bwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
-                                                rates.gemm_dtype, "bwd")
+                                                rates.gemm_dtype, "bwd", rates.attention_kernel)
         attn_fwd_s = attn_flops / (fwd_rate * rates.attention_scale)
         attn_bwd_s = ATTN_BWD_FLOPS_RATIO * attn_flops / (bwd_rate * rates.attention_scale)
     else:

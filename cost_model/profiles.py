@@ -17,6 +17,7 @@ from autoplan.specs import (
     AttentionSample, AutoplanError, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
 )
 from autoplan.specs.gpus import gpu_sheet
+from cost_model.attention_tables import flash2_scaled_attention, hopper_attention
 
 GIB = 1024 ** 3
 H100_MATMUL_EFF = 713e12 / 989.5e12
@@ -36,8 +37,9 @@ _H100_SOURCES = {
               "~795-802 (DESIGN.md facts; the same GPU's --quick sweep), which training does not sustain. "
               "fp8 likewise: the best tensor-wise scaled fp8 GEMM of the same sweep, 1270 TFLOP/s at 1024x2048x8192 "
               "= 0.64 of the fp8 peak",
-    "attention": "benchmark, not datasheet: FlashAttention-2 through PyTorch SDPA on H100: FA3 paper (arXiv 2407.08608) reports "
-                 "FA3 at up to 740 TFLOP/s (75%) and 1.5-2.0x FA2, so FA2 ~0.45 of peak forward",
+    "attention": "measured, not datasheet: causal SDPA on one H100 SXM 700 W, flash (FlashAttention-2) and cuDNN "
+                 "backends apart, batch x heads 8-512, seq 1k-16k (cost_model/data/kernels/kernel_rates-h100.json, "
+                 "benchmarks/kernel_rates.py, torch 2.11, 2026-11-27; cost_model/attention_tables.py)",
     "intra_node_bandwidth_bytes_per_s": "datasheet: NVLink 4, 450 GB/s per direction per GPU",
     "inter_node_bandwidth_bytes_per_s": "datasheet: DGX H100 8x400 Gb/s per node = 50 GB/s per GPU",
     "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
@@ -45,12 +47,17 @@ _H100_SOURCES = {
                    "node (DESIGN.md facts); "
                    "across nodes assumed 90% of the node's NIC line rate",
 }
+_H200_ATTENTION_SOURCE = ("measured, not datasheet: causal SDPA on one H200 700 W, flash (FlashAttention-2) and "
+                          "cuDNN backends apart (cost_model/data/kernels/kernel_rates-h200.json, "
+                          "benchmarks/kernel_rates.py, torch 2.11, 2026-11-27)")
 _A100_SOURCES = {
     "peak_flops_per_s": "datasheet (autoplan.specs.gpus)",
     "matmul": "benchmark, not datasheet: best measured bf16 GEMM ~271 TFLOP/s on A100 (DESIGN.md facts) "
               "= 0.869 of peak",
-    "attention": "benchmark, not datasheet: FlashAttention-2 paper (arXiv 2307.08691): 50-73% of peak on A100; forward 0.70, "
-                 "backward 0.55 taken at long sequences",
+    "attention": "benchmark, not datasheet: FlashAttention-2 paper (arXiv 2307.08691): 50-73% of peak on A100; "
+                 "forward 0.70, backward 0.55 taken at long sequences, over batch x heads and sequence length in "
+                 "the shape FlashAttention-2 measured on an H100 (cost_model/attention_tables.py; assumption: "
+                 "the shape carries over)",
     "intra_node_bandwidth_bytes_per_s": "datasheet: NVLink 3, 300 GB/s per direction per GPU",
     "inter_node_bandwidth_bytes_per_s": "datasheet: DGX A100 8x200 Gb/s per node = 25 GB/s per GPU",
     "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
@@ -88,21 +95,22 @@ SPECS = {
             "memory_capacity_bytes": "80 GB part; torch reports 79.15 GiB total capacity"}),
     "h100-80gb": _entry(
         "h100-sxm", device_name="NVIDIA H100 80GB HBM3", capacity_bytes=int(79.11 * GIB),
-        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
+        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attention_record="kernel_rates-h100.json",
         allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
             "memory_capacity_bytes": "80 GB part; torch reports 79.11 GiB total capacity"}),
     "h200": _entry(
         "h200-sxm", device_name="NVIDIA H200", capacity_bytes=int(139.8 * GIB),
-        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
+        matmul_eff=H100_MATMUL_EFF, fp8_matmul_eff=H100_FP8_MATMUL_EFF, attention_record="kernel_rates-h200.json",
         allreduce_busbw=370e9, sources={
             **_H100_SOURCES,
+            "attention": _H200_ATTENTION_SOURCE,
             "memory_capacity_bytes": "141 GB HBM3e part (143771 MiB); torch reports ~139.8 GiB"}),
     "h100-96gb-500w": _entry(
         "h100-sxm", device_name="NVIDIA H100 96GB HBM2e (500 W cap)", capacity_bytes=int(94.5 * GIB),
         hbm_bytes_per_s=2400e9, matmul_eff=H100_MATMUL_EFF * POWER_CAP_500W_CLOCK,
-        fp8_matmul_eff=H100_FP8_MATMUL_EFF * POWER_CAP_500W_CLOCK, attn_fwd_eff=0.45, attn_bwd_eff=0.38,
-        allreduce_busbw=370e9,
+        fp8_matmul_eff=H100_FP8_MATMUL_EFF * POWER_CAP_500W_CLOCK, attention_record="kernel_rates-h100.json",
+        attention_clock=POWER_CAP_500W_CLOCK, allreduce_busbw=370e9,
         sources={
             **_H100_SOURCES,
             "peak_flops_per_s": "H100 SXM datasheet peaks (torchtitan reports MFU against them)",
@@ -115,8 +123,7 @@ DEFAULT_PROFILE_NAME = "h100-80gb"
 
 # Generated table grids (powers of two cover the shapes transformer training produces).
 _MATMUL_DIMS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
-_ATTN_SEQ = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 131072)
-_ATTN_SEQ_HALF = 384       # assumption: causal flash attention reaches half its plateau at ~384 tokens
+_FLASH2_SHAPE_RECORD = "kernel_rates-h100.json"
 _MEMORY_SIZES = tuple(2 ** e for e in range(12, 35, 2))
 _HBM_COPY_EFF = 0.90       # assumption: STREAM-style copies reach ~90% of datasheet HBM bandwidth
 _KERNEL_LAUNCH_S = 2e-6    # measured: fixed per-kernel cost of the memory ops in the shipped H100 profile-full.json
@@ -176,15 +183,12 @@ def _matmul_table(spec: dict) -> tuple:
 
 
 def _attention_table(spec: dict) -> tuple:
-    samples = []
-    for pass_, eff in (("fwd", spec["attn_fwd_eff"]), ("bwd", spec["attn_bwd_eff"])):
-        for s in _ATTN_SEQ:
-            for head_dim in (64, 128):
-                # Smaller heads do less work per byte of Q/K/V: FA2 reports ~15% lower at d=64.
-                head_eff = 1.0 if head_dim == 128 else 0.85
-                fps = spec["peak"]["bf16"] * eff * head_eff * s / (s + _ATTN_SEQ_HALF)
-                samples.append(AttentionSample(1, s, 32, head_dim, "bf16", pass_, fps))
-    return tuple(samples)
+    """Measured on the GPU where a kernel record exists (cost_model/attention_tables.py), else
+    FlashAttention-2's measured occupancy shape scaled to the cited plateaus."""
+    if "attention_record" in spec:
+        return hopper_attention(spec["attention_record"], spec.get("attention_clock", 1.0))
+    peak = spec["peak"]["bf16"]
+    return flash2_scaled_attention(_FLASH2_SHAPE_RECORD, peak * spec["attn_fwd_eff"], peak * spec["attn_bwd_eff"])
 
 
 def _memory_table(spec: dict) -> tuple:

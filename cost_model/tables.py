@@ -140,7 +140,7 @@ class ProfileTables:
             self._matmul_grid[dtype] = _Grid3.build(keys, vals)
         self._attention = {}
         for s in profile.attention:
-            pts, vals = self._attention.setdefault((s.dtype, s.pass_), ([], []))
+            pts, vals = self._attention.setdefault((s.kernel, s.dtype, s.pass_), ([], []))
             pts.append((math.log(s.seq_len), math.log(s.batch * s.num_heads), math.log(s.head_dim)))
             vals.append(s.flops_per_s)
         by_size = sorted((s.num_bytes, s.bytes_per_s) for s in profile.memory_ops)
@@ -153,6 +153,8 @@ class ProfileTables:
         self._coll = {key: {n: ([b for b, _ in sorted(v)], [bw for _, bw in sorted(v)])
                             for n, v in groups.items()} for key, groups in coll.items()}
         self.matmul_flops_per_s = lru_cache(maxsize=4096)(self._matmul_flops_per_s)
+        # the fallback order when a framework's kernel has no samples: the profile's own SDPA first
+        self._attention_kernels = sorted({k for k, _, _ in self._attention}, key=lambda k: (k != "sdpa", k))
         self.attention_flops_per_s = lru_cache(maxsize=1024)(self._attention_flops_per_s)
         self.memory_bytes_per_s = lru_cache(maxsize=4096)(self._memory_bytes_per_s)
         self.bus_bandwidth = lru_cache(maxsize=4096)(self._bus_bandwidth)
@@ -178,9 +180,18 @@ class ProfileTables:
         return self._lookup_matmul(dtype, m, n, k)
 
     def _attention_flops_per_s(self, seq_len: int, batch_heads: int, head_dim: int, dtype: str,
-                               pass_: str) -> float:
+                               pass_: str, kernel: str = "sdpa") -> float:
+        """`kernel`: the framework's attention kernel. A profile without samples of it (a measured
+        profile times "sdpa" only; the built-in Ampere ones hold FlashAttention-2 only, which Transformer
+        Engine also picks before Hopper) answers with the samples it has."""
         dtype = "bf16" if dtype in ("fp16", "fp8") else dtype  # attention runs in bf16 under fp8
-        table = self._attention.get((dtype, pass_)) or self._attention.get(("bf16", pass_))
+        table = None
+        wanted = ((kernel, dtype), (kernel, "bf16"),
+                  *((k, d) for k in self._attention_kernels for d in (dtype, "bf16")))
+        for key in wanted:
+            table = self._attention.get((*key, pass_))
+            if table is not None:
+                break
         if table is None:
             # No attention samples: fall back to a large matmul's throughput at the same depth.
             return 0.5 * self._matmul_flops_per_s(seq_len, seq_len, head_dim, dtype)

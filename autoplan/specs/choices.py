@@ -30,3 +30,9 @@ SCOPES = ("intra_node", "inter_node")
 MEMORY_OPS = ("copy", "add", "activation", "norm")
 """Memory-bound ops the profiler times for achieved bandwidth (the elementwise traffic of a transformer
 layer); a profile's memory_ops rows name one of them."""
+
+ATTENTION_KERNELS = ("sdpa", "flash2", "cudnn")
+"""The attention kernel a profile's sample timed, and a framework's attention runs on: "sdpa" is
+PyTorch's scaled_dot_product_attention with its own backend choice (what `autoplan profile` times),
+"flash2" FlashAttention-2 (the flash-attn package, and SDPA's flash backend), "cudnn" cuDNN's fused
+attention (SDPA's cuDNN backend, and Transformer Engine's FusedAttention)."""

@@ -124,6 +124,10 @@ class Framework:
     # -- what it fuses --------------------------------------------------------------------------
     flash_attention: bool = True
     """Fused attention that never stores the s x s scores (Dao et al. 2022, arXiv 2205.14135)."""
+    attention_kernel: str = "flash2"
+    """Which fused kernel that is (autoplan.specs.choices.ATTENTION_KERNELS): the built-in Hopper
+    profiles time FlashAttention-2 and cuDNN's fused attention apart (cuDNN's is 1.7x faster at long
+    sequences and slower at few heads x short sequences: cost_model/data/kernels)."""
     fused_elementwise: float = 1.0
     """Multiplier on the memory-bound ops' bytes (1 = eager kernels; torch.compile lowers it)."""
     fp8_rowwise: bool = False

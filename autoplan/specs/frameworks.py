@@ -104,7 +104,8 @@ _AUTOPLAN = Framework(
                 "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
     states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
-    fused_cross_entropy=True, flash_attention=True, dtypes=("bf16", "fp8", "fp32"),
+    fused_cross_entropy=True, flash_attention=True, attention_kernel="sdpa",
+    dtypes=("bf16", "fp8", "fp32"),
     fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     hsdp_zero_stages=(1, 2, 3),
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
@@ -137,6 +138,8 @@ _AUTOPLAN = Framework(
                          "cost_model/data/h100_runs (H100, torch 2.11, CUDA 13.0, NCCL 2.28.9)",
         "gemm_efficiency": "torch.matmul -> cuBLAS: the kernels `autoplan profile` times (1 by construction)",
         "attention_efficiency": "F.scaled_dot_product_attention: the kernel `autoplan profile` times",
+        "attention_kernel": "F.scaled_dot_product_attention with torch's own backend choice (on torch 2.11 "
+                            "and an H100/H200 its rates are cuDNN's: cost_model/data/kernels)",
         "elementwise_bytes_factor": "measured: kernel trace of one step of plan l1-s2k-m4 on an H100 "
                                     "(cost_model/data/h100_runs/step_kernels_llama1b_mbs4.txt), see "
                                     "AUTOPLAN_ELEMENTWISE_FACTOR",
@@ -205,12 +208,16 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
         fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
-        expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True,
+        expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
         dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2),
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
+                 "attention_kernel": "Transformer Engine DotProductAttention: where both apply, TE prefers cuDNN "
+                                     "fused attention on Hopper and later, flash-attn before (NeMo docs, "
+                                     "memory_optimizations.rst, NVIDIA/NeMo PR 9188); the built-in Ampere profiles "
+                                     "hold FlashAttention-2 only, so an A100 plan gets flash-attn",
                  "hsdp_zero_stages": "Megatron-LM core_v0.16.1 megatron/training/arguments.py line 2333 "
                                      "--num-distributed-optimizer-instances; megatron/core/parallel_state.py lines "
                                      "833-840: each instance shards the distributed optimizer over consecutive dp-cp "
@@ -274,7 +281,10 @@ FRAMEWORKS = {f.name: f for f in (
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
         zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
         tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
-        sources={"fp8_rowwise": "torchtitan 0.3.0 components/quantization/float8.py Float8LinearConverter.Config: "
+        sources={"attention_kernel": "F.scaled_dot_product_attention; the published runs (torch 2.5-2.7 "
+                                     "nightlies) took its default order, flash first (aten sdp_utils.cpp "
+                                     "priority_order: flash, efficient, math, cudnn; pytorch issue 138907)",
+                 "fp8_rowwise": "torchtitan 0.3.0 components/quantization/float8.py Float8LinearConverter.Config: "
                                "recipe_name Literal['rowwise', 'rowwise_with_gw_hp'], default rowwise (what "
                                "autoplan's export turns on)",
                  "states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",

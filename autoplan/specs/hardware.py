@@ -41,6 +41,8 @@ class AttentionSample:
     dtype: str
     pass_: str
     flops_per_s: float
+    kernel: str = "sdpa"
+    """Which kernel ran (autoplan.specs.choices.ATTENTION_KERNELS); a measured profile's is "sdpa"."""
 
 
 @dataclass(frozen=True)

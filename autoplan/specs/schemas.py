@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from autoplan.specs.choices import (
-    COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, POSITION_KINDS, RECOMPUTE_MODULES, RECOMPUTE_POLICIES, SCOPES,
-    STATUSES,
+    ATTENTION_KERNELS, COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, POSITION_KINDS, RECOMPUTE_MODULES,
+    RECOMPUTE_POLICIES, SCOPES, STATUSES,
 )
 from autoplan.specs.validation import (
     MAX_BYTES_PER_S, MAX_EXPERTS, MAX_FFN, MAX_FLOPS_PER_S, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_HEAD_DIM,
@@ -37,7 +37,7 @@ PARALLEL_INTS = {  # field -> (low, high, required)
 SAMPLE_FIELDS = {  # table -> {field: kind}; "int"/"float" are positive, bounded
     "matmul": {"m": "int", "n": "int", "k": "int", "dtype": "dtype", "flops_per_s": "flops"},
     "attention": {"batch": "int", "seq_len": "int", "num_heads": "int", "head_dim": "int", "dtype": "dtype",
-                  "pass": ("fwd", "bwd"), "flops_per_s": "flops"},
+                  "pass": ("fwd", "bwd"), "flops_per_s": "flops", "kernel": ATTENTION_KERNELS},
     "memory_ops": {"op": "memory_op", "num_bytes": "int", "bytes_per_s": "bandwidth"},
     "collectives": {"op": "op", "scope": "scope", "group_size": "int", "message_bytes": "int",
                     "bus_bandwidth_bytes_per_s": "bandwidth", "time_s": "time"},
@@ -49,7 +49,7 @@ report draws one bar segment and one table row per term."""
 MAX_PREDICTED_BYTES = 2**64
 """A predicted memory figure: what a 64-bit byte count holds. Not MAX_MEMORY_BYTES: a plan that does
 not fit is still predicted (its figure may exceed any device), but never by 10^30 bytes."""
-OPTIONAL_SAMPLE_FIELDS = {"time_s"}
+OPTIONAL_SAMPLE_FIELDS = {"time_s", "kernel"}
 MAX_SAMPLE_TIME_S = 3600.0
 """A timed collective: at most an hour; the profiler's largest messages take milliseconds."""
 

@@ -1,0 +1,83 @@
+"""The built-in profiles' attention tables, from kernel records measured on the GPU.
+
+`benchmarks/kernel_rates.py` timed causal `scaled_dot_product_attention` on one H100 SXM and one H200
+(cost_model/data/kernels/kernel_rates-*.json, torch 2.11, CUDA 13.0, cuDNN 9.19, 2026-11-27) over
+batch x heads 8-512 and sequence lengths 1k-16k, head_dim 128, for two kernels: SDPA's flash backend
+(FlashAttention-2) and its cuDNN backend (the fused attention Transformer Engine calls). What a
+table of sequence length alone missed, they show:
+
+- occupancy: a flash kernel spreads batch x heads x (seq / block) CTAs over 132 SMs, so at 8 heads
+  per GPU (64 heads at TP 8) and 2k tokens FlashAttention-2 runs its forward at a third of its
+  long-sequence rate;
+- the kernel: cuDNN's fused attention reaches ~1.7x FlashAttention-2 at long sequences on Hopper
+  (forward ~600 vs ~335 TFLOP/s, backward ~530 vs ~305), and falls further at small occupancy.
+
+Forward rates are as timed. Backward is timed as forward + backward minus forward, with 2.5x the
+forward's FLOPs (profiler.compute.BACKWARD_FLOPS_RATIO). head_dim 64 keeps the assumption of the
+formula tables (FlashAttention-2 paper: ~15% lower at d = 64). Torch 2.11's own SDPA choice on Hopper
+runs at cuDNN's rates (the H100 and H200 `autoplan profile` sweeps, default backend: 582/512 and
+609/513 TFLOP/s forward/backward at 16k), so a framework whose kernel is "sdpa" reads the cuDNN rows.
+
+Ampere has no record: its tables take FlashAttention-2's occupancy shape from the H100 record, scaled
+to the A100 plateau the FlashAttention-2 paper reports (assumption: the same kernel's occupancy
+curve carries over; the A100's 108 SMs fill a little sooner than the H100's 132).
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from autoplan.specs import AttentionSample
+
+RECORDS = Path(__file__).resolve().parent / "data" / "kernels"
+BACKWARD_FLOPS_RATIO = 2.5      # profiler.compute.BACKWARD_FLOPS_RATIO (not imported: profiler needs torch)
+HEAD_DIM_64_EFF = 0.85          # FlashAttention-2 paper (arXiv 2307.08691): d = 64 runs ~15% below d = 128
+_KERNELS = {"flash": "flash2", "cudnn": "cudnn"}
+
+
+@lru_cache(maxsize=None)
+def measured_rates(record: str) -> dict:
+    """{(kernel, batch, heads, seq_len): (fwd FLOP/s, bwd FLOP/s)} of one kernel record, head_dim 128."""
+    with open(RECORDS / record) as f:
+        entries = json.load(f)["entries"]
+    timed = {(e["backend"], e["batch"], e["heads"], e["seq_len"], e["passes"]): e
+             for e in entries if e["kind"] == "attention" and "seconds" in e and e["head_dim"] == 128}
+    rates = {}
+    for (backend, b, h, s, passes), fwd in timed.items():
+        both = timed.get((backend, b, h, s, "fwd+bwd"))
+        if passes != "fwd" or backend not in _KERNELS or both is None:
+            continue
+        fwd_flops = fwd["flops_per_s"] * fwd["seconds"]
+        bwd_s = both["seconds"] - fwd["seconds"]
+        if bwd_s > 0:
+            rates[(_KERNELS[backend], b, h, s)] = (fwd_flops / fwd["seconds"], BACKWARD_FLOPS_RATIO * fwd_flops / bwd_s)
+    return rates
+
+
+def _samples(rates: dict, scale_fwd: float, scale_bwd: float, kernels: dict) -> tuple:
+    """AttentionSamples of `rates` x the scales; `kernels` maps a table's kernel to the record's."""
+    out = []
+    for kernel, source in kernels.items():
+        for (k, b, h, s), (fwd, bwd) in rates.items():
+            if k != source:
+                continue
+            for head_dim, eff in ((128, 1.0), (64, HEAD_DIM_64_EFF)):
+                out.append(AttentionSample(b, s, h, head_dim, "bf16", "fwd", fwd * scale_fwd * eff, kernel))
+                out.append(AttentionSample(b, s, h, head_dim, "bf16", "bwd", bwd * scale_bwd * eff, kernel))
+    return tuple(out)
+
+
+def hopper_attention(record: str, clock: float = 1.0) -> tuple:
+    """A Hopper profile's table: both kernels as measured (x `clock`, a power cap's clock factor), and
+    "sdpa" as cuDNN's rows (torch 2.11's choice there)."""
+    return _samples(measured_rates(record), clock, clock, {"flash2": "flash2", "cudnn": "cudnn", "sdpa": "cudnn"})
+
+
+def flash2_scaled_attention(record: str, fwd_plateau: float, bwd_plateau: float) -> tuple:
+    """FlashAttention-2's occupancy shape from `record`, scaled so its best forward and backward rates
+    become the given plateaus (FLOP/s): the table of a GPU without a record of its own."""
+    rates = measured_rates(record)
+    best_fwd = max(f for (k, *_), (f, _) in rates.items() if k == "flash2")
+    best_bwd = max(b for (k, *_), (_, b) in rates.items() if k == "flash2")
+    return _samples(rates, fwd_plateau / best_fwd, bwd_plateau / best_bwd, {"flash2": "flash2"})

@@ -1,0 +1,101 @@
+"""The built-in attention tables are the GPU records, per kernel, and each framework reads its own kernel.
+
+Expected values come from the records' JSON entries directly (a rate, or two timings and the backward's
+2.5x FLOP count), not from cost_model.attention_tables.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autoplan.specs import ClusterSpec, HardwareProfile, ModelSpec, SchemaError, TrainingSpec
+from cost_model import Estimator, builtin_profile, load_constants
+from cost_model.tables import ProfileTables
+
+RECORDS = Path(__file__).resolve().parents[1] / "cost_model" / "data" / "kernels"
+
+
+def _entry(record: str, backend: str, batch: int, heads: int, seq_len: int, passes: str) -> dict:
+    entries = json.loads((RECORDS / record).read_text())["entries"]
+    wanted = dict(kind="attention", backend=backend, batch=batch, heads=heads, seq_len=seq_len, head_dim=128,
+                  passes=passes)
+    (hit,) = [e for e in entries if all(e.get(k) == v for k, v in wanted.items())]
+    return hit
+
+
+def _rate(profile: str, kernel: str, seq_len: int, batch_heads: int, pass_: str) -> float:
+    tables = ProfileTables(builtin_profile(profile))
+    return tables.attention_flops_per_s(seq_len, batch_heads, 128, "bf16", pass_, kernel)
+
+
+@pytest.mark.parametrize("profile,record", [("h100-80gb", "kernel_rates-h100.json"), ("h200", "kernel_rates-h200.json")])
+@pytest.mark.parametrize("kernel,backend", [("cudnn", "cudnn"), ("flash2", "flash")])
+def test_a_hopper_table_holds_the_record_at_its_measured_shapes(profile, record, kernel, backend):
+    for batch, heads, seq_len in ((1, 8, 2048), (1, 32, 16384), (4, 32, 4096)):
+        fwd = _entry(record, backend, batch, heads, seq_len, "fwd")
+        both = _entry(record, backend, batch, heads, seq_len, "fwd+bwd")
+        # the forward's FLOPs over the backward's time alone (both timed minus forward), x2.5 FLOPs
+        fwd_flops = 2.0 * batch * heads * seq_len * seq_len * 128
+        bwd = 2.5 * fwd_flops / (both["seconds"] - fwd["seconds"])
+        assert _rate(profile, kernel, seq_len, batch * heads, "fwd") == pytest.approx(fwd["flops_per_s"], rel=1e-9)
+        assert _rate(profile, kernel, seq_len, batch * heads, "bwd") == pytest.approx(bwd, rel=1e-9)
+
+
+def test_cudnn_outruns_flash2_at_long_sequences_and_both_fall_at_few_heads():
+    # H100 record, 16k tokens x 32 heads: cuDNN 632, FlashAttention-2 319 TFLOP/s forward
+    assert _rate("h100-80gb", "cudnn", 16384, 32, "fwd") / _rate("h100-80gb", "flash2", 16384, 32, "fwd") > 1.7
+    # 8 heads (64 at TP 8) and 2k tokens: FlashAttention-2 forward 112 of its 337 plateau
+    assert _rate("h100-80gb", "flash2", 2048, 8, "fwd") < 0.4 * _rate("h100-80gb", "flash2", 16384, 512, "fwd")
+
+
+def test_the_a100_table_is_the_papers_plateau_in_the_h100_flash2_shape():
+    peak = builtin_profile("a100-80gb").peak("bf16")
+    shapes = [(b, h, s) for b, h in ((1, 8), (1, 16), (1, 32), (2, 32), (4, 32), (8, 32), (16, 32))
+              for s in (1024, 2048, 4096, 8192, 16384)]
+    best, (b, h, s) = max((_entry("kernel_rates-h100.json", "flash", *shape, "fwd")["flops_per_s"], shape)
+                          for shape in shapes)
+    low = _entry("kernel_rates-h100.json", "flash", 1, 8, 2048, "fwd")["flops_per_s"]
+    # FlashAttention-2 paper: 0.70 of the A100 peak forward at long sequences
+    assert _rate("a100-80gb", "flash2", s, b * h, "fwd") == pytest.approx(0.70 * peak, rel=1e-9)
+    assert _rate("a100-80gb", "flash2", 2048, 8, "fwd") == pytest.approx(0.70 * peak * low / best, rel=1e-9)
+    # no cuDNN record for Ampere: Transformer Engine's pick there is flash-attn, and so is the table's answer
+    assert _rate("a100-80gb", "cudnn", 2048, 8, "fwd") == _rate("a100-80gb", "flash2", 2048, 8, "fwd")
+
+
+def test_a_measured_profile_answers_every_kernel_with_its_own_sdpa_samples():
+    base = builtin_profile("h100-80gb").to_dict()
+    base["attention"] = [{"batch": 1, "seq_len": s, "num_heads": 32, "head_dim": 128, "dtype": "bf16",
+                          "pass": p, "flops_per_s": 1e14 * (2 if p == "fwd" else 1)}
+                         for s in (1024, 4096) for p in ("fwd", "bwd")]  # no kernel field: a profile of v1
+    tables = ProfileTables(HardwareProfile.from_dict(base))
+    for kernel in ("sdpa", "flash2", "cudnn"):
+        assert tables.attention_flops_per_s(1024, 32, 128, "bf16", "fwd", kernel) == 2e14
+        assert tables.attention_flops_per_s(4096, 32, 128, "bf16", "bwd", kernel) == 1e14
+
+
+def test_an_unknown_kernel_in_a_profile_is_refused_by_name():
+    data = builtin_profile("h100-80gb").to_dict()
+    data["attention"][0]["kernel"] = "flash9"
+    with pytest.raises(SchemaError, match="kernel"):
+        HardwareProfile.from_dict(data)
+
+
+@pytest.mark.parametrize("framework,kernel", [("megatron-core", "cudnn"), ("torchtitan", "flash2"),
+                                              ("llm-foundry", "flash2"), ("autoplan", "sdpa")])
+def test_each_framework_prices_attention_on_its_kernel(framework, kernel):
+    from cost_model.layer_time import layer_times
+
+    model = ModelSpec(name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                      ffn_hidden_size=14336, vocab_size=128256)
+    fw = load_constants().framework(framework)
+    assert fw.attention_kernel == kernel
+    est = Estimator(model, TrainingSpec(global_batch_size=8, seq_len=8192), ClusterSpec(name="h100-80gb", num_gpus=8),
+                    builtin_profile("h100-80gb"), framework=fw)
+    lt = layer_times(model, est.tables, est.rates, 1, 8192, 1, 1, 1, False, 8)
+    flops = 2.0 * 32 * 8192 * 8192 * 128  # causal forward of one 8k sequence: 4bhs^2d halved, 32 heads of 128
+    expected_fwd_s = flops / (_rate("h100-80gb", kernel, 8192, 32, "fwd") * fw.attention_efficiency)
+    assert lt.attn_fwd_s == pytest.approx(expected_fwd_s, rel=1e-6)
+    expected_bwd_s = 2.5 * flops / (_rate("h100-80gb", kernel, 8192, 32, "bwd") * fw.attention_efficiency)
+    assert lt.attn_bwd_s == pytest.approx(expected_bwd_s, rel=1e-6)
