@@ -147,6 +147,57 @@ def attention(device, batch_heads, seqs, head_dim, backends, timer) -> list:
     return out
 
 
+VARIANT_SHAPES = ((1, 32, 2048), (4, 32, 4096), (1, 32, 16384), (1, 8, 4096))  # (batch, heads, seq)
+
+
+def attention_variants(device, shapes, head_dims, backends, timer) -> list:
+    """What the main grid holds fixed: head_dim 64 against 128, grouped-query attention (a quarter of the
+    heads as K/V heads, SDPA's enable_gqa) against full heads, and SDPA with its own backend choice
+    ("sdpa", no sdpa_kernel context), whose pick is recorded as `torch._fused_sdp_choice` names it."""
+    from torch.nn.attention import sdpa_kernel
+    out = []
+    for name in backends:
+        for b, h, s in shapes:
+            for head_dim in head_dims:
+                for kv in (h, h // 4):
+                    fwd_flops = 2.0 * b * h * s * s * head_dim
+
+                    def build(backward: bool, b=b, h=h, s=s, head_dim=head_dim, kv=kv, name=name):
+                        q = torch.randn(b, h, s, head_dim, device=device, dtype=torch.bfloat16, requires_grad=backward)
+                        k, v = (torch.randn(b, kv, s, head_dim, device=device, dtype=torch.bfloat16,
+                                            requires_grad=backward) for _ in range(2))
+                        grad = torch.randn_like(q)
+
+                        def attend():
+                            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != h)
+                            if backward:
+                                torch.autograd.grad(o, (q, k, v), grad)
+
+                        if name == "sdpa":
+                            return attend
+
+                        def run():
+                            with sdpa_kernel([_backends()[name]]):
+                                attend()
+                        return run
+
+                    facts = dict(backend=name, batch=b, heads=h, kv_heads=kv, seq_len=s, head_dim=head_dim)
+                    _record(out, "attention-variant", lambda: build(False), fwd_flops, timer, **facts, passes="fwd")
+                    _record(out, "attention-variant", lambda: build(True), 3.5 * fwd_flops, timer, **facts,
+                            passes="fwd+bwd")
+    return out
+
+
+def sdpa_choice(device) -> str:
+    """The backend SDPA picks by itself for a causal bf16 training call (head_dim 128, 32 heads, 4k)."""
+    try:
+        q = torch.randn(1, 32, 4096, 128, device=device, dtype=torch.bfloat16, requires_grad=True)
+        choice = torch._fused_sdp_choice(q, q, q, is_causal=True)
+        return {int(b): b.name for b in _backends().values()}.get(int(choice), str(choice))
+    except Exception as exc:  # a private helper: its absence is recorded, not fatal
+        return f"unknown ({type(exc).__name__})"
+
+
 def _offsets(counts, device):
     return torch.tensor(counts, device=device, dtype=torch.int32).cumsum(0, dtype=torch.int32)
 
@@ -198,7 +249,8 @@ def environment() -> dict:
     env = dict(created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"), python=sys.version.split()[0],
                torch=torch.__version__, cuda=torch.version.cuda)
     try:
-        env["git_revision"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+        env["git_revision"] = git.stdout.strip()
     except OSError:
         env["git_revision"] = "unknown"
     if torch.cuda.is_available():
@@ -242,11 +294,12 @@ def summary(path: str) -> str:
     ratio = sorted(v["fp8-rowwise"] / v["fp8-tensorwise"] for v in full)
     big = [v for (m, n, k), v in gemm.items() if len(v) == 3 and m >= 8192]
     big_ratio = _median([v["fp8-rowwise"] / v["fp8-tensorwise"] for v in big])
-    lines += ["GEMM (TFLOP/s, median over shapes; m >= 8192 in brackets)",
-              *(f"  {d:15s} {_median([v[d] for v in full]):6.0f} [{_median([v[d] for v in big]):6.0f}]"
-                for d in ("bf16", "fp8-tensorwise", "fp8-rowwise")),
-              f"  row-wise / tensor-wise: median {_median(ratio):.3f} [{big_ratio:.3f}], "
-              f"range {ratio[0]:.3f}-{ratio[-1]:.3f} over {len(ratio)} shapes", ""]
+    if full:
+        lines += ["GEMM (TFLOP/s, median over shapes; m >= 8192 in brackets)",
+                  *(f"  {d:15s} {_median([v[d] for v in full]):6.0f} [{_median([v[d] for v in big]):6.0f}]"
+                    for d in ("bf16", "fp8-tensorwise", "fp8-rowwise")),
+                  f"  row-wise / tensor-wise: median {_median(ratio):.3f} [{big_ratio:.3f}], "
+                  f"range {ratio[0]:.3f}-{ratio[-1]:.3f} over {len(ratio)} shapes", ""]
     attn = [e for e in entries if e["kind"] == "attention"]
     seqs = sorted({e["seq_len"] for e in attn})
     for backend in sorted({e["backend"] for e in attn}):
@@ -259,10 +312,29 @@ def summary(path: str) -> str:
                 by = {(e["batch"], e["heads"]): e["flops_per_s"] / 1e12 for e in rows if e["seq_len"] == s}
                 lines.append(f"  {s:<7d}" + "".join(f"{by.get((b, h), float('nan')):7.0f}" for _, b, h in cols))
             lines.append("")
+    variants = {(e["backend"], e["batch"], e["heads"], e["kv_heads"], e["seq_len"], e["head_dim"], e["passes"]): e
+                for e in entries if e["kind"] == "attention-variant"}
+    if variants:
+        lines += [f"attention variants (forward/backward TFLOP/s; SDPA's own pick: {env.get('sdpa_choice', '?')})",
+                  "  backend  batch x heads x seq      d128       d128 gqa/4       d64        d64 gqa/4"]
+    for (backend, b, h, kv, s, d, passes), fwd in variants.items():
+        if kv != h or d != 128 or passes != "fwd":
+            continue
+        cells = []
+        for head_dim, kv_heads in ((128, h), (128, h // 4), (64, h), (64, h // 4)):
+            one = variants[(backend, b, h, kv_heads, s, head_dim, "fwd")]
+            both = variants[(backend, b, h, kv_heads, s, head_dim, "fwd+bwd")]
+            bwd = 2.5 * one["flops_per_s"] * one["seconds"] / (both["seconds"] - one["seconds"])
+            cells.append(f"{one['flops_per_s'] / 1e12:5.0f}/{bwd / 1e12:4.0f}")
+        lines.append(f"  {backend:8s} {f'{b} x {h} x {s}':22s}" + "".join(f"{c:>15s}" for c in cells))
+    if variants:
+        lines.append("")
     grouped = {}
     for e in (e for e in entries if e["kind"] == "grouped"):
         grouped.setdefault(e["tokens_per_expert"], {}).setdefault(e["variant"], []).append(e["flops_per_s"] / 1e12)
     variants = ("grouped-balanced", "grouped-imbalanced-2x", "loop", "one-expert-dense")
+    if not grouped:
+        return "\n".join(lines)
     lines.append("expert GEMMs (TFLOP/s, median over models, experts 8/32, up/down)")
     lines.append("  tokens/expert " + "".join(f"{v:>22s}" for v in variants))
     for t in sorted(grouped):
@@ -275,7 +347,7 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", help="JSON to write (rewritten after each family)")
     p.add_argument("--summary", metavar="JSON", help="print the tables of a written record and stop")
     p.add_argument("--soak-s", type=float, default=10.0)
-    p.add_argument("--only", choices=("gemm", "attention", "grouped"), action="append")
+    p.add_argument("--only", choices=("gemm", "attention", "grouped", "variants"), action="append")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on any device: checks the script runs")
     args = p.parse_args(argv)
     if args.summary:
@@ -292,18 +364,22 @@ def main(argv=None) -> int:
     if args.smoke:
         plan = dict(gemm=lambda: gemms(device, (64,), ((64, 64),), timer),
                     attention=lambda: attention(device, ((1, 2),), (64,), 16, ("math",), timer),
-                    grouped=lambda: grouped(device, {"tiny": (64, 32)}, (16,), (2,), timer))
+                    grouped=lambda: grouped(device, {"tiny": (64, 32)}, (16,), (2,), timer),
+                    variants=lambda: attention_variants(device, ((1, 4, 64),), (16,), ("math", "sdpa"), timer))
     else:
         if args.soak_s > 0:
             soak(device, args.soak_s)
         plan = dict(gemm=lambda: gemms(device, GEMM_TOKENS, GEMM_PAIRS, timer),
                     attention=lambda: attention(device, ATTENTION_BATCH_HEADS, ATTENTION_SEQ, 128,
                                                 ("flash", "cudnn"), timer),
-                    grouped=lambda: grouped(device, EXPERT_SHAPES, EXPERT_TOKENS, LOCAL_EXPERTS, timer))
-    result = dict(schema="autoplan.kernel_rates/v1", environment=environment(), soak_s=args.soak_s,
+                    grouped=lambda: grouped(device, EXPERT_SHAPES, EXPERT_TOKENS, LOCAL_EXPERTS, timer),
+                    variants=lambda: attention_variants(device, VARIANT_SHAPES, (64, 128), ("flash", "cudnn", "sdpa"),
+                                                        timer))
+    result = dict(schema="autoplan.kernel_rates/v1", environment={**environment(), "sdpa_choice": sdpa_choice(device)},
+                  soak_s=args.soak_s,
                   timing="median of 5 samples; a sample is the CUDA-event mean of back-to-back runs (~20 ms)",
                   entries=[])
-    for family in args.only or ("gemm", "attention", "grouped"):
+    for family in args.only or ("gemm", "attention", "grouped", "variants"):
         result["entries"] += plan[family]()
         tmp = args.output + ".tmp"
         with open(tmp, "w") as f:

@@ -13,10 +13,14 @@ table of sequence length alone missed, they show:
   (forward ~600 vs ~335 TFLOP/s, backward ~530 vs ~305), and falls further at small occupancy.
 
 Forward rates are as timed. Backward is timed as forward + backward minus forward, with 2.5x the
-forward's FLOPs (profiler.compute.BACKWARD_FLOPS_RATIO). head_dim 64 keeps the assumption of the
-formula tables (FlashAttention-2 paper: ~15% lower at d = 64). Torch 2.11's own SDPA choice on Hopper
-runs at cuDNN's rates (the H100 and H200 `autoplan profile` sweeps, default backend: 582/512 and
-609/513 TFLOP/s forward/backward at 16k), so a framework whose kernel is "sdpa" reads the cuDNN rows.
+forward's FLOPs (profiler.compute.BACKWARD_FLOPS_RATIO). head_dim 64 is the main grid's rate times the
+median d64/d128 ratio of the same kernel and pass over four shapes of the H100 variants record
+(kernel_rates-h100-variants.json): FlashAttention-2 loses ~12% each way, cuDNN 26% forward and 19% backward.
+Torch 2.11's own SDPA choice on Hopper is cuDNN (`torch._fused_sdp_choice` in that record, and the
+`autoplan profile` sweeps' default-backend rates: 582/512 and 609/513 TFLOP/s forward/backward at 16k
+on the H100 and H200), so a framework whose kernel is "sdpa" reads the cuDNN rows. Grouped-query
+attention is not a dimension of the tables: in the variants record a quarter of the heads as K/V heads
+leaves the forward within a few percent and slows the backward 2-25% (most at short sequences).
 
 Ampere has no record: its tables take FlashAttention-2's occupancy shape from the H100 record, scaled
 to the A100 plateau the FlashAttention-2 paper reports (assumption: the same kernel's occupancy
@@ -25,15 +29,42 @@ curve carries over; the A100's 108 SMs fill a little sooner than the H100's 132)
 from __future__ import annotations
 
 import json
+import statistics
 from functools import lru_cache
 from pathlib import Path
 
 from autoplan.specs import AttentionSample
 
 RECORDS = Path(__file__).resolve().parent / "data" / "kernels"
+VARIANTS_RECORD = "kernel_rates-h100-variants.json"
 BACKWARD_FLOPS_RATIO = 2.5      # profiler.compute.BACKWARD_FLOPS_RATIO (not imported: profiler needs torch)
-HEAD_DIM_64_EFF = 0.85          # FlashAttention-2 paper (arXiv 2307.08691): d = 64 runs ~15% below d = 128
 _KERNELS = {"flash": "flash2", "cudnn": "cudnn"}
+
+
+def _fwd_bwd_rates(fwd: dict, both: dict) -> tuple | None:
+    """(forward, backward) FLOP/s of one shape from its forward and forward+backward timings."""
+    fwd_flops = fwd["flops_per_s"] * fwd["seconds"]
+    bwd_s = both["seconds"] - fwd["seconds"]
+    return (fwd_flops / fwd["seconds"], BACKWARD_FLOPS_RATIO * fwd_flops / bwd_s) if bwd_s > 0 else None
+
+
+@lru_cache(maxsize=None)
+def head_dim_64_ratio(kernel: str) -> tuple:
+    """(forward, backward) median rate at head_dim 64 over head_dim 128, full K/V heads, of the variants record."""
+    with open(RECORDS / VARIANTS_RECORD) as f:
+        entries = json.load(f)["entries"]
+    timed = {(e["backend"], e["batch"], e["heads"], e["seq_len"], e["head_dim"], e["passes"]): e
+             for e in entries if e["kind"] == "attention-variant" and "seconds" in e and e["kv_heads"] == e["heads"]}
+    backend = {v: k for k, v in _KERNELS.items()}[kernel]
+    ratios = []
+    for (name, b, h, s, head_dim, passes), fwd in timed.items():
+        if name != backend or head_dim != 64 or passes != "fwd":
+            continue
+        small = _fwd_bwd_rates(fwd, timed[(name, b, h, s, 64, "fwd+bwd")])
+        big = _fwd_bwd_rates(timed[(name, b, h, s, 128, "fwd")], timed[(name, b, h, s, 128, "fwd+bwd")])
+        if small and big:
+            ratios.append((small[0] / big[0], small[1] / big[1]))
+    return tuple(statistics.median(r[i] for r in ratios) for i in (0, 1))
 
 
 @lru_cache(maxsize=None)
@@ -48,10 +79,9 @@ def measured_rates(record: str) -> dict:
         both = timed.get((backend, b, h, s, "fwd+bwd"))
         if passes != "fwd" or backend not in _KERNELS or both is None:
             continue
-        fwd_flops = fwd["flops_per_s"] * fwd["seconds"]
-        bwd_s = both["seconds"] - fwd["seconds"]
-        if bwd_s > 0:
-            rates[(_KERNELS[backend], b, h, s)] = (fwd_flops / fwd["seconds"], BACKWARD_FLOPS_RATIO * fwd_flops / bwd_s)
+        pair = _fwd_bwd_rates(fwd, both)
+        if pair:
+            rates[(_KERNELS[backend], b, h, s)] = pair
     return rates
 
 
@@ -62,9 +92,9 @@ def _samples(rates: dict, scale_fwd: float, scale_bwd: float, kernels: dict) -> 
         for (k, b, h, s), (fwd, bwd) in rates.items():
             if k != source:
                 continue
-            for head_dim, eff in ((128, 1.0), (64, HEAD_DIM_64_EFF)):
-                out.append(AttentionSample(b, s, h, head_dim, "bf16", "fwd", fwd * scale_fwd * eff, kernel))
-                out.append(AttentionSample(b, s, h, head_dim, "bf16", "bwd", bwd * scale_bwd * eff, kernel))
+            for head_dim, (eff_fwd, eff_bwd) in ((128, (1.0, 1.0)), (64, head_dim_64_ratio(source))):
+                out.append(AttentionSample(b, s, h, head_dim, "bf16", "fwd", fwd * scale_fwd * eff_fwd, kernel))
+                out.append(AttentionSample(b, s, h, head_dim, "bf16", "bwd", bwd * scale_bwd * eff_bwd, kernel))
     return tuple(out)
 
 

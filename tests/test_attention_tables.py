@@ -99,3 +99,29 @@ def test_each_framework_prices_attention_on_its_kernel(framework, kernel):
     assert lt.attn_fwd_s == pytest.approx(expected_fwd_s, rel=1e-6)
     expected_bwd_s = 2.5 * flops / (_rate("h100-80gb", kernel, 8192, 32, "bwd") * fw.attention_efficiency)
     assert lt.attn_bwd_s == pytest.approx(expected_bwd_s, rel=1e-6)
+
+
+@pytest.mark.parametrize("kernel,backend", [("cudnn", "cudnn"), ("flash2", "flash")])
+def test_head_dim_64_is_the_variants_records_median_ratio(kernel, backend):
+    entries = json.loads((RECORDS / "kernel_rates-h100-variants.json").read_text())["entries"]
+    timed = {(e["batch"], e["heads"], e["seq_len"], e["head_dim"], e["passes"]): e["seconds"]
+             for e in entries if e["backend"] == backend and e["kv_heads"] == e["heads"]}
+    ratios = []
+    for (b, h, s, d, passes) in timed:
+        if d == 64 and passes == "fwd":
+            # FLOPs scale with head_dim, so a rate ratio is (64 / 128) x the time ratio the other way
+            fwd = 0.5 * timed[(b, h, s, 128, "fwd")] / timed[(b, h, s, 64, "fwd")]
+            bwd_128 = timed[(b, h, s, 128, "fwd+bwd")] - timed[(b, h, s, 128, "fwd")]
+            bwd_64 = timed[(b, h, s, 64, "fwd+bwd")] - timed[(b, h, s, 64, "fwd")]
+            ratios.append((fwd, 0.5 * bwd_128 / bwd_64))
+    assert len(ratios) == 4
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    for i, pass_ in enumerate(("fwd", "bwd")):
+        median = sorted(r[i] for r in ratios)
+        expected = (median[1] + median[2]) / 2
+        got = (tables.attention_flops_per_s(4096, 128, 64, "bf16", pass_, kernel)
+               / tables.attention_flops_per_s(4096, 128, 128, "bf16", pass_, kernel))
+        assert got == pytest.approx(expected, rel=1e-9)
+    # what the record says of torch 2.11's own pick on an H100: the reason "sdpa" reads cuDNN's rows
+    env = json.loads((RECORDS / "kernel_rates-h100-variants.json").read_text())["environment"]
+    assert env["sdpa_choice"] == "CUDNN_ATTENTION"

@@ -22,7 +22,7 @@ def test_smoke_measures_every_family_and_writes_the_record(tmp_path):
     record = json.loads(out.read_text())
     assert record["schema"] == "autoplan.kernel_rates/v1" and record["environment"]["torch"]
     kinds = {e["kind"] for e in record["entries"] if "flops_per_s" in e}
-    assert kinds == {"gemm", "attention", "grouped"}   # row-wise fp8 may be refused on a CPU: recorded, not fatal
+    assert kinds == {"gemm", "attention", "grouped", "attention-variant"}  # row-wise fp8 may be refused on a CPU
     assert all("flops_per_s" in e or e["error"] for e in record["entries"])
 
 
