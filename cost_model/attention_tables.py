@@ -13,7 +13,7 @@ table of sequence length alone missed, they show:
   (forward ~600 vs ~335 TFLOP/s, backward ~530 vs ~305), and falls further at small occupancy.
 
 Forward rates are as timed. Backward is timed as forward + backward minus forward, with 2.5x the
-forward's FLOPs (profiler.compute.BACKWARD_FLOPS_RATIO). head_dim 64 is the main grid's rate times the
+forward's FLOPs (autoplan.specs.flops.ATTENTION_BACKWARD_FLOPS_RATIO). head_dim 64 is the main grid's rate times the
 median d64/d128 ratio of the same kernel and pass over four shapes of the H100 variants record
 (kernel_rates-h100-variants.json): FlashAttention-2 loses ~12% each way, cuDNN 26% forward and 19% backward.
 Torch 2.11's own SDPA choice on Hopper is cuDNN (`torch._fused_sdp_choice` in that record, and the
@@ -34,55 +34,47 @@ from functools import lru_cache
 from pathlib import Path
 
 from autoplan.specs import AttentionSample
+from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO
 
 RECORDS = Path(__file__).resolve().parent / "data" / "kernels"
 VARIANTS_RECORD = "kernel_rates-h100-variants.json"
-BACKWARD_FLOPS_RATIO = 2.5      # profiler.compute.BACKWARD_FLOPS_RATIO (not imported: profiler needs torch)
 _KERNELS = {"flash": "flash2", "cudnn": "cudnn"}
 
 
-def _fwd_bwd_rates(fwd: dict, both: dict) -> tuple | None:
-    """(forward, backward) FLOP/s of one shape from its forward and forward+backward timings."""
-    fwd_flops = fwd["flops_per_s"] * fwd["seconds"]
-    bwd_s = both["seconds"] - fwd["seconds"]
-    return (fwd_flops / fwd["seconds"], BACKWARD_FLOPS_RATIO * fwd_flops / bwd_s) if bwd_s > 0 else None
+@lru_cache(maxsize=None)
+def _shape_rates(record: str, kind: str) -> dict:
+    """{(kernel, batch, heads, kv_heads, seq_len, head_dim): (fwd FLOP/s, bwd FLOP/s)} of a record's `kind`
+    entries, for the two kernels. Backward: the forward+backward timing less the forward's, with
+    ATTENTION_BACKWARD_FLOPS_RATIO x the forward's FLOPs."""
+    with open(RECORDS / record) as f:
+        entries = json.load(f)["entries"]
+    timed = {(e["backend"], e["batch"], e["heads"], e.get("kv_heads", e["heads"]), e["seq_len"], e["head_dim"],
+              e["passes"]): e for e in entries if e["kind"] == kind and "seconds" in e}
+    rates = {}
+    for (backend, *shape, passes), fwd in timed.items():
+        both = timed.get((backend, *shape, "fwd+bwd"))
+        if passes != "fwd" or backend not in _KERNELS or both is None or both["seconds"] <= fwd["seconds"]:
+            continue
+        fwd_flops = fwd["flops_per_s"] * fwd["seconds"]
+        rates[(_KERNELS[backend], *shape)] = (
+            fwd["flops_per_s"], ATTENTION_BACKWARD_FLOPS_RATIO * fwd_flops / (both["seconds"] - fwd["seconds"]))
+    return rates
 
 
 @lru_cache(maxsize=None)
 def head_dim_64_ratio(kernel: str) -> tuple:
     """(forward, backward) median rate at head_dim 64 over head_dim 128, full K/V heads, of the variants record."""
-    with open(RECORDS / VARIANTS_RECORD) as f:
-        entries = json.load(f)["entries"]
-    timed = {(e["backend"], e["batch"], e["heads"], e["seq_len"], e["head_dim"], e["passes"]): e
-             for e in entries if e["kind"] == "attention-variant" and "seconds" in e and e["kv_heads"] == e["heads"]}
-    backend = {v: k for k, v in _KERNELS.items()}[kernel]
-    ratios = []
-    for (name, b, h, s, head_dim, passes), fwd in timed.items():
-        if name != backend or head_dim != 64 or passes != "fwd":
-            continue
-        small = _fwd_bwd_rates(fwd, timed[(name, b, h, s, 64, "fwd+bwd")])
-        big = _fwd_bwd_rates(timed[(name, b, h, s, 128, "fwd")], timed[(name, b, h, s, 128, "fwd+bwd")])
-        if small and big:
-            ratios.append((small[0] / big[0], small[1] / big[1]))
+    rates = _shape_rates(VARIANTS_RECORD, "attention-variant")
+    ratios = [(small[0] / rates[(k, b, h, kv, s, 128)][0], small[1] / rates[(k, b, h, kv, s, 128)][1])
+              for (k, b, h, kv, s, d), small in rates.items()
+              if k == kernel and d == 64 and kv == h and (k, b, h, kv, s, 128) in rates]
     return tuple(statistics.median(r[i] for r in ratios) for i in (0, 1))
 
 
-@lru_cache(maxsize=None)
 def measured_rates(record: str) -> dict:
     """{(kernel, batch, heads, seq_len): (fwd FLOP/s, bwd FLOP/s)} of one kernel record, head_dim 128."""
-    with open(RECORDS / record) as f:
-        entries = json.load(f)["entries"]
-    timed = {(e["backend"], e["batch"], e["heads"], e["seq_len"], e["passes"]): e
-             for e in entries if e["kind"] == "attention" and "seconds" in e and e["head_dim"] == 128}
-    rates = {}
-    for (backend, b, h, s, passes), fwd in timed.items():
-        both = timed.get((backend, b, h, s, "fwd+bwd"))
-        if passes != "fwd" or backend not in _KERNELS or both is None:
-            continue
-        pair = _fwd_bwd_rates(fwd, both)
-        if pair:
-            rates[(_KERNELS[backend], b, h, s)] = pair
-    return rates
+    return {(k, b, h, s): pair for (k, b, h, kv, s, d), pair in _shape_rates(record, "attention").items()
+            if d == 128 and kv == h}
 
 
 def _samples(rates: dict, scale_fwd: float, scale_bwd: float, kernels: dict) -> tuple:

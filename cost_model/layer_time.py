@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from autoplan.specs import ModelSpec
+from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO
 from cost_model.flops import Gemm, attention_core_fwd_flops, backward_shapes, layer_gemms, logits_gemm
 from cost_model.memory import mlp_activation_elems
 from cost_model.moe_time import moe_layer_times
@@ -20,7 +21,7 @@ BYTES_ACT = 2
 EXPERT_GEMMS = ("mlp_in", "mlp_out")
 """The routed experts' GEMMs in a MoE layer's `layer_gemms` (the router and shared experts run on every token)."""
 SHARED_GEMMS = ("shared_in", "shared_out")
-ATTN_BWD_FLOPS_RATIO = 2.5  # flash-attention backward does 2.5x the forward's matmul FLOPs (FA2 paper)
+ATTN_BWD_FLOPS_RATIO = ATTENTION_BACKWARD_FLOPS_RATIO
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO
 from profiler.passes import Probe, Timed, run_passes
 from profiler.sweeps import MiB, Sweep
 from profiler.timing import Clock, Recorder
@@ -119,9 +120,7 @@ def attention_forward_flops(batch: int, seq_len: int, num_heads: int, head_dim: 
     return 4.0 * batch * seq_len * seq_len * num_heads * head_dim / 2
 
 
-BACKWARD_FLOPS_RATIO = 2.5
-"""Attention backward FLOPs / forward FLOPs: dQ, dK, dV and dP are four matmuls plus the QK^T
-recompute of flash attention (Dao 2022, arXiv 2205.14135, sec. 3.1) = 5 vs the forward's 2."""
+BACKWARD_FLOPS_RATIO = ATTENTION_BACKWARD_FLOPS_RATIO
 
 
 def _attention_ops(batch: int, seq_len: int, num_heads: int, head_dim: int, dtype: str,

@@ -125,3 +125,11 @@ def test_head_dim_64_is_the_variants_records_median_ratio(kernel, backend):
     # what the record says of torch 2.11's own pick on an H100: the reason "sdpa" reads cuDNN's rows
     env = json.loads((RECORDS / "kernel_rates-h100-variants.json").read_text())["environment"]
     assert env["sdpa_choice"] == "CUDNN_ATTENTION"
+
+
+def test_every_framework_names_a_kernel_a_profile_can_hold():
+    from autoplan.specs.choices import ATTENTION_KERNELS
+    from autoplan.specs.frameworks import FRAMEWORKS
+
+    assert {name: fw.attention_kernel for name, fw in FRAMEWORKS.items()
+            if fw.attention_kernel not in ATTENTION_KERNELS} == {}

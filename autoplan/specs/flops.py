@@ -20,6 +20,11 @@ from __future__ import annotations
 
 from autoplan.specs.model import ModelSpec
 
+ATTENTION_BACKWARD_FLOPS_RATIO = 2.5
+"""Fused attention's backward FLOPs over its forward's: dQ, dK, dV and dP are four matmuls plus the QK^T
+recompute of flash attention (Dao 2022, arXiv 2205.14135, sec. 3.1) = 5 against the forward's 2. The
+profiler counts a timed backward with it, and the cost model prices one with it."""
+
 
 def matmul_params(model: ModelSpec) -> int:
     """Active parameters that take part in a matmul (everything but the embedding lookup)."""
