@@ -17,6 +17,7 @@ from autoplan.specs import ModelSpec
 BYTES_WEIGHT = 2        # bf16 / fp16 weights
 BYTES_GRAD = 4          # fp32 gradient accumulation
 BYTES_ACT = 2           # bf16 activations
+BYTES_FP8 = 1           # an fp8 tensor (e4m3 / e5m2)
 BYTES_LOGITS = 6        # bf16 logits + their fp32 copy for the cross-entropy (Korthikanti sec. 4.3: 4sbv/t)
 BYTES_LOGITS_UNFUSED = 10  # + the fp32 gradient of the logits an unfused cross-entropy materializes
 
@@ -32,7 +33,8 @@ def mlp_activation_elems(model: ModelSpec, moe: bool) -> float:
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
                                sequence_parallel: bool, flash_attention: bool = True,
-                               dropout: bool = False, moe: bool | None = None, etp: int = 0) -> dict:
+                               dropout: bool = False, moe: bool | None = None, etp: int = 0,
+                               fp8_inputs: bool = False) -> dict:
     """Stored activations of one layer for one micro-batch (seq_len already divided by cp).
 
     Returns the named parts (bytes). `dropout=True` with a GPT shape reproduces Korthikanti's
@@ -41,18 +43,28 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
     (default: the model's MoE layer if it has any). A sliding window stores the same per-token
     tensors as global attention (flash attention keeps K/V per token, not per query-key pair), so
     the window changes FLOPs and the CP exchange, not these bytes.
+
+    `fp8_inputs` (Framework.fp8_linear_inputs_saved_in_fp8, fp8 plans): the dense linears keep their
+    inputs as fp8, 1 B per element: the two norms' outputs (QKV and MLP inputs) and the MLP's last input
+    (the activation's output: 1 of 3 gated widths, 1 of 2 GeLU ones); the projection keeps an fp8 copy
+    beside the bf16 output the attention core keeps for its own backward (2 + 1 B). A MoE layer's
+    experts keep bf16-sized inputs (Transformer Engine's grouped linear saves row- and column-wise fp8).
     """
     sb = micro_batch * seq_len
     h = model.hidden_size
     moe = model.is_moe if moe is None else moe
     outside = tp if sequence_parallel else 1            # tensors outside the TP region
+    linear_in = BYTES_FP8 if fp8_inputs else BYTES_ACT        # a dense linear's saved input
+    act_elems = mlp_activation_elems(model, moe)
+    # The MLP's last linear takes the activation's output: 1 of its 3 gated widths, 1 of 2 GeLU ones.
+    last_in = 0.0 if moe else act_elems / (2 if model.mlp == "gelu" else 3)
     parts = {
         "norm_inputs": model.num_layer_norms * BYTES_ACT * sb * h / outside,
-        "qkv_input": BYTES_ACT * sb * h / outside,
+        "qkv_input": linear_in * sb * h / outside,
         "qkv": BYTES_ACT * sb * (model.q_size + model.kv_size + model.v_size) / tp,
-        "attn_out_input": BYTES_ACT * sb * model.attn_out_size / tp,
-        "mlp_input": BYTES_ACT * sb * h / outside,
-        "mlp_activation": BYTES_ACT * sb * mlp_activation_elems(model, moe) / tp,
+        "attn_out_input": (BYTES_ACT + (BYTES_FP8 if fp8_inputs else 0)) * sb * model.attn_out_size / tp,
+        "mlp_input": linear_in * sb * h / outside,
+        "mlp_activation": (BYTES_ACT * (act_elems - last_in) + linear_in * last_in) * sb / tp,
     }
     if moe:
         # Megatron-Core's grouped experts save their input, the routed token copies (TEGroupedMLP's

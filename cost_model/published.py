@@ -56,6 +56,14 @@ KEMPNERFORGE_FACTS = {
     "zero3_reduce_every_microbatch": False,
 }
 """KempnerForge as it ran its published benchmarks (on torchtitan's facts otherwise)."""
+MSAMP_O3_STATES = {
+    "params": StateTerm(1, 3, "fp8 weights the GEMMs read"),
+    "grads": StateTerm(1, 2, "fp8 weight gradients"),
+    "optimizer": StateTerm(5, 1, "fp16 master weights 2 + fp8 first moment 1 + fp16 second moment 2"),
+}
+"""What FP8-LM's own rows keep per parameter: MS-AMP's O3 level, the one for ZeRO / Megatron training
+(Azure/MS-AMP docs/user-tutorial/optimization-level.md table: weight FP8, master weight FP16, weight
+gradient FP8, optimizer states FP8 + FP16)."""
 KEMPNERFORGE_MEMORY_LOG = dict(memory_gb_is_gib=True, memory_is_allocated=True, memory_of_rank0=True)
 """What KempnerForge's "Mem/GPU ... GB" is: torch.cuda.max_memory_allocated / 1024**3 (GiB of allocated
 bytes: kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py), of rank 0 only
@@ -419,6 +427,10 @@ def row_to_run(row: dict) -> PublishedRun:
         # torchao's float8 all-gather (torchtitan [float8] enable_fsdp_float8_all_gather): FSDP2
         # gathers the linears' weights as fp8 tensors, 1 B each on the wire and in the gathered copy.
         then["fp8_weight_copy_bytes"] = 1.0
+    if prefix == "FP8LM" and facts.get("fp8_recipe") == "fp8lm":
+        # FP8-LM's own recipe (MS-AMP O3 on Megatron-LM): its states (memory only; the step time keeps
+        # Megatron's facts). The GEMMs stay Transformer Engine's, with its fp8 weight workspaces.
+        then["states"] = MSAMP_O3_STATES
     if any(where in row["source"] for where in _GRAD_SYNC_BF16):
         then["main_grad_reduce_bytes"] = 2.0
     if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:

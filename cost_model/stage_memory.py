@@ -167,6 +167,11 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
     copy_bytes = max(fw.compute_weight_copy_bytes, BYTES_WEIGHT if shards_weights(fw, plan) else 0.0)
     copies = (copy_bytes * (dense + expert - fp8_params)
               + fw.fp8_weight_copy_bytes * fp8_params) if plan.zero_stage < 3 else 0.0
+    if est.training.dtype == "fp8" and fw.fp8_weight_workspace_bytes and not fw.fp8_param_gather:
+        # Transformer Engine's fp8 weight workspaces: every dense linear's weight cast (and transposed)
+        # once per step and kept for the later micro-batches and the backward.
+        copies += (fw.fp8_weight_workspace_bytes * fp8_linear_share(est)
+                   * per_stage * est.params.dense_per_layer / plan.tp)
     executor_on_cpu = _on_cpu(est) and fw.activation_recipe in eager.RECIPES
     if executor_on_cpu:
         # The executor on a CPU runs fp32 (no autocast, no mixed precision off CUDA): no cast cache;

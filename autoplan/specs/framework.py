@@ -153,6 +153,16 @@ class Framework:
     gradients before the one reduction) run it. A plan that parallelizes q, k, v, gate and up each
     with its own ColwiseParallel reduces five times (KempnerForge; counted, see
     cost_model/published.py KEMPNERFORGE_FACTS)."""
+    fp8_linear_inputs_saved_in_fp8: bool = False
+    """fp8 (the Megatron activation recipe): a dense layer's linears keep the fp8 cast of their input
+    for the weight gradient, 1 B per element, not the bf16 input (Transformer Engine's te.Linear and
+    te.LayerNormLinear under delayed or current scaling); the attention core still keeps its bf16 output
+    for its own backward, so the projection's input costs 2 + 1 B. Off: fp8 plans save what bf16 plans
+    save (torchao's Float8Linear)."""
+    fp8_weight_workspace_bytes: float = 0.0
+    """fp8 with bf16 weights: bytes per element of a dense linear's weight that the framework keeps cast
+    between micro-batches (Transformer Engine: the fp8 weight and its fp8 transpose, 2); none where the
+    weights are themselves fp8 (fp8_param_gather) or are cast afresh each micro-batch (torchao, 0)."""
     fp8_weight_cast_per_microbatch: bool = True
     """fp8: weights cast to fp8 in every micro-batch's forward and again for its backward (torchao
     Float8Linear), or once per step, with the transpose, and reused by later micro-batches

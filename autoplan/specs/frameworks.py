@@ -207,7 +207,9 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
-        fp8_weight_cast_per_microbatch=False, dp_param_gather_overlap=True, pp_p2p_overlap=True,
+        fp8_weight_cast_per_microbatch=False, fp8_linear_inputs_saved_in_fp8=True, fp8_weight_workspace_bytes=2.0,
+        dp_param_gather_overlap=True,
+        pp_p2p_overlap=True,
         expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
         dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2),
@@ -222,6 +224,18 @@ FRAMEWORKS = {f.name: f for f in (
                                      "--num-distributed-optimizer-instances; megatron/core/parallel_state.py lines "
                                      "833-840: each instance shards the distributed optimizer over consecutive dp-cp "
                                      "ranks (Megatron-FSDP's hybrid mode is not planned here)",
+                 "fp8_linear_inputs_saved_in_fp8": "Transformer Engine v1.4 pytorch/module/linear.py lines 264-278 "
+                                                   "(the fp8 input or its fp8 transpose saved for backward, "
+                                                   "sequence parallel or not) and layernorm_linear.py (ln_out "
+                                                   "cast to fp8 by the norm); v2.2 the same files (saved input "
+                                                   "reduced to its column-wise fp8 data, or row-wise where sequence "
+                                                   "parallelism gathers it: 1 B either way). Not the experts: "
+                                                   "v2.2 grouped_linear.py keeps row- and column-wise fp8 (2 B)",
+                 "fp8_weight_workspace_bytes": "Transformer Engine v1.4 pytorch/module/base.py set_fp8_weights: "
+                                               "persistent weight{i}_fp8 and weight{i}_t_fp8 buffers per weight, "
+                                               "not when the primary weights are fp8 (--fp8-param-gather); v2.x "
+                                               "caches the quantized weight, row- and column-wise, under "
+                                               "is_first_microbatch (module/base.py get_weight_workspace)",
                  "fp8_weight_cast_per_microbatch": "Transformer Engine te.Linear forward(is_first_microbatch): the "
                                                    "fp8 weight and its transpose are cast on the first micro-batch "
                                                    "and reused (Megatron-Core passes it under gradient accumulation)",
