@@ -42,7 +42,7 @@ def test_fp8_params_gather_the_linears_in_one_byte_and_the_rest_in_bf16():
     assert _wire_bytes("bf16", fp8_param_gather=True) == pytest.approx(6 * LLAMA3_8B_PARAMS, rel=1e-9)
 
 
-def test_fp8_gathers_are_faster_and_the_memory_is_unchanged():
+def test_fp8_gathers_are_faster_and_keep_no_weight_workspace():
     framework = load_constants().framework("megatron-core")
     training = TrainingSpec(global_batch_size=64, seq_len=4096, dtype="fp8")
     cluster = ClusterSpec(name="h100-80gb", num_gpus=64, gpus_per_node=8, profile="builtin:h100-80gb")
@@ -54,7 +54,12 @@ def test_fp8_gathers_are_faster_and_the_memory_is_unchanged():
         return est.estimate(plan)
     plain, fp8_params = estimate(), estimate(fp8_param_gather=True)
     assert fp8_params.details["dp_comm_total_s"] < plain.details["dp_comm_total_s"]
-    assert fp8_params.memory_breakdown_bytes == plain.memory_breakdown_bytes
+    # The weights are fp8 themselves: Transformer Engine keeps no cast fp8 weight and transpose beside
+    # them (2 B per linear weight, tests/test_fp8_memory.py); every other term is unchanged.
+    saved = plain.memory_breakdown_bytes["weight_copies"] - fp8_params.memory_breakdown_bytes["weight_copies"]
+    assert saved == pytest.approx(2 * LLAMA3_8B_LINEARS, rel=1e-9)
+    assert {k: v for k, v in fp8_params.memory_breakdown_bytes.items() if k != "weight_copies"} == \
+        {k: v for k, v in plain.memory_breakdown_bytes.items() if k != "weight_copies"}
 
 
 def test_mlperf_rows_read_as_their_configs_state():
