@@ -47,7 +47,8 @@ MEMORY_TERMS = {
     "optimizer": ("Adam moments (+ fp32 master weights where kept apart from the weights)",
                   "Framework.states; ZeRO (Rajbhandari et al. 2019) sec. 3"),
     "weight_copies": ("compute-dtype copy of the weights kept from forward to backward",
-                      "Framework.compute_weight_copy_bytes (autocast cache, FSDP2 gathered weights)"),
+                      "Framework.compute_weight_copy_bytes (autocast cache, FSDP2 gathered weights), "
+                      "Framework.fp8_weight_workspace_bytes (Transformer Engine's cached fp8 weight and transpose)"),
     "activations": ("saved for backward, all micro-batches in flight",
                     "Framework.activation_recipe: Korthikanti et al. 2022 Table 2 per named tensor, or the "
                     "executor's saved tensors (cost_model/eager_activations.py); 1F1B in-flight count "
