@@ -165,6 +165,9 @@ partners' copies and v3.1's, whose optimizer config is not in their results, kee
 _HSDP_SHARD = re.compile(r"HSDP shard group (\d+)|shard group (\d+) GPUs")
 """How a row's notes state hybrid sharding: "HSDP shard group 8" (fms-fsdp's HYBRID_SHARD within a node,
 BloombergGPT's 128), "shard group 256 GPUs" (OLMo-core's num_replicas)."""
+_TORCHTITAN_COMPILED_LOSS = ("TORCHTITAN-2506-", "TORCHTITAN-H200-")
+"""torchtitan rows made at commits that compile the loss (820504e and e7c0cae, both 2025-06-13, after
+bbb1b616e): the async-TP benchmark's and the H200 benchmark's (their docs' "Versions and Dates")."""
 _ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
 _RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
 """Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
@@ -427,6 +430,12 @@ def row_to_run(row: dict) -> PublishedRun:
         # torchao's float8 all-gather (torchtitan [float8] enable_fsdp_float8_all_gather): FSDP2
         # gathers the linears' weights as fp8 tensors, 1 B each on the wire and in the gathered copy.
         then["fp8_weight_copy_bytes"] = 1.0
+    compiled = facts["compiled"] if "compiled" in facts else "compile" in row["notes"]
+    if prefix == "TORCHTITAN" and row["id"].startswith(_TORCHTITAN_COMPILED_LOSS) and compiled:
+        # torchtitan from 2025-04-02 on (bbb1b616e, components/loss.py build_cross_entropy_loss) compiles the
+        # loss with training.compile: Inductor fuses the fp32 cast into the cross-entropy, so the backward
+        # holds the bf16 logits it saved and their bf16 gradient, 2 + 2 B per logit, not 10.
+        then["loss_bytes_per_logit"] = 4.0
     if prefix == "FP8LM" and facts.get("fp8_recipe") == "fp8lm":
         # FP8-LM's own recipe (MS-AMP O3 on Megatron-LM): its states (memory only; the step time keeps
         # Megatron's facts). The GEMMs stay Transformer Engine's, with its fp8 weight workspaces.
@@ -445,7 +454,7 @@ def row_to_run(row: dict) -> PublishedRun:
     return PublishedRun(
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
         cluster=cluster, plan=plan, framework=framework,
-        compiled=facts["compiled"] if "compiled" in facts else "compile" in notes,
+        compiled=compiled,
         async_tp=bool(_ASYNC_TP.search(notes)) and framework == "torchtitan",
         tp_comm_overlap=facts.get("tp_comm_overlap", False) and framework == "megatron-core",
         fp8_rowwise="rowwise" in row["id"] or facts.get("fp8_recipe") == "rowwise",
