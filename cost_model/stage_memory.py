@@ -161,7 +161,8 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
     # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
     # FSDP2's gathered weights at ZeRO 1/2), the fp8-gathered linears at their own bytes; at ZeRO 3
     # only the layers in flight, in comm_buffers.
-    fp8_params = fp8_gathered_fraction(est, plan) * per_stage * est.params.dense_per_layer / plan.tp
+    layer_params = per_stage * est.params.dense_per_layer / plan.tp    # the rank's layers' dense parameters
+    fp8_params = fp8_gathered_fraction(est, plan) * layer_params
     # Where ZeRO 1/2 shards the weights themselves (FSDP2 without resharding after forward, as torchtitan
     # runs ZeRO-2), the gathered compute-dtype weights are that copy even without autocast.
     copy_bytes = max(fw.compute_weight_copy_bytes, BYTES_WEIGHT if shards_weights(fw, plan) else 0.0)
@@ -170,8 +171,7 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
     if est.training.dtype == "fp8" and fw.fp8_weight_workspace_bytes and not fw.fp8_param_gather:
         # Transformer Engine's fp8 weight workspaces: every dense linear's weight cast (and transposed)
         # once per step and kept for the later micro-batches and the backward.
-        copies += (fw.fp8_weight_workspace_bytes * fp8_linear_share(est)
-                   * per_stage * est.params.dense_per_layer / plan.tp)
+        copies += fw.fp8_weight_workspace_bytes * fp8_linear_share(est) * layer_params
     executor_on_cpu = _on_cpu(est) and fw.activation_recipe in eager.RECIPES
     if executor_on_cpu:
         # The executor on a CPU runs fp32 (no autocast, no mixed precision off CUDA): no cast cache;

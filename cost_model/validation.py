@@ -238,8 +238,8 @@ def summarize(results: list) -> dict:
     analytical["bf16_fp16"] = _summary(half)
     analytical["fp8"] = _summary([r for r in done if r.run.training.dtype == "fp8"])
     analytical["per_source"] = {name: _summary(rows) for name, rows in sorted(per_source.items())}
-    analytical["num_not_fitting_memory"] = sum(1 for r in done if not r.fits)
     analytical["not_fitting_memory"] = [r.run.id for r in done if not r.fits]
+    analytical["num_not_fitting_memory"] = len(analytical["not_fitting_memory"])
     analytical["peak_memory"] = memory_summary(done)
     # The one-number guess fitted on these same rows (their median MFU), as a user would fit it.
     mfu = constant_mfu_guess([r.run for r in done]) if done else CONSTANT_MFU

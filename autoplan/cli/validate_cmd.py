@@ -237,10 +237,9 @@ def run(args) -> int:
     for name, m in a["peak_memory"].items():
         out.write(f"  {name + ' memory':16s} {m['num_rows']:4d} rows  MAPE {m['mape']:6.1%}  predicted/reported "
                   f"median {m['median_ratio']:.2f} (range {m['min_ratio']:.2f}-{m['max_ratio']:.2f})\n")
-    if "not_fitting_memory" in a:
-        misses = a["not_fitting_memory"]
-        out.write(f"  {'memory fits':16s} {a['num_rows'] - len(misses):4d} of {a['num_rows']} rows (all of them trained) "
-                  f"predicted to fit; not: {', '.join(misses) or 'none'}\n")
+    misses = a["not_fitting_memory"]
+    out.write(f"  {'memory fits':16s} {a['num_rows'] - len(misses):4d} of {a['num_rows']} rows (all of them trained) "
+              f"predicted to fit; not: {', '.join(misses) or 'none'}\n")
     base = summary["constant_mfu_baseline"]
     out.write(f"  {'constant MFU':16s} {_fmt(base)}  (MFU {base['mfu']:.1%} for every run)\n")
     out.write(f"  {'  bf16/fp16 only':16s} {_fmt(base['bf16_fp16'])}\n")
