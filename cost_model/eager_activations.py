@@ -79,6 +79,13 @@ class EagerRecipe:
     a CPU, which has no mixed precision there (executor/torch_backend/parallelize.py
     `mixed_precision`: fp32 off CUDA; train.py: autocast only on CUDA)."""
 
+    compiled_blocks: bool = False
+    """Each block under torch.compile (the executor's default on CUDA: executor/options.py
+    RunOptions.compiles). Inductor's partition then keeps a gated MLP's gate and up outputs and their
+    product and recomputes the activation in the backward: 3 of the eager 4 ffn-wide tensors (the H200
+    allocator history of plan l1-s2k-m4, cost_model/data/h100_runs/2026-11-28). Every other saved
+    tensor of a Llama block was the eager count there."""
+
     @property
     def residual_bytes(self) -> int:
         return FP32 if self.autocast else self.compute_bytes
@@ -94,8 +101,10 @@ def autocast_for(model: ModelSpec, plan) -> bool:
     return not (fsdp and (not model.is_moe or plan.zero_stage > 0))
 
 
-def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True, on_cpu: bool = False) -> EagerRecipe:
-    """The recipe `name` as `plan` runs it; `on_cpu`: the executor on a CPU, all fp32 (no autocast)."""
+def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True, on_cpu: bool = False,
+               compiled: bool | None = None) -> EagerRecipe:
+    """The recipe `name` as `plan` runs it; `on_cpu`: the executor on a CPU, all fp32 (no autocast);
+    `compiled`: blocks under torch.compile (None: the executor's default, on CUDA only)."""
     cp = plan.cp if plan is not None else 1
     if name == "eager-autocast":
         return EagerRecipe(autocast=True, native_gqa=False, chunked_loss=False, rope_table_casts=False,
@@ -105,6 +114,7 @@ def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True, on_cp
     autocast = autocast_for(model, plan) and not on_cpu
     return EagerRecipe(
         autocast=autocast, compute_bytes=FP32 if on_cpu else BF16,
+        compiled_blocks=(not on_cpu) if compiled is None else compiled,
         native_gqa=not (model.sliding_window or model.attn_logit_softcap),
         chunked_loss=True, rope_table_casts=autocast and model.position == "rope", fused_norm=fused_norm,
         vocab_shards=plan.tp, softcap=bool(model.final_logit_softcap), context_shards=cp)
@@ -158,9 +168,11 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRec
     parts.update(_norm(model, tokens, outside, r, "ffn_norm"))
     parts["mlp_input"] = mlp_casts * r.compute_bytes * tokens * h
     # Gated (SwiGLU/GeGLU): w1 out (activation input), activation out, w3 out, their product (w2
-    # input), 4 per 3 elements of mlp_activation_elems; GeLU: w1 out, gelu out. A MoE layer's
+    # input), 4 per 3 elements of mlp_activation_elems, or 3 of them compiled (the activation out is
+    # recomputed); GeLU: w1 out, gelu out (compiled: not measured, counted as eager). A MoE layer's
     # token passes its k routed experts and the shared ones (not counted by the test: dense only).
-    elems = mlp_activation_elems(model, model.is_moe) * (4 / 3 if model.mlp != "gelu" else 1)
+    gated = model.mlp != "gelu"
+    elems = mlp_activation_elems(model, model.is_moe) * (4 / 3 if gated and not r.compiled_blocks else 1)
     parts["mlp"] = r.compute_bytes * tokens * elems / tp
     return parts
 
@@ -236,14 +248,20 @@ def _chunk_logits(model: ModelSpec, tokens: int, r: EagerRecipe) -> int:
 
 def loss_backward_working(model: ModelSpec, b: int, s: int, r: EagerRecipe) -> float:
     """Backward of the loss. Fused: the head input's gradient, the fp32 head-weight gradient it
-    accumulates over chunks, and one chunk's fp32 softmax (and tanh, soft-capped) and its
-    compute-dtype copy (executor/loss.py `_ChunkedLinearCrossEntropy.backward`). Whole logits:
+    accumulates over chunks with each chunk's own gradient and that gradient's fp32 copy, and one
+    chunk's fp32 softmax (and tanh, soft-capped) and its compute-dtype copy (executor/loss.py
+    `_ChunkedLinearCrossEntropy.backward`). Whole logits:
     nll_loss's fp32 gradient of the log-probabilities and log_softmax's of the logits, alive with the
     saved log_softmax output."""
     tokens = b * s
     if r.chunked_loss:
         chunk_bytes = FP32 + r.residual_bytes + (FP32 if r.softcap else 0)
-        return (r.residual_bytes * tokens * model.hidden_size + FP32 * _local_vocab(model, r) * model.hidden_size
+        # `grad_weight += (grad_logits.t() @ h).float()`: each chunk's head-weight gradient in the head
+        # input's dtype and its fp32 copy (none when that dtype is fp32) live beside the accumulator
+        # (the H200 allocator history, cost_model/data/h100_runs/2026-11-28: 1.47 GiB at V = 128256).
+        chunk_weight_grad = r.residual_bytes + (FP32 if r.residual_bytes != FP32 else 0)
+        head_rows = _local_vocab(model, r) * model.hidden_size
+        return (r.residual_bytes * tokens * model.hidden_size + (FP32 + chunk_weight_grad) * head_rows
                 + chunk_bytes * _chunk_logits(model, tokens, r))
     return 2 * FP32 * tokens * model.vocab_size
 

@@ -302,7 +302,8 @@ def _held_whatever_recompute(est, plan, stage: int, per_stage: int) -> _Held:
     if is_eager:
         # The optimizer step: activations and the autocast cache are gone by then.
         local = (dense + expert) / (shard if plan.zero_stage >= 1 else 1)
-        optimizer = {**states, **_ZERO_TERMS, "optimizer_working": FOREACH_ADAMW_TEMP_BYTES * local, **device}
+        temp = 0.0 if fw.fused_adamw_on_cuda and not _on_cpu(est) else FOREACH_ADAMW_TEMP_BYTES
+        optimizer = {**states, **_ZERO_TERMS, "optimizer_working": temp * local, **device}
     return _Held(states, weight_copies, comm, device, accumulates_unsharded_grads(fw, plan), in_flight, layer_bytes,
                  first_saved, working_layer, logits, loss_phase, optimizer, is_eager, weights.states_total,
                  weights.states_total_without_grads, sum(optimizer.values()) if optimizer is not None else 0.0)

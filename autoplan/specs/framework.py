@@ -280,6 +280,10 @@ class Framework:
     optimizer_bytes_per_param: float = 30.0
     """HBM bytes per (local) parameter of one optimizer step. 30: a fused AdamW reads fp32 master,
     m, v, grad (16) and writes master, m, v (12) and the bf16 weight (2)."""
+    fused_adamw_on_cuda: bool = False
+    """Eager recipes (this project's executor): on CUDA its AdamW is one fused kernel that updates in
+    place and allocates nothing per parameter; False, or off CUDA: for-each AdamW, whose step holds an
+    fp32 sqrt(v) temporary (4 B per local parameter) beside the states."""
     # -- what it can run ------------------------------------------------------------------------
     dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
     zero_stages: tuple = (0, 1, 2, 3)

@@ -112,9 +112,13 @@ _AUTOPLAN = Framework(
     cp_with_masked_attention=False, mla=False,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
+    fused_adamw_on_cuda=True,
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
         "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
+        "fused_adamw_on_cuda": "executor/torch_backend/train.py _optimizers: torch.optim.AdamW(fused=True) on CUDA "
+                               "(for-each on a CPU); the H200 allocator history of plan l1-s2k-m4-full "
+                               "(cost_model/data/h100_runs/2026-11-28) holds no optimizer temporary",
         "hsdp_zero_stages": "executor/torch_backend/train.py fsdp_mesh: FSDP2 over the 2-D mesh (dp_replicate, "
                             "dp_shard x cp) of executor/torch_backend/parallel_dims.py, which all-reduces each "
                             "reduce-scattered shard over the replicas (tests/test_torch_backend.py runs it)",
@@ -179,6 +183,7 @@ _AUTOPLAN_91EE867 = replace(
                 "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without "
                 + ",".join(AUTOPLAN_SPEEDUPS) + "`",
     activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
+    fused_adamw_on_cuda=False,
     dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={}, hsdp_zero_stages=(),
     sources={**_AUTOPLAN.sources,
              "hsdp_zero_stages": "executor/torch_backend/parallel_dims.py at 91ee867: one dp mesh dimension",

@@ -1,0 +1,61 @@
+"""The allocator's history of today's executor at its peak (cost_model/data/h100_runs/2026-11-28, one
+H200) against the `autoplan` framework's memory breakdown, term by term.
+
+Expected values are the recorded blocks, grouped by the code that allocated them; only the grouping
+rule is written here.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autoplan.specs import PlanDocument
+from cost_model import Estimator
+from cost_model.constants import load_constants
+from cost_model.measured_runs import H100_RUNS_DIR
+from cost_model.profiles import builtin_profile
+
+RECORDS = H100_RUNS_DIR / "2026-11-28"
+GIB = 2 ** 30
+# Where each of the model's terms was allocated (first match wins), by the frames the history names.
+HELD_BY = (("optimizer", ("adam.py",)), ("grads", ("to_accumulated_grad_if_needed",)),
+           ("params", ("train.py:162:_parallelize",)), ("weight_copies", ("alloc_storage",)),
+           ("loss", ("executor/loss.py",)), ("blocks", ("executor/blocks.py",)))
+
+
+def _held(plan: str) -> tuple:
+    device = json.loads((RECORDS / f"alloc-history-{plan}.json").read_text())["devices"][0]
+    held = {}
+    for group in device["groups"]:
+        name = next((n for n, keys in HELD_BY if any(k in group["where"] for k in keys)), "rest")
+        held[name] = held.get(name, 0) + group["bytes"]
+    return held, device["peak_bytes"]
+
+
+def _breakdown(plan: str) -> dict:
+    record = next(json.loads(line) for line in (RECORDS / "runs-h200-2026-11-28.jsonl").read_text().splitlines()
+                  if json.loads(line)["plan"]["parallel"]["recompute"] == ("full" if plan.endswith("full") else "none"))
+    doc = PlanDocument.from_dict(record["plan"])
+    assert record["options"]["without"] == [] and record["options"]["compile"] is None   # every speed-up on
+    est = Estimator(doc.model, doc.training, doc.cluster, builtin_profile("h200"),
+                    framework=load_constants().framework("autoplan"))
+    e = est.estimate(doc.parallel)
+    return {**e.memory_breakdown_bytes, "allocated": e.details["memory_allocated_peak_bytes"],
+            "measured": record["peak_memory_bytes"]}
+
+
+@pytest.mark.parametrize("plan", ["l1-s2k-m4", "l1-s2k-m4-full"])
+def test_each_term_is_what_the_allocator_held_at_the_peak(plan):
+    held, peak = _held(plan)
+    b = _breakdown(plan)
+    # the groups are the whole peak (to within 80 KB), and the peak is max_memory_allocated
+    assert sum(held.values()) == pytest.approx(peak, rel=1e-5) and peak == pytest.approx(b["measured"], rel=1e-5)
+    for term in ("params", "grads", "optimizer", "weight_copies"):
+        assert b[term] == pytest.approx(held[term], rel=1e-3), term
+    # the loss backward: accumulator, each chunk's product and its fp32 copy, a chunk's logits
+    assert b["activation_working"] == pytest.approx(held["loss"], rel=0.02)
+    # what the blocks keep: the inputs alone (full recompute), or the compiled blocks' saved tensors
+    assert b["activations"] == pytest.approx(held["blocks"], rel=0.06 if plan.endswith("full") else 0.005)
+    assert b["optimizer_working"] == 0.0                  # fused AdamW: the peak is in the loss backward
+    assert b["allocated"] == pytest.approx(peak, rel=0.01)

@@ -1,0 +1,75 @@
+"""KempnerForge's own MoE model timed on one H200 (cost_model/data/kempnerforge_h200): the cost model's
+compute for one rank of the KEMPNERMOE rows holds against it when routing is balanced, and the records
+say what the rest of the published step is not.
+
+Expected values are the records' measured figures and the published rows' step times, not the
+model's output.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from cost_model import Estimator, load_constants
+from cost_model.published import load_published_runs
+
+RECORDS = Path(__file__).resolve().parents[1] / "cost_model" / "data" / "kempnerforge_h200"
+COMPUTE_TERMS = ("compute", "memory_bound", "recompute")  # one GPU: no collectives; no optimizer was timed
+
+
+def _records(name: str) -> list:
+    lines = (RECORDS / name).read_text().splitlines()
+    env = json.loads(lines[0])["environment"]
+    assert env["device"] == "NVIDIA H200" and env["torch"].startswith("2.11")
+    return [json.loads(line) for line in lines[1:]]
+
+
+def _case(name: str, experts: int, packed: bool, tokens: str) -> dict:
+    (hit,) = [r for r in _records(name) if (r["experts"], r["packed"], r["tokens"]) == (experts, packed, tokens)]
+    return hit
+
+
+def _one_rank_compute_s(row_id: str) -> float:
+    """The model's compute for one rank of a KEMPNERMOE row: the same per-GPU batch on one GPU."""
+    run = {r.id: r for r in load_published_runs()}[row_id]
+    constants = load_constants()
+    plan = dataclasses.replace(run.plan, dp=1, zero_stage=0)
+    training = dataclasses.replace(run.training, global_batch_size=run.plan.micro_batch_size)
+    cluster = dataclasses.replace(run.cluster, num_gpus=1)
+    est = Estimator(run.model, training, cluster, run.profile(), framework=run.framework_facts(constants),
+                    constants=constants)
+    breakdown = est.estimate(plan).time_breakdown_s
+    return sum(breakdown.get(term, 0.0) for term in COMPUTE_TERMS)
+
+
+def test_the_compute_of_one_rank_matches_kempnerforges_model_under_balanced_routing():
+    # 24 layers, 8 experts, packed, uniform token ids (max/mean load 1.04 over layers): 0.991 s measured
+    measured = _case("full-2026-11-28.jsonl", 8, True, "uniform")
+    assert measured["layers"] == 24 and not measured["train"]
+    assert max(measured["max_over_mean_load_per_step_per_layer"][-1]) < 1.2
+    assert _one_rank_compute_s("KEMPNERMOE-packed-02") == pytest.approx(measured["median_step_s"], rel=0.05)
+
+
+def test_routing_on_text_like_tokens_collapses_and_the_published_steps_hold_more_than_compute():
+    for record in _records("depth-2026-11-28.jsonl") + _records("full-2026-11-28.jsonl"):
+        # a layer's busiest expert holds at most every token once: E / top-k times the mean
+        loads = [load for step in record["max_over_mean_load_per_step_per_layer"] for load in step]
+        assert 1.0 <= min(loads) and max(loads) <= record["experts"] / 2 + 1e-6
+    # 15 training steps on Zipf(1) ids: the unpacked 8-expert model's layers average 3.3 of at most 4
+    trained = _case("full-2026-11-28.jsonl", 8, False, "zipf")
+    last = trained["max_over_mean_load_per_step_per_layer"][-1]
+    assert sum(last) / len(last) > 3.0
+    # each published step (tokens/s -> step time) is longer than the same rank's compute measured here
+    runs = {r.id: r for r in load_published_runs()}
+    one_gpu = {("KEMPNERMOE-packed-01", 8, False): 2.328, ("KEMPNERMOE-packed-02", 8, True): 1.171,
+               ("KEMPNERMOE-packed-03", 16, False): 1.996, ("KEMPNERMOE-packed-04", 16, True): 1.225}
+    for (row_id, experts, packed), seconds in one_gpu.items():
+        assert _case("full-2026-11-28.jsonl", experts, packed, "zipf")["median_step_s"] == pytest.approx(seconds,
+                                                                                                        abs=5e-4)
+        run = runs[row_id]
+        published_step_s = run.training.global_batch_size * run.training.seq_len / (
+            run.measured_tokens_per_s_per_gpu * run.cluster.num_gpus)
+        assert published_step_s > seconds + 0.3
