@@ -83,8 +83,8 @@ class EagerRecipe:
     """Each block under torch.compile (the executor's default on CUDA: executor/options.py
     RunOptions.compiles). Inductor's partition then keeps a gated MLP's gate and up outputs and their
     product and recomputes the activation in the backward: 3 of the eager 4 ffn-wide tensors (the H200
-    allocator history of plan l1-s2k-m4, cost_model/data/h100_runs/2026-11-28). Every other saved
-    tensor of a Llama block was the eager count there."""
+    allocator histories of Llama-3.2-1B and Qwen2.5-1.5B, cost_model/data/h100_runs/2026-11-28). A GeLU
+    MLP keeps its 2 (GPT-2 medium), and every other saved tensor of those blocks was the eager count."""
 
     @property
     def residual_bytes(self) -> int:
@@ -169,7 +169,7 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRec
     parts["mlp_input"] = mlp_casts * r.compute_bytes * tokens * h
     # Gated (SwiGLU/GeGLU): w1 out (activation input), activation out, w3 out, their product (w2
     # input), 4 per 3 elements of mlp_activation_elems, or 3 of them compiled (the activation out is
-    # recomputed); GeLU: w1 out, gelu out (compiled: not measured, counted as eager). A MoE layer's
+    # recomputed); GeLU: w1 out, gelu out, compiled too (GPT-2 medium's allocator history). A MoE layer's
     # token passes its k routed experts and the shared ones (not counted by the test: dense only).
     gated = model.mlp != "gelu"
     elems = mlp_activation_elems(model, model.is_moe) * (4 / 3 if gated and not r.compiled_blocks else 1)
