@@ -49,6 +49,10 @@ GEMM_PAIRS = (  # (n, k): squares, then Llama-3-8B, Llama-3-70B at TP 8 and at T
 GEMM_TOKENS = (2048, 8192, 16384)
 ATTENTION_BATCH_HEADS = ((1, 8), (1, 16), (1, 32), (2, 32), (4, 32), (8, 32), (16, 32))
 ATTENTION_SEQ = (1024, 2048, 4096, 8192, 16384)
+# Long context (the MoE zoo's and Megatron-Core's 32k-128k rows; the family above stops at 16k):
+# one sequence, few heads per GPU as tensor/context parallelism leaves them.
+ATTENTION_LONG_BATCH_HEADS = ((1, 8), (1, 32))
+ATTENTION_LONG_SEQ = (32768, 65536, 131072)
 EXPERT_SHAPES = {  # (hidden, expert ffn): the routed experts of these models' config.json files
     "qwen3-30b-a3b": (2048, 768), "qwen3-235b-a22b": (4096, 1536),
     "deepseek-v3": (7168, 2048), "mixtral-8x7b": (4096, 14336),
@@ -347,7 +351,8 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", help="JSON to write (rewritten after each family)")
     p.add_argument("--summary", metavar="JSON", help="print the tables of a written record and stop")
     p.add_argument("--soak-s", type=float, default=10.0)
-    p.add_argument("--only", choices=("gemm", "attention", "grouped", "variants"), action="append")
+    p.add_argument("--only", choices=("gemm", "attention", "grouped", "variants", "long"), action="append",
+                   help="families to measure (default: all but long)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on any device: checks the script runs")
     args = p.parse_args(argv)
     if args.summary:
@@ -365,7 +370,8 @@ def main(argv=None) -> int:
         plan = dict(gemm=lambda: gemms(device, (64,), ((64, 64),), timer),
                     attention=lambda: attention(device, ((1, 2),), (64,), 16, ("math",), timer),
                     grouped=lambda: grouped(device, {"tiny": (64, 32)}, (16,), (2,), timer),
-                    variants=lambda: attention_variants(device, ((1, 4, 64),), (16,), ("math", "sdpa"), timer))
+                    variants=lambda: attention_variants(device, ((1, 4, 64),), (16,), ("math", "sdpa"), timer),
+                    long=lambda: attention(device, ((1, 2),), (128,), 16, ("math",), timer))
     else:
         if args.soak_s > 0:
             soak(device, args.soak_s)
@@ -374,7 +380,9 @@ def main(argv=None) -> int:
                                                 ("flash", "cudnn"), timer),
                     grouped=lambda: grouped(device, EXPERT_SHAPES, EXPERT_TOKENS, LOCAL_EXPERTS, timer),
                     variants=lambda: attention_variants(device, VARIANT_SHAPES, (64, 128), ("flash", "cudnn", "sdpa"),
-                                                        timer))
+                                                        timer),
+                    long=lambda: attention(device, ATTENTION_LONG_BATCH_HEADS, ATTENTION_LONG_SEQ, 128,
+                                           ("flash", "cudnn"), timer))
     result = dict(schema="autoplan.kernel_rates/v1", environment={**environment(), "sdpa_choice": sdpa_choice(device)},
                   soak_s=args.soak_s,
                   timing="median of 5 samples; a sample is the CUDA-event mean of back-to-back runs (~20 ms)",

@@ -22,6 +22,16 @@ on the H100 and H200), so a framework whose kernel is "sdpa" reads the cuDNN row
 attention is not a dimension of the tables: in the variants record a quarter of the heads as K/V heads
 leaves the forward within a few percent and slows the backward 2-25% (most at short sequences).
 
+Beyond 16k the grid was extrapolated, and read up to 16% low at 32k-128k (the inverse-distance blend
+leans on shorter sequences; one shape read 3% high). One record on the H200
+(kernel_rates-h200-long.json, 2026-11-28, `--only long`) times both kernels at 32k, 64k and 128k
+tokens with 8 and 32 heads: neither falls more than 9% below its 16k rate, and at 8 heads both
+forwards still climb (+4% to +17%); cuDNN's forward runs at 555-598 TFLOP/s, FlashAttention-2's at
+319-343. The H200 table takes those rows as timed. The H100 tables take them times the H100/H200
+ratio of the same kernel, heads and pass at 16k (assumption: the ratio carries over past 16k; the two
+chips have the same 132 SMs and differ in clocks under power and in HBM, which long-sequence attention
+barely touches). The Ampere tables keep the 1k-16k grid: no Ampere kernel was timed past it.
+
 Ampere has no record: its tables take FlashAttention-2's occupancy shape from the H100 record, scaled
 to the A100 plateau the FlashAttention-2 paper reports (assumption: the same kernel's occupancy
 curve carries over; the A100's 108 SMs fill a little sooner than the H100's 132).
@@ -38,6 +48,8 @@ from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO
 
 RECORDS = Path(__file__).resolve().parent / "data" / "kernels"
 VARIANTS_RECORD = "kernel_rates-h100-variants.json"
+LONG_RECORD = "kernel_rates-h200-long.json"  # 32k-128k tokens, measured on the H200
+LONG_RECORD_BASE = "kernel_rates-h200.json"  # the record measured on that same GPU kind
 _KERNELS = {"flash": "flash2", "cudnn": "cudnn"}
 
 
@@ -77,6 +89,21 @@ def measured_rates(record: str) -> dict:
             if d == 128 and kv == h}
 
 
+def long_context_rates(record: str) -> dict:
+    """The long-sequence rows (LONG_RECORD, H200) carried to `record`'s GPU: each rate times `record`'s
+    rate over the H200's for the same kernel, batch x heads and pass at the longest sequence both
+    records timed (1 for the H200's own record). Shapes `record` did not time at that length are left out."""
+    long_rates, base, own = measured_rates(LONG_RECORD), measured_rates(LONG_RECORD_BASE), measured_rates(record)
+    out = {}
+    for (k, b, h, s), (fwd, bwd) in long_rates.items():
+        ref = max((key for key in base if key[:3] == (k, b, h) and (key in own)), key=lambda key: key[3],
+                  default=None)
+        if ref is None:
+            continue
+        out[(k, b, h, s)] = (fwd * own[ref][0] / base[ref][0], bwd * own[ref][1] / base[ref][1])
+    return out
+
+
 def _samples(rates: dict, scale_fwd: float, scale_bwd: float, kernels: dict) -> tuple:
     """AttentionSamples of `rates` x the scales; `kernels` maps a table's kernel to the record's."""
     out = []
@@ -93,7 +120,8 @@ def _samples(rates: dict, scale_fwd: float, scale_bwd: float, kernels: dict) -> 
 def hopper_attention(record: str, clock: float = 1.0) -> tuple:
     """A Hopper profile's table: both kernels as measured (x `clock`, a power cap's clock factor), and
     "sdpa" as cuDNN's rows (torch 2.11's choice there)."""
-    return _samples(measured_rates(record), clock, clock, {"flash2": "flash2", "cudnn": "cudnn", "sdpa": "cudnn"})
+    rates = {**measured_rates(record), **long_context_rates(record)}
+    return _samples(rates, clock, clock, {"flash2": "flash2", "cudnn": "cudnn", "sdpa": "cudnn"})
 
 
 def flash2_scaled_attention(record: str, fwd_plateau: float, bwd_plateau: float) -> tuple:

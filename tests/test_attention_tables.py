@@ -43,6 +43,50 @@ def test_a_hopper_table_holds_the_record_at_its_measured_shapes(profile, record,
         assert _rate(profile, kernel, seq_len, batch * heads, "bwd") == pytest.approx(bwd, rel=1e-9)
 
 
+LONG_RECORD = "kernel_rates-h200-long.json"  # 32k-128k tokens, 8 and 32 heads, on the H200
+LONG_SHAPES = [(heads, seq_len) for heads in (8, 32) for seq_len in (32768, 65536, 131072)]
+
+
+def _fwd_bwd(record: str, backend: str, heads: int, seq_len: int) -> tuple:
+    """(forward, backward) FLOP/s of one batch-1 shape: the backward's 2.5x FLOPs over its time alone."""
+    fwd = _entry(record, backend, 1, heads, seq_len, "fwd")
+    both = _entry(record, backend, 1, heads, seq_len, "fwd+bwd")
+    fwd_flops = 2.0 * heads * seq_len * seq_len * 128
+    return fwd["flops_per_s"], 2.5 * fwd_flops / (both["seconds"] - fwd["seconds"])
+
+
+@pytest.mark.parametrize("kernel,backend", [("cudnn", "cudnn"), ("flash2", "flash")])
+def test_past_16k_the_h200_table_is_the_long_record(kernel, backend):
+    for heads, seq_len in LONG_SHAPES:
+        fwd, bwd = _fwd_bwd(LONG_RECORD, backend, heads, seq_len)
+        assert _rate("h200", kernel, seq_len, heads, "fwd") == pytest.approx(fwd, rel=1e-9)
+        assert _rate("h200", kernel, seq_len, heads, "bwd") == pytest.approx(bwd, rel=1e-9)
+
+
+@pytest.mark.parametrize("kernel,backend", [("cudnn", "cudnn"), ("flash2", "flash")])
+def test_past_16k_the_h100_table_is_the_long_record_at_the_h100s_16k_ratio(kernel, backend):
+    for heads, seq_len in LONG_SHAPES:
+        fwd, bwd = _fwd_bwd(LONG_RECORD, backend, heads, seq_len)
+        h100_fwd, h100_bwd = _fwd_bwd("kernel_rates-h100.json", backend, heads, 16384)
+        h200_fwd, h200_bwd = _fwd_bwd("kernel_rates-h200.json", backend, heads, 16384)
+        assert _rate("h100-80gb", kernel, seq_len, heads, "fwd") == pytest.approx(fwd * h100_fwd / h200_fwd, rel=1e-9)
+        assert _rate("h100-80gb", kernel, seq_len, heads, "bwd") == pytest.approx(bwd * h100_bwd / h200_bwd, rel=1e-9)
+
+
+def test_both_kernels_keep_their_16k_rate_to_128k_and_the_ampere_table_stops_at_16k():
+    # the measured fact the long rows carry: past 16k no rate falls more than 9% below its 16k rate, and
+    # at 8 heads (the fewest CTAs) both kernels' forward still climbs (+4% to +17%)
+    for backend in ("cudnn", "flash"):
+        for heads, seq_len in LONG_SHAPES:
+            long_rates = _fwd_bwd(LONG_RECORD, backend, heads, seq_len)
+            rates_16k = _fwd_bwd("kernel_rates-h200.json", backend, heads, 16384)
+            assert all(r > 0.91 * r16 for r, r16 in zip(long_rates, rates_16k))
+            if heads == 8:
+                assert long_rates[0] > 1.03 * rates_16k[0]
+    # no Ampere kernel was timed past 16k: its tables keep the 1k-16k grid
+    assert max(s.seq_len for s in builtin_profile("a100-80gb").attention) == 16384
+
+
 def test_cudnn_outruns_flash2_at_long_sequences_and_both_fall_at_few_heads():
     # H100 record, 16k tokens x 32 heads: cuDNN 632, FlashAttention-2 319 TFLOP/s forward
     assert _rate("h100-80gb", "cudnn", 16384, 32, "fwd") / _rate("h100-80gb", "flash2", 16384, 32, "fwd") > 1.7
