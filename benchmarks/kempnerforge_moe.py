@@ -19,7 +19,8 @@ the max/mean expert load of every layer at every step.
 
 --plan depth (default): 2 and 4 layers (the per-layer time is the slope), packed and unpacked experts,
 E = 8 and 16, forward + backward, and 20 training steps (AdamW, lr 3e-4 warmed up over 5 steps, as the
-published bench) on Zipf tokens. --plan full: the published 24 layers. No CUDA: tiny shapes, to check
+published bench) on Zipf tokens; the labels are the input ids (a copy task: timing and routing, not
+learning, are what is measured). --plan full: the published 24 layers. No CUDA: tiny shapes, to check
 the script runs.
 """
 import argparse
