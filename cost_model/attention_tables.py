@@ -89,6 +89,7 @@ def measured_rates(record: str) -> dict:
             if d == 128 and kv == h}
 
 
+@lru_cache(maxsize=None)
 def long_context_rates(record: str) -> dict:
     """The long-sequence rows (LONG_RECORD, H200) carried to `record`'s GPU: each rate times `record`'s
     rate over the H200's for the same kernel, batch x heads and pass at the longest sequence both

@@ -84,7 +84,9 @@ class EagerRecipe:
     RunOptions.compiles). Inductor's partition then keeps a gated MLP's gate and up outputs and their
     product and recomputes the activation in the backward: 3 of the eager 4 ffn-wide tensors (the H200
     allocator histories of Llama-3.2-1B and Qwen2.5-1.5B, cost_model/data/h100_runs/2026-11-28). A GeLU
-    MLP keeps its 2 (GPT-2 medium), and every other saved tensor of those blocks was the eager count."""
+    MLP keeps its 2 (GPT-2 medium), and every other saved tensor of those blocks was the eager count.
+    Those were dense blocks on FSDP2's bf16 weights; MoE and autocast blocks are counted as eager
+    (not measured compiled)."""
 
     @property
     def residual_bytes(self) -> int:
@@ -171,8 +173,10 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRec
     # input), 4 per 3 elements of mlp_activation_elems, or 3 of them compiled (the activation out is
     # recomputed); GeLU: w1 out, gelu out, compiled too (GPT-2 medium's allocator history). A MoE layer's
     # token passes its k routed experts and the shared ones (not counted by the test: dense only).
-    gated = model.mlp != "gelu"
-    elems = mlp_activation_elems(model, model.is_moe) * (4 / 3 if gated and not r.compiled_blocks else 1)
+    # Measured compiled: dense blocks on bf16 weights; MoE and autocast blocks keep the eager count.
+    recomputes_activation = r.compiled_blocks and not r.autocast and not model.is_moe
+    per_elem = 4 / 3 if model.mlp != "gelu" and not recomputes_activation else 1
+    elems = mlp_activation_elems(model, model.is_moe) * per_elem
     parts["mlp"] = r.compute_bytes * tokens * elems / tp
     return parts
 

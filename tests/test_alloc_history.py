@@ -7,6 +7,7 @@ rule is written here.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,30 @@ def test_each_term_is_what_the_allocator_held_at_the_peak(plan):
         assert b["activation_working"] == pytest.approx(held["loss"], rel=0.02)
     assert b["optimizer_working"] == 0.0                  # fused AdamW: the peak is in the loss backward
     assert b["allocated"] == pytest.approx(peak, rel=0.01)
+
+
+def test_the_replay_finds_the_peak_and_counts_blocks_from_before_the_window():
+    """benchmarks/alloc_history's replay on a worked trace: 1000 B live from before the history (still
+    active at its end) and 100 B freed in it without an alloc there make a 1100 B start; then +500 and
+    +30, the 500 freed, +10. Peak 1630 with the 500 and the 30 live, each under its allocating frame."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "alloc_history" / "sitecustomize.py"
+    spec = importlib.util.spec_from_file_location("alloc_history_replay", path)
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    at = lambda line: [{"filename": "/x/torch/ops.py", "line": 9, "name": "op"},   # noqa: E731
+                       {"filename": "/x/executor/blocks.py", "line": line, "name": "forward"}]
+    trace = [{"action": "free_completed", "addr": 1, "size": 100},
+             {"action": "alloc", "addr": 2, "size": 500, "frames": at(10)},
+             {"action": "alloc", "addr": 3, "size": 30, "frames": at(20)},
+             {"action": "free_completed", "addr": 2, "size": 500},
+             {"action": "alloc", "addr": 4, "size": 10, "frames": at(30)}]
+    segments = [{"device": 0, "blocks": [{"address": 9, "size": 1000, "state": "active_allocated"},
+                                         {"address": 3, "size": 30, "state": "active_allocated"}]}]
+    peak, start, blocks = replay.live_at_peak(trace, segments)
+    assert (peak, start) == (1100 - 100 + 500 + 30, 1100)
+    assert sorted(size for size, _ in blocks.values()) == [30, 500]
+    (device,) = replay.summarise({"device_traces": [trace], "segments": segments}, 0)["devices"]
+    assert [(g["where"], g["bytes"]) for g in device["groups"]] == [
+        ("ops.py:9:op <- executor/blocks.py:10:forward", 500), ("ops.py:9:op <- executor/blocks.py:20:forward", 30)]
