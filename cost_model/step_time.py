@@ -1,11 +1,8 @@
 """The step-time terms of one plan: per-stage micro-batch time, bubble, DP, optimizer.
 
 Each term is exposed seconds per optimizer step on the slowest pipeline stage (with uneven
-stages, the rank whose layers and extras take longest per micro-batch); their sum is the step time. Sources: Narayanan et al. 2021 (arXiv 2104.04473) for the pipeline schedule, bubble and
-point-to-point volume; ZeRO (arXiv 1910.02054, section 7) for the data-parallel volumes: plain DP
-all-reduces gradients (2*Psi on the wire per rank), stages 1-2 reduce-scatter gradients and
-all-gather updated weights (same 2*Psi), stage 3 adds a weight all-gather in forward and backward
-(3*Psi), per micro-batch unless weights stay gathered across micro-batches (pipeline schedules).
+stages, the rank whose layers and extras take longest per micro-batch); their sum is the step time. Sources: Narayanan et al. 2021 (arXiv 2104.04473) for the pipeline
+schedule, bubble and point-to-point volume; the data-parallel collectives are cost_model/dp_time.py's.
 """
 from __future__ import annotations
 
@@ -13,40 +10,9 @@ import math
 
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
-from cost_model.memory import BYTES_WEIGHT, grads_accumulate_unsharded
-from cost_model.stage_memory import fp8_gathered_fraction, fp8_linear_share
+from cost_model.dp_time import dp_rounds, dp_time
+from cost_model.memory import grads_accumulate_unsharded
 from cost_model.stages import bubble_in_slowest_rank_times, stage_split
-
-def grad_reduce_bytes(sw, zero_stage: int) -> float:
-    """Bytes per gradient on the wire of the framework's gradient reduction at `zero_stage`: ZeRO 0-2
-    reduce the main gradients (Framework.main_grad_reduce_bytes, fp32 for Megatron and DeepSpeed),
-    ZeRO-3 reduce-scatters in the framework's reduce dtype (Framework.sharded_reduce_bytes_per_grad)."""
-    return sw.sharded_reduce_bytes_per_grad if zero_stage >= 3 else sw.main_grad_reduce_bytes
-
-
-def fp8_gathered_params(est, plan: ParallelPlan, per_stage: int) -> float:
-    """Of a rank's `per_stage` layers' dense parameters, how many its data-parallel all-gathers move
-    in fp8 (1 B): the blocks' linears of an fp8 run whose framework gathers them so
-    (Framework.fp8_param_gather, or torchao's float8 all-gather under FSDP2:
-    cost_model.stage_memory.fp8_gathered_fraction); the norms, the embedding and the head stay bf16."""
-    if est.training.dtype != "fp8" or est.model.is_moe:
-        return 0.0
-    share = fp8_linear_share(est) if est.framework.fp8_param_gather else fp8_gathered_fraction(est, plan)
-    return share * per_stage * est.params.dense_per_layer / plan.tp
-
-
-def dp_rounds(plan: ParallelPlan, m: int, sw) -> tuple:
-    """(weight all-gathers, gradient reductions) of the sharded states per step: ZeRO 0-2 reduce
-    once and (ZeRO 1-2) gather the updated weights once; ZeRO-3 gathers for forward and again for
-    backward and reduces every micro-batch (or once, Framework.zero3_reduce_every_microbatch), or
-    does each once per step with a pipeline (weights stay gathered across micro-batches: torchtitan
-    does not reshard after forward under PP)."""
-    if plan.zero_stage == 0:
-        return 0, 1
-    if plan.zero_stage in (1, 2):
-        return 1, 1
-    rounds = 1 if plan.pp > 1 else m
-    return 2 * rounds, rounds if sw.zero3_reduce_every_microbatch else 1
 
 
 def unsharded_accumulation_bytes_per_param(plan: ParallelPlan, m: int, sw) -> float:
@@ -68,12 +34,6 @@ def grad_accumulation_bytes_per_param(sw, plan: ParallelPlan, dtype: str) -> tup
         return 0.0, 0.0
     first, later = sw.grad_accumulation_bytes.get(dtype, (0.0, 0.0))
     return float(first), float(later)
-
-
-def _dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
-    """Gradient-reduction ranks (dp x cp replicas) sit tp apart (Megatron order tp, cp, dp, pp):
-    how many of them share a node."""
-    return max(1, min(plan.dp * plan.cp, gpus_per_node // plan.tp))
 
 
 def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
@@ -310,101 +270,3 @@ def _rank_extras(p: int, rank: int, head_compute_s: float, head_memory_s: float,
     if rank == p - 1:
         return head_compute_s, head_memory_s
     return (0.0, embed_s) if rank == 0 else (0.0, 0.0)
-
-
-def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, compute_mb: float,
-             m: int) -> tuple:
-    """(exposed_s, total_s, bytes) of the data-parallel collectives of one step on a rank with
-    `per_stage` layers and (dense, expert) local parameters."""
-    if plan.dp * plan.cp == 1:
-        return 0.0, 0.0, 0.0
-    tables, sw = est.tables, est.framework
-    # The ZeRO collectives run over a shard group: every dp*cp rank, or with hybrid sharding
-    # (ParallelPlan.zero_shard) consecutive ones, which sit tp apart like the whole group.
-    group = plan.zero_shard_group
-    rpn = min(group, _dp_ranks_per_node(plan, est.gpus_per_node))
-    # Expert gradients reduce over the expert data-parallel ranks (tp*cp*dp / (etp*ep)), fewer than
-    # the dense ones' dp*cp: count their share (1/ep when etp = tp).
-    params = dense + expert * plan.expert_dp / (plan.dp * plan.cp)
-    grad_bytes = grad_reduce_bytes(sw, plan.zero_stage) * params
-    weight_bytes = BYTES_WEIGHT * params - (BYTES_WEIGHT - 1) * min(dense, fp8_gathered_params(est, plan, per_stage))
-    # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
-    calls = dp_collective_calls(sw, plan.zero_stage, group, params, per_stage)
-
-    def collectives_s(op: str, num_bytes: float, n: int = calls) -> float:
-        return n * tables.collective_time_s(op, num_bytes / n, group, rpn)
-
-    if plan.zero_stage == 0:
-        total = collectives_s("all_reduce", grad_bytes)
-        wire = 2.0 * grad_bytes
-    elif plan.zero_stage in (1, 2) and sw.zero1_broadcast_sync:
-        # The gradients reduce under the backward as below; the weights come back after the step as
-        # one broadcast from each rank of the group (NCCL prices a broadcast as a ring, as it does an
-        # all-gather: src/graph/tuning.cc), every one of them exposed.
-        total = collectives_s("reduce_scatter", grad_bytes)
-        broadcasts_s = collectives_s("all_gather", weight_bytes, group)
-        wire = grad_bytes + weight_bytes
-    elif plan.zero_stage in (1, 2):
-        total = collectives_s("reduce_scatter", grad_bytes) + collectives_s("all_gather", weight_bytes)
-        wire = grad_bytes + weight_bytes
-    else:
-        gathers, reductions = dp_rounds(plan, m, sw)
-        gather_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
-        total = (gathers * collectives_s("all_gather", weight_bytes, gather_calls)
-                 + reductions * collectives_s("reduce_scatter", grad_bytes))
-        wire = gathers * weight_bytes + reductions * grad_bytes
-    if plan.zero_replicas > 1:
-        # Hybrid sharding: after each reduction in the shard group, each bucket's shard of the
-        # gradients is all-reduced over the replicas holding the same shard, one rank per shard group
-        # (group x tp GPUs apart).
-        _, reductions = dp_rounds(plan, m, sw)
-        replica_rpn = max(1, _dp_ranks_per_node(plan, est.gpus_per_node) // group)
-        total += reductions * calls * tables.collective_time_s("all_reduce", grad_bytes / group / calls,
-                                                               plan.zero_replicas, replica_rpn)
-        wire += reductions * 2.0 * grad_bytes / group
-    # Overlap: ZeRO 0-2 reduce during the last micro-batch's backward; ZeRO-3 prefetches during
-    # all forward and backward compute. One layer's share always stays exposed (the last bucket).
-    if plan.zero_stage >= 3:
-        window = m * compute_mb
-    else:
-        window = per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
-        if sw.dp_param_gather_overlap and plan.zero_stage >= 1:
-            # The weights' all-gather hides under the next step's first forward, layer by layer
-            # (NeMo docs, "Communication Overlap": one chunk stays exposed).
-            window += per_stage * (lt.gemm_fwd_s + lt.attn_fwd_s)
-        window *= interleaved_window_factor(sw, plan.pp, plan.vpp, m)
-    total /= sw.dp_bandwidth_scale
-    tail = total / calls
-    overlap = sw.dp_comm_overlap if plan.zero_stage in sw.dp_overlap_zero_stages else 0.0
-    hidden = min(total, overlap * window)
-    # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
-    # so a fitted fraction of the overlapped time still lands on the step.
-    exposed = max(total - hidden, tail) + sw.overlap_contention * hidden
-    if sw.zero1_broadcast_sync and plan.zero_stage in (1, 2):
-        broadcasts_s /= sw.dp_bandwidth_scale
-        exposed, total = exposed + broadcasts_s, total + broadcasts_s
-    return exposed, total, wire
-
-
-def dp_collective_calls(sw, zero_stage: int, group: int, params: float, per_stage: int) -> int:
-    """How many collectives of each kind one reduction of a rank's `params` gradients takes: one per
-    layer for ZeRO-3 and for frameworks that wrap each block as a unit (FSDP), else one per bucket of
-    max(Framework.dp_bucket_params, dp_bucket_params_per_rank x the group), at least one."""
-    layers = max(1, per_stage)
-    if zero_stage >= 3 or sw.dp_bucket_params <= 0:
-        return layers
-    bucket = max(sw.dp_bucket_params, sw.dp_bucket_params_per_rank * group)
-    return 1 if math.isinf(bucket) else max(1, math.ceil(params / bucket))
-
-
-def interleaved_window_factor(sw, p: int, v: int, m: int) -> float:
-    """How many micro-batches' worth of a stage's compute the DP collectives of ZeRO 0-2 hide under
-    when each virtual stage syncs on its own (Framework.dp_sync_per_virtual_stage): virtual stage c's
-    gradients are final after its last micro-batch's backward, and the interleaved schedule runs the
-    last min(m, p) micro-batches' backward virtual stage by virtual stage (v-1 first, 0 last), so
-    stage c's reduction overlaps the c/v that follows; the first virtual stage's reduction overlaps its
-    own last backward only, as without interleaving. The weights' gather mirrors it over the next
-    step's first forwards. Summed: (v-1)/v x min(m, p) + 1/v; 1 without interleaving."""
-    if v <= 1 or not sw.dp_sync_per_virtual_stage:
-        return 1.0
-    return (v - 1) / v * min(m, p) + 1 / v

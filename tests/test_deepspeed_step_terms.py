@@ -9,7 +9,7 @@ import pytest
 from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec, get_framework
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile
-from cost_model.step_time import dp_time
+from cost_model.dp_time import dp_time
 from cost_model.tables import ProfileTables
 from tests.cli_run import run_cli
 

@@ -8,7 +8,7 @@ import pytest
 
 from autoplan.specs import ParallelPlan, get_framework
 from cost_model.profiles import builtin_profile, nccl_inter_node_latency_s
-from cost_model.step_time import dp_collective_calls
+from cost_model.dp_time import dp_collective_calls
 from cost_model.tables import ProfileTables
 
 BF16 = SimpleNamespace(dtype="bf16")
@@ -57,7 +57,7 @@ def test_buckets_per_framework():
 
 
 def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
-    from cost_model.step_time import dp_time
+    from cost_model.dp_time import dp_time
 
     profile = builtin_profile("h100-80gb")
     tables = ProfileTables(profile)
@@ -86,7 +86,7 @@ def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
 
 
 def test_interleaved_virtual_stages_hide_their_reductions_under_each_other():
-    from cost_model.step_time import interleaved_window_factor
+    from cost_model.dp_time import interleaved_window_factor
 
     megatron = get_framework("megatron-core")
     # p = 6, v = 8, m = 6 (GPT-3 175B in MLPerf v4.0): virtual stages 7..1 reduce under the backward of
@@ -100,7 +100,7 @@ def test_interleaved_virtual_stages_hide_their_reductions_under_each_other():
 
 
 def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
-    from cost_model.step_time import dp_time
+    from cost_model.dp_time import dp_time
 
     from autoplan.specs import ModelSpec
 
@@ -134,7 +134,7 @@ def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
 
 
 def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay_exposed():
-    from cost_model.step_time import dp_time
+    from cost_model.dp_time import dp_time
 
     profile = builtin_profile("h100-80gb")
     tables = ProfileTables(profile)

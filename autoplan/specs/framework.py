@@ -195,7 +195,7 @@ class Framework:
     dp_sync_per_virtual_stage: bool = False
     """With an interleaved schedule, each virtual stage's gradients are reduced (and its weights
     gathered) as soon as its own last micro-batch is done, under the other virtual stages' compute
-    (cost_model.step_time.interleaved_window_factor); else the whole rank's after its last backward."""
+    (cost_model.dp_time.interleaved_window_factor); else the whole rank's after its last backward."""
     pp_p2p_overlap: bool = False
     """Interleaved schedules send each virtual stage's activation while the next one computes
     (Megatron-Core overlap_p2p_comm, on by default with vpp > 1: megatron/core/pipeline_parallel/
