@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from autoplan.specs import ParallelPlan
+from cost_model.layer_time import memory_time_s
 from cost_model.memory import BYTES_WEIGHT
 from cost_model.stage_memory import fp8_gathered_fraction, fp8_linear_share
 
@@ -76,6 +77,13 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     def collectives_s(op: str, num_bytes: float, n: int = calls) -> float:
         return n * tables.collective_time_s(op, num_bytes / n, group, rpn)
 
+    # Exposed whatever the overlap: gathers the compute waits for (Framework.zero3_gather_blocking).
+    stalled_s = 0.0
+    # HBM copies around list collectives (Framework.collective_list_copies): not wire time, so the
+    # bandwidth scale leaves them alone; those before a reduce-scatter run on its stream and hide
+    # with it, those after a blocking gather stall with it.
+    gather_copies_s = reduce_copies_s = 0.0
+
     if plan.zero_stage == 0:
         total = collectives_s("all_reduce", grad_bytes)
         wire = 2.0 * grad_bytes
@@ -91,9 +99,17 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         wire = grad_bytes + weight_bytes
     else:
         gathers, reductions = dp_rounds(plan, m, sw)
-        gather_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
-        total = (gathers * collectives_s("all_gather", weight_bytes, gather_calls)
-                 + reductions * collectives_s("reduce_scatter", grad_bytes))
+        # One call per layer, or per parameter tensor where the framework issues them so.
+        tensor_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
+        gather_s = gathers * collectives_s("all_gather", weight_bytes, tensor_calls)
+        reduce_s = reductions * collectives_s("reduce_scatter", grad_bytes, tensor_calls)
+        if sw.zero3_gather_blocking:
+            stalled_s, total = gather_s, reduce_s
+        else:
+            total = gather_s + reduce_s
+        if sw.collective_list_copies:
+            gather_copies_s = gathers * list_copies_s(tables, weight_bytes, tensor_calls, group)
+            reduce_copies_s = reductions * list_copies_s(tables, grad_bytes, tensor_calls, group)
         wire = gathers * weight_bytes + reductions * grad_bytes
     if plan.zero_replicas > 1:
         # Hybrid sharding: after each reduction in the shard group, each bucket's shard of the
@@ -115,17 +131,30 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
             # (NeMo docs, "Communication Overlap": one chunk stays exposed).
             window += per_stage * (lt.gemm_fwd_s + lt.attn_fwd_s)
         window *= interleaved_window_factor(sw, plan.pp, plan.vpp, m)
-    total /= sw.dp_bandwidth_scale
+    total = total / sw.dp_bandwidth_scale + reduce_copies_s
+    stalled_s = stalled_s / sw.dp_bandwidth_scale + gather_copies_s
+    if not sw.zero3_gather_blocking:
+        total, stalled_s = total + stalled_s, 0.0
     tail = total / calls
     overlap = sw.dp_comm_overlap if plan.zero_stage in sw.dp_overlap_zero_stages else 0.0
     hidden = min(total, overlap * window)
     # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
     # so a fitted fraction of the overlapped time still lands on the step.
-    exposed = max(total - hidden, tail) + sw.overlap_contention * hidden
+    exposed = max(total - hidden, tail) + sw.overlap_contention * hidden + stalled_s
+    total += stalled_s
     if sw.zero1_broadcast_sync and plan.zero_stage in (1, 2):
         broadcasts_s /= sw.dp_bandwidth_scale
         exposed, total = exposed + broadcasts_s, total + broadcasts_s
     return exposed, total, wire
+
+
+def list_copies_s(tables, num_bytes: float, calls: int, group: int) -> float:
+    """Seconds of the copies torch makes around `calls` list collectives moving `num_bytes` in all
+    over `group` ranks: group copies per call, each one kernel reading and writing one rank's share,
+    priced on the profile's HBM copy table at the bytes it moves (the table's fixed per-kernel cost
+    counts once per copy)."""
+    moved_bytes = 2.0 * num_bytes / calls / group
+    return calls * group * memory_time_s(tables, moved_bytes, moved_bytes)
 
 
 def dp_collective_calls(sw, zero_stage: int, group: int, params: float, per_stage: int) -> int:

@@ -119,7 +119,10 @@ SOURCES = {
     "FA2": dict(source="flash-attention-2", framework_then={"fused_cross_entropy": True}),
     "MDS": dict(source="megatron-deepspeed-examples"),
     "NEOX": dict(source="gpt-neox-20b"),
-    "BBGPT": dict(source="bloomberggpt"),
+    # BloombergGPT trained on 64 AWS p4d.24xlarge, 400 Gb/s of EFA per node (arXiv 2303.17564 Sec. 3.3-3.4, as
+    # its row's notes say), not a DGX A100's 8 x 200 Gb/s. It ran SageMaker's sharded data parallelism
+    # on DeepSpeed's facts, not DeepSpeed's collectives: their fitted bandwidth scale is not its.
+    "BBGPT": dict(source="bloomberggpt", nic_bytes_per_s=400e9 / 8 / 8, framework_then={"dp_bandwidth_scale": 1.0}),
     "DGXC": dict(source="dgxc-jax"),
     # torchao's float8 training table ran torchtitan 0.0.2, before 0.3.0's chunked loss.
     "TORCHAO": dict(source="torchao", framework_then={"loss_chunks": 1}),
@@ -410,10 +413,12 @@ def row_to_run(row: dict) -> PublishedRun:
         framework = "megatron-deepspeed"    # 2021: fused softmax, no flash attention
     then = dict(facts.get("framework_then", {}))
     if prefix == "N21" and zero == 3:
-        # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (ZeRO-3 came with v0.3.13, 2021-03),
-        # which gathered parameters one tensor at a time (Framework.zero3_gather_per_tensor).
+        # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (ZeRO-3 came with v0.3.13, 2021-03,
+        # the paper is of 2021-04) on the torch of its time: one gather and one reduce-scatter per
+        # parameter tensor, gathers the compute waits for, and torch's copies around list collectives
+        # (Framework.zero3_gather_per_tensor, zero3_gather_blocking, collective_list_copies).
         framework = "deepspeed"
-        then["zero3_gather_per_tensor"] = True
+        then.update(zero3_gather_per_tensor=True, zero3_gather_blocking=True, collective_list_copies=True)
     if plan.zero_shard and framework in FRAMEWORKS and plan.zero_stage not in FRAMEWORKS[framework].hsdp_zero_stages:
         # The stack the row ran shards so, whatever the built-in framework standing in for it can do
         # (BloombergGPT: SageMaker's sharded data parallelism, MiCS over 128 GPUs, on DeepSpeed's facts).

@@ -52,6 +52,16 @@ def test_software_flags_come_from_the_notes(runs):
     assert not runs["TORCHTITAN-2412-T1a"].compiled and runs["TORCHTITAN-2412-T1b"].compiled
     assert runs["N21-T2-01"].framework == "deepspeed" and runs["N21-T2-07"].framework == "megatron-2021"
     assert runs["BLOOM-PREQ-01"].profile().inter_node_bandwidth_bytes_per_s == pytest.approx(6.25e9)
+    # Narayanan's ZeRO-3 baseline on DeepSpeed v0.3.13 and the torch of early 2021: per-tensor
+    # collectives the compute waits for, and torch's copies around list collectives; its PTD twin none.
+    zero3, ptd = runs["N21-T2-01"].framework_facts(), runs["N21-T2-07"].framework_facts()
+    assert zero3.zero3_gather_per_tensor and zero3.zero3_gather_blocking and zero3.collective_list_copies
+    assert not (ptd.zero3_gather_blocking or ptd.collective_list_copies)
+    # BloombergGPT on p4d.24xlarge: 400 Gb/s of EFA per node, 6.25 GB/s a GPU; SageMaker's collectives
+    # are not DeepSpeed's, so DeepSpeed's fitted bandwidth scale stays off them.
+    bloomberg = runs["BBGPT-50B-01"]
+    assert bloomberg.profile().inter_node_bandwidth_bytes_per_s == pytest.approx(6.25e9)
+    assert bloomberg.framework_facts().dp_bandwidth_scale == 1.0 != zero3.dp_bandwidth_scale
 
 
 KNOWN_NOT_FITTING = {

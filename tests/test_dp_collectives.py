@@ -116,7 +116,7 @@ def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
 
     # DeepSpeed of 2021 at ZeRO-3 over 1,024 ranks, 4 layers of 2^22 parameters, one micro-batch:
     # forward and backward each gather every tensor (2 x 48 all-gathers) and the gradients reduce
-    # once per layer (4 reduce-scatters): the gathers pay 96 ring latencies where per-layer ones pay 8.
+    # once per tensor (48 reduce-scatters): 144 ring latencies where per-layer calls pay 12.
     tables = ProfileTables(builtin_profile("h100-80gb"))
     plan = ParallelPlan(dp=1024, zero_stage=3)
     lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
@@ -127,10 +127,58 @@ def test_zero3_gathering_each_tensor_pays_a_latency_per_tensor():
         est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, model=gpt, training=BF16)
         return dp_time(est, plan, 4, 4 * 2 ** 22, 0.0, lt, 0.0, 1)[1]
 
-    latency = nccl_inter_node_latency_s("all_gather", 1024)
-    # Same bytes, 2 x (48 - 4) more gathers: the difference is their latency (the bytes per call
-    # shrink 12-fold but their sum is the same, up to the table's interpolation).
-    assert total_s(per_tensor) - total_s(per_layer) == pytest.approx(2 * 44 * latency, rel=0.03)
+    gather_latency = nccl_inter_node_latency_s("all_gather", 1024)
+    reduce_latency = nccl_inter_node_latency_s("reduce_scatter", 1024)
+    # Same bytes, 2 x (48 - 4) more gathers and 48 - 4 more reduce-scatters: the difference is their
+    # latency (the bytes per call shrink 12-fold but their sum is the same, up to the table's
+    # interpolation).
+    assert total_s(per_tensor) - total_s(per_layer) == pytest.approx(
+        2 * 44 * gather_latency + 44 * reduce_latency, rel=0.03)
+
+
+def _gpt(layers):
+    from autoplan.specs import ModelSpec
+
+    return ModelSpec(name="gpt", num_layers=layers, hidden_size=1024, num_heads=16, num_kv_heads=16,
+                     ffn_hidden_size=4096, vocab_size=50304, mlp="gelu", norm="layernorm", linear_bias=True)
+
+
+def test_deepspeed_2021_zero3_waits_for_its_gathers_and_pays_torchs_copies_around_list_collectives():
+    from cost_model.dp_time import dp_time
+
+    # DeepSpeed v0.3.13 at ZeRO-3 over 1,024 ranks (h100 built-in profile), 4 GPT layers of
+    # 3 x 2^24 parameters, one micro-batch, per-tensor collectives (12 tensors a layer, 48 calls of
+    # each kind per round). The compute is long enough to hide anything that can hide (overlap 1,
+    # contention 0), so what shows is what cannot.
+    profile = builtin_profile("h100-80gb")
+    tables = ProfileTables(profile)
+    plan = ParallelPlan(dp=1024, zero_stage=3)
+    lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
+    dense = 4 * 3 * 2 ** 24
+    base = get_framework("deepspeed").with_overrides(
+        dp_bandwidth_scale=1.0, dp_comm_overlap=1.0, overlap_contention=0.0, zero3_gather_per_tensor=True)
+
+    def exposed_s(framework):
+        est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, model=_gpt(4), training=BF16)
+        return dp_time(est, plan, 4, dense, 0.0, lt, 1000.0, 1)[0]
+
+    # bf16 weights: 2 B x 3 x 2^26 = 384 MiB a round, 8 MiB a call; gradients reduce in bf16 too.
+    call_bytes = 2 * dense / 48
+    gathers_s = 2 * 48 * tables.collective_time_s("all_gather", call_bytes, 1024, 8)
+    reduces_s = 48 * tables.collective_time_s("reduce_scatter", call_bytes, 1024, 8)
+    # Overlapped: only the last layer's share stays out, a quarter of everything.
+    assert exposed_s(base) == pytest.approx((gathers_s + reduces_s) / 4, rel=1e-6)
+    # Blocking gathers (stage3.py fetch_sub_module): every gather shows; the reductions still hide.
+    blocking = base.with_overrides(zero3_gather_blocking=True)
+    assert exposed_s(blocking) == pytest.approx(gathers_s + reduces_s / 4, rel=1e-6)
+    # torch's list collectives: each call copies one 8 KiB share per rank (2^23 B / 1,024), read and
+    # written, each copy one kernel: on the built-in table 2 us + 16 KiB at 90% of 3.35 TB/s.
+    copy_s = 2e-6 + 2 ** 14 / (0.9 * 3.35e12)
+    gather_copies_s = 2 * 48 * 1024 * copy_s
+    reduce_copies_s = 48 * 1024 * copy_s
+    copies = blocking.with_overrides(collective_list_copies=True)
+    assert exposed_s(copies) == pytest.approx(gathers_s + gather_copies_s + (reduces_s + reduce_copies_s) / 4,
+                                              rel=1e-6)
 
 
 def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay_exposed():

@@ -86,10 +86,22 @@ class Framework:
     """ZeRO-3 gathered parameters held at once (DeepSpeed stage3_max_live_parameters); 0: FSDP units
     (one layer and its prefetched neighbour)."""
     zero3_gather_per_tensor: bool = False
-    """ZeRO-3 gathers each parameter tensor with its own all-gather (DeepSpeed's ZeRO-3 as first
-    released, v0.3.13 of 2021, before its gathers were coalesced: partition_parameters.py
-    `_allgather_param`, one torch.distributed.all_gather per parameter), each paying the
-    collective's latency; else one gather per layer."""
+    """ZeRO-3 gathers and reduce-scatters each parameter tensor with its own collective (DeepSpeed's
+    ZeRO-3 as first released, v0.3.13 of 2021, before its collectives were coalesced:
+    partition_parameters.py `_allgather_param`, one torch.distributed.all_gather per parameter, and
+    `_reduce_scatter_gradients`, one reduce_scatter per parameter), each paying the collective's
+    latency; else one of each per layer."""
+    zero3_gather_blocking: bool = False
+    """ZeRO-3's weight gathers stall the compute they feed: nothing of them hides (DeepSpeed v0.3.13
+    stage3.py `fetch_sub_module`, "This call is blocking": it waits on every gather in flight and
+    then torch.cuda.synchronize(); `_allgather_param` synchronizes the device before each gather too).
+    Its gradient reduce-scatters still run on their own stream under the backward."""
+    collective_list_copies: bool = False
+    """The ZeRO collectives hand torch.distributed a list of world-size tensors (DeepSpeed v0.3.13
+    `_allgather_param` and `_reduce_scatter_gradient`), which torch's ProcessGroupNCCL of that time
+    flattens: one copy kernel per rank of the group after each all-gather and before each
+    reduce-scatter (ProcessGroupNCCL::allgather / reduce_scatter with flatten_for_scatter_gather,
+    before `_allgather_base`). Each copy, one kernel, is priced on the profile's HBM copy table at the bytes it moves."""
     zero1_broadcast_sync: bool = False
     """ZeRO-1/2 brings the updated weights back by each rank of the ZeRO group broadcasting its own
     shard (InternEvo HybridZeroOptimizer.broadcast_params: one dist.broadcast per rank, after the step
