@@ -77,12 +77,12 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     def collectives_s(op: str, num_bytes: float, n: int = calls) -> float:
         return n * tables.collective_time_s(op, num_bytes / n, group, rpn)
 
-    # Exposed whatever the overlap: gathers the compute waits for (Framework.zero3_gather_blocking).
+    # Exposed whatever the overlap: collectives the compute waits for (ZeRO-1/2 weights synced by
+    # broadcasts, Framework.zero1_broadcast_sync; ZeRO-3 gathers, Framework.zero3_gather_blocking).
     stalled_s = 0.0
     # HBM copies around list collectives (Framework.collective_list_copies): not wire time, so the
-    # bandwidth scale leaves them alone; those before a reduce-scatter run on its stream and hide
-    # with it, those after a blocking gather stall with it.
-    gather_copies_s = reduce_copies_s = 0.0
+    # bandwidth scale leaves them alone; each hides or stalls with the collective it serves.
+    hidden_copies_s = stalled_copies_s = 0.0
 
     if plan.zero_stage == 0:
         total = collectives_s("all_reduce", grad_bytes)
@@ -92,7 +92,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         # one broadcast from each rank of the group (NCCL prices a broadcast as a ring, as it does an
         # all-gather: src/graph/tuning.cc), every one of them exposed.
         total = collectives_s("reduce_scatter", grad_bytes)
-        broadcasts_s = collectives_s("all_gather", weight_bytes, group)
+        stalled_s = collectives_s("all_gather", weight_bytes, group)
         wire = grad_bytes + weight_bytes
     elif plan.zero_stage in (1, 2):
         total = collectives_s("reduce_scatter", grad_bytes) + collectives_s("all_gather", weight_bytes)
@@ -102,14 +102,14 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         # One call per layer, or per parameter tensor where the framework issues them so.
         tensor_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
         gather_s = gathers * collectives_s("all_gather", weight_bytes, tensor_calls)
-        reduce_s = reductions * collectives_s("reduce_scatter", grad_bytes, tensor_calls)
+        total = reductions * collectives_s("reduce_scatter", grad_bytes, tensor_calls)
+        copies = sw.collective_list_copies
+        gather_copies_s = gathers * list_copies_s(tables, weight_bytes, tensor_calls, group) if copies else 0.0
+        hidden_copies_s = reductions * list_copies_s(tables, grad_bytes, tensor_calls, group) if copies else 0.0
         if sw.zero3_gather_blocking:
-            stalled_s, total = gather_s, reduce_s
+            stalled_s, stalled_copies_s = gather_s, gather_copies_s
         else:
-            total = gather_s + reduce_s
-        if sw.collective_list_copies:
-            gather_copies_s = gathers * list_copies_s(tables, weight_bytes, tensor_calls, group)
-            reduce_copies_s = reductions * list_copies_s(tables, grad_bytes, tensor_calls, group)
+            total, hidden_copies_s = total + gather_s, hidden_copies_s + gather_copies_s
         wire = gathers * weight_bytes + reductions * grad_bytes
     if plan.zero_replicas > 1:
         # Hybrid sharding: after each reduction in the shard group, each bucket's shard of the
@@ -131,21 +131,15 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
             # (NeMo docs, "Communication Overlap": one chunk stays exposed).
             window += per_stage * (lt.gemm_fwd_s + lt.attn_fwd_s)
         window *= interleaved_window_factor(sw, plan.pp, plan.vpp, m)
-    total = total / sw.dp_bandwidth_scale + reduce_copies_s
-    stalled_s = stalled_s / sw.dp_bandwidth_scale + gather_copies_s
-    if not sw.zero3_gather_blocking:
-        total, stalled_s = total + stalled_s, 0.0
+    total = total / sw.dp_bandwidth_scale + hidden_copies_s
+    stalled_s = stalled_s / sw.dp_bandwidth_scale + stalled_copies_s
     tail = total / calls
     overlap = sw.dp_comm_overlap if plan.zero_stage in sw.dp_overlap_zero_stages else 0.0
     hidden = min(total, overlap * window)
     # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
     # so a fitted fraction of the overlapped time still lands on the step.
     exposed = max(total - hidden, tail) + sw.overlap_contention * hidden + stalled_s
-    total += stalled_s
-    if sw.zero1_broadcast_sync and plan.zero_stage in (1, 2):
-        broadcasts_s /= sw.dp_bandwidth_scale
-        exposed, total = exposed + broadcasts_s, total + broadcasts_s
-    return exposed, total, wire
+    return exposed, total + stalled_s, wire
 
 
 def list_copies_s(tables, num_bytes: float, calls: int, group: int) -> float:

@@ -164,7 +164,7 @@ class Framework:
     and torchtitan (PrepareModuleInput gathers each block's input once, so autograd sums the q/k/v
     gradients before the one reduction) run it. A plan that parallelizes q, k, v, gate and up each
     with its own ColwiseParallel reduces five times (KempnerForge; counted, see
-    cost_model/published.py KEMPNERFORGE_FACTS)."""
+    cost_model/source_facts.py KEMPNERFORGE_FACTS)."""
     fp8_linear_inputs_saved_in_fp8: bool = False
     """fp8 (the Megatron activation recipe): a dense layer's linears keep the fp8 cast of their input
     for the weight gradient, 1 B per element, not the bf16 input (Transformer Engine's te.Linear and
