@@ -7,12 +7,15 @@ scale, tried from 0.10 to 1.00, that suits them best (what a fit on them alone c
     .venv/bin/python benchmarks/deepspeed_zero3_terms.py
 
 The terms (autoplan/specs/framework.py): `zero3_gather_blocking` (the gathers hide under no compute:
-stage3.py fetch_sub_module waits on every gather in flight and synchronizes the device) and
-`collective_list_copies` (torch's one copy per rank around list collectives). Per-tensor collectives
+stage3.py fetch_sub_module waits on every gather in flight and synchronizes the device),
+`collective_list_copies` (torch's one copy per rank around list collectives) and
+`zero3_recompute_reuse_params` (what it releases between a layer's recompute and its backward it
+gathers a third time: 2/3 of these models' layers). Per-tensor collectives
 (`zero3_gather_per_tensor`) stay on in every line: they are how that code issues its collectives.
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -22,11 +25,14 @@ from cost_model.constants import load_constants  # noqa: E402
 from cost_model.estimator import Estimator  # noqa: E402
 from cost_model.published import load_published_runs  # noqa: E402
 
+ONE_GATHER = dict(zero3_recompute_reuse_params=math.inf)
+"""The recompute and the backward share one gather (nothing re-gathered)."""
 VARIANTS = (
-    ("overlapped, no copies", dict(zero3_gather_blocking=False, collective_list_copies=False)),
-    ("overlapped, copies", dict(zero3_gather_blocking=False)),
-    ("blocking, no copies", dict(collective_list_copies=False)),
-    ("blocking, copies (shipped)", dict()),
+    ("overlapped, no copies", dict(zero3_gather_blocking=False, collective_list_copies=False, **ONE_GATHER)),
+    ("overlapped, copies", dict(zero3_gather_blocking=False, **ONE_GATHER)),
+    ("blocking, no copies", dict(collective_list_copies=False, **ONE_GATHER)),
+    ("blocking, copies", dict(ONE_GATHER)),
+    ("+ re-gathers (shipped)", dict()),
 )
 SCALES = tuple(round(0.05 * i, 2) for i in range(2, 21))
 

@@ -49,6 +49,25 @@ def dp_rounds(plan: ParallelPlan, m: int, sw) -> tuple:
     return 2 * rounds, rounds if sw.zero3_reduce_every_microbatch else 1
 
 
+def recompute_regathered_share(model, plan: ParallelPlan, sw, per_stage: int) -> float:
+    """The share of a rank's layer parameters ZeRO-3 gathers a third time per micro-batch: what it
+    releases between a fully recomputed layer's recompute and its backward
+    (Framework.zero3_recompute_reuse_params), over the recomputed layers. A linear's reuse distance is
+    twice the parameters after it in the layer: they run after it in the recompute and again, reversed,
+    before its backward. Norms and biases are left out of both counts."""
+    if plan.zero_stage < 3 or plan.recompute != "full" or math.isinf(sw.zero3_recompute_reuse_params):
+        return 0.0
+    h, t = model.hidden_size, plan.tp
+    mlp = [h * model.ffn_hidden_size / t] * model.num_mlp_matrices
+    linears = [h * (model.q_size + model.kv_size + model.v_size) / t, model.attn_out_size * h / t] + mlp
+    released, later = 0.0, 0.0
+    for numel in reversed(linears):
+        if 2 * later >= sw.zero3_recompute_reuse_params:
+            released += numel
+        later += numel
+    return released / sum(linears) * min(plan.recompute_num_layers, per_stage) / per_stage
+
+
 def _dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
     """Gradient-reduction ranks (dp x cp replicas) sit tp apart (Megatron order tp, cp, dp, pp):
     how many of them share a node."""
@@ -99,6 +118,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         wire = grad_bytes + weight_bytes
     else:
         gathers, reductions = dp_rounds(plan, m, sw)
+        gathers *= 1 + recompute_regathered_share(est.model, plan, sw, per_stage) / 2
         # One call per layer, or per parameter tensor where the framework issues them so.
         tensor_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
         gather_s = gathers * collectives_s("all_gather", weight_bytes, tensor_calls)

@@ -6,6 +6,8 @@ cost_model/published.py reads the rows with these; a new source's facts go here.
 """
 from __future__ import annotations
 
+import math
+
 from autoplan.specs import StateTerm
 
 KEMPNERFORGE_FACTS = {
@@ -55,6 +57,11 @@ KEMPNERFORGE_MEMORY_LOG = dict(memory_gb_is_gib=True, memory_is_allocated=True, 
 bytes: kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py), of rank 0 only
 (kempnerforge/metrics/logger.py: "Only emits from rank 0"), the first pipeline stage."""
 
+BLOOM_DP_BANDWIDTH_SCALE = 0.254
+"""The fraction of Jean Zay's Omni-Path bandwidth BLOOM's data-parallel collectives reached, measured on
+BigScience's one-vs-two-replica pairs (benchmarks/bigscience_network.py; tests/test_cost_model_published.py
+re-solves it with the shipped constants)."""
+
 # Architecture facts each source's models share (not in the CSV's columns).
 # GPT (Megatron) and BLOOM: LayerNorm, biases, tied embeddings; GPT learned positions, BLOOM ALiBi.
 # MPT (llm-foundry yamls): LayerNorm without biases (no_bias: true), ALiBi, tied embeddings.
@@ -64,8 +71,14 @@ SOURCES = {
                 linear_bias=True, framework="megatron-2021"),
     # Jean Zay nodes: 8 A100 80GB with NVLink and 4 Omni-Path 100 Gb/s links per node
     # (BigScience tr11-176B-ml README, "Hardware") = 6.25 GB/s per GPU, a quarter of a DGX A100.
+    # Its data-parallel collectives reached a quarter of that: BigScience timed a 200B model on one
+    # replica and on two (chronicles-prequel.md "Best TFLOPs", fp16 and bf16), and the second replica's
+    # cost is the model's at 0.254 of the links' bandwidth (benchmarks/bigscience_network.py solves it;
+    # NCCL "doesn't fully utilize Intel OPA", experiments/bandwidth/README.md). Measured, so DeepSpeed's
+    # fitted bandwidth scale is not BLOOM's; pipeline sends keep the links' rate.
     "BLOOM": dict(source="bigscience", norm="layernorm", position="alibi", tied_embeddings=True,
-                  linear_bias=True, framework="megatron-deepspeed", nic_bytes_per_s=4 * 100e9 / 8 / 8),
+                  linear_bias=True, framework="megatron-deepspeed", nic_bytes_per_s=4 * 100e9 / 8 / 8,
+                  framework_then={"dp_bandwidth_scale": BLOOM_DP_BANDWIDTH_SCALE}),
     "LLMFOUNDRY": dict(source="llm-foundry", norm="layernorm", position="alibi", tied_embeddings=True,
                        linear_bias=False, framework="llm-foundry"),
     # The torchtitan paper's runs (2024) predate 0.3.0's chunked loss (0.2.0 has no ChunkedLossWrapper):
@@ -107,8 +120,10 @@ SOURCES = {
     "NEOX": dict(source="gpt-neox-20b"),
     # BloombergGPT trained on 64 AWS p4d.24xlarge, 400 Gb/s of EFA per node (arXiv 2303.17564 Sec. 3.3-3.4, as
     # its row's notes say), not a DGX A100's 8 x 200 Gb/s. It ran SageMaker's sharded data parallelism
-    # on DeepSpeed's facts, not DeepSpeed's collectives: their fitted bandwidth scale is not its.
-    "BBGPT": dict(source="bloomberggpt", nic_bytes_per_s=400e9 / 8 / 8, framework_then={"dp_bandwidth_scale": 1.0}),
+    # on DeepSpeed's facts, not DeepSpeed's collectives: their fitted bandwidth scale is not its, and
+    # neither is DeepSpeed's parameter coordinator that releases modules between recompute and backward.
+    "BBGPT": dict(source="bloomberggpt", nic_bytes_per_s=400e9 / 8 / 8,
+                  framework_then={"dp_bandwidth_scale": 1.0, "zero3_recompute_reuse_params": math.inf}),
     "DGXC": dict(source="dgxc-jax"),
     # torchao's float8 training table ran torchtitan 0.0.2, before 0.3.0's chunked loss.
     "TORCHAO": dict(source="torchao", framework_then={"loss_chunks": 1}),

@@ -62,6 +62,36 @@ def test_software_flags_come_from_the_notes(runs):
     bloomberg = runs["BBGPT-50B-01"]
     assert bloomberg.profile().inter_node_bandwidth_bytes_per_s == pytest.approx(6.25e9)
     assert bloomberg.framework_facts().dp_bandwidth_scale == 1.0 != zero3.dp_bandwidth_scale
+    # ... nor is DeepSpeed's parameter coordinator, which re-gathers what it released after a recompute.
+    assert bloomberg.framework_facts().zero3_recompute_reuse_params == float("inf")
+    assert zero3.zero3_recompute_reuse_params == 1e9
+
+
+def test_blooms_network_is_what_bigscience_measured_on_one_and_two_replicas():
+    """BLOOM's data-parallel bandwidth is a measured fact (cost_model/source_facts.py), not DeepSpeed's
+    fitted scale: re-solved from BigScience's one-vs-two-replica pairs with the shipped constants, it
+    is the value the rows carry."""
+    import importlib.util
+    from pathlib import Path
+
+    from cost_model.source_facts import BLOOM_DP_BANDWIDTH_SCALE
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bigscience_network.py"
+    spec = importlib.util.spec_from_file_location("bigscience_network", path)
+    network = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(network)
+    # The pairs (chronicles-prequel.md): the second fp16 replica cost 430.21 - 844.81 / 2 = 7.805 s.
+    fp16 = network.MEASURED_S["fp16"]
+    assert fp16[2] - fp16[1] / 2 == pytest.approx(7.805)
+    # At the solved fraction the model's second replica costs what the measured one did, and the
+    # shipped fact is the two pairs' geometric mean (to the 3 digits it is written with).
+    scale = network.solved_scale("fp16")
+    assert network.second_replica_s("fp16", scale) == pytest.approx(7.805, rel=1e-3)
+    assert network.measured_dp_bandwidth_scale() == pytest.approx(BLOOM_DP_BANDWIDTH_SCALE, abs=0.003)
+    # A faster network makes the second replica cheaper: the fraction is identified by the pair.
+    assert network.second_replica_s("fp16", 1.0) < 0.5 * network.second_replica_s("fp16", scale)
+    bloom = {r.id: r for r in load_published_runs()}["BLOOM-PREQ-01"]
+    assert bloom.framework_facts(load_constants()).dp_bandwidth_scale == BLOOM_DP_BANDWIDTH_SCALE
 
 
 KNOWN_NOT_FITTING = {

@@ -181,6 +181,50 @@ def test_deepspeed_2021_zero3_waits_for_its_gathers_and_pays_torchs_copies_aroun
                                               rel=1e-6)
 
 
+def _gpt_wide(hidden, layers=8):
+    from autoplan.specs import ModelSpec
+
+    return ModelSpec(name="gpt", num_layers=layers, hidden_size=hidden, num_heads=hidden // 128, num_kv_heads=hidden // 128,
+                     ffn_hidden_size=4 * hidden, vocab_size=51200, mlp="gelu", norm="layernorm", linear_bias=True)
+
+
+def test_deepspeed_zero3_regathers_what_it_releases_between_recompute_and_backward():
+    from cost_model.dp_time import dp_time, recompute_regathered_share
+
+    deepspeed = get_framework("deepspeed")
+    assert deepspeed.zero3_recompute_reuse_params == 1e9            # stage3_max_reuse_distance default
+    full = ParallelPlan(dp=64, zero_stage=3, recompute="full", recompute_num_layers=8)
+    # GPT layer of width h: QKV 3h^2, projection h^2, MLP 4h^2 and 4h^2 (12h^2 in all). A linear stays
+    # gathered from its recompute to its backward when twice the parameters after it (run in between,
+    # in the recompute and again in the backward) stay under 1e9.
+    # 530B (h = 20480, h^2 = 419.4M): the second MLP matrix has nothing after it and stays; the first
+    # has 2 x 4h^2 = 3.4e9 after it and goes, and so do the projection and QKV: 8h^2 of 12h^2.
+    assert recompute_regathered_share(_gpt_wide(20480), full, deepspeed, 8) == pytest.approx(2 / 3)
+    # 175B over TP 2 (h = 12288, h^2/2 = 75.5M a rank): the first MLP matrix has 2 x 4h^2/2 = 0.60e9
+    # after it and stays; the projection (2 x 8h^2/2 = 1.21e9) and QKV go: 4h^2 of 12h^2.
+    assert recompute_regathered_share(_gpt_wide(12288), full.replace(tp=2), deepspeed, 8) == pytest.approx(1 / 3)
+    # 13B (h = 5120): QKV has 2 x 9h^2 = 0.47e9 after it: everything stays.
+    assert recompute_regathered_share(_gpt_wide(5120), full, deepspeed, 8) == 0.0
+    # Half the layers recomputed: half the share. No recompute, or FSDP's one gather: nothing.
+    assert recompute_regathered_share(_gpt_wide(20480), full.replace(recompute_num_layers=4), deepspeed, 8) == \
+        pytest.approx(1 / 3)
+    assert recompute_regathered_share(_gpt_wide(20480), ParallelPlan(dp=64, zero_stage=3), deepspeed, 8) == 0.0
+    assert recompute_regathered_share(_gpt_wide(20480), full, get_framework("torchtitan"), 8) == 0.0
+
+    # In the step: 8 layers of 3 x 2^24 parameters at 64 ranks, one micro-batch, everything exposed
+    # (no overlap). Per round the weights are gathered 2 + 2/3 times, not 2, and reduced once.
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
+    framework = deepspeed.with_overrides(dp_bandwidth_scale=1.0, dp_comm_overlap=0.0)
+    dense = 8 * 3 * 2 ** 24
+    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, model=_gpt_wide(20480), training=BF16)
+    call_bytes = 2 * dense / 8
+    gather_s = 8 * tables.collective_time_s("all_gather", call_bytes, 64, 8)
+    reduce_s = 8 * tables.collective_time_s("reduce_scatter", call_bytes, 64, 8)
+    assert dp_time(est, full, 8, dense, 0.0, lt, 0.0, 1)[1] == pytest.approx((2 + 2 / 3) * gather_s + reduce_s,
+                                                                             rel=1e-6)
+
+
 def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay_exposed():
     from cost_model.dp_time import dp_time
 

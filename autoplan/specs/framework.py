@@ -13,6 +13,8 @@ never to a GPU type.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 
 from autoplan.specs import framework_rules as rules
@@ -91,6 +93,16 @@ class Framework:
     partition_parameters.py `_allgather_param`, one torch.distributed.all_gather per parameter, and
     `_reduce_scatter_gradients`, one reduce_scatter per parameter), each paying the collective's
     latency; else one of each per layer."""
+    zero3_recompute_reuse_params: float = math.inf
+    """Under full activation recompute, ZeRO-3 gathers a layer's modules for the forward, again for the
+    recompute and, where it released them in between, a third time for their backward. DeepSpeed keeps a
+    module gathered after its recompute only if fewer than this many parameters are fetched before its
+    backward needs it again: twice those of the modules after it in the layer, run in the recompute and
+    then in the backward (stage3_max_reuse_distance, 1e9 by default: deepspeed/runtime/zero/
+    partitioned_param_coordinator.py `__params_to_release`, counted from the step after the module;
+    v0.3.13 stage3.py `get_reuse_distance_in_numel` counts the same modules). So a 530B's layers keep
+    only their last MLP matrix, and a 13B's keep all. inf: the recompute and the backward share one gather
+    (FSDP's pre-backward unshard)."""
     zero3_gather_blocking: bool = False
     """ZeRO-3's weight gathers stall the compute they feed: nothing of them hides (DeepSpeed v0.3.13
     stage3.py `fetch_sub_module`, "This call is blocking": it waits on every gather in flight and

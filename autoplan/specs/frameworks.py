@@ -353,6 +353,7 @@ FRAMEWORKS = {f.name: f for f in (
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
         states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8, dp_bucket_params=5e8,
+        zero3_recompute_reuse_params=1e9,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         dp_overlap_zero_stages=(3,), grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION,
         states_by_dtype={"bf16": _DEEPSPEED_BF16_STATES},
@@ -367,6 +368,8 @@ FRAMEWORKS = {f.name: f for f in (
                                       "DeepSpeedEngine._configure_zero_optimizer, the ZeroStageEnum.weights "
                                       "branch: assert not self.has_moe_layers, \"MoE not supported with Stage 3\"",
                  "states": "deepspeed/runtime/zero/stage_1_and_2.py, stage3.py: 16-bit grads, fp32 partitions",
+                 "zero3_recompute_reuse_params": "DeepSpeed config docs: stage3_max_reuse_distance 1e9 "
+                                                 "(default); partitioned_param_coordinator.py __params_to_release",
                  "zero3_max_live_params": "DeepSpeed config docs: stage3_max_live_parameters 1e9, "
                                           "reduce_bucket_size 5e8 (defaults)",
                  "dp_bucket_params": "deepspeed/runtime/zero/config.py: reduce_bucket_size and "
