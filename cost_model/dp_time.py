@@ -40,11 +40,12 @@ def dp_rounds(plan: ParallelPlan, m: int, sw) -> tuple:
     once and (ZeRO 1-2) gather the updated weights once; ZeRO-3 gathers for forward and again for
     backward and reduces every micro-batch (or once, Framework.zero3_reduce_every_microbatch), or
     does each once per step with a pipeline (weights stay gathered across micro-batches: torchtitan
-    does not reshard after forward under PP)."""
+    does not reshard after forward under PP). A pipeline whose FSDP reshards after each forward
+    (Framework.pp_reshard_after_forward) gathers m + 1 times at ZeRO-2's memory."""
     if plan.zero_stage == 0:
         return 0, 1
     if plan.zero_stage in (1, 2):
-        return 1, 1
+        return (m + 1 if plan.pp > 1 and sw.pp_reshard_after_forward else 1), 1
     rounds = 1 if plan.pp > 1 else m
     return 2 * rounds, rounds if sw.zero3_reduce_every_microbatch else 1
 
@@ -114,8 +115,9 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         stalled_s = collectives_s("all_gather", weight_bytes, group)
         wire = grad_bytes + weight_bytes
     elif plan.zero_stage in (1, 2):
-        total = collectives_s("reduce_scatter", grad_bytes) + collectives_s("all_gather", weight_bytes)
-        wire = grad_bytes + weight_bytes
+        gathers, _ = dp_rounds(plan, m, sw)
+        total = collectives_s("reduce_scatter", grad_bytes) + gathers * collectives_s("all_gather", weight_bytes)
+        wire = grad_bytes + gathers * weight_bytes
     else:
         gathers, reductions = dp_rounds(plan, m, sw)
         gathers *= 1 + recompute_regathered_share(est.model, plan, sw, per_stage) / 2
@@ -145,7 +147,9 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     if plan.zero_stage >= 3:
         window = m * compute_mb
     else:
-        window = per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
+        # The last micro-batch's backward, or every backward where each gathers the weights again.
+        backwards = m if plan.pp > 1 and sw.pp_reshard_after_forward else 1
+        window = backwards * per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
         if sw.dp_param_gather_overlap and plan.zero_stage >= 1:
             # The weights' all-gather hides under the next step's first forward, layer by layer
             # (NeMo docs, "Communication Overlap": one chunk stays exposed).

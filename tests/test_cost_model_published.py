@@ -49,6 +49,9 @@ def test_software_flags_come_from_the_notes(runs):
     # KempnerForge reduces each column-parallel projection's input gradient apart (tests/test_tp_collective_counts.py).
     assert runs["KEMPNER-cv-7b-12gpu-tp4"].framework_facts().tp_backward_input_reductions == 5
     assert runs["TORCHTITAN-2412-T4a"].framework_facts().tp_backward_input_reductions == 0
+    # Its pipeline path frees the weights after each forward (apply_fsdp2's default); torchtitan's keeps them.
+    assert runs["KEMPNER-cv-29b-32gpu-tp4-pp2"].framework_facts().pp_reshard_after_forward
+    assert not runs["TORCHTITAN-2412-T5a"].framework_facts().pp_reshard_after_forward
     assert not runs["TORCHTITAN-2412-T1a"].compiled and runs["TORCHTITAN-2412-T1b"].compiled
     assert runs["N21-T2-01"].framework == "deepspeed" and runs["N21-T2-07"].framework == "megatron-2021"
     assert runs["BLOOM-PREQ-01"].profile().inter_node_bandwidth_bytes_per_s == pytest.approx(6.25e9)

@@ -225,6 +225,33 @@ def test_deepspeed_zero3_regathers_what_it_releases_between_recompute_and_backwa
                                                                              rel=1e-6)
 
 
+def test_a_pipeline_whose_fsdp_reshards_after_forward_gathers_once_more_than_its_micro_batches():
+    from cost_model.dp_time import dp_rounds, dp_time
+
+    # 1F1B on the first of 2 stages, 4 micro-batches: F1 F2 B1 F3 B2 F4 B3 B4. With the weights freed
+    # after each forward and kept from a backward to the next forward, F1, F2 and every backward that
+    # follows a forward gather (B1, B2, B3): 5 = m + 1. The last stage (F1 B1 F2 B2 ...) gathers at F1
+    # and at each backward: 5 too. One reduce-scatter, at the last backward.
+    plan = ParallelPlan(dp=4, tp=4, pp=2, zero_stage=2, num_microbatches=4)
+    kempnerforge = get_framework("torchtitan").with_overrides(pp_reshard_after_forward=True)
+    torchtitan = get_framework("torchtitan")
+    assert dp_rounds(plan, 4, kempnerforge) == (5, 1)
+    assert dp_rounds(plan, 4, torchtitan) == (1, 1)
+    assert dp_rounds(plan.replace(pp=1), 4, kempnerforge) == (1, 1)        # no pipeline, no re-gathers
+
+    # In the step, nothing hidden: one reduce-scatter (fp32 gradients, 4 B) and 5 all-gathers (bf16
+    # weights, 2 B) of 4 layers' 2^24 parameters over 4 ranks, each per layer (FSDP's unit).
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    lt = SimpleNamespace(gemm_bwd_s=0.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
+    framework = kempnerforge.with_overrides(dp_comm_overlap=0.0)
+    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=4, model=_gpt(8), training=BF16)
+    dense = 4 * 2 ** 24
+    calls = 4
+    gather_s = calls * tables.collective_time_s("all_gather", 2 * dense / calls, 4, 1)
+    reduce_s = calls * tables.collective_time_s("reduce_scatter", 4 * dense / calls, 4, 1)
+    assert dp_time(est, plan, 4, dense, 0.0, lt, 0.0, 4)[1] == pytest.approx(reduce_s + 5 * gather_s, rel=1e-6)
+
+
 def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay_exposed():
     from cost_model.dp_time import dp_time
 

@@ -225,6 +225,15 @@ class Framework:
     (Megatron-Core overlap_p2p_comm, on by default with vpp > 1: megatron/core/pipeline_parallel/
     schedules.py forward_backward_pipelining_with_interleaving): only a transfer longer than a
     virtual stage's compute shows."""
+    pp_reshard_after_forward: bool = False
+    """Under a pipeline schedule, FSDP frees the sharded weights after every micro-batch's forward
+    (fully_shard reshard_after_forward=True) while torch.distributed.pipelining keeps them gathered
+    from each backward to the next forward (stage.py backward_maybe_with_nosync:
+    set_reshard_after_backward(False) until the last backward). So the memory peak is ZeRO-2's, every
+    layer gathered during a backward, but each backward that follows a forward gathers the weights
+    again: m + 1 all-gathers a step under 1F1B, hidden under the backward compute as FSDP prefetches
+    them. torchtitan keeps the weights gathered under PP (reshard_after_forward False); KempnerForge's
+    PP path does not (scripts/train.py at 601aba9 calls apply_fsdp2 with its default, True)."""
     pp_scatter_gather: bool = True
     """Pipeline sends split over the TP ranks (b*s*h/t each, Narayanan 2021 sec. 4.1), or each TP
     rank sends the whole activation (DeepSpeed's pipeline engine)."""
