@@ -35,19 +35,26 @@ def fp8_gathered_params(est, plan: ParallelPlan, per_stage: int) -> float:
     return share * per_stage * est.params.dense_per_layer / plan.tp
 
 
-def dp_rounds(plan: ParallelPlan, m: int, sw) -> tuple:
+def _gathers_every_backward(plan: ParallelPlan, sw) -> bool:
+    """A pipeline whose FSDP frees the weights after each forward (Framework.pp_reshard_after_forward)
+    gathers them for every backward that follows a forward."""
+    return plan.pp > 1 and sw.pp_reshard_after_forward
+
+
+def dp_rounds(plan: ParallelPlan, m: int, sw, regathered_share: float = 0.0) -> tuple:
     """(weight all-gathers, gradient reductions) of the sharded states per step: ZeRO 0-2 reduce
     once and (ZeRO 1-2) gather the updated weights once; ZeRO-3 gathers for forward and again for
     backward and reduces every micro-batch (or once, Framework.zero3_reduce_every_microbatch), or
     does each once per step with a pipeline (weights stay gathered across micro-batches: torchtitan
     does not reshard after forward under PP). A pipeline whose FSDP reshards after each forward
-    (Framework.pp_reshard_after_forward) gathers m + 1 times at ZeRO-2's memory."""
+    (Framework.pp_reshard_after_forward) gathers m + 1 times at ZeRO-2's memory. At ZeRO-3,
+    `regathered_share` of each round's weights is gathered a third time (recompute_regathered_share)."""
     if plan.zero_stage == 0:
         return 0, 1
     if plan.zero_stage in (1, 2):
-        return (m + 1 if plan.pp > 1 and sw.pp_reshard_after_forward else 1), 1
+        return (m + 1 if _gathers_every_backward(plan, sw) else 1), 1
     rounds = 1 if plan.pp > 1 else m
-    return 2 * rounds, rounds if sw.zero3_reduce_every_microbatch else 1
+    return (2 + regathered_share) * rounds, rounds if sw.zero3_reduce_every_microbatch else 1
 
 
 def recompute_regathered_share(model, plan: ParallelPlan, sw, per_stage: int) -> float:
@@ -119,8 +126,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         total = collectives_s("reduce_scatter", grad_bytes) + gathers * collectives_s("all_gather", weight_bytes)
         wire = grad_bytes + gathers * weight_bytes
     else:
-        gathers, reductions = dp_rounds(plan, m, sw)
-        gathers *= 1 + recompute_regathered_share(est.model, plan, sw, per_stage) / 2
+        gathers, reductions = dp_rounds(plan, m, sw, recompute_regathered_share(est.model, plan, sw, per_stage))
         # One call per layer, or per parameter tensor where the framework issues them so.
         tensor_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
         gather_s = gathers * collectives_s("all_gather", weight_bytes, tensor_calls)
@@ -148,7 +154,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         window = m * compute_mb
     else:
         # The last micro-batch's backward, or every backward where each gathers the weights again.
-        backwards = m if plan.pp > 1 and sw.pp_reshard_after_forward else 1
+        backwards = m if _gathers_every_backward(plan, sw) else 1
         window = backwards * per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
         if sw.dp_param_gather_overlap and plan.zero_stage >= 1:
             # The weights' all-gather hides under the next step's first forward, layer by layer

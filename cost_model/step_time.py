@@ -10,7 +10,7 @@ import math
 
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
-from cost_model.dp_time import dp_rounds, dp_time
+from cost_model.dp_time import dp_rounds, dp_time, recompute_regathered_share
 from cost_model.memory import grads_accumulate_unsharded
 from cost_model.stages import bubble_in_slowest_rank_times, stage_split
 
@@ -152,7 +152,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     # unsharded parameters, a layer at a time.
     copies_s = 0.0
     if plan.zero_stage >= 1 and plan.dp * plan.cp > 1:
-        gathers, reductions = dp_rounds(plan, m, sw)
+        gathers, reductions = dp_rounds(plan, m, sw, recompute_regathered_share(est.model, plan, sw, per_stage))
         copy_bytes = (gathers * sw.gather_copy_bytes_per_param + reductions * sw.reduce_copy_bytes_per_param
                       + unsharded_accumulation_bytes_per_param(plan, m, sw)) * (dense + expert)
         if copy_bytes:
