@@ -45,6 +45,15 @@ BloombergGPT's 128), "shard group 256 GPUs" (OLMo-core's num_replicas)."""
 _TORCHTITAN_COMPILED_LOSS = ("TORCHTITAN-2506-", "TORCHTITAN-H200-")
 """torchtitan rows made at commits that compile the loss (820504e and e7c0cae, both 2025-06-13, after
 bbb1b616e): the async-TP benchmark's and the H200 benchmark's (their docs' "Versions and Dates")."""
+_FLASH_ATTN_ROWS = ("MLPERF-v30-", "MLPERF-v31-", "FP8LM-")
+"""Rows whose Megatron stack attended with the flash-attn package on Hopper, not cuDNN's fused attention.
+Transformer Engine before v1.2 (2023-12-15) returns flash-attn first whenever it applies
+(transformer_engine/pytorch/attention.py, v0.12-v1.1: `if use_flash_attention:` before the fused
+backend; v0.8, transformer.py: flash-attn only); v1.2 added "Select FusedAttention on sm90". MLPerf v3.0
+ran TE release_v0.8, v3.1 TE 09ba842 (2023-10-01; Azure's 4ee8e8e, 2023-10-02) with flash-attn 2.0.8
+(its Dockerfile, mlcommons/training_results_v3.1 NVIDIA/benchmarks/gpt3/implementations/pytorch);
+FP8-LM's notes say "FlashAttention used". TE v0.8 calls flash-attn 1.x (flash_attn_unpadded_func), which
+is slower than the FlashAttention-2 table that prices it (no FlashAttention-1 kernel was timed)."""
 _ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
 _RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
 """Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
@@ -295,6 +304,8 @@ def row_to_run(row: dict) -> PublishedRun:
         # FP8-LM's own recipe (MS-AMP O3 on Megatron-LM): its states (memory only; the step time keeps
         # Megatron's facts). The GEMMs stay Transformer Engine's, with its fp8 weight workspaces.
         then["states"] = MSAMP_O3_STATES
+    if row["id"].startswith(_FLASH_ATTN_ROWS):
+        then["attention_kernel"] = "flash2"
     if any(where in row["source"] for where in _GRAD_SYNC_BF16):
         then["main_grad_reduce_bytes"] = 2.0
     if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:
