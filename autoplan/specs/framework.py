@@ -6,6 +6,7 @@ cost model reads the storage and fusion facts; the search explores only plans `c
 the plan file records the framework's name; the executor and the exporters re-check against it.
 The built-in frameworks are in `autoplan.specs.frameworks` (one entry each, with sources).
 
+Its data-parallel and ZeRO facts are its base class's (autoplan.specs.framework_dp.DataParallelFacts).
 The efficiency fields (overlap fractions, overheads) hold neutral or documented values here; the
 cost model may replace them with values fitted on published runs of that framework
 (`cost_model/data/constants.json`, "frameworks"): a fitted constant belongs to a framework,
@@ -13,11 +14,10 @@ never to a GPU type.
 """
 from __future__ import annotations
 
-import math
-
 from dataclasses import dataclass, field, replace
 
 from autoplan.specs import framework_rules as rules
+from autoplan.specs.framework_dp import DataParallelFacts
 from autoplan.specs.framework_rules import block_extras  # noqa: F401 - re-exported
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import ParallelPlan
@@ -47,8 +47,8 @@ def megatron_states() -> dict:
     }
 
 
-@dataclass(frozen=True)
-class Framework:
+@dataclass(frozen=True, kw_only=True)
+class Framework(DataParallelFacts):
     name: str
     description: str
     version: str
@@ -84,50 +84,6 @@ class Framework:
     embedding_tp_sharded: bool = True
     """The token embedding is split over the tensor-parallel ranks (vocab-parallel, Megatron's
     VocabParallelEmbedding, torchtitan's RowwiseParallel); False: every TP rank holds all of it."""
-    zero3_max_live_params: float = 0.0
-    """ZeRO-3 gathered parameters held at once (DeepSpeed stage3_max_live_parameters); 0: FSDP units
-    (one layer and its prefetched neighbour)."""
-    zero3_gather_per_tensor: bool = False
-    """ZeRO-3 gathers and reduce-scatters each parameter tensor with its own collective (DeepSpeed's
-    ZeRO-3 as first released, v0.3.13 of 2021, before its collectives were coalesced:
-    partition_parameters.py `_allgather_param`, one torch.distributed.all_gather per parameter, and
-    `_reduce_scatter_gradients`, one reduce_scatter per parameter), each paying the collective's
-    latency; else one of each per layer."""
-    zero3_recompute_reuse_params: float = math.inf
-    """Under full activation recompute, ZeRO-3 gathers a layer's modules for the forward, again for the
-    recompute and, where it released them in between, a third time for their backward. DeepSpeed keeps a
-    module gathered after its recompute only if fewer than this many parameters are fetched before its
-    backward needs it again: twice those of the modules after it in the layer, run in the recompute and
-    then in the backward (stage3_max_reuse_distance, 1e9 by default: deepspeed/runtime/zero/
-    partitioned_param_coordinator.py `__params_to_release`, counted from the step after the module;
-    v0.3.13 stage3.py `get_reuse_distance_in_numel` counts the same modules). So a 530B's layers keep
-    only their last MLP matrix, and a 13B's keep all. inf: the recompute and the backward share one gather
-    (FSDP's pre-backward unshard)."""
-    zero3_gather_blocking: bool = False
-    """ZeRO-3's weight gathers stall the compute they feed: nothing of them hides (DeepSpeed v0.3.13
-    stage3.py `fetch_sub_module`, "This call is blocking": it waits on every gather in flight and
-    then torch.cuda.synchronize(); `_allgather_param` synchronizes the device before each gather too).
-    Its gradient reduce-scatters still run on their own stream under the backward."""
-    collective_list_copies: bool = False
-    """The ZeRO collectives hand torch.distributed a list of world-size tensors (DeepSpeed v0.3.13
-    `_allgather_param` and `_reduce_scatter_gradient`), which torch's ProcessGroupNCCL of that time
-    flattens: one copy kernel per rank of the group after each all-gather and before each
-    reduce-scatter (ProcessGroupNCCL::allgather / reduce_scatter with flatten_for_scatter_gather,
-    before `_allgather_base`). Each copy, one kernel, is priced on the profile's HBM copy table at the bytes it moves."""
-    zero1_broadcast_sync: bool = False
-    """ZeRO-1/2 brings the updated weights back by each rank of the ZeRO group broadcasting its own
-    shard (InternEvo HybridZeroOptimizer.broadcast_params: one dist.broadcast per rank, after the step
-    and a device synchronize; its configs leave overlap_sync_param off): group-many collectives of a
-    1/group share each, none hidden. Else one bucketed all-gather (Megatron-Core, DeepSpeed)."""
-    zero3_reduce_every_microbatch: bool = True
-    """ZeRO-3 reduce-scatters the gradients of every micro-batch (FSDP2 as torchtitan and OLMo-core run
-    it: neither turns gradient sync off between micro-batches). False: sync is off until the last
-    micro-batch (FSDP2 set_requires_gradient_sync(False); KempnerForge's maybe_no_sync), so the step
-    reduces once, and every local parameter's unsharded gradient is held in between, accumulated in
-    the reduce dtype (torch 2.9 distributed/fsdp/_fully_shard/_fsdp_param.py
-    to_accumulated_grad_if_needed and accumulate_unsharded_grad_if_needed)."""
-    zero3_reduce_bucket_params: float = 0.0
-    """ZeRO-3 gradients awaiting reduce-scatter (DeepSpeed reduce_bucket_size); 0: one layer's."""
     runtime_bytes: float = 0.5 * 2 ** 30
     """Device memory the process holds outside the framework's allocator: CUDA context, kernel
     images, cuBLAS/NCCL buffers (the 'non-PyTorch memory' of an out-of-memory message)."""
@@ -204,22 +160,6 @@ class Framework:
     zero-padded to (experts, max tokens, h)), so the routed-token imbalance costs GEMM time even
     without expert parallelism (KempnerForge kempnerforge/model/moe.py @abbbac33 grouped_expert_forward,
     lines 55-73). False: GEMMs over each expert's own tokens (Megatron-Core TEGroupedMLP, torchtitan)."""
-    dp_comm_overlap: float = 0.8
-    """Fraction of the overlappable compute window the DP/FSDP collectives can hide behind."""
-    dp_overlap_zero_stages: tuple = (0, 1, 2, 3)
-    """The ZeRO stages at which its DP collectives start under the backward (or, sharded, the
-    forward); at the others they start once the backward is done and every byte is exposed
-    (DeepSpeed: overlap_comm defaults to ZeRO-3 only; its pipeline engine reduces after the whole
-    schedule)."""
-    dp_param_gather_overlap: bool = False
-    """ZeRO-1/2: the updated weights' all-gather runs under the next step's first forward, chunked
-    per layer (per virtual stage with a pipeline), so the forward adds to the window the gradient
-    reduce-scatter has in the last backward (Megatron-Core --overlap-param-gather with
-    --overlap-grad-reduce: only one chunk stays exposed, NeMo docs "Communication Overlap")."""
-    dp_sync_per_virtual_stage: bool = False
-    """With an interleaved schedule, each virtual stage's gradients are reduced (and its weights
-    gathered) as soon as its own last micro-batch is done, under the other virtual stages' compute
-    (cost_model.dp_time.interleaved_window_factor); else the whole rank's after its last backward."""
     pp_p2p_overlap: bool = False
     """Interleaved schedules send each virtual stage's activation while the next one computes
     (Megatron-Core overlap_p2p_comm, on by default with vpp > 1: megatron/core/pipeline_parallel/
@@ -237,41 +177,6 @@ class Framework:
     pp_scatter_gather: bool = True
     """Pipeline sends split over the TP ranks (b*s*h/t each, Narayanan 2021 sec. 4.1), or each TP
     rank sends the whole activation (DeepSpeed's pipeline engine)."""
-    dp_bandwidth_scale: float = 1.0
-    """Fraction of the profile's bus bandwidth its DP/ZeRO collectives reach."""
-    dp_bucket_params: float = 0.0
-    """Parameters per data-parallel gradient bucket at ZeRO 0-2: each bucket is its own collective
-    (and pays its own latency). 0: one bucket per layer (FSDP wraps each block as a unit);
-    math.inf: the whole gradient in one collective. ZeRO-3 gathers and reduces per layer always."""
-    dp_bucket_params_per_rank: float = 0.0
-    """Parameters per data-parallel rank a bucket holds at least (Megatron-Core: max(40M, 1M x dp),
-    so that rings at large dp stay bandwidth-bound)."""
-    gather_copy_bytes_per_param: float = 0.0
-    """HBM bytes per gathered parameter that each all-gather of sharded weights costs on the compute
-    stream besides the collective: FSDP2 copies the all-gather output into every parameter (read +
-    write the compute dtype: 4). 0: the gather lands in the parameters' own storage (FSDP1's flat
-    parameter, Megatron's and DeepSpeed's contiguous buffers)."""
-    reduce_copy_bytes_per_param: float = 0.0
-    """HBM bytes per gradient that each reduce-scatter of sharded gradients costs on the compute stream:
-    FSDP2 copies the unsharded gradients into the reduce-scatter input in its reduce dtype (read bf16 2
-    + write fp32 4: 6). 0: gradients are reduced where they were accumulated."""
-    main_grad_reduce_bytes: float = 4.0
-    """Bytes per gradient on the wire of the ZeRO 0-2 gradient reduction: the fp32 main gradients
-    (Megatron-LM turns accumulate_allreduce_grads_in_fp32 on with --bf16, "bfloat16 requires gradient
-    accumulation and all-reduce to be done in fp32": megatron/training/arguments.py); 2 where a run
-    reduces in bf16 (NeMo's distributed_fused_adam grad_sync_dtype: bf16, Megatron-Core
-    grad_reduce_in_fp32 False). DeepSpeed's BF16_Optimizer all-reduces its fp32 accumulators cast to
-    bf16 (engine.py allreduce_bucket, communication_data_type): 2 x 2 B on the wire, as a 4 B
-    reduce-scatter; its fp16 ZeRO-1 reduces 2 B, which this field does not tell apart."""
-    fp8_param_gather: bool = False
-    """An fp8 run keeps its linears' weights in fp8 and all-gathers them so, 1 B each instead of 2
-    (Megatron-Core --fp8-param-gather, NeMo fp8_params: "conducts the parameter all-gather in fp8,
-    reducing the all-gather overhead by half", NeMo docs features/optimizations/communication_overlap).
-    Memory is unchanged: Transformer Engine's Float8Tensor keeps each weight's fp8 transpose beside its
-    data (Hopper's fp8 GEMMs take TN operands only), 2 B per weight as in bf16."""
-    sharded_reduce_bytes_per_grad: float = 2.0
-    """Bytes per gradient on the wire of a ZeRO-3 reduce-scatter (the reduce dtype: 2 for bf16, 4 for
-    fp32; ZeRO 0-2 reduce the fp32 main gradients)."""
     layer_overhead_s: float = 0.0
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
