@@ -4,8 +4,9 @@ around them move.
 
 One part of `Framework` (autoplan.specs.framework), its base class, kept in a module of its own because
 these facts change for their own reasons (a framework's ZeRO implementation, its bucketing, its reduce
-dtype) and have their own readers: cost_model/dp_time.py, dp_collectives.py and the sharded-state
-copies of step_time.py. The fitted ones (dp_comm_overlap, dp_bandwidth_scale) take their published
+dtype) and have their own readers: cost_model/dp_time.py (the collectives'
+time), step_time.py and terms.py (the copies around them), memory.py and stage_memory.py (what ZeRO
+holds gathered or unsharded). The fitted ones (dp_comm_overlap, dp_bandwidth_scale) take their published
 frameworks' values from cost_model/data/constants.json, as every Framework field does.
 """
 from __future__ import annotations
