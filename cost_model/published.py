@@ -22,6 +22,8 @@ from cost_model.source_facts import FRAMEWORK_FACTS, MODEL_FACTS, MSAMP_O3_STATE
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
 _PEAK_MEMORY = re.compile(r"(?:peak mem|max GPU mem|mem) ([0-9.]+) ?(GiB|GB)")
+_MEMORY_USED_OF_TOTAL = re.compile(r"\bmem ([0-9.]+)/[0-9.]+\b")
+"""FlagPerf's "mem 75/80" (its published_metric cell): GiB in use of the device's total."""
 
 _FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
 """How an MLPerf row's config or log states NeMo's fp8_params."""
@@ -317,6 +319,9 @@ def row_to_run(row: dict) -> PublishedRun:
     mem = _PEAK_MEMORY.search(notes)
     gib = mem and (mem.group(2) == "GiB" or facts.get("memory_gb_is_gib", False))
     reported_memory = float(mem.group(1)) * (2 ** 30 if gib else 1e9) if mem else None
+    used = _MEMORY_USED_OF_TOTAL.search(row["published_metric"]) if facts.get("memory_used_of_total_gib") else None
+    if used:
+        reported_memory = float(used.group(1)) * 2 ** 30
     return PublishedRun(
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
         cluster=cluster, plan=plan, framework=framework,

@@ -139,7 +139,10 @@ SOURCES = {
     # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
     "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True},
                        **KEMPNERFORGE_MEMORY_LOG),
-    "FLAGPERF": dict(source="flagperf"),
+    # FlagPerf's "mem" column (its READMEs: "显存", in GiB, as "used/total") is the device memory its
+    # monitor reads from nvidia-smi's Memory-Usage (training/nvidia/nvidia_monitor.py): everything the
+    # process holds, compared with the whole predicted peak (allocated + allocator slack + CUDA context).
+    "FLAGPERF": dict(source="flagperf", memory_used_of_total_gib=True),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
 

@@ -121,6 +121,25 @@ MIN_GAIN_OVER_CONSTANT_MFU = {("moe", "bf16_fp16"): 1.25}
 """How much better than the constant-MFU guess a split must be (1.5x unless named here)."""
 
 
+MOE_MEMORY_BOUNDS = {
+    # Issue 25's memory target is within 10 % where published; both sources are far from it, all under
+    # (2026-11-28): KempnerForge's allocated peak 37.9 % (median 0.62: routing collapsed from
+    # initialisation, docs/cost_model.md Limits); FlagPerf's device memory (nvidia-smi, its "mem" column)
+    # 29.6 % (median 0.72). The bounds keep them from getting worse.
+    "kempnerforge-moe": 0.40,
+    "flagperf": 0.32,
+}
+
+
+def test_moe_peak_memory_is_scored_where_published_and_does_not_get_worse():
+    from cost_model.validation import out_of_sample
+
+    memory = out_of_sample(load_published_runs())["moe"]["peak_memory"]
+    assert set(memory) == set(MOE_MEMORY_BOUNDS)
+    for source, bound in MOE_MEMORY_BOUNDS.items():
+        assert memory[source]["num_rows"] == 4 and memory[source]["mape"] <= bound, (source, memory[source])
+
+
 def test_out_of_sample_holds_per_split_and_beats_the_constant_mfu_guess():
     from cost_model.validation import out_of_sample
 

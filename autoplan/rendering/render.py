@@ -335,11 +335,16 @@ def render_framework(f, fitted: dict | None = None) -> str:
     efficiency values the cost model fitted on published runs (already merged into `f`)."""
     lines = [f"{f.name}: {f.description}", f"  facts of: {f.version}"]
     for title, states in [("stores (bytes per parameter)", f.states),
-                          *((f"stores in {dtype} (bytes per parameter)", s) for dtype, s in f.states_by_dtype.items())]:
+                          *((f"stores in {dtype} (bytes per parameter)", facts["states"])
+                            for dtype, facts in f.by_dtype.items() if "states" in facts)]:
         lines += ["", title]
         lines += text_table(["state", "bytes", "sharded from ZeRO", "what"],
                             [[k, f"{t.bytes_per_param:g}", str(t.sharded_from_zero) if t.sharded_from_zero <= 3 else "never",
                               t.what] for k, t in states.items()], "lrrl")
+    for dtype, facts in f.by_dtype.items():
+        others = [f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in facts.items() if k != "states"]
+        if others:
+            lines += [f"  in {dtype} also: {', '.join(others)}"]
     lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {f.activation_bytes} B "
               f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}"
               f"{f' over {f.loss_chunks} sequence chunks, one at a time' if f.loss_chunks > 1 else ''}, "

@@ -56,9 +56,10 @@ class Framework(DataParallelFacts):
     # -- what it stores -------------------------------------------------------------------------
     states: dict = field(default_factory=megatron_states)
     """Model states per parameter: name -> StateTerm (bytes and the ZeRO stage that shards it)."""
-    states_by_dtype: dict = field(default_factory=dict)
-    """dtype -> the model states (as `states`) a run in that dtype keeps instead (`for_dtype`):
-    DeepSpeed's bf16 runs at ZeRO 0-1 take its BF16_Optimizer, whose fp32 gradients are full-size."""
+    by_dtype: dict = field(default_factory=dict)
+    """dtype -> {field: value}: the facts a run in that dtype has instead (`for_dtype`). DeepSpeed's
+    bf16 runs at ZeRO 0-1 take its BF16_Optimizer, whose fp32 gradients are full-size (its `states`);
+    Megatron-LM's fp16 runs keep and reduce fp16 gradients (`states`, `main_grad_reduce_bytes`)."""
     compute_weight_copy_bytes: float = 0.0
     """Bytes per parameter of a compute-dtype copy of the weights held from a micro-batch's forward to
     its backward (autocast over fp32 weights caches its bf16 casts for backward; FSDP2 at ZeRO 1/2
@@ -294,10 +295,9 @@ class Framework(DataParallelFacts):
         return replace(self, **changes)
 
     def for_dtype(self, dtype: str) -> "Framework":
-        """The framework as a run in `dtype` uses it: its `states_by_dtype` entry for that dtype, if any,
-        as its model states."""
-        states = self.states_by_dtype.get(dtype)
-        return replace(self, states=states) if states else self
+        """The framework as a run in `dtype` uses it: its `by_dtype` facts for that dtype, if any."""
+        facts = self.by_dtype.get(dtype)
+        return replace(self, **facts) if facts else self
 
     # -- the rules (autoplan.specs.framework_rules) ------------------------------------------------
     def check_model(self, model: ModelSpec, training: TrainingSpec | None = None) -> None:

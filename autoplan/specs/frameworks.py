@@ -11,7 +11,7 @@ import math
 from dataclasses import replace
 
 from autoplan.specs.errors import AutoplanError
-from autoplan.specs.framework import Framework, StateTerm
+from autoplan.specs.framework import Framework, StateTerm, megatron_states
 
 DEFAULT_FRAMEWORK = "autoplan"
 
@@ -54,6 +54,18 @@ _DEEPSPEED_BF16_STATES = {
 fp32_groups_gradients_flat, zeros_like the whole bf16 flat group in fp32, of which each rank's
 partition is a view (deepspeed/runtime/bf16_optimizer.py); the fp32 master weights and Adam states
 are partitioned. fp16 runs keep _DEEPSPEED_STATES (ZeRO-1's fp32 gradient is the partition's)."""
+_MEGATRON_FP16 = {
+    "states": {**megatron_states(),
+               "params": StateTerm(2, 3, "fp16 weights the kernels read"),
+               "grads": StateTerm(2, 2, "fp16 main-grad buffer (gradients accumulated over micro-batches)")},
+    "main_grad_reduce_bytes": 2.0,
+}
+"""Megatron-LM in fp16: only --bf16 turns accumulate_allreduce_grads_in_fp32 on ("bfloat16 requires
+gradient accumulation and all-reduce to be done in fp32", megatron/training/arguments.py, core_v0.6.0
+lines 279-288 and main of 2026-08); without that flag the gradient buffers take the parameters' dtype
+(core_v0.6.0 megatron/core/distributed/distributed_data_parallel.py line 105, `grad_dtype = torch.float
+if accumulate_allreduce_grads_in_fp32 else param.dtype`; param_and_grad_buffer.py on main), so an fp16
+run keeps and reduces 2 B gradients. The fp32 master weights and Adam moments stay."""
 _DEEPSPEED_GRAD_ACCUMULATION = {"bf16": (18.0, 18.0), "fp16": (0.0, 6.0)}
 """bf16 (BF16_Optimizer, which DeepSpeed picks for bf16 at ZeRO-1 and under its pipeline engine:
 engine.py _do_optimizer_sanity_check): each micro-batch's backward ends in update_hp_grads,
@@ -216,10 +228,12 @@ FRAMEWORKS = {f.name: f for f in (
         dp_param_gather_overlap=True, pp_p2p_overlap=True,
         expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
-        dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2),
+        dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2), by_dtype={"fp16": _MEGATRON_FP16},
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
+                 "by_dtype": "fp16: megatron/training/arguments.py (fp32 gradient accumulation only with --bf16) and "
+                             "distributed_data_parallel.py grad_dtype (core_v0.6.0 line 105): fp16 main grads",
                  "attention_kernel": "Transformer Engine DotProductAttention: where both apply, TE prefers cuDNN "
                                      "fused attention on Hopper and later, flash-attn before (NeMo docs, "
                                      "memory_optimizations.rst, NVIDIA/NeMo PR 9188); the built-in Ampere profiles "
@@ -356,9 +370,9 @@ FRAMEWORKS = {f.name: f for f in (
         zero3_recompute_reuse_params=1e9,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         dp_overlap_zero_stages=(3,), grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION,
-        states_by_dtype={"bf16": _DEEPSPEED_BF16_STATES},
+        by_dtype={"bf16": {"states": _DEEPSPEED_BF16_STATES}},
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
-                 "states_by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
+                 "by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
                  "grad_accumulation_bytes": "deepspeed/runtime/bf16_optimizer.py update_hp_grads; torch autograd "
                                             "AccumulateGrad (fp16)",
                  "dp_overlap_zero_stages": _DEEPSPEED_OVERLAP_SOURCE,
@@ -413,9 +427,9 @@ FRAMEWORKS = {f.name: f for f in (
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
         states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, dp_bucket_params=5e8,
         max_zero_with_moe=2, max_cp=1, max_vpp=1, sequence_parallel="never", mla=False, dp_overlap_zero_stages=(),
-        grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION, states_by_dtype={"bf16": _DEEPSPEED_BF16_STATES},
+        grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION, by_dtype={"bf16": {"states": _DEEPSPEED_BF16_STATES}},
         sources={"dp_overlap_zero_stages": _DEEPSPEED_PIPE_REDUCE_SOURCE,
-                 "states_by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
+                 "by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
                  "grad_accumulation_bytes": "deepspeed/runtime/pipe/engine.py _exec_backward_pass: "
                                             "optimizer.update_hp_grads after every micro-batch's backward (bf16)",
                  "max_zero_with_moe": "deepspeedai/DeepSpeed deepspeed/runtime/engine.py (commit 007cca6), "
