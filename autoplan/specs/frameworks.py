@@ -11,7 +11,9 @@ import math
 from dataclasses import replace
 
 from autoplan.specs.errors import AutoplanError
-from autoplan.specs.framework import Framework, StateTerm, megatron_states
+from autoplan.specs.framework import Framework
+from autoplan.specs.framework_states import (
+    AUTOPLAN_STATES, DEEPSPEED_BF16_STATES, DEEPSPEED_GRAD_ACCUMULATION, DEEPSPEED_STATES, MEGATRON_FP16, fsdp2_states)
 
 DEFAULT_FRAMEWORK = "autoplan"
 
@@ -20,59 +22,9 @@ AUTOPLAN_SPEEDUPS = ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked
 `autoplan` framework's facts describe; with all of them off it runs as autoplan-91ee867."""
 
 
-def _fsdp2_states(what: str) -> dict:
-    """FSDP2 with a bf16 MixedPrecisionPolicy: the sharded parameter IS the fp32 master (PyTorch
-    FSDP2 docs, `fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=bfloat16,
-    reduce_dtype=float32))`); gradients land in fp32 on the sharded parameter; AdamW keeps two fp32
-    moments."""
-    return {
-        "params": StateTerm(4, 1, f"fp32 parameters ({what})"),
-        "grads": StateTerm(4, 2, "fp32 gradients"),
-        "optimizer": StateTerm(8, 1, "AdamW momentum 4 + variance 4 (fp32)"),
-    }
-
-
 AUTOPLAN_RUNTIME_BYTES = 1.29 * 2 ** 30
 """Measured: the executor's process outside PyTorch's allocator on one H100 (see its source)."""
 
-_DEEPSPEED_STATES = {
-    "params": StateTerm(2, 3, "bf16/fp16 weights the kernels read"),
-    "grads": StateTerm(2, 2, "bf16/fp16 gradients (param.grad, reduced in their own dtype)"),
-    "grad_partition": StateTerm(4, 1, "fp32 copy of this rank's gradient partition for the update"),
-    "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
-}
-"""DeepSpeed ZeRO (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py): gradients stay in the
-compute dtype until reduced; the optimizer works on an fp32 copy of its own partition."""
-_DEEPSPEED_BF16_STATES = {
-    "params": StateTerm(2, 3, "bf16 weights the kernels read"),
-    "grads": StateTerm(2, 2, "bf16 gradients (param.grad of the micro-batch)"),
-    "grad_accumulator": StateTerm(4, 2, "fp32 gradients the micro-batches add into: full-size under "
-                                        "BF16_Optimizer (ZeRO 0-1), the rank's partition at ZeRO 2-3"),
-    "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
-}
-"""DeepSpeed in bf16: at ZeRO 0-1 (and under its pipeline engine) BF16_Optimizer keeps
-fp32_groups_gradients_flat, zeros_like the whole bf16 flat group in fp32, of which each rank's
-partition is a view (deepspeed/runtime/bf16_optimizer.py); the fp32 master weights and Adam states
-are partitioned. fp16 runs keep _DEEPSPEED_STATES (ZeRO-1's fp32 gradient is the partition's)."""
-_MEGATRON_FP16 = {
-    "states": {**megatron_states(),
-               "params": StateTerm(2, 3, "fp16 weights the kernels read"),
-               "grads": StateTerm(2, 2, "fp16 main-grad buffer (gradients accumulated over micro-batches)")},
-    "main_grad_reduce_bytes": 2.0,
-}
-"""Megatron-LM in fp16: only --bf16 turns accumulate_allreduce_grads_in_fp32 on ("bfloat16 requires
-gradient accumulation and all-reduce to be done in fp32", megatron/training/arguments.py, core_v0.6.0
-lines 279-288 and main of 2026-08); without that flag the gradient buffers take the parameters' dtype
-(core_v0.6.0 megatron/core/distributed/distributed_data_parallel.py line 105, `grad_dtype = torch.float
-if accumulate_allreduce_grads_in_fp32 else param.dtype`; param_and_grad_buffer.py on main), so an fp16
-run keeps and reduces 2 B gradients. The fp32 master weights and Adam moments stay."""
-_DEEPSPEED_GRAD_ACCUMULATION = {"bf16": (18.0, 18.0), "fp16": (0.0, 6.0)}
-"""bf16 (BF16_Optimizer, which DeepSpeed picks for bf16 at ZeRO-1 and under its pipeline engine:
-engine.py _do_optimizer_sanity_check): each micro-batch's backward ends in update_hp_grads,
-hp_grad.add_(lp.grad.to(float32)) per parameter: read bf16 2, write and read the fp32 cast 4 + 4,
-read and write the fp32 accumulator 4 + 4 = 18 B (bf16_optimizer.py). fp16 (the ZeRO-1 and fp16
-optimizers): autograd adds each later micro-batch's gradient into param.grad in place, read 2 + 2,
-write 2 = 6 B; the first micro-batch's GEMM writes param.grad itself."""
 _DEEPSPEED_OVERLAP_SOURCE = (
     "deepspeed/runtime/zero/config.py overlap_comm_valid: overlap_comm defaults to stage == 3; without it "
     "engine.backward reduces the gradients after loss.backward() (engine.py allreduce_gradients)")
@@ -95,14 +47,6 @@ AUTOPLAN_ELEMENTWISE_FACTOR = (336.7 - 44.7) / 87.3
 # scale (read + write 8).
 AUTOPLAN_FUSED_ADAMW_BYTES = 7 * 4 + 12
 
-_AUTOPLAN_STATES = {
-    "params": StateTerm(4, 1, "fp32 parameters: the master weights (FSDP2-sharded at ZeRO 1-3 and at one "
-                              "replica; DDP or plain at ZeRO 0 with several)"),
-    "grads": StateTerm(4, 2, "fp32 gradients, accumulated in fp32 over the micro-batches; ZeRO 1 keeps them "
-                             "whole until the last micro-batch"),
-    "optimizer": StateTerm(8, 1, "AdamW momentum 4 + variance 4 (fp32)"),
-}
-
 _AUTOPLAN = Framework(
     name="autoplan",
     # Storage, rules and the activation recipe describe today's executor (its speed-ups on; the
@@ -114,7 +58,7 @@ _AUTOPLAN = Framework(
             "executor of the shipped H100 records (91ee867), no fp8 step measured on a GPU yet",
     description="this project's torch.distributed executor (`autoplan run`): FSDP2/DDP, TP/SP, "
                 "torch.distributed.pipelining, all-gather-KV context parallelism, dropless MoE",
-    states=_AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
+    states=AUTOPLAN_STATES, compute_weight_copy_bytes=2.0, selective_recompute="attention",
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
     fused_cross_entropy=True, flash_attention=True, attention_kernel="sdpa",
     dtypes=("bf16", "fp8", "fp32"),
@@ -215,7 +159,7 @@ FRAMEWORKS = {f.name: f for f in (
         name="autoplan-xla", version="autoplan 0.1 executor, torch_xla 2.9 SPMD backend",
         description="this project's torch_xla SPMD executor (`autoplan run --backend xla`): one SPMD "
                     "program over a (dp, cp, tp) mesh, ZeRO by sharding annotations",
-        states=_AUTOPLAN_STATES, selective_recompute="attention", fused_cross_entropy=False,
+        states=AUTOPLAN_STATES, selective_recompute="attention", fused_cross_entropy=False,
         flash_attention=False, dtypes=("bf16", "fp32"), max_pp=1, max_vpp=1, moe=False,
         seq_len_within_model=True, tp_with_block_extras=False, cp_with_masked_attention=False, mla=False,
         sources={"max_pp": "executor/xla_backend: one SPMD program, no pipeline schedule",
@@ -228,7 +172,7 @@ FRAMEWORKS = {f.name: f for f in (
         dp_param_gather_overlap=True, pp_p2p_overlap=True,
         expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
-        dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2), by_dtype={"fp16": _MEGATRON_FP16},
+        dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2), by_dtype={"fp16": MEGATRON_FP16},
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
@@ -309,7 +253,7 @@ FRAMEWORKS = {f.name: f for f in (
         name="torchtitan", version="torchtitan 0.3.0 (2026; the 0.2.0 TOML export re-checks 0.2's own rules)",
         description="PyTorch torchtitan: FSDP2/HSDP + TP/SP + torch.distributed.pipelining + CP, "
                     "op-level selective activation checkpointing",
-        states=_fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0, fp8_rowwise=True,
+        states=fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0, fp8_rowwise=True,
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
         zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
         tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
@@ -366,11 +310,11 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="deepspeed", version="DeepSpeed 0.16 (2025) with Megatron-DeepSpeed",
         description="Microsoft DeepSpeed ZeRO 1-3 and its pipeline engine",
-        states=_DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8, dp_bucket_params=5e8,
+        states=DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8, dp_bucket_params=5e8,
         zero3_recompute_reuse_params=1e9,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
-        dp_overlap_zero_stages=(3,), grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION,
-        by_dtype={"bf16": {"states": _DEEPSPEED_BF16_STATES}},
+        dp_overlap_zero_stages=(3,), grad_accumulation_bytes=DEEPSPEED_GRAD_ACCUMULATION,
+        by_dtype={"bf16": {"states": DEEPSPEED_BF16_STATES}},
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
                  "by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
                  "grad_accumulation_bytes": "deepspeed/runtime/bf16_optimizer.py update_hp_grads; torch autograd "
@@ -399,7 +343,7 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="llm-foundry", version="MosaicML llm-foundry 0.x with Composer FSDP (2023-2024)",
         description="MosaicML llm-foundry: PyTorch FSDP (Composer) data parallelism, flash attention",
-        states=_fsdp2_states("FSDP flat-parameter master"), zero_stages=(0, 2, 3), hsdp_zero_stages=(2, 3),
+        states=fsdp2_states("FSDP flat-parameter master"), zero_stages=(0, 2, 3), hsdp_zero_stages=(2, 3),
         max_tp=1, max_pp=1,
         max_cp=1, max_vpp=1, sequence_parallel="never", loss_bytes_per_logit=2.0, mla=False,
         sources={"loss_bytes_per_logit": "llm-foundry MPT yamls: loss_fn fused_crossentropy (flash-attn's "
@@ -425,9 +369,9 @@ FRAMEWORKS = {f.name: f for f in (
     Framework(
         name="megatron-deepspeed", version="Megatron-DeepSpeed as BigScience ran BLOOM (2022)",
         description="historical: Megatron-DeepSpeed (fused softmax, ZeRO-1, DeepSpeed pipeline engine)",
-        states=_DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, dp_bucket_params=5e8,
+        states=DEEPSPEED_STATES, flash_attention=False, pp_scatter_gather=False, max_zero_with_pp=1, dp_bucket_params=5e8,
         max_zero_with_moe=2, max_cp=1, max_vpp=1, sequence_parallel="never", mla=False, dp_overlap_zero_stages=(),
-        grad_accumulation_bytes=_DEEPSPEED_GRAD_ACCUMULATION, by_dtype={"bf16": {"states": _DEEPSPEED_BF16_STATES}},
+        grad_accumulation_bytes=DEEPSPEED_GRAD_ACCUMULATION, by_dtype={"bf16": {"states": DEEPSPEED_BF16_STATES}},
         sources={"dp_overlap_zero_stages": _DEEPSPEED_PIPE_REDUCE_SOURCE,
                  "by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
                  "grad_accumulation_bytes": "deepspeed/runtime/pipe/engine.py _exec_backward_pass: "
