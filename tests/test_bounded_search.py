@@ -70,7 +70,9 @@ def test_fewest_recomputed_layers_is_the_smallest_count_that_fits(case):
     assert checked >= 20  # the case reaches plans that must recompute some layers but not all
 
 
-@pytest.mark.parametrize("case", CASES + [dict(CASES[0], framework="deepspeed")],
+@pytest.mark.parametrize("case", CASES + [dict(CASES[0], framework="deepspeed"),
+                                  # expert TP of its own (Framework.expert_tensor_parallel): etp searched too
+                                  dict(CASES[1], framework="megatron-core")],
                          ids=lambda c: c["model"] + ("-" + c["framework"] if "framework" in c else ""))
 def test_default_search_is_the_exhaustive_optimum(case):
     oracle = plan_search(PlanRequest(exhaustive=True, **case))

@@ -31,3 +31,26 @@ def test_megatron_search_folds_expert_parallelism_over_tensor_parallel_ranks():
                                       framework="megatron-core", pins=pins, exhaustive=True))
     assert outcome.best.plan.etp in (1, 2)
     assert {s.plan.etp for s in outcome.result.ranked} == {1, 2}
+
+
+def test_etp_is_a_pin_of_search_estimate_and_memory(capsys):
+    """--etp (Megatron --expert-tensor-parallel-size) fixes the expert TP in each command; the default
+    search honours the pin too (its branch and bound enumerates etp with tp and ep)."""
+    import json
+
+    from tests.cli_run import run_cli
+
+    problem = ["--model", "mixtral-8x7b", "--gpus", 16, "--global-batch", 32, "--seq-len", 2048,
+               "--framework", "megatron-core"]
+    code, out, err = run_cli(capsys, "search", *problem, "--tp", 2, "--etp", 1, "--json")
+    assert code == 0, err
+    assert json.loads(out)["parallel"]["etp"] == 1
+    # (exit 0: the plan fits; estimate exits 1 for one that does not)
+    code, out, _ = run_cli(capsys, "estimate", *problem, "--tp", 2, "--pp", 2, "--ep", 8, "--etp", 1, "--zero", 1,
+                           "--sequence-parallel", "--json")
+    assert code == 0 and json.loads(out)["parallel"]["etp"] == 1
+    code, out, _ = run_cli(capsys, "memory", *problem, "--tp", 2, "--ep", 8, "--etp", 1)
+    assert code == 0 and "ep=8 etp=1 sp (from the flags)" in out
+    # A plan Megatron-Core cannot run: one line, exit 2.
+    code, out, err = run_cli(capsys, "estimate", *problem, "--tp", 2, "--ep", 8, "--etp", 3)
+    assert code == 2 and "ep*etp must divide tp*cp*dp" in err and len(err.strip().splitlines()) == 1

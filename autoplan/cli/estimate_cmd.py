@@ -49,7 +49,7 @@ def register(subparsers) -> None:
 # Flags that describe a plan; with a plan file they would be silently ignored, so they are refused.
 # (--framework, --gpu, --profile and --calibration re-score the file's plan another way: allowed.)
 _PLAN_FLAGS = ("--model", "--gpus", "--gpus-per-node", "--global-batch", "--seq-len",
-               "--dp", "--tp", "--pp", "--cp", "--vpp", "--ep", "--micro-batch", "--zero", "--zero-shard", "--recompute",
+               "--dp", "--tp", "--pp", "--cp", "--vpp", "--ep", "--etp", "--micro-batch", "--zero", "--zero-shard", "--recompute",
                "--sequence-parallel", "--recompute-layers", "--dtype", "--recompute-modules", "--moe-capacity-factor")
 
 
@@ -100,7 +100,7 @@ def _plan_from_flags(args):
         raise AutoplanError(f"global batch {training.global_batch_size} is not a multiple of dp*micro_batch = "
                             f"{dp}*{mbs}; set --global-batch or --micro-batch")
     recompute = args.recompute or "none"
-    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=args.vpp or 1, ep=args.ep or 1,
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=args.vpp or 1, ep=args.ep or 1, etp=args.etp or 0,
                         sequence_parallel=bool(args.sequence_parallel), zero_stage=args.zero or 0,
                         micro_batch_size=mbs, num_microbatches=training.global_batch_size // (dp * mbs),
                         recompute=recompute,

@@ -1,7 +1,7 @@
 """`autoplan memory`: per-GPU memory of a model on N GPUs across ZeRO stage, dtype, recompute and
 micro-batch, with activations (like `accelerate estimate-memory`, which counts weights and states only).
 
-The parallel layout is --tp/--pp/--cp/--vpp/--ep (1 when left out; dp is what the GPU count leaves),
+The parallel layout is --tp/--pp/--cp/--vpp/--ep/--etp (1 when left out, etp = tp; dp is what the GPU count leaves),
 or, with none of them, the layout `autoplan search` picks. Each row is the cost model's breakdown
 (weights, grads, optimizer, activations, other) and sums to its peak; "fits" is peak <= capacity -
 --memory-headroom. Rows the framework or the plan rules refuse are left out of the table and counted
@@ -16,7 +16,7 @@ from autoplan.cli.argtypes import ascii_int, output_path, positive_int
 from autoplan.cli.search_cmd import RECOMPUTE_CHOICES, add_problem_arguments
 
 GIB = 2**30
-LAYOUT_FLAGS = ("tp", "pp", "cp", "vpp", "ep")
+LAYOUT_FLAGS = ("tp", "pp", "cp", "vpp", "ep", "etp")
 
 
 def register(subparsers) -> None:
@@ -25,7 +25,7 @@ def register(subparsers) -> None:
     add_problem_arguments(p)
     g = p.add_argument_group("layout (left out: the layout `autoplan search` picks)")
     for flag in LAYOUT_FLAGS:
-        g.add_argument(f"--{flag}", type=positive_int, default=None, metavar="N", help=f"{flag} degree (default 1)")
+        g.add_argument(f"--{flag}", type=positive_int, default=None, metavar="N", help=f"{flag} degree (default {'tp' if flag == 'etp' else 1})")
     g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="Megatron sequence parallelism in the tp group (default: on when tp > 1 and the framework has it)")
     r = p.add_argument_group("rows (left out: all)")
@@ -63,10 +63,10 @@ def _layout(args, model, training, cluster, profile, framework):
                 raise
             return Layout(dp=cluster.num_gpus, tp=1, pp=1), ("no plan fits, so plain data parallelism; "
                                                               "set --tp/--pp to see others")
-        layout = Layout(p.dp, p.tp, p.pp, p.cp, p.vpp, p.ep, p.sequence_parallel)
+        layout = Layout(p.dp, p.tp, p.pp, p.cp, p.vpp, p.ep, p.sequence_parallel, p.etp)
         pinned = "" if args.sequence_parallel is None else \
             f" with {'--sequence-parallel' if args.sequence_parallel else '--no-sequence-parallel'}"
-        return layout, f"the one `autoplan search` picks{pinned}; set --tp/--pp/--cp/--vpp/--ep to choose another"
+        return layout, f"the one `autoplan search` picks{pinned}; set --tp/--pp/--cp/--vpp/--ep/--etp to choose another"
     tp, pp, cp = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1)
     if cluster.num_gpus % (tp * pp * cp):
         raise AutoplanError(f"tp*pp*cp must divide --gpus, got tp={tp} * pp={pp} * cp={cp} = {tp * pp * cp}, "
@@ -74,7 +74,8 @@ def _layout(args, model, training, cluster, profile, framework):
     sp = args.sequence_parallel
     if sp is None:
         sp = tp > 1 and get_framework(framework).sequence_parallel != "never"
-    layout = Layout(cluster.num_gpus // (tp * pp * cp), tp, pp, cp, given.get("vpp", 1), given.get("ep", 1), sp)
+    layout = Layout(cluster.num_gpus // (tp * pp * cp), tp, pp, cp, given.get("vpp", 1), given.get("ep", 1), sp,
+                    given.get("etp", 0))
     return layout, "from the flags"
 
 

@@ -58,6 +58,8 @@ def add_pin_arguments(p: argparse.ArgumentParser, title: str = "pins (fix a knob
         "vpp": "virtual stages per pipeline rank, interleaved 1F1B (Megatron "
                "--num-layers-per-virtual-pipeline-stage = layers / (pp*vpp))",
         "ep": "expert-parallel size, MoE models only (Megatron --expert-model-parallel-size)",
+        "etp": "expert tensor-parallel size, MoE models only: the experts' own TP inside the ep x etp group "
+               "(Megatron --expert-tensor-parallel-size; default: searched in search, tp in estimate)",
     }
     for flag, text in sizes.items():
         g.add_argument(f"--{flag}", type=positive_int, default=None, metavar="N", help=text)
@@ -82,7 +84,7 @@ def add_pin_arguments(p: argparse.ArgumentParser, title: str = "pins (fix a knob
 def pins_from_args(args):
     from autoplan.planning.space import Pins
 
-    return Pins(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vpp=args.vpp, ep=args.ep,
+    return Pins(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vpp=args.vpp, ep=args.ep, etp=args.etp,
                 micro_batch_size=args.micro_batch, zero_stage=args.zero, zero_shard=args.zero_shard,
                 recompute=args.recompute,
                 sequence_parallel=args.sequence_parallel)

@@ -55,7 +55,9 @@ def plan_groups(space: SearchSpace, rejections: dict):
     d, pinned = space.domains, space.pins.pinned()
     n, gb = space.cluster.num_gpus, space.training.global_batch_size
     recomputes = d["recompute"]
-    for tp, pp, cp, ep in itertools.product(d["tp"], d["pp"], d["cp"], d["ep"]):
+    for tp, pp, cp, ep, etp in itertools.product(d["tp"], d["pp"], d["cp"], d["ep"], d["etp"]):
+        if etp == tp and "etp" not in pinned:
+            continue  # the same plan as etp 0 (= tp), which SearchSpace.canonical_knobs folds it onto
         vpps = d["vpp"] if pp > 1 or "vpp" in pinned else (1,)
         sps = d["sequence_parallel"] if tp > 1 or "sequence_parallel" in pinned else (False,)
         if n % (tp * pp * cp):
@@ -70,7 +72,8 @@ def plan_groups(space: SearchSpace, rejections: dict):
                 rule = batch_rule(gb, dp, mb)
                 _reject(rejections, rule.reason, len(zeros) * len(recomputes), str(rule))  # the group's plans
                 continue
-            yield dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, micro_batch_size=mb, sequence_parallel=sp), zeros, recomputes
+            yield (dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, micro_batch_size=mb, sequence_parallel=sp),
+                   zeros, recomputes)
 
 
 def _reject(rejections: dict, tag: str, count: int, message: str) -> None:

@@ -48,9 +48,12 @@ class Layout:
     vpp: int = 1
     ep: int = 1
     sequence_parallel: bool = False
+    etp: int = 0
+    """Expert tensor-parallel size; 0: tp (ParallelPlan.etp)."""
 
     def describe(self) -> str:
-        extra = (f" vpp={self.vpp}" if self.vpp > 1 else "") + (f" ep={self.ep}" if self.ep > 1 else "")
+        extra = (f" vpp={self.vpp}" if self.vpp > 1 else "") + (f" ep={self.ep}" if self.ep > 1 else "") \
+            + (f" etp={self.etp}" if self.etp else "")
         return f"dp={self.dp} tp={self.tp} pp={self.pp} cp={self.cp}{extra} {'sp' if self.sequence_parallel else 'no-sp'}"
 
 
@@ -120,6 +123,7 @@ def _row(est, model, training, layout: Layout, dtype: str, zero: int, recompute:
                                                     f"dp*micro_batch = {per_replica}")
         return row
     plan = ParallelPlan(dp=layout.dp, tp=layout.tp, pp=layout.pp, cp=layout.cp, vpp=layout.vpp, ep=layout.ep,
+                        etp=layout.etp,
                         sequence_parallel=layout.sequence_parallel, zero_stage=zero, micro_batch_size=mbs,
                         num_microbatches=training.global_batch_size // per_replica, recompute=recompute,
                         recompute_num_layers=-(-model.num_layers // layout.pp) if recompute == "full" else 0)
