@@ -78,6 +78,8 @@ class Rates:
     """Framework.moe_a2a_overlap (cost_model/moe_time.py)."""
     moe_padded_expert_gemm: bool = False
     """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
+    moe_dispatch: str = "tp-gathered"
+    """Framework.moe_dispatch: how a MoE layer's tokens reach its experts (its collectives below)."""
     fp8_rowwise: bool = False
     """Framework.fp8_rowwise: torchao's row-wise (axis-wise) scaled fp8, whose backward casts more."""
     tp_backward_input_reductions: int = 0
@@ -213,6 +215,11 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     buffer = BYTES_ACT * tokens * h
     reductions = 1 if model.parallel_block else 2
     bwd_reductions = rates.tp_backward_input_reductions or reductions
+    if moe and rates.moe_dispatch != "tp-gathered" and not model.parallel_block and not model.shared_expert_ffn_size:
+        # Megatron-Core's dispatchers take the sequence-parallel share as it is: the MoE block has no TP
+        # collective of its own (a shared expert, a TP-split MLP, keeps its pair); its tokens move below.
+        reductions = 1
+        bwd_reductions = max(1, bwd_reductions - 1)
     if tp == 1:
         tp_pass_s = tp_bwd_s = 0.0
     elif sequence_parallel:
@@ -246,11 +253,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     # order tp-ep-dp: megatron/core/parallel_state.py core_v0.16.1 RankGenerator, order tp-cp-ep-dp-pp).
     ep_fwd_s = ep_bwd_s = moe_fwd_s = 0.0
     if moe:
-        a2a_s = 0.0
-        if ep > 1:
-            ep_rpn = max(1, min(ep, gpus_per_node // etp))
-            routed = BYTES_ACT * tokens * etp / tp * model.num_experts_per_token * h
-            a2a_s = 2 * tables.collective_time_s("all_to_all", routed, ep, ep_rpn)
+        a2a_s, gathered_s = dispatch_times_s(model, tables, rates.moe_dispatch, tokens, tp, ep, etp, gpus_per_node)
         # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
         expert_fwd_s, expert_bwd_s = gemms_time_s(tables, [g for g in gemms if g.name in EXPERT_GEMMS], rates)
         mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn_fwd_s,
@@ -259,9 +262,9 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
                              rates.moe_padded_expert_gemm)
         gemm_fwd_s, gemm_bwd_s = gemm_fwd_s + mt.imbalance_gemm_fwd_s, gemm_bwd_s + mt.imbalance_gemm_bwd_s
         memory_fwd_s, memory_bwd_s = memory_fwd_s + mt.permute_fwd_s, memory_bwd_s + mt.permute_bwd_s
-        ep_fwd_s, ep_bwd_s = mt.a2a_fwd_s, mt.a2a_bwd_s
+        ep_fwd_s, ep_bwd_s = mt.a2a_fwd_s + gathered_s, mt.a2a_bwd_s + gathered_s
         moe_fwd_s = (fwd_of(("router", *EXPERT_GEMMS, *SHARED_GEMMS)) + mt.imbalance_gemm_fwd_s + act_s
-                     + mt.permute_fwd_s + mt.a2a_fwd_s)
+                     + mt.permute_fwd_s + mt.a2a_fwd_s + gathered_s)
     return LayerTimes(
         gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn_fwd_s, attn_bwd_s=attn_bwd_s,
         memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_pass_s, tp_bwd_s=tp_bwd_s,
@@ -271,6 +274,44 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         mlp_fwd_s=0.0 if moe else fwd_of(EXPERT_GEMMS) + act_s, moe_fwd_s=moe_fwd_s,
         shared_fwd_s=fwd_of(SHARED_GEMMS) + act_s - routed_act_s if moe else 0.0,
         mla_up_fwd_s=fwd_of(("q_up", "kv_up")))
+
+
+def dispatch_times_s(model: ModelSpec, tables: ProfileTables, dispatch: str, tokens: int, tp: int, ep: int,
+                     etp: int, gpus_per_node: int) -> tuple:
+    """(routed_s, gathered_s): one pass's collectives that move a MoE layer's tokens to its experts and
+    back (Framework.moe_dispatch), split into the part that follows the routing (the busiest rank
+    receives more: cost_model/moe_time.py scales it by the load imbalance and may hide it) and the part
+    that does not. Each rank routes its sequence-parallel share, tokens/tp, k copies of each.
+
+    tp-gathered: one all-to-all of the tokens' routed copies over ep (the layer's TP pair is the dense
+    MLP's, priced with the TP collectives). alltoall (Megatron-Core): the all-to-all over ep, then an
+    all-gather over the etp ranks that split an expert and a reduce-scatter back, of the routed copies
+    (token_dispatcher.py core_v0.16.1, MoEAlltoAllTokenDispatcher token_dispatch and dispatch_postprocess).
+    allgather (Megatron-Core): an all-gather of every rank's hidden states over its etp x ep group and a
+    reduce-scatter back (MoEAllGatherTokenDispatcher token_dispatch and token_combine), the same size
+    however the tokens are routed. The ep group's ranks are etp apart, the etp group's consecutive (expert
+    rank order tp-ep-dp: megatron/core/parallel_state.py core_v0.16.1 RankGenerator, order tp-cp-ep-dp-pp)."""
+    routed = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
+    if dispatch == "allgather":
+        group = ep * etp
+        if group == 1:
+            return 0.0, 0.0
+        gathered = BYTES_ACT * tokens / tp * model.hidden_size * group
+        rpn = min(group, gpus_per_node)
+        return 0.0, (tables.collective_time_s("all_gather", gathered, group, rpn)
+                     + tables.collective_time_s("reduce_scatter", gathered, group, rpn))
+    routed_s = 0.0
+    if ep > 1:
+        ep_rpn = max(1, min(ep, gpus_per_node // etp))
+        # tp-gathered: the layer's input was gathered over tp, so a rank's share of the routed copies is
+        # its 1/tp of the gathered tokens' when its experts are split over etp = tp ranks.
+        size = routed * etp if dispatch == "tp-gathered" else routed
+        routed_s = 2 * tables.collective_time_s("all_to_all", size, ep, ep_rpn)
+    if dispatch == "alltoall" and etp > 1:
+        rpn = min(etp, gpus_per_node)
+        routed_s += (tables.collective_time_s("all_gather", routed * etp, etp, rpn)
+                     + tables.collective_time_s("reduce_scatter", routed * etp, etp, rpn))
+    return routed_s, 0.0
 
 
 def head_times(model: ModelSpec, tables: ProfileTables, rates: Rates, tokens: int, tp: int,

@@ -142,7 +142,9 @@ SOURCES = {
     # FlagPerf's "mem" column (its READMEs: "显存", in GiB, as "used/total") is the device memory its
     # monitor reads from nvidia-smi's Memory-Usage (training/nvidia/nvidia_monitor.py): everything the
     # process holds, compared with the whole predicted peak (allocated + allocator slack + CUDA context).
-    "FLAGPERF": dict(source="flagperf", memory_used_of_total_gib=True),
+    # Its Megatron scripts pass no --moe-token-dispatcher-type, so they ran the allgather dispatcher, the
+    # default of core_v0.6.0 and after (transformer_config.py moe_token_dispatcher_type = "allgather").
+    "FLAGPERF": dict(source="flagperf", memory_used_of_total_gib=True, framework_then={"moe_dispatch": "allgather"}),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
 

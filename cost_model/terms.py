@@ -18,7 +18,9 @@ TIME_TERMS = {
                 "4 collectives of b*s*h per layer and micro-batch (Narayanan 2021 sec. 3.2; Korthikanti sec. 4.2.2)"),
     "cp_comm": ("context-parallel K/V exchange not hidden behind attention",
                 "all-gather of K and V over the cp group, overlapped with attention"),
-    "ep_comm": ("MoE all-to-all dispatch and combine", "2 all-to-alls forward, 2 backward, of the routed tokens"),
+    "ep_comm": ("MoE token dispatch and combine (all-to-all over ep, gather over expert TP)",
+                "per pass: the routed tokens' all-to-all each way over ep, their all-gather and reduce-scatter over "
+                "etp, or the allgather dispatcher's (Framework.moe_dispatch)"),
     "pp_comm": ("pipeline point-to-point sends", "b*s*h/t per micro-batch and virtual stage (Narayanan sec. 4.1)"),
     "pp_bubble": ("pipeline fill and drain: (pp-1)/(vpp*micro-batches) of the step (unequal stages: the other "
                   "ranks' time)", "Narayanan et al. 2021 sec. 2.2"),

@@ -35,3 +35,6 @@ def test_export_passes_the_flags_megatron_accepts():
     assert megatron_accepts(export_plan(doc, "megatron").text, 64) == ""
     plain = PlanDocument(model=MIXTRAL, training=TRAINING, cluster=CLUSTER, parallel=PLAN, framework="megatron-core")
     assert "--overlap-moe-expert-parallel-comm" not in export_megatron_args(plain)
+    # Without the overlap too: the dispatcher the plan was costed with (Framework.moe_dispatch), not
+    # Megatron's default allgather one.
+    assert export_megatron_args(plain)["--moe-token-dispatcher-type"] == "alltoall"

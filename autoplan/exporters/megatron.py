@@ -104,8 +104,10 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
                      "optim_grads_params, --ckpt-format fsdp_dtensor) with CUDA_DEVICE_MAX_CONNECTIONS > 1, as "
                      "validate_args requires")
     if model.is_moe:
+        # The dispatcher the plan was costed with (Framework.moe_dispatch "alltoall"); Megatron's default
+        # is the allgather dispatcher (transformer_config.py core_v0.16.1 line 675).
         args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.num_experts_per_token),
-                 ("--expert-model-parallel-size", par.ep)]
+                 ("--expert-model-parallel-size", par.ep), ("--moe-token-dispatcher-type", "alltoall")]
         if par.etp:
             # Only when the plan sets it: absent, Megatron takes etp = tp (arguments.py lines 410-411).
             args.append(("--expert-tensor-parallel-size", par.etp))
@@ -122,9 +124,8 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
         if par.ep > 1 and get_framework(doc.framework).moe_a2a_overlap:
             # A plan made for megatron-core+overlap-moe-expert-parallel-comm was costed with each
             # micro-batch's all-to-all under another's compute; Megatron runs that with these flags
-            # and an all-to-all (not all-gather) dispatcher.
-            args += [("--moe-token-dispatcher-type", "alltoall"), ("--overlap-moe-expert-parallel-comm",),
-                     ("--delay-wgrad-compute",)]
+            # (and the all-to-all dispatcher above).
+            args += [("--overlap-moe-expert-parallel-comm",), ("--delay-wgrad-compute",)]
     return args
 
 

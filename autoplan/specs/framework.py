@@ -148,6 +148,16 @@ class Framework(DataParallelFacts):
     """fp8: weights cast to fp8 in every micro-batch's forward and again for its backward (torchao
     Float8Linear), or once per step, with the transpose, and reused by later micro-batches
     (Transformer Engine: te.Linear's is_first_microbatch caches the fp8 weight)."""
+    moe_dispatch: str = "tp-gathered"
+    """How a MoE layer's tokens reach its experts under tensor and expert parallelism (priced by
+    cost_model/layer_time.py). "tp-gathered": the layer's input is gathered over TP like a dense MLP's
+    (an all-gather and a reduce-scatter of the tokens per pass), then its routed copies go to their experts
+    in one all-to-all over ep. "alltoall": Megatron-Core's alltoall and flex dispatchers -- the layer takes
+    the sequence-parallel share as it is, sends its k routed copies over ep in an all-to-all, then
+    all-gathers them over the expert-TP (etp) ranks, and scatters them back the same way; the layer's TP
+    collectives are only a shared expert's. "allgather": Megatron-Core's allgather dispatcher -- every rank
+    all-gathers the hidden states of its etp x ep group and reduce-scatters the outputs, whatever the
+    routing."""
     moe_a2a_overlap: bool = False
     """The expert-parallel dispatch/combine all-to-all of one micro-batch's forward runs under another
     micro-batch's backward and the reverse (Megatron-Core --overlap-moe-expert-parallel-comm

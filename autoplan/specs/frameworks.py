@@ -171,11 +171,17 @@ FRAMEWORKS = {f.name: f for f in (
         fp8_weight_cast_per_microbatch=False, fp8_linear_inputs_saved_in_fp8=True, fp8_weight_workspace_bytes=2.0,
         dp_param_gather_overlap=True, pp_p2p_overlap=True,
         expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
+        moe_dispatch="alltoall",
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
         dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2), by_dtype={"fp16": MEGATRON_FP16},
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
+                 "moe_dispatch": "megatron/core/transformer/moe/token_dispatcher.py core_v0.16.1 "
+                                 "MoEAlltoAllTokenDispatcher: all-to-all over the ep group (token_dispatch), then "
+                                 "gather_from_sequence_parallel_region over the expert-TP group (dispatch_postprocess, "
+                                 "lines 691-700), the reverse in combine; the export passes "
+                                 "--moe-token-dispatcher-type alltoall (the default is allgather)",
                  "by_dtype": "fp16: megatron/training/arguments.py (fp32 gradient accumulation only with --bf16) and "
                              "distributed_data_parallel.py grad_dtype (core_v0.6.0 line 105): fp16 main grads",
                  "attention_kernel": "Transformer Engine DotProductAttention: where both apply, TE prefers cuDNN "
