@@ -123,6 +123,7 @@ class Estimator:
                                   tied=model.tied_embeddings, embedding_tp_sharded=fw.embedding_tp_sharded)
         self._moe_layer_share = model.num_moe_layers / model.num_layers
         self._layer_cache: dict = {}
+        self._layer_kind_cache: dict = {}  # mean_layer_times' memo: one layer of each kind, per shape
         uncounted = uncounted_features(model) if self.framework.activation_recipe in RECIPES else []
         self._memory_notes = (f"activation memory of {', '.join(uncounted)} not counted tensor by tensor "
                               "(the plain pre-norm block's tensors are)",) if uncounted else ()
@@ -140,7 +141,7 @@ class Estimator:
                 return mean_layer_times(
                     self.model, self.tables, self.rates, plan.micro_batch_size, self.training.seq_len,
                     plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node, plan.expert_tp, kinds,
-                    plan.moe_capacity_factor)
+                    plan.moe_capacity_factor, self._layer_kind_cache)
             kinds = pacing_layer_kinds(self.model, plan, lambda k: layer_seconds(times(k))) if mixed else None
             lt = self._layer_cache[key] = times(kinds or ())
         return lt

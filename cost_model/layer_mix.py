@@ -10,6 +10,8 @@ of the rank whose layers cost the most per layer.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from autoplan.specs import ModelSpec, ParallelPlan
 
 
@@ -46,5 +48,11 @@ def pacing_layer_kinds(model: ModelSpec, plan: ParallelPlan, per_layer_s) -> tup
     mix of dense and MoE layers (sliding-window mixes keep the model's mean)."""
     if plan.pp == 1 or not mixes_dense_and_moe(model):
         return None
-    mixes = set(rank_layer_kinds(model, plan))
-    return max(sorted(mixes), key=per_layer_s)
+    return max(_rank_mixes(model, plan.pp, plan.vpp), key=per_layer_s)
+
+
+@lru_cache(maxsize=1024)
+def _rank_mixes(model: ModelSpec, pp: int, vpp: int) -> tuple:
+    """The distinct layer-kind mixes of the ranks, sorted (they depend on pp and vpp alone: a search
+    asks for them once per candidate plan)."""
+    return tuple(sorted(set(rank_layer_kinds(model, ParallelPlan(pp=pp, vpp=vpp)))))

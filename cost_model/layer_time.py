@@ -86,16 +86,28 @@ class Rates:
     """Framework.tp_backward_input_reductions (0: one per block)."""
 
 
+GEMM_TIMES_MEMO_SIZE = 1 << 18
+"""Entries gemms_time_s keeps per table before it starts over (a few hundred bytes each)."""
+
+
 def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
     return gemm.flops / (tables.matmul_flops_per_s(gemm.m, gemm.n, gemm.k, dtype) * scale)
 
 
 def gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
+    """(forward, backward) seconds of `gemms`. Remembered per table, GEMM shapes and rate: a search
+    asks for the same layer's GEMMs under many plans (a bound for each of ~10^6 candidates)."""
     dtype = rates.gemm_dtype
     scale = rates.matmul_scale * (rates.fp8_scale if dtype == "fp8" else 1.0)
-    fwd = sum(gemm_time_s(tables, g, dtype, scale) for g in gemms)
-    bwd = sum(gemm_time_s(tables, b, dtype, scale) for g in gemms for b in backward_shapes(g))
-    return fwd, bwd
+    key = (tuple(gemms), dtype, scale)
+    times = tables.gemm_times_memo.get(key)
+    if times is None:
+        fwd = sum(gemm_time_s(tables, g, dtype, scale) for g in gemms)
+        bwd = sum(gemm_time_s(tables, b, dtype, scale) for g in gemms for b in backward_shapes(g))
+        if len(tables.gemm_times_memo) >= GEMM_TIMES_MEMO_SIZE:
+            tables.gemm_times_memo.clear()
+        times = tables.gemm_times_memo[key] = (fwd, bwd)
+    return times
 
 
 def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> float:
@@ -105,14 +117,23 @@ def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> f
 
 def mean_layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
                      tp: int, cp: int, ep: int, sequence_parallel: bool, gpus_per_node: int,
-                     etp: int = 0, kinds: tuple = (), capacity_factor: float = 0.0) -> LayerTimes:
+                     etp: int = 0, kinds: tuple = (), capacity_factor: float = 0.0,
+                     memo: dict | None = None) -> LayerTimes:
     """The mean over the model's layers (or over `kinds`, ((is_moe, window), count) pairs: one pipeline
     rank's layers, cost_model/layer_mix.py) of `layer_times`, each kind of layer (dense/MoE,
-    window/global) weighted by how many layers it has: stage totals are layers x mean."""
+    window/global) weighted by how many layers it has: stage totals are layers x mean. `memo`: a dict
+    the caller keeps for one model, table, rates and sequence length (the Estimator's), so that each
+    kind of layer is priced once per shape."""
     kinds = kinds or model.layer_kinds()
-    per_kind = [(count, layer_times(model, tables, rates, micro_batch, seq_len, tp, cp, ep, sequence_parallel,
-                                    gpus_per_node, moe, window, etp, capacity_factor))
-                for (moe, window), count in kinds]
+    memo = {} if memo is None else memo
+    per_kind = []
+    for (moe, window), count in kinds:
+        key = (micro_batch, tp, cp, ep, sequence_parallel, etp, capacity_factor, moe, window)
+        lt = memo.get(key)
+        if lt is None:
+            lt = memo[key] = layer_times(model, tables, rates, micro_batch, seq_len, tp, cp, ep, sequence_parallel,
+                                         gpus_per_node, moe, window, etp, capacity_factor)
+        per_kind.append((count, lt))
     if len(per_kind) == 1:
         return per_kind[0][1]
     total = sum(n for n, _ in per_kind)

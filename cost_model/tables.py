@@ -153,6 +153,7 @@ class ProfileTables:
         self._coll = {key: {n: ([b for b, _ in sorted(v)], [bw for _, bw in sorted(v)])
                             for n, v in groups.items()} for key, groups in coll.items()}
         self.matmul_flops_per_s = lru_cache(maxsize=4096)(self._matmul_flops_per_s)
+        self.gemm_times_memo: dict = {}  # cost_model.layer_time.gemms_time_s's
         # the fallback order when a framework's kernel has no samples: the profile's own SDPA first
         self._attention_kernels = sorted({k for k, _, _ in self._attention}, key=lambda k: (k != "sdpa", k))
         self.attention_flops_per_s = lru_cache(maxsize=1024)(self._attention_flops_per_s)
