@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 
 CASES = [("qwen-72b", 128), ("llama-3-405b", 16384), ("llama-2-7b", 8), ("llama-3-70b", 256),
-         ("mixtral-8x7b", 64), ("gpt3-175b", 1024), ("bloom-176b", 384), ("qwen2.5-7b", 32)]
+         ("mixtral-8x7b", 64), ("gpt3-175b", 1024), ("bloom-176b", 384), ("qwen2.5-7b", 32),
+         # Megatron-Core's MoE knobs: expert TP searched with tp and ep (issue 25)
+         ("mixtral-8x7b", 64, "megatron-core")]
+"""(model, GPUs[, framework]): the framework is the default one unless named."""
 QUICK = CASES[:2]
 
 
@@ -42,28 +45,33 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_search(model: str, gpus: int, seed: int) -> tuple[float, float, dict]:
+def _framework_args(framework: str | None) -> list:
+    return ["--framework", framework] if framework else []
+
+
+def timed_search(model: str, gpus: int, seed: int, framework: str | None = None) -> tuple[float, float, dict]:
     """(wall s, CPU s, plan file) of one real `autoplan search` process. On a shared machine the
     CPU seconds are what an idle one would take as wall time (the search is single-threaded)."""
     cpu_before = _children_cpu_s()
     started = time.perf_counter()
     proc = subprocess.run([*autoplan_command(), "search", "--model", model, "--gpus", str(gpus), "--seed", str(seed),
-                           "--json"], capture_output=True, text=True, env=os.environ.copy())
+                           *_framework_args(framework), "--json"], capture_output=True, text=True, env=os.environ.copy())
     wall_s = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"autoplan search --model {model} --gpus {gpus} failed: {proc.stderr.strip()}")
     return wall_s, _children_cpu_s() - cpu_before, json.loads(proc.stdout)
 
 
-def exhaustive_optimum(model: str, gpus: int) -> tuple[float, int, float]:
+def exhaustive_optimum(model: str, gpus: int, framework: str | None = None) -> tuple[float, int, float]:
     from autoplan.planning.planner import PlanRequest, plan_search
 
     started = time.perf_counter()
-    outcome = plan_search(PlanRequest(model=model, num_gpus=gpus, exhaustive=True))
+    outcome = plan_search(PlanRequest(model=model, num_gpus=gpus, exhaustive=True,
+                                      **({"framework": framework} if framework else {})))
     return outcome.best.step_time_s, outcome.result.num_evaluated, time.perf_counter() - started
 
 
-def instructions(model: str, gpus: int) -> float | None:
+def instructions(model: str, gpus: int, framework: str | None = None) -> float | None:
     """Billions of instructions the whole `autoplan search` command executes (valgrind's callgrind,
     about 50x slower than a plain run): unlike wall or CPU seconds, the count does not drift with a
     shared machine's load or clock, so before/after comparisons of the search's work hold. None
@@ -71,7 +79,7 @@ def instructions(model: str, gpus: int) -> float | None:
     if shutil.which("valgrind") is None:
         return None
     proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *autoplan_command(),
-                           "search", "--model", model, "--gpus", str(gpus), "--json"],
+                           "search", "--model", model, "--gpus", str(gpus), *_framework_args(framework), "--json"],
                           capture_output=True, text=True, env=os.environ.copy())
     found = re.search(r"Collected\s*:\s*(\d+)", proc.stderr)
     if proc.returncode != 0 or found is None:
@@ -100,16 +108,18 @@ def main() -> None:
           f"{'gap vs exhaustive':>20s} "
           f"{'exhaustive: plans, s':>22s}  best plan")
     worst_gap = 0.0
-    for model, gpus in cases:
-        runs = [timed_search(model, gpus, seed) for seed in range(seeds)]
-        optimum_s, num_plans, exhaustive_s = exhaustive_optimum(model, gpus)
+    for model, gpus, *named in cases:
+        framework = named[0] if named else None
+        runs = [timed_search(model, gpus, seed, framework) for seed in range(seeds)]
+        optimum_s, num_plans, exhaustive_s = exhaustive_optimum(model, gpus, framework)
         gaps = [doc["prediction"]["step_time_s"] / optimum_s - 1.0 for _, _, doc in runs]
         worst_gap = max(worst_gap, *gaps)
         walls = " ".join(f"{w:.2f}" for w, _, _ in runs)
         cpus = " ".join(f"{c:.2f}" for _, c, _ in runs)
         doc = runs[0][2]
         p = doc["parallel"]
-        best = (f"dp={p['dp']} tp={p['tp']} pp={p['pp']} cp={p['cp']} vpp={p['vpp']} ep={p['ep']} "
+        best = (f"{framework + ': ' if framework else ''}dp={p['dp']} tp={p['tp']} pp={p['pp']} cp={p['cp']} "
+                f"vpp={p['vpp']} ep={p['ep']}{' etp=' + str(p['etp']) if p.get('etp') else ''} "
                 f"zero={p['zero_stage']} mb={p['micro_batch_size']} {p['recompute']}; "
                 f"MFU {100 * doc['prediction']['mfu']:.1f}%")
         trials = doc["search"]["num_trials"] + doc["search"].get("num_polish_moves", 0)
@@ -117,7 +127,7 @@ def main() -> None:
               f"{' '.join(f'{100 * g:.2f}%' for g in gaps):>20s} "
               f"{num_plans:>12d}, {exhaustive_s:6.1f}  {best}", flush=True)
         if args.instructions:
-            count = instructions(model, gpus)
+            count = instructions(model, gpus, framework)
             print(f"{'':14s} {'':6s} instructions: " + (f"{count:.2f} G" if count is not None else
                                                          "valgrind not installed"), flush=True)
     print(f"worst gap: {100 * worst_gap:.2f}%")
