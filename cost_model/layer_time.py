@@ -267,11 +267,9 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     cp_fwd_s = max(0.0, cp_fwd - attn_fwd_s)
     cp_bwd_s = max(0.0, 2 * cp_fwd - attn_bwd_s)
 
-    # MoE: dispatch + combine all-to-all of the routed tokens, forward and backward. Megatron's
-    # dispatcher sends each rank's tokens/tp (its sequence-parallel share), k copies, over the ep
-    # group, then gathers them over the etp ranks that split an expert; priced as one all-to-all of
-    # the gathered size (tokens*k*h when etp = tp). The ep group's ranks are etp apart (expert rank
-    # order tp-ep-dp: megatron/core/parallel_state.py core_v0.16.1 RankGenerator, order tp-cp-ep-dp-pp).
+    # MoE: the dispatch and combine of the routed tokens, forward and backward, as the framework's
+    # dispatcher moves them (dispatch_times_s): the part that follows the routing goes through the
+    # imbalance and the overlap of cost_model/moe_time.py, the allgather dispatcher's fixed gathers not.
     ep_fwd_s = ep_bwd_s = moe_fwd_s = 0.0
     if moe:
         a2a_s, gathered_s = dispatch_times_s(model, tables, rates.moe_dispatch, tokens, tp, ep, etp, gpus_per_node)
