@@ -79,3 +79,19 @@ def test_megatron_moe_layer_keeps_only_the_attention_blocks_tp_collectives():
 def test_megatron_core_costs_and_exports_the_alltoall_dispatcher():
     assert get_framework("megatron-core").moe_dispatch == "alltoall"
     assert get_framework("torchtitan").moe_dispatch == "tp-gathered"
+
+
+def test_megatron_export_without_expert_parallelism_passes_the_costed_dispatcher_megatron_accepts():
+    """An ep 1 MoE plan is costed with the alltoall dispatcher's expert-TP gather; its export says so
+    (Megatron's default would be the allgather dispatcher) and Megatron-Core's own config takes it."""
+    from autoplan.exporters import export_plan
+    from autoplan.specs import ClusterSpec, ParallelPlan, PlanDocument, TrainingSpec
+    from tests.framework_acceptance import megatron_accepts
+    from tests.test_export import MIXTRAL, export_megatron_args
+
+    plan = ParallelPlan(dp=8, tp=2, ep=1, zero_stage=1, sequence_parallel=True, micro_batch_size=1,
+                        num_microbatches=16)
+    doc = PlanDocument(model=MIXTRAL, training=TrainingSpec(global_batch_size=128, seq_len=4096),
+                       cluster=ClusterSpec(name="h100-80gb", num_gpus=16), parallel=plan, framework="megatron-core")
+    assert export_megatron_args(doc)["--moe-token-dispatcher-type"] == "alltoall"
+    assert megatron_accepts(export_plan(doc, "megatron").text, 16) == ""
