@@ -234,13 +234,8 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     # input-gradient reduction per block unless the framework reduces each projection's apart.
     tp_rpn = min(tp, gpus_per_node)
     buffer = BYTES_ACT * tokens * h
-    reductions = 1 if model.parallel_block else 2
+    reductions = 1 if model.parallel_block or not mlp_block_tp_pair(model, moe, rates.moe_dispatch) else 2
     bwd_reductions = rates.tp_backward_input_reductions or reductions
-    if moe and rates.moe_dispatch != "tp-gathered" and not model.parallel_block and not model.shared_expert_ffn_size:
-        # Megatron-Core's dispatchers take the sequence-parallel share as it is: the MoE block has no TP
-        # collective of its own (a shared expert, a TP-split MLP, keeps its pair); its tokens move below.
-        reductions = 1
-        bwd_reductions = max(1, bwd_reductions - 1)
     if tp == 1:
         tp_pass_s = tp_bwd_s = 0.0
     elif sequence_parallel:
@@ -293,6 +288,14 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         mlp_fwd_s=0.0 if moe else fwd_of(EXPERT_GEMMS) + act_s, moe_fwd_s=moe_fwd_s,
         shared_fwd_s=fwd_of(SHARED_GEMMS) + act_s - routed_act_s if moe else 0.0,
         mla_up_fwd_s=fwd_of(("q_up", "kv_up")))
+
+
+def mlp_block_tp_pair(model: ModelSpec, moe: bool, dispatch: str) -> bool:
+    """Does the layer's MLP block run a TP collective pair of its own? A dense MLP does, and so does a
+    MoE block whose input is gathered over TP (tp-gathered). Megatron-Core's dispatchers take the
+    sequence-parallel share as it is and move the tokens themselves (dispatch_times_s); only a shared
+    expert, a TP-split MLP on that share, keeps the pair."""
+    return not moe or dispatch == "tp-gathered" or model.shared_expert_ffn_size > 0
 
 
 def dispatch_times_s(model: ModelSpec, tables: ProfileTables, dispatch: str, tokens: int, tp: int, ep: int,

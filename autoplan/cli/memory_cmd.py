@@ -25,7 +25,8 @@ def register(subparsers) -> None:
     add_problem_arguments(p)
     g = p.add_argument_group("layout (left out: the layout `autoplan search` picks)")
     for flag in LAYOUT_FLAGS:
-        g.add_argument(f"--{flag}", type=positive_int, default=None, metavar="N", help=f"{flag} degree (default {'tp' if flag == 'etp' else 1})")
+        g.add_argument(f"--{flag}", type=positive_int, default=None, metavar="N",
+                       help=f"{flag} degree (default {'tp' if flag == 'etp' else 1})")
     g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="Megatron sequence parallelism in the tp group (default: on when tp > 1 and the framework has it)")
     r = p.add_argument_group("rows (left out: all)")
