@@ -234,7 +234,8 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     # input-gradient reduction per block unless the framework reduces each projection's apart.
     tp_rpn = min(tp, gpus_per_node)
     buffer = BYTES_ACT * tokens * h
-    reductions = 1 if model.parallel_block or not mlp_block_tp_pair(model, moe, rates.moe_dispatch) else 2
+    dispatch = dispatch_in_effect(rates.moe_dispatch, ep)
+    reductions = 1 if model.parallel_block or not mlp_block_tp_pair(model, moe, dispatch, sequence_parallel) else 2
     bwd_reductions = rates.tp_backward_input_reductions or reductions
     if tp == 1:
         tp_pass_s = tp_bwd_s = 0.0
@@ -267,7 +268,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     # imbalance and the overlap of cost_model/moe_time.py, the allgather dispatcher's fixed gathers not.
     ep_fwd_s = ep_bwd_s = moe_fwd_s = 0.0
     if moe:
-        a2a_s, gathered_s = dispatch_times_s(model, tables, rates.moe_dispatch, tokens, tp, ep, etp, gpus_per_node)
+        a2a_s, gathered_s = dispatch_times_s(model, tables, dispatch, tokens, tp, ep, etp, gpus_per_node)
         # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
         expert_fwd_s, expert_bwd_s = gemms_time_s(tables, [g for g in gemms if g.name in EXPERT_GEMMS], rates)
         mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn_fwd_s,
@@ -290,12 +291,26 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         mla_up_fwd_s=fwd_of(("q_up", "kv_up")))
 
 
-def mlp_block_tp_pair(model: ModelSpec, moe: bool, dispatch: str) -> bool:
+def dispatch_in_effect(dispatch: str, ep: int) -> str:
+    """The dispatch a plan's MoE layers run (Framework.moe_dispatch): "alltoall-with-ep" (torchtitan 0.3.0)
+    is the alltoall account with expert parallelism and the tp-gathered one without (models/common/
+    moe_sharding.py: with EP the router and the experts take the sequence shard, Shard(1), and the experts
+    are whole, expert_param_placement_sparse; without it the input is replicated over TP and the experts
+    split over it, expert_param_placement_dense)."""
+    if dispatch == "alltoall-with-ep":
+        return "alltoall" if ep > 1 else "tp-gathered"
+    return dispatch
+
+
+def mlp_block_tp_pair(model: ModelSpec, moe: bool, dispatch: str, sequence_parallel: bool = True) -> bool:
     """Does the layer's MLP block run a TP collective pair of its own? A dense MLP does, and so does a
     MoE block whose input is gathered over TP (tp-gathered). Megatron-Core's dispatchers take the
     sequence-parallel share as it is and move the tokens themselves (dispatch_times_s); only a shared
-    expert, a TP-split MLP on that share, keeps the pair."""
-    return not moe or dispatch == "tp-gathered" or model.shared_expert_ffn_size > 0
+    expert, a TP-split MLP on that share, keeps the pair. Without sequence parallelism (torchtitan; Megatron
+    requires it with MoE under TP) the block's input is replicated over TP: each rank routes its slice of the
+    sequence and the outputs come back together over TP, a pair again (moe_sharding.py
+    _moe_sharding_config, output Partial to Replicate)."""
+    return not moe or dispatch == "tp-gathered" or model.shared_expert_ffn_size > 0 or not sequence_parallel
 
 
 def dispatch_times_s(model: ModelSpec, tables: ProfileTables, dispatch: str, tokens: int, tp: int, ep: int,
@@ -313,6 +328,7 @@ def dispatch_times_s(model: ModelSpec, tables: ProfileTables, dispatch: str, tok
     reduce-scatter back (MoEAllGatherTokenDispatcher token_dispatch and token_combine), the same size
     however the tokens are routed. The ep group's ranks are etp apart, the etp group's consecutive (expert
     rank order tp-ep-dp: megatron/core/parallel_state.py core_v0.16.1 RankGenerator, order tp-cp-ep-dp-pp)."""
+    dispatch = dispatch_in_effect(dispatch, ep)
     routed = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
     if dispatch == "allgather":
         group = ep * etp

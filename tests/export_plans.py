@@ -69,6 +69,11 @@ PLANS = {
     "qwen3-moe (235b-a22b) ep pp": export_doc(catalog_model("qwen3-235b-a22b"), 128, 512, dp=64, pp=2, ep=16, zero_stage=1,
                                         micro_batch_size=1, num_microbatches=8, recompute="full",
                                         recompute_num_layers=47),
+    # Expert parallelism over the tensor-parallel ranks too (ep 32 > dp 16): whole experts (etp 1), as
+    # torchtitan 0.3.0 runs them with EP (efsdp = dp_shard*cp*tp/ep = 2) and Megatron-Core's MoE parallel folding.
+    "qwen3-moe ep over tp+sp (etp 1)": export_doc(catalog_model("qwen3-235b-a22b"), 128, 512, dp=16, tp=4, pp=2, ep=32,
+                                            etp=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                                            num_microbatches=32, recompute="full", recompute_num_layers=47),
     # Hybrid sharding: FSDP within each node of 8, 8 replicas (torchtitan data_parallel_replicate_degree);
     # the distributed optimizer over groups of 8 dp*cp ranks, 4 instances (Megatron's partial DistOpt).
     "hsdp (zero3, shard 8)": export_doc(LLAMA3_8B, 64, 128, dp=64, zero_stage=3, zero_shard=8, micro_batch_size=2,

@@ -2,20 +2,21 @@
 from autoplan.inputs.catalog import catalog_model
 from autoplan.planning.planner import PlanRequest, plan_search
 from autoplan.planning.space import Pins, SearchSpace
-from autoplan.specs import ClusterSpec, TrainingSpec
+from autoplan.specs import ClusterSpec, TrainingSpec, get_framework
 
 MIXTRAL = catalog_model("mixtral-8x7b")
+MEGATRON = get_framework("megatron-core")
 TRAINING, CLUSTER = TrainingSpec(global_batch_size=32, seq_len=2048), ClusterSpec(name="h100-80gb", num_gpus=16)
 
 
 def test_etp_domain_only_where_the_framework_has_expert_tp():
     # 0 = tp, and every divisor of the node's 8 GPUs that divides Mixtral's expert width 14336.
-    assert SearchSpace(MIXTRAL, TRAINING, CLUSTER, expert_tp=True).domains["etp"] == (0, 1, 2, 4, 8)
+    assert SearchSpace(MIXTRAL, TRAINING, CLUSTER, framework=MEGATRON).domains["etp"] == (0, 1, 2, 4, 8)
     assert SearchSpace(MIXTRAL, TRAINING, CLUSTER).domains["etp"] == (0,)
 
 
 def test_etp_equal_to_tp_is_the_default_plan():
-    space = SearchSpace(MIXTRAL, TRAINING, CLUSTER, expert_tp=True)
+    space = SearchSpace(MIXTRAL, TRAINING, CLUSTER, framework=MEGATRON)
     knobs = dict(tp=2, pp=1, cp=1, vpp=1, ep=8, micro_batch_size=1, zero_stage=1, recompute="none",
                  sequence_parallel=True)
     assert space.plan({**knobs, "ep": 4, "etp": 2}).etp == 0

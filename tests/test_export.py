@@ -122,7 +122,7 @@ def test_torchtitan_toml():
 
     # Mixtral maps onto none of torchtitan 0.2.0's MoE models: refused, not exported to fail later
     with pytest.raises(InfeasiblePlan, match="torchtitan 0.2.0 has no model for the mixture of experts 'mixtral-8x7b'"):
-        export_plan(MOE, "torchtitan-0.2")
+        export_plan(_with(MOE, etp=1), "torchtitan-0.2")  # whole experts under EP, as torchtitan runs them
     fp8 = tomllib.loads(export_plan(_doc(dtype="fp8", **TP_PP_VPP_SP.parallel.to_dict()), "torchtitan-0.2").text)
     assert fp8["model"]["converters"] == ["quantize.linear.float8"]
     assert fp8["quantize"]["linear"]["float8"] == {"enable_fsdp_float8_all_gather": False}
@@ -169,7 +169,7 @@ def test_torchtitan_03_config_module():
     no_sp = export_plan(_doc(num_gpus=16, gbs=8, dp=4, tp=4, micro_batch_size=2, zero_stage=3), "torchtitan").text
     assert "enable_sequence_parallel=False," in no_sp and "config.activation_checkpoint = None" in no_sp
     with pytest.raises(InfeasiblePlan, match="torchtitan 0.3.0 has no model for the mixture of experts"):
-        export_plan(MOE, "torchtitan")
+        export_plan(_with(MOE, etp=1), "torchtitan")
 
 
 def test_torchtitan_03_flavor_only_for_its_whole_shape_and_the_plans_precision():

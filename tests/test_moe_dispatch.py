@@ -78,7 +78,7 @@ def test_megatron_moe_layer_keeps_only_the_attention_blocks_tp_collectives():
 
 def test_megatron_core_costs_and_exports_the_alltoall_dispatcher():
     assert get_framework("megatron-core").moe_dispatch == "alltoall"
-    assert get_framework("torchtitan").moe_dispatch == "tp-gathered"
+    assert get_framework("torchtitan").moe_dispatch == "alltoall-with-ep"
 
 
 def test_megatron_export_without_expert_parallelism_passes_the_costed_dispatcher_megatron_accepts():

@@ -229,7 +229,7 @@ def _search_point(option: GpuOption, n: int, model, training, request: ClusterRe
         return point
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, framework=request.framework,
                                        memory_headroom_bytes=headroom))
-    space = SearchSpace(model, training, cluster)
+    space = SearchSpace(model, training, cluster, framework=get_framework(request.framework))
     point.result = search(space, scorer, num_trials=request.num_trials, seed=request.seed,
                           polish_starts=CLUSTER_POLISH_STARTS, first_knobs=(leanest,))
     if point.best is None:

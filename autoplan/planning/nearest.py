@@ -57,7 +57,7 @@ def nearest_fitting(model, training, cluster, estimator, plan: ParallelPlan,
     for free in STEPS:
         # The plan's hybrid sharding is not a lever: its shard group stays what the user planned.
         pins = Pins(**{k: getattr(plan, k) for k in KNOBS if k not in free}, zero_shard=plan.zero_shard or None)
-        space = SearchSpace(model, training, cluster, pins, allow_tp_across_nodes)
+        space = SearchSpace(model, training, cluster, pins, allow_tp_across_nodes, framework=estimator.framework)
         candidates, _ = space.enumerate()
         fitting = [s for s in map(scorer.score, candidates) if s.feasible]
         if fitting:

@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+import itertools
+
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -162,14 +164,16 @@ def leanest_fitting_knobs(model, training, cluster, profile, framework: str,
     """The knobs of a plan that fits in memory on this cluster, or None when no plan does. Asks only
     the leanest memory plan of each layout (ZeRO-3, sequence parallel, micro-batch 1, full recompute
     of the fewest layers that fit), smallest model-parallel degrees first."""
-    space = SearchSpace(model, training, cluster)
+    space = SearchSpace(model, training, cluster, framework=get_framework(framework))
     est = make_estimator(model, training, cluster, profile, framework=framework,
                          memory_headroom_bytes=memory_headroom_bytes)
     for tp in space.domains["tp"]:
         for pp in space.domains["pp"]:
             for cp in space.domains["cp"]:
-                for ep in space.domains["ep"]:
-                    knobs = dict(tp=tp, pp=pp, cp=cp, vpp=1, ep=ep, micro_batch_size=1, zero_stage=3,
+                # etp 1 lets ep reach past dp*cp (the leanest experts where ep is capped by the expert
+                # count); a wider expert TP of its own holds no less than one of these two
+                for ep, etp in itertools.product(space.domains["ep"], [e for e in space.domains["etp"] if e <= 1]):
+                    knobs = dict(tp=tp, pp=pp, cp=cp, vpp=1, ep=ep, etp=etp, micro_batch_size=1, zero_stage=3,
                                  recompute="full", sequence_parallel=tp > 1)
                     try:
                         if est.min_full_recompute_layers(space.plan(knobs)) is not None:
@@ -277,7 +281,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     check_dtype(profile, request.dtype)
     training, defaults = training_shape(model, cluster, request.seq_len, request.global_batch_size, request.dtype)
     space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes,
-                        expert_tp=get_framework(request.framework).expert_tensor_parallel)
+                        framework=get_framework(request.framework))
     calibration = None
     if request.calibration_path:
         from cost_model.learned.calibration import load_calibration

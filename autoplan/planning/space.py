@@ -76,11 +76,14 @@ class SearchSpace:
     """The discrete plan space for one (model, training, cluster), with the user's pins applied."""
 
     def __init__(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
-                 pins: Pins = Pins(), allow_tp_across_nodes: bool = False, expert_tp: bool = False):
+                 pins: Pins = Pins(), allow_tp_across_nodes: bool = False, framework=None):
         self.model, self.training, self.cluster = model, training, cluster
-        # The framework splits experts over their own TP degree (Framework.expert_tensor_parallel):
-        # etp is searched jointly with tp and ep; otherwise it stays tp (0).
-        self.expert_tp = expert_tp
+        # The framework (a Framework; None: any, experts split over tp) decides what etp may be. Experts
+        # split over their own TP degree (Framework.expert_tensor_parallel): etp is searched jointly with
+        # tp and ep. Experts whole under expert parallelism (Framework.experts_whole_with_ep): etp follows
+        # ep (canonical_knobs). Otherwise it stays tp (0).
+        self.expert_tp = bool(framework and framework.expert_tensor_parallel)
+        self.experts_whole_with_ep = bool(framework and framework.experts_whole_with_ep)
         self.pins = pins
         # once, not per plan: `plan()` runs for every knob combination (a report enumerates ~200,000),
         # and dataclasses.asdict per call was half of a report's time
@@ -176,6 +179,8 @@ class SearchSpace:
             k["vpp"] = 1
         if not m.is_moe and "ep" not in pinned:
             k["ep"] = 1
+        if self.experts_whole_with_ep and m.is_moe and "etp" not in pinned:
+            k["etp"] = 1 if k["ep"] > 1 else 0
         if k["etp"] == k["tp"] and "etp" not in pinned:
             k["etp"] = 0
         return k, dp

@@ -356,7 +356,10 @@ def render_framework(f, fitted: dict | None = None) -> str:
               f"overlaps: TP comm {f.tp_comm_overlap:.0%}, DP window {_dp_window(f)}, "
               f"pipeline scatter/gather {'yes' if f.pp_scatter_gather else 'no'}",
               *([f"MoE tokens: {f.moe_dispatch} dispatch"
-                 f"{', all-to-all hidden under another micro-batch' if f.moe_a2a_overlap else ''}"] if f.moe else []),
+                 f"{', all-to-all hidden under another micro-batch' if f.moe_a2a_overlap else ''}; experts: "
+                 + ("split over an expert TP of their own (--etp)" if f.expert_tensor_parallel else
+                    "whole under expert parallelism (etp 1), split over tp without" if f.experts_whole_with_ep else
+                    "split over tp")] if f.moe else []),
               f"can run: {_can_run(f)}"]
     if fitted:
         lines.append("fitted on published runs (cost_model/data/constants.json): "

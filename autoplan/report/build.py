@@ -97,10 +97,13 @@ def accuracy_sections(data, out_dir: Path, calibration=None, measurement_paths=(
 
 # -- plan -----------------------------------------------------------------------------------------
 def _estimator(doc: PlanDocument, profile, calibration, num_gpus: int | None = None):
+    """The plan's problem costed for the framework it was made for (its facts and fitted values)."""
+    from cost_model import load_constants
     from cost_model.learned.calibration import CalibratedEstimator
 
     cluster = doc.cluster if num_gpus is None else replace(doc.cluster, num_gpus=num_gpus)
     return cluster, CalibratedEstimator(doc.model, doc.training, cluster, profile, calibration,
+                                        framework=load_constants().framework(doc.framework),
                                         memory_headroom_bytes=int(doc.prediction.get("memory_headroom_bytes", 0)))
 
 
@@ -111,7 +114,7 @@ def search_plans(doc: PlanDocument, profile, calibration=None, num_gpus: int | N
     from autoplan.planning.space import SearchSpace
 
     cluster, estimator = _estimator(doc, profile, calibration, num_gpus)
-    space = SearchSpace(doc.model, doc.training, cluster)
+    space = SearchSpace(doc.model, doc.training, cluster, framework=estimator.framework)
     scorer = PlanScorer(estimator)
     if space.size <= EXHAUSTIVE_SPACE_SIZE:
         return search(space, scorer, exhaustive=True)

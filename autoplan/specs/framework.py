@@ -157,7 +157,8 @@ class Framework(DataParallelFacts):
     all-gathers them over the expert-TP (etp) ranks, and scatters them back the same way; the layer's TP
     collectives are only a shared expert's. "allgather": Megatron-Core's allgather dispatcher -- every rank
     all-gathers the hidden states of its etp x ep group and reduce-scatters the outputs, whatever the
-    routing."""
+    routing. "alltoall-with-ep" (torchtitan): "alltoall" when ep > 1 (at etp 1: Framework.experts_whole_with_ep),
+    "tp-gathered" when ep = 1."""
     moe_a2a_overlap: bool = False
     """The expert-parallel dispatch/combine all-to-all of one micro-batch's forward runs under another
     micro-batch's backward and the reverse (Megatron-Core --overlap-moe-expert-parallel-comm
@@ -270,6 +271,13 @@ class Framework(DataParallelFacts):
     """Experts split over their own tensor-parallel degree (etp != tp), so that the expert-parallel
     group may span tensor- and context-parallel ranks too (Megatron-Core's MoE parallel folding,
     --expert-tensor-parallel-size). Without it, experts are split over tp and ep divides dp*cp."""
+    moe_tp_needs_sequence_parallel: bool = False
+    """Mixture-of-experts training under tensor parallelism requires sequence parallelism."""
+    experts_whole_with_ep: bool = False
+    """The expert TP follows ep: with ep > 1 every routed expert is whole on its expert-parallel rank
+    (etp = 1, the expert-parallel group borrowing the tensor- and context-parallel ranks: ep divides
+    dp*cp*tp) and the layer routes its sequence-parallel share as it is; with ep = 1 the experts are split
+    over tp (etp = tp). torchtitan: its own choice, not a knob (SearchSpace derives etp from ep)."""
     recompute_modules: bool = False
     """Selective recompute of named submodules (ParallelPlan.recompute_modules: Megatron-Core's
     --recompute-modules); without it "selective" means the framework's one policy."""

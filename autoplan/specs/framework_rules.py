@@ -122,7 +122,13 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
     if plan.moe_capacity_factor and not fw.moe_capacity_factor:
         _refuse(fw, f"routes dropless only (no expert capacity), got moe_capacity_factor={plan.moe_capacity_factor}",
                "moe_capacity_factor", "plan without moe_capacity_factor (dropless), or for --framework megatron-core")
-    if plan.expert_tp != plan.tp and not fw.expert_tensor_parallel:
+    if fw.experts_whole_with_ep and model.is_moe:
+        etp = 1 if plan.ep > 1 else plan.tp
+        if plan.expert_tp != etp:
+            _refuse(fw, f"keeps each expert whole under expert parallelism and splits experts over tp without it "
+                   f"(etp = 1 with ep > 1, etp = tp with ep = 1), got ep={plan.ep}, etp={plan.etp}, tp={plan.tp}",
+                   "expert_tp", "plan with --etp 1" if etp == 1 else "plan without --etp (etp = tp)")
+    elif plan.expert_tp != plan.tp and not fw.expert_tensor_parallel:
         _refuse(fw, f"splits experts over the tensor-parallel ranks (no expert TP of their own), got etp={plan.etp}, "
                f"tp={plan.tp}", "expert_tp", "plan without etp (etp = tp), or for --framework megatron-core")
     if fw.moe_a2a_overlap and model.is_moe and plan.ep > 1 and (
@@ -131,6 +137,10 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
         _refuse(fw, f"overlaps the expert all-to-all only without full recompute and, with a pipeline, with "
                f"interleaving, got recompute={plan.recompute}, pp={plan.pp}, vpp={plan.vpp}", "moe_a2a_overlap",
                "plan with --recompute none/selective and --vpp > 1 under --pp, or without the option")
+    if fw.moe_tp_needs_sequence_parallel and model.is_moe and plan.tp > 1 and not plan.sequence_parallel:
+        _refuse(fw, f"trains mixtures of experts under tensor parallelism only with sequence parallelism, got "
+               f"tp={plan.tp} with sequence_parallel=false for {model.name!r}", "moe_tp_sp",
+               "plan with --sequence-parallel")
     if model.is_moe and not fw.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
         _refuse(fw, f"runs mixtures of experts with data, context and expert parallelism only, got "
                f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")

@@ -171,7 +171,7 @@ FRAMEWORKS = {f.name: f for f in (
         fp8_weight_cast_per_microbatch=False, fp8_linear_inputs_saved_in_fp8=True, fp8_weight_workspace_bytes=2.0,
         dp_param_gather_overlap=True, pp_p2p_overlap=True,
         expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
-        moe_dispatch="alltoall",
+        moe_dispatch="alltoall", moe_tp_needs_sequence_parallel=True,
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
         dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2), by_dtype={"fp16": MEGATRON_FP16},
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
@@ -182,6 +182,10 @@ FRAMEWORKS = {f.name: f for f in (
                                  "gather_from_sequence_parallel_region over the expert-TP group (dispatch_postprocess, "
                                  "lines 691-700), the reverse in combine; the export passes "
                                  "--moe-token-dispatcher-type alltoall (the default is allgather)",
+                 "moe_tp_needs_sequence_parallel": "megatron/core/transformer/moe/moe_layer.py core_v0.16.1 lines "
+                                                   "379-383: MoELayer.forward raises ValueError in training when the "
+                                                   "attention TP group is larger than 1 without sequence parallelism "
+                                                   "(since core_v0.8.0)",
                  "by_dtype": "fp16: megatron/training/arguments.py (fp32 gradient accumulation only with --bf16) and "
                              "distributed_data_parallel.py grad_dtype (core_v0.6.0 line 105): fp16 main grads",
                  "attention_kernel": "Transformer Engine DotProductAttention: where both apply, TE prefers cuDNN "
@@ -263,7 +267,20 @@ FRAMEWORKS = {f.name: f for f in (
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
         zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
         tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
-        sources={"attention_kernel": "F.scaled_dot_product_attention; the published runs (torch 2.5-2.7 "
+        experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep",
+        sources={"experts_whole_with_ep": "torchtitan 0.3.0 models/common/moe_sharding.py: with EP the routed experts' "
+                                          "weights are placed over (dp_replicate, efsdp, ep) with ep Shard(0) and no TP "
+                                          "axis (expert_param_placement_sparse, lines 29-47); without EP they are split "
+                                          "over TP (expert_param_placement_dense, Shard(1)/Shard(2)); distributed/"
+                                          "parallel_dims.py line 279: efsdp = dp_shard * cp * tp / ep (EP borrows ranks "
+                                          "from FSDP and TP, config/configs.py expert_parallel_degree). 0.2.0 exports "
+                                          "keep its default expert_tensor_parallel_degree = 1 (whole experts with ep > 1)",
+                 "moe_dispatch": "torchtitan 0.3.0 models/common/moe_sharding.py _routed_experts_sharding_configs and "
+                                 "_router_sharding_config: with EP the router and the experts take the sequence shard "
+                                 "(Shard(1); 'MoE reuses the mesh axis named TP for sequence-token sharding', "
+                                 "_tokens_per_expert_placement) and the tokens move in the EP all-to-all "
+                                 "(token_dispatcher.py); without EP the input is replicated over TP",
+"attention_kernel": "F.scaled_dot_product_attention; the published runs (torch 2.5-2.7 "
                                      "nightlies) took its default order, flash first (aten sdp_utils.cpp "
                                      "priority_order: flash, efficient, math, cudnn; pytorch issue 138907)",
                  "fp8_rowwise": "torchtitan 0.3.0 components/quantization/float8.py Float8LinearConverter.Config: "
