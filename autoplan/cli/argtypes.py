@@ -55,6 +55,28 @@ def _positive(text: str, convert, what: str, upper: float = float("inf"), shown:
     return value
 
 
+MAX_CAPACITY_FACTOR = 64.0
+"""Tokens per expert capped at this many times the mean: past the experts' count it caps nothing."""
+
+
+def capacity_factors(text: str) -> tuple:
+    """--moe-capacity-factor C[,C...]: the capacity factors to plan with, 0 for dropless routing, each
+    finite and at most MAX_CAPACITY_FACTOR; one value pins it, several are searched."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            dropless = part == "dropless" or ascii_float(part) == 0
+        except (ValueError, OverflowError):
+            dropless = False
+        value = 0.0 if dropless else _positive(part, ascii_float, "capacity factors > 0, or 0 (dropless), "
+                                               "comma-separated", upper=MAX_CAPACITY_FACTOR, shown=text)
+        if value in values:
+            raise argparse.ArgumentTypeError(f"names {value:g} twice, in {text!r}")
+        values.append(value)
+    return tuple(values)
+
+
 def positive_int(text: str) -> int:
     return _positive(text, ascii_int, "a positive integer")
 

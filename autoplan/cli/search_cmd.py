@@ -11,7 +11,7 @@ import sys
 
 from autoplan.cli.argtypes import (
     MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, ascii_int, check_storage_url,
-    framework_name, int_at_most, one_line_name, output_path, positive_int, seed_int,
+    capacity_factors, framework_name, int_at_most, one_line_name, output_path, positive_int, seed_int,
 )
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 
@@ -86,8 +86,8 @@ def pins_from_args(args):
 
     return Pins(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vpp=args.vpp, ep=args.ep, etp=args.etp,
                 micro_batch_size=args.micro_batch, zero_stage=args.zero, zero_shard=args.zero_shard,
-                recompute=args.recompute,
-                sequence_parallel=args.sequence_parallel)
+                recompute=args.recompute, sequence_parallel=args.sequence_parallel,
+                moe_capacity_factor=getattr(args, "moe_capacity_factor", None))
 
 
 def add_budget_arguments(p: argparse.ArgumentParser) -> None:
@@ -140,6 +140,11 @@ def register(subparsers) -> None:
                               description=__doc__.split("\n\n")[0])
     add_problem_arguments(p)
     add_pin_arguments(p)
+    p.add_argument("--moe-capacity-factor", type=capacity_factors, default=None, metavar="C[,C...]",
+                   help="MoE only: tokens per expert capped at C x the mean, the rest dropped (Megatron-Core "
+                        "--moe-expert-capacity-factor; 0 = dropless). One value pins it, several are searched "
+                        "with the other knobs (e.g. 0,1,1.25); default: dropless only, since dropping tokens "
+                        "changes what the model trains on")
     s = p.add_argument_group("search")
     s.add_argument("--sampler", choices=("auto", "tpe", "nsga2"), default="auto",
                    help="auto: the exact optimum, every plan enumerated and those a lower bound on step time "

@@ -1,6 +1,6 @@
 """The exact search without scoring every plan: branch and bound over groups of plans.
 
-A group is the plans sharing (tp, pp, cp, vpp, ep, micro-batch, sp): they differ only in ZeRO
+A group is the plans sharing (tp, pp, cp, vpp, ep, etp, micro-batch, sp, capacity factor): they differ only in ZeRO
 stage and recompute policy. A group whose first plan breaks a rule that no ZeRO stage or policy
 mends is rejected whole, before any bound. The others are opened cheapest bound first (a heap of
 groups, their ZeRO stages and their plans with recompute); an entry whose bound exceeds the step
@@ -12,7 +12,9 @@ every group; each ZeRO stage's time without recompute (no memory model); a plan'
 under recompute (under full, at the layers it will recompute: a memory question, asked only of the
 plans reached). A ZeRO stage no plan of which fits is not scored either: its model states and
 weight copies alone over the memory (stage_memory.weights_floor_bytes, before its time is bounded),
-or its leanest memory, floored for every policy by bounds.memory_floor_bytes.
+or its leanest memory, floored for every policy by bounds.memory_floor_bytes. Its plans count as
+rejected for memory ("out_of_memory", with the figures), as the exhaustive search counts the plans it
+scores to learn they do not fit: so when nothing fits, the rejections already say so.
 `autoplan.planning.search` (bounded_search) makes the scores its SearchResult; this module does not import it.
 
 The bounds hold for the analytical Estimator; a calibrated or learned one may scale times down,
@@ -55,7 +57,8 @@ def plan_groups(space: SearchSpace, rejections: dict):
     d, pinned = space.domains, space.pins.pinned()
     n, gb = space.cluster.num_gpus, space.training.global_batch_size
     recomputes = d["recompute"]
-    for tp, pp, cp, ep, etp in itertools.product(d["tp"], d["pp"], d["cp"], d["ep"], d["etp"]):
+    for tp, pp, cp, ep, etp, capacity in itertools.product(d["tp"], d["pp"], d["cp"], d["ep"], d["etp"],
+                                                           d["moe_capacity_factor"]):
         if etp == tp and "etp" not in pinned:
             continue  # the same plan as etp 0 (= tp), which SearchSpace.canonical_knobs folds it onto
         vpps = d["vpp"] if pp > 1 or "vpp" in pinned else (1,)
@@ -72,8 +75,8 @@ def plan_groups(space: SearchSpace, rejections: dict):
                 rule = batch_rule(gb, dp, mb)
                 _reject(rejections, rule.reason, len(zeros) * len(recomputes), str(rule))  # the group's plans
                 continue
-            yield (dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, micro_batch_size=mb, sequence_parallel=sp),
-                   zeros, recomputes)
+            yield (dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, micro_batch_size=mb, sequence_parallel=sp,
+                        moe_capacity_factor=capacity), zeros, recomputes)
 
 
 def _reject(rejections: dict, tag: str, count: int, message: str) -> None:
@@ -141,34 +144,44 @@ def _full_recompute_bound(scorer, plan: ParallelPlan) -> tuple:
         return _policy_bound(scorer.estimator, plan), None
 
 
-def _weights_over(est, plan: ParallelPlan) -> bool:
-    """The stage's model states and weight copies alone are over the usable memory
-    (stage_memory.weights_floor_bytes): a cached sum, checked before the stage's step time is bounded."""
+def _weights_over(est, plan: ParallelPlan) -> str:
+    """Why no plan of the stage fits when its model states and weight copies alone are over the usable
+    memory (stage_memory.weights_floor_bytes: a cached sum, checked before the stage's step time is
+    bounded), else ""."""
     from cost_model.stage_memory import weights_floor_bytes
 
     try:
-        return weights_floor_bytes(est, plan) > est.usable_memory_bytes
+        floor = weights_floor_bytes(est, plan)
     except Exception:  # a shape the memory model cannot price: let scoring say why
-        return False
+        return ""
+    return _over(est, "its model states alone", floor)
 
 
-def _never_fits(est, plan: ParallelPlan) -> bool:
-    """No plan of the stage fits: the leanest of its ZeRO stage (no recompute, selective, or every
-    layer recomputed; memory falls with the recomputed layers, min_full_recompute_layers bisects on
-    it) is over the usable memory. Such plans would only be scored to learn they do not fit. With
+def _over(est, what: str, num_bytes: float) -> str:
+    if num_bytes <= est.usable_memory_bytes:
+        return ""
+    return f"does not fit: {what} {num_bytes / 2 ** 30:.1f} GiB > {est.usable_memory_bytes / 2 ** 30:.1f} GiB usable"
+
+
+def _never_fits(est, plan: ParallelPlan) -> str:
+    """Why no plan of the stage fits, else "": the leanest of its ZeRO stage (no recompute, selective, or
+    every layer recomputed; memory falls with the recomputed layers, min_full_recompute_layers bisects
+    on it) is over the usable memory. Such plans would only be scored to learn they do not fit. With
     every layer recomputed, the breakdown also floors the other policies (bounds.memory_floor_bytes)."""
     from cost_model.bounds import memory_floor_bytes
 
     usable = est.usable_memory_bytes
     try:
         every = est.memory(plan, "full", max(plan.stage_num_layers(est.model.num_layers)))
-        if sum(every.values()) <= usable:
-            return False
-        if memory_floor_bytes(every) > usable:
-            return True
-        return all(sum(est.memory(plan, recompute, 0).values()) > usable for recompute in ("selective", "none"))
+        leanest = sum(every.values())
+        if leanest <= usable:
+            return ""
+        if memory_floor_bytes(every) <= usable:
+            leanest = min([leanest] + [sum(est.memory(plan, recompute, 0).values())
+                                       for recompute in ("selective", "none")])
     except Exception:  # a shape the memory model cannot price: let scoring say why
-        return False
+        return ""
+    return _over(est, "its leanest recompute", leanest)
 
 
 def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS) -> tuple | None:
@@ -200,7 +213,7 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
         bound = _loose_bound(est, first) if first is not None else 0.0
         heap.append((bound, next(tick), _GROUP, (knobs, zeros, recomputes, first if broken is None else None)))
     heapq.heapify(heap)
-    best_by_layout, threshold, scored, seen, pruned, pruned_memory = {}, math.inf, [], set(), 0, 0
+    best_by_layout, threshold, scored, seen, pruned = {}, math.inf, [], set(), 0
     while heap:
         key, _, kind, entry = heapq.heappop(heap)
         if key > threshold:
@@ -214,16 +227,18 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
                     _rule_checked(space, est, framework_rules, knobs, zero, rejections, len(recomputes))
                 if plan is None:
                     continue
-                if plan and _weights_over(est, plan):  # no plan of the stage fits: no bound needed
-                    pruned_memory += len(recomputes)
+                over = plan and _weights_over(est, plan)
+                if over:  # no plan of the stage fits: no bound needed
+                    _reject(rejections, "out_of_memory", len(recomputes), over)
                     continue
                 sharper = _tight_bound(est, plan) if plan else 0.0
                 heapq.heappush(heap, (max(bound, sharper), next(tick), _STAGE, (knobs, zero, recomputes, plan)))
             continue
         if kind == _STAGE:  # score its plan without recompute; queue the others at their own bounds
             knobs, zero, recomputes, first = entry
-            if first and _never_fits(est, first):  # memory only for stages that could win
-                pruned_memory += len(recomputes)
+            over = first and _never_fits(est, first)
+            if over:  # memory only for stages that could win
+                _reject(rejections, "out_of_memory", len(recomputes), over)
                 continue
             to_score = []
             for recompute in recomputes:
@@ -263,7 +278,7 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
                     best_by_layout[layout] = s.step_time_s
                     if len(best_by_layout) >= keep_layouts:
                         threshold = heapq.nsmallest(keep_layouts, best_by_layout.values())[-1]
-    return scored, rejections, pruned + pruned_memory
+    return scored, rejections, pruned
 
 
 _GROUP, _STAGE, _PLAN = 0, 1, 2

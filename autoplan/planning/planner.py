@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from autoplan.inputs.catalog import resolve_model
@@ -138,7 +138,8 @@ def _layout(plan) -> tuple:
 
 def pick_alternatives(result: SearchResult, best: Scored, count: int = NUM_ALTERNATIVES) -> list:
     """Runners-up worth reading: the best plan of each other parallel layout (dp, tp, pp, cp, ep),
-    then same-layout variants if layouts run out, and the faster plan that came closest to fitting."""
+    then same-layout variants if layouts run out, the best plan of each other capacity factor searched,
+    and the faster plan that came closest to fitting."""
     chosen, layouts = [], {_layout(best.plan)}
     for s in result.ranked[1:]:
         if len(chosen) < count and _layout(s.plan) not in layouts:
@@ -147,6 +148,7 @@ def pick_alternatives(result: SearchResult, best: Scored, count: int = NUM_ALTER
     for s in result.ranked[1:]:
         if len(chosen) < count and s not in chosen:
             chosen.append(s)
+    chosen += [s for s in result.capacity_bests if s not in chosen]
     faster_unfit = [s for s in result.unfit if s.step_time_s < best.step_time_s]
     if faster_unfit:  # the faster plan that comes closest to fitting: what memory costs this cluster
         chosen.append(min(faster_unfit, key=lambda s: s.peak_memory_bytes))
@@ -261,7 +263,9 @@ def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cl
         if pins:
             return InfeasiblePlan(f"{pins} cannot work: {first}", tag)
         plans = sum(c for t, (c, _) in result.rejections.items() if t not in _NOT_A_PLAN)
-        unfit = f"; {len(result.unfit)} others break no rule but do not fit in memory" if result.unfit else ""
+        # Counted as rejected for memory: scored (result.unfit) or known without scoring (bounded search).
+        num_unfit = result.rejections.get("out_of_memory", (0, ""))[0]
+        unfit = f"; {num_unfit} others break no rule but do not fit in memory" if num_unfit else ""
         return InfeasiblePlan(f"no valid plan on {cluster.num_gpus} GPUs: {first} (this rule rejected {count} of "
                               f"the {plans} plans tried{unfit})", tag)
     needed = smallest_fitting_gpus(model, training, cluster, profile, framework, memory_headroom_bytes)
@@ -298,14 +302,35 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
                         recompute_layers=request.recompute_layers)
     result = search(space, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive,
                     request.storage, request.study_name, log=request.log)
-    if result.best is None and not request.exhaustive:
-        # The sampler found nothing that runs; only the full enumeration can say that nothing does.
+    if result.best is None and (result.sampler != "exhaustive" or space.pins.pinned()):
+        # The sampler found nothing that runs; only the full enumeration can say that nothing does. The
+        # exact search (bounded) has said so, and counted what did not fit; under pins the message names
+        # the leanest pinned plan that does not fit, which only scoring every plan finds.
         result = search(space, scorer, exhaustive=True)
     if result.best is None:
         raise _no_plan_error(space, result, model, training, cluster, profile, framework, headroom)
+    result.capacity_bests = _capacity_bests(space, scorer, result.best, request)
     doc = plan_document(model, training, cluster, framework, result, defaults,
                         request.calibration_path if calibration is not None else None)
     return PlanOutcome(doc, result, defaults, result.best)
+
+
+def _capacity_bests(space: SearchSpace, scorer: PlanScorer, best: Scored, request: PlanRequest) -> list:
+    """The best plan under each capacity factor searched other than the best plan's: each from the
+    request's search pinned to it (the joint search keeps the best few layouts, not the best of each
+    factor). A sampler's result ranks every plan its scorer has cached, so each is picked by its factor."""
+    bests = []
+    for factor in space.domains["moe_capacity_factor"]:
+        if factor == best.plan.moe_capacity_factor:
+            continue
+        pinned = SearchSpace(space.model, space.training, space.cluster,
+                             replace(space.pins, moe_capacity_factor=factor), space.allow_tp_across_nodes,
+                             framework=space.framework)
+        found = search(pinned, scorer, request.sampler, request.num_trials, request.seed, request.exhaustive)
+        of_factor = [s for s in found.ranked if s.plan.moe_capacity_factor == factor]  # fastest first
+        if of_factor:
+            bests.append(of_factor[0])
+    return bests
 
 
 def plan_document(model, training, cluster, framework: str, result: SearchResult, defaults: list,

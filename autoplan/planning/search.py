@@ -136,6 +136,9 @@ class SearchResult:
     num_pruned: int = 0
     """Exhaustive search only: plans never scored because a lower bound on their step time
     exceeded the best found (autoplan.planning.bounded); 0 when every plan was scored."""
+    capacity_bests: list = field(default_factory=list)
+    """With several MoE capacity factors searched: the best plan under each one the best plan does not
+    use (what dropping tokens, or not, buys), from a search pinned to it."""
 
     @property
     def best(self) -> Scored | None:

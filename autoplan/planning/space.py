@@ -19,7 +19,8 @@ from autoplan.specs import (
 )
 
 # Order matters only for display and for the enumeration order of `--exhaustive`.
-KNOBS = ("tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel")
+KNOBS = ("tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
+         "moe_capacity_factor")
 MAX_MICRO_BATCH = 16
 MIN_CP_CHUNK_TOKENS = 256
 """Context parallelism splits each sequence into 2*cp load-balanced chunks; below a few hundred
@@ -41,9 +42,23 @@ class Pins:
     zero_shard: int | None = None
     recompute: str | None = None
     sequence_parallel: bool | None = None
+    moe_capacity_factor: float | tuple | None = None
+    """MoE routing: one capacity factor (0 = dropless) pins it; a tuple of them is searched. None: dropless
+    only -- dropping tokens changes what the model trains on, so the search tries it only when asked."""
 
     def pinned(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The knobs fixed to one value (a single capacity factor among them)."""
+        pinned = {k: v for k, v in asdict(self).items() if v is not None and k != "moe_capacity_factor"}
+        if len(self.capacity_factors()) == 1 and self.moe_capacity_factor is not None:
+            pinned["moe_capacity_factor"] = self.capacity_factors()[0]
+        return pinned
+
+    def capacity_factors(self) -> tuple:
+        """The capacity factors to plan with (0.0 = dropless)."""
+        factors = self.moe_capacity_factor
+        if factors is None:
+            return (0.0,)
+        return tuple(float(f) for f in factors) if isinstance(factors, tuple) else (float(factors),)
 
     def describe(self) -> str:
         flags = {"micro_batch_size": "micro-batch", "zero_stage": "zero", "zero_shard": "zero-shard"}
@@ -51,6 +66,8 @@ class Pins:
         for k, v in self.pinned().items():
             if k == "sequence_parallel":
                 parts.append("--sequence-parallel" if v else "--no-sequence-parallel")
+            elif k == "moe_capacity_factor":
+                parts.append(f"--moe-capacity-factor {v:g}")
             else:
                 parts.append(f"--{flags.get(k, k)} {v}")
         return " ".join(parts)
@@ -82,6 +99,7 @@ class SearchSpace:
         # split over their own TP degree (Framework.expert_tensor_parallel): etp is searched jointly with
         # tp and ep. Experts whole under expert parallelism (Framework.experts_whole_with_ep): etp follows
         # ep (canonical_knobs). Otherwise it stays tp (0).
+        self.framework = framework
         self.expert_tp = bool(framework and framework.expert_tensor_parallel)
         self.experts_whole_with_ep = bool(framework and framework.experts_whole_with_ep)
         self.pins = pins
@@ -118,6 +136,8 @@ class SearchSpace:
             "zero_stage": [0, 1, 2, 3],
             "recompute": list(RECOMPUTE_POLICIES),
             "sequence_parallel": [False, True],
+            # Dropless unless the user names capacities (a dense model then breaks ParallelPlan.check's rule).
+            "moe_capacity_factor": list(self.pins.capacity_factors()),
         }
         if 1 not in free["cp"]:
             free["cp"].insert(0, 1)
@@ -145,7 +165,7 @@ class SearchSpace:
             dp=dp, tp=k["tp"], pp=k["pp"], cp=k["cp"], vpp=k["vpp"], ep=k["ep"], etp=k["etp"],
             sequence_parallel=k["sequence_parallel"], zero_stage=k["zero_stage"],
             micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
-            recompute=k["recompute"],
+            recompute=k["recompute"], moe_capacity_factor=k["moe_capacity_factor"],
             recompute_num_layers=-(-m.num_layers // k["pp"]) if k["recompute"] == "full" else 0,
             zero_shard=self._pinned.get("zero_shard", 0),
         )
@@ -159,6 +179,7 @@ class SearchSpace:
         pinned = self._pinned
         k = dict(knobs)
         k.setdefault("etp", 0)  # callers that name no expert TP mean etp = tp
+        k.setdefault("moe_capacity_factor", 0.0)  # nor a capacity: dropless
         model_parallel = k["tp"] * k["pp"] * k["cp"]
         if c.num_gpus % model_parallel:
             raise InfeasiblePlan(
