@@ -98,3 +98,24 @@ def test_torchtitan_moe_layer_tp_collectives():
     assert _tp_bytes(8, False, 1) == pytest.approx(2 * 4 * 3 / 4 * buffer)
     # No EP: the input gathered over TP like a dense MLP's: attention and MLP pairs.
     assert _tp_bytes(1, True, 0) == pytest.approx(8 * 3 / 4 * buffer)
+
+
+def test_estimate_and_memory_give_torchtitan_plans_the_expert_tp_it_runs(capsys):
+    """Without --etp, estimate and memory take the framework's expert TP (Framework.default_etp): whole
+    experts under EP for torchtitan, etp = tp for the others."""
+    import json
+
+    from tests.cli_run import run_cli
+
+    problem = ["--model", "qwen3-235b-a22b", "--gpus", 256, "--tp", 4, "--ep", 64, "--zero", 3, "--recompute", "full",
+               "--sequence-parallel"]
+    code, out, err = run_cli(capsys, "estimate", *problem, "--framework", "torchtitan", "--json")
+    assert code == 0, err
+    assert json.loads(out)["parallel"]["etp"] == 1
+    code, out, err = run_cli(capsys, "memory", *problem, "--framework", "torchtitan")
+    assert code == 0 and "ep=64 etp=1 sp (from the flags)" in out, err
+    # megatron-core's etp stays tp unless named: ep 64 then needs dp*cp = 64 to divide, which holds here.
+    code, out, err = run_cli(capsys, "estimate", *problem, "--framework", "megatron-core", "--json")
+    assert code == 0 and json.loads(out)["parallel"].get("etp", 0) == 0, err
+    assert TORCHTITAN.default_etp(QWEN3_MOE, 64) == 1 and TORCHTITAN.default_etp(QWEN3_MOE, 1) == 0
+    assert MEGATRON.default_etp(QWEN3_MOE, 64) == 0

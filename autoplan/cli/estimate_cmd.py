@@ -21,7 +21,7 @@ from autoplan.cli.search_cmd import (
     positive_int, set_budget,
 )
 from autoplan.specs.choices import RECOMPUTE_MODULES
-from autoplan.specs.frameworks import DEFAULT_FRAMEWORK
+from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, get_framework
 
 
 def register(subparsers) -> None:
@@ -100,7 +100,8 @@ def _plan_from_flags(args):
         raise AutoplanError(f"global batch {training.global_batch_size} is not a multiple of dp*micro_batch = "
                             f"{dp}*{mbs}; set --global-batch or --micro-batch")
     recompute = args.recompute or "none"
-    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=args.vpp or 1, ep=args.ep or 1, etp=args.etp or 0,
+    etp = args.etp or get_framework(args.framework or DEFAULT_FRAMEWORK).default_etp(model, args.ep or 1)
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=args.vpp or 1, ep=args.ep or 1, etp=etp,
                         sequence_parallel=bool(args.sequence_parallel), zero_stage=args.zero or 0,
                         micro_batch_size=mbs, num_microbatches=training.global_batch_size // (dp * mbs),
                         recompute=recompute,

@@ -75,8 +75,9 @@ def _layout(args, model, training, cluster, profile, framework):
     sp = args.sequence_parallel
     if sp is None:
         sp = tp > 1 and get_framework(framework).sequence_parallel != "never"
-    layout = Layout(cluster.num_gpus // (tp * pp * cp), tp, pp, cp, given.get("vpp", 1), given.get("ep", 1), sp,
-                    given.get("etp", 0))
+    ep = given.get("ep", 1)
+    layout = Layout(cluster.num_gpus // (tp * pp * cp), tp, pp, cp, given.get("vpp", 1), ep, sp,
+                    given.get("etp", get_framework(framework).default_etp(model, ep)))
     return layout, "from the flags"
 
 

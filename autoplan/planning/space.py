@@ -200,8 +200,8 @@ class SearchSpace:
             k["vpp"] = 1
         if not m.is_moe and "ep" not in pinned:
             k["ep"] = 1
-        if self.experts_whole_with_ep and m.is_moe and "etp" not in pinned:
-            k["etp"] = 1 if k["ep"] > 1 else 0
+        if self.experts_whole_with_ep and "etp" not in pinned:
+            k["etp"] = self.framework.default_etp(m, k["ep"])
         if k["etp"] == k["tp"] and "etp" not in pinned:
             k["etp"] = 0
         return k, dp

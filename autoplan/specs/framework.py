@@ -317,6 +317,11 @@ class Framework(DataParallelFacts):
         facts = self.by_dtype.get(dtype)
         return replace(self, **facts) if facts else self
 
+    def default_etp(self, model: ModelSpec, ep: int) -> int:
+        """The expert TP a plan gets when nobody names one (ParallelPlan.etp; 0 = tp): 1 under expert
+        parallelism where the framework keeps experts whole there (experts_whole_with_ep), else 0."""
+        return 1 if self.experts_whole_with_ep and model.is_moe and ep > 1 else 0
+
     # -- the rules (autoplan.specs.framework_rules) ------------------------------------------------
     def check_model(self, model: ModelSpec, training: TrainingSpec | None = None) -> None:
         """Raise InfeasiblePlan when no plan of this framework can run the model (an architecture
