@@ -137,13 +137,14 @@ def _norm(model: ModelSpec, tokens: float, outside: int, r: EagerRecipe, name: s
 
 def uncounted_features(model: ModelSpec) -> list[str]:
     """Block features of executor/blocks.py whose extra saved tensors these recipes do not count yet
-    (tests/test_memory_counting.py covers pre-norm Llama/Qwen2/GPT-2 blocks); with them the layer
+    (tests/test_memory_counting.py covers pre-norm Llama/Qwen2/GPT-2 blocks and MLA); with them the layer
     terms are those of the plain pre-norm block."""
     features = {"qk_norm": bool(model.qk_norm), "norm_placement": model.norm_placement != "pre",
                 "parallel_block": model.parallel_block, "attn_logit_softcap": bool(model.attn_logit_softcap),
                 "sliding_window": bool(model.sliding_window), "moe": model.is_moe,
                 # SDPA's flash kernels need one head width for q, k and v; otherwise another kernel runs
-                "v_head_dim": bool(model.v_head_dim) and model.v_head_dim != model.head_dim}
+                # (MLA pads its values to head_dim: executor/blocks.py LatentAttention)
+                "v_head_dim": bool(model.v_head_dim) and model.v_head_dim != model.head_dim and not model.is_mla}
     return [name for name, used in features.items() if used]
 
 
@@ -155,14 +156,17 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRec
     mlp_casts = (1 if model.mlp == "gelu" else 2) if r.autocast else 1
     parts = _norm(model, tokens, outside, r, "attention_norm")
     repeated = model.num_heads > model.num_kv_heads and not r.native_gqa
-    parts.update({
-        "qkv_input": casts * r.compute_bytes * tokens * h,
-        "q": r.compute_bytes * tokens * model.q_size / tp,                           # after RoPE, SDPA input
-        "k": r.compute_bytes * tokens * (model.q_size if repeated else model.kv_size) / tp,
-        "v": r.compute_bytes * tokens * (model.attn_out_size if repeated else model.v_size) / tp,
-        "attention_out": r.compute_bytes * tokens * model.attn_out_size / tp,        # SDPA output = wo input
-        "softmax_lse": FP32 * tokens * model.num_heads / tp,              # flash attention's statistics
-    })
+    if model.is_mla:
+        parts.update(_latent_attention(model, tokens, tp, r))
+    else:
+        parts.update({
+            "qkv_input": casts * r.compute_bytes * tokens * h,
+            "q": r.compute_bytes * tokens * model.q_size / tp,                           # after RoPE, SDPA input
+            "k": r.compute_bytes * tokens * (model.q_size if repeated else model.kv_size) / tp,
+            "v": r.compute_bytes * tokens * (model.attn_out_size if repeated else model.v_size) / tp,
+            "attention_out": r.compute_bytes * tokens * model.attn_out_size / tp,        # SDPA output = wo input
+            "softmax_lse": FP32 * tokens * model.num_heads / tp,              # flash attention's statistics
+        })
     if r.context_shards > 1:
         parts.update(_context_parallel_kv(model, b, s, tp, r.context_shards, r.compute_bytes))
     if r.rope_table_casts:   # cos and sin cast to bf16 for q and for k: (s, rope_dim) each
@@ -181,6 +185,48 @@ def layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r: EagerRec
     return parts
 
 
+def _latent_attention(model: ModelSpec, tokens: float, tp: int, r: EagerRecipe) -> dict:
+    """What executor/blocks.py `LatentAttention` saves (MLA, measured with saved-tensor hooks on the CPU):
+    the block input once per down-projection that casts it (wq_a or wq, wkv_a); each latent's RMSNorm --
+    fused: its input (c_kv: a view of wkv_a's whole output, the RoPE key's columns included) and rstd;
+    composite: the input upcast to fp32 (or, computing in fp32, the input itself), rstd and the fp32
+    output -- and the normalized latent its up-projection takes (wq_b, wkv_b, in the compute dtype);
+    SDPA's q, k and v at head_dim (the values zero-padded to it), its output and log-sum-exp; and wo's
+    input, the output cut back to v_head_dim (a copy of its own when the values were padded)."""
+    cb, heads = r.compute_bytes, model.num_heads / tp
+    composite = model.norm != "layernorm" and not r.fused_norm
+    parts = {"qkv_input": (2 if r.autocast else 1) * cb * tokens * model.hidden_size}
+    latents = [("q_latent", model.q_lora_rank, model.q_lora_rank)] if model.q_lora_rank else []
+    latents.append(("kv_latent", model.kv_lora_rank, model.kv_lora_rank + model.qk_rope_head_dim))
+    for name, rank, produced in latents:
+        if composite:
+            parts[f"{name}_norm_input"] = FP32 * tokens * (rank if cb != FP32 else produced)
+            parts[f"{name}_norm_output"] = FP32 * tokens * rank
+        else:
+            parts[f"{name}_norm_input"] = cb * tokens * produced
+        parts[f"{name}_norm_stats"] = FP32 * tokens
+        parts[f"{name}_up_input"] = cb * tokens * rank
+    padded = model.value_dim != model.head_dim
+    parts.update({
+        "q": cb * tokens * heads * model.head_dim,
+        "k": cb * tokens * heads * model.head_dim,
+        "v": cb * tokens * heads * _mla_value_storage(model),
+        "attention_out": cb * tokens * heads * model.value_dim,          # wo's input
+        "softmax_lse": FP32 * tokens * heads,
+    })
+    if padded:
+        parts["core_out"] = cb * tokens * heads * model.head_dim       # SDPA's output at the padded width
+    return parts
+
+
+def _mla_value_storage(model: ModelSpec) -> int:
+    """Per head, the width of the storage SDPA's saved V lives in: the zero-padded copy (head_dim), or,
+    unpadded, a view of wkv_b's output, the head's non-rotary key beside its value."""
+    if model.value_dim != model.head_dim:
+        return model.head_dim
+    return model.head_dim - model.qk_rope_head_dim + model.value_dim
+
+
 def _context_parallel_kv(model: ModelSpec, b: int, s: int, tp: int, cp: int, dtype_bytes: int = BF16) -> dict:
     """What SDPA saves of a context-parallel attention core (executor/torch_backend/context_parallel.py
     `ContextParallelAttention.forward`): K and V of all cp * s tokens, gathered (`_GatherSequence`
@@ -190,8 +236,9 @@ def _context_parallel_kv(model: ModelSpec, b: int, s: int, tp: int, cp: int, dty
     batch and heads. (On CUDA the efficient-attention kernel pads the mask's key dimension to a
     multiple of 16: no change at the sequence lengths plans use.)"""
     gathered_tokens = b * s * cp
+    v_width = model.q_size if model.is_mla else model.attn_out_size   # MLA's values padded to head_dim
     return {"k": dtype_bytes * gathered_tokens * model.q_size / tp,
-            "v": dtype_bytes * gathered_tokens * model.attn_out_size / tp,
+            "v": dtype_bytes * gathered_tokens * v_width / tp,
             "cp_mask": dtype_bytes * s * (s * cp)}
 
 
@@ -201,8 +248,13 @@ def selective_layer_saved(model: ModelSpec, b: int, s: int, tp: int, sp: bool, r
     the log-sum-exp are not."""
     parts = layer_saved(model, b, s, tp, sp, r)
     tokens = b * s
-    parts["k"], parts["v"] = (r.compute_bytes * tokens * model.kv_size / tp,
-                              r.compute_bytes * tokens * model.v_size / tp)
+    if model.is_mla:  # the core's q, k and v as they enter it; its (padded) output not kept
+        k_width, v_width = model.q_size, model.num_heads * _mla_value_storage(model)
+        parts.pop("core_out", None)
+    else:
+        k_width, v_width = model.kv_size, model.v_size
+    parts["k"], parts["v"] = (r.compute_bytes * tokens * k_width / tp,
+                              r.compute_bytes * tokens * v_width / tp)
     del parts["softmax_lse"]
     parts.pop("cp_mask", None)
     return parts

@@ -110,7 +110,7 @@ class Estimator:
             flash_attention=fw.flash_attention, attention_kernel=fw.attention_kernel,
             moe_load_imbalance=fw.moe_load_imbalance,
             moe_a2a_overlap=fw.moe_a2a_overlap, moe_padded_expert_gemm=fw.moe_padded_expert_gemm,
-            moe_dispatch=fw.moe_dispatch,
+            moe_dispatch=fw.moe_dispatch, mla_padded_values=fw.mla_padded_values,
             fp8_rowwise=fw.fp8_rowwise, tp_backward_input_reductions=fw.tp_backward_input_reductions)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step

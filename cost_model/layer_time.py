@@ -8,7 +8,7 @@ estimator, so a search pays for each shape once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from autoplan.specs import ModelSpec
 from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO
@@ -80,6 +80,8 @@ class Rates:
     """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
     moe_dispatch: str = "tp-gathered"
     """Framework.moe_dispatch: how a MoE layer's tokens reach its experts (its collectives below)."""
+    mla_padded_values: bool = False
+    """Framework.mla_padded_values: MLA's attention core at the q/k head width for the values too."""
     fp8_rowwise: bool = False
     """Framework.fp8_rowwise: torchao's row-wise (axis-wise) scaled fp8, whose backward casts more."""
     tp_backward_input_reductions: int = 0
@@ -158,7 +160,9 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
 
     # Attention core (QK^T, softmax, AV).
     heads_local = model.num_heads // tp
-    attn_flops = attention_core_fwd_flops(model, micro_batch, seq_len, tp, cp, causal=rates.flash_attention,
+    # The work the kernel does: MLA's values padded to head_dim run A·V at that width.
+    core_model = replace(model, v_head_dim=0) if rates.mla_padded_values and model.is_mla else model
+    attn_flops = attention_core_fwd_flops(core_model, micro_batch, seq_len, tp, cp, causal=rates.flash_attention,
                                           window=window)
     if rates.flash_attention:
         fwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,

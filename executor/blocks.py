@@ -14,8 +14,9 @@ block that wires them. Each architecture fact is a switch here, not a new model 
 - GeGLU (Gemma), MLP-only biases (GPT-J), dense layers in MoE models (DeepSeek's first k) and shared
   experts beside the routed ones (`executor.moe`).
 
-What this module cannot build (multi-head latent attention) `executor.model.check_buildable`
-refuses before anything starts.
+- Multi-head latent attention (`kv_lora_rank`: DeepSeek-V2/V3): `LatentAttention`.
+
+What this module cannot build `executor.model.check_buildable` refuses before anything starts.
 
 `Kernels` picks how some parts are computed, never what: each choice gives the same function (up to
 rounding) and is switchable from `autoplan run --without NAME` (executor.options.SPEEDUPS).
@@ -161,6 +162,55 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(batch, seq_len, -1))
 
 
+class LatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, sec. 2.1): queries through a low-rank
+    bottleneck (wq_a to q_lora_rank, RMSNorm, wq_b; one wq without it), keys and values from one
+    compressed latent c_kv (wkv_a to kv_lora_rank, RMSNorm, wkv_b to every head's non-rotary key and value)
+    plus one decoupled RoPE key of qk_rope_head_dim that every head shares (the rest of wkv_a's output).
+    Each head's query and key: (qk_nope_head_dim non-rotary | qk_rope_head_dim rotary), head_dim wide;
+    values v_head_dim wide. Softmax scale 1/sqrt(head_dim) (SDPA's default; DeepSeek's YaRN mscale is a
+    long-context extension, not reproduced)."""
+
+    def __init__(self, spec: ModelSpec, kernels: Kernels = Kernels()):
+        super().__init__()
+        h, heads = spec.hidden_size, spec.num_heads
+        self.head_dim, self.value_dim, self.rope_dim = spec.head_dim, spec.value_dim, spec.qk_rope_head_dim
+        self.kv_lora_rank = spec.kv_lora_rank
+        self.rope_in_compute_dtype = kernels.rope_in_compute_dtype
+        if spec.q_lora_rank:
+            self.wq_a = nn.Linear(h, spec.q_lora_rank, bias=False)
+            self.q_norm = make_norm(spec, spec.q_lora_rank)
+            self.wq_b = nn.Linear(spec.q_lora_rank, heads * spec.head_dim, bias=False)
+        else:
+            self.wq = nn.Linear(h, heads * spec.head_dim, bias=False)
+        self.wkv_a = nn.Linear(h, spec.kv_lora_rank + spec.qk_rope_head_dim, bias=False)
+        self.kv_norm = make_norm(spec, spec.kv_lora_rank)
+        nope = spec.head_dim - spec.qk_rope_head_dim
+        self.wkv_b = nn.Linear(spec.kv_lora_rank, heads * (nope + spec.value_dim), bias=False)
+        self.wo = nn.Linear(heads * spec.value_dim, h, bias=False)
+        self.core = CausalAttention(native_gqa=kernels.native_gqa)
+
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+        batch, seq_len = x.shape[0], x.shape[1]
+        q = self.wq_b(self.q_norm(self.wq_a(x))) if hasattr(self, "wq_a") else self.wq(x)
+        q = q.view(batch, seq_len, -1, self.head_dim)
+        c_kv, k_rope = self.wkv_a(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        kv = self.wkv_b(self.kv_norm(c_kv)).view(batch, seq_len, -1, self.head_dim - self.rope_dim + self.value_dim)
+        k_nope, v = kv.split([self.head_dim - self.rope_dim, self.value_dim], dim=-1)
+        q_nope, q_rope = q.split([self.head_dim - self.rope_dim, self.rope_dim], dim=-1)
+        q_rope = apply_rope(q_rope, rope, self.rope_in_compute_dtype)
+        k_rope = apply_rope(k_rope.unsqueeze(2), rope, self.rope_in_compute_dtype)
+        q = torch.cat([q_nope, q_rope], dim=-1)
+        k = torch.cat([k_nope, k_rope.expand(-1, -1, k_nope.shape[2], -1)], dim=-1)
+        if self.value_dim != self.head_dim:
+            # SDPA's flash kernels (CUDA and CPU) take one head width for q, k and v: the values padded
+            # with zeros to head_dim and the output cut back (torchtitan 0.3.0's deepseek_v3 passes them
+            # unpadded and lets its attention backend pick a kernel that takes them).
+            v = F.pad(v, (0, self.head_dim - self.value_dim))
+        out = self.core(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))[..., :self.value_dim]
+        return self.wo(out.transpose(1, 2).reshape(batch, seq_len, -1))
+
+
 class FeedForward(nn.Module):
     """SwiGLU w2(silu(w1 x) * w3 x), GeGLU w2(gelu(w1 x) * w3 x) (Gemma), or GeLU w2(gelu(w1 x))."""
 
@@ -200,7 +250,7 @@ class TransformerBlock(nn.Module):
             self.post_ffn_norm = make_norm(spec)
         if self.placement != "post" and not spec.shared_block_norm:
             self.ffn_norm = make_norm(spec)
-        self.attention = Attention(spec, layer, kernels)
+        self.attention = LatentAttention(spec, kernels) if spec.is_mla else Attention(spec, layer, kernels)
         self.feed_forward = MoEFeedForward(spec) if spec.is_moe_layer(layer) else FeedForward(spec)
         if spec.is_moe_layer(layer) and spec.shared_expert_ffn_size:
             self.feed_forward.shared_mlp = FeedForward(spec, spec.shared_expert_ffn_size)

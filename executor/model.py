@@ -73,11 +73,6 @@ def model_notes(spec: ModelSpec) -> list[str]:
 def check_buildable(spec: ModelSpec, moe: bool = False) -> None:
     """Raise AutoplanError, naming the architecture feature, for what this module cannot build;
     mixture-of-experts models too unless the caller (a backend) runs them (`moe=True`)."""
-    if spec.is_mla:
-        raise AutoplanError(
-            f"model {spec.name!r} uses multi-head latent attention (kv_lora_rank={spec.kv_lora_rank}, "
-            f"q_lora_rank={spec.q_lora_rank}, qk_rope_head_dim={spec.qk_rope_head_dim}); the executor does "
-            "not build MLA: it is planned only (autoplan search/estimate and the Megatron-LM export carry it)")
     if spec.is_moe and not moe:
         raise AutoplanError(
             f"model {spec.name!r} is a mixture of experts ({spec.num_experts} experts); this backend runs "

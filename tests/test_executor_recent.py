@@ -30,7 +30,14 @@ STARCODER2 = ModelSpec("tiny-starcoder2", 2, 64, 4, 2, 256, 256, mlp="gelu", nor
 DSMOE = ModelSpec("tiny-deepseek-moe", 3, 32, 4, 2, 96, 256, num_experts=4, num_experts_per_token=2,
                   moe_ffn_hidden_size=32, shared_expert_ffn_size=32, num_dense_layers=1, v_head_dim=16,
                   qk_norm="head", max_seq_len=64)
-TINY = [QWEN3, GEMMA3, OLMO2, GPTJ, NEOX, STARCODER2, DSMOE]
+# DeepSeek-V2's block: multi-head latent attention (q latent, compressed K/V latent, shared RoPE key, values
+# narrower than q/k) over shared + routed experts after a dense first layer.
+DSV2 = ModelSpec("tiny-deepseek-v2", 3, 64, 4, 4, 96, 256, num_experts=4, num_experts_per_token=2,
+                 moe_ffn_hidden_size=32, shared_expert_ffn_size=32, num_dense_layers=1, head_dim=24, v_head_dim=16,
+                 q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, max_seq_len=64, family="deepseek_v2")
+MLA_DENSE = replace(DSV2, name="tiny-mla-dense", num_experts=0, num_experts_per_token=0, moe_ffn_hidden_size=0,
+                    shared_expert_ffn_size=0, num_dense_layers=0)
+TINY = [QWEN3, GEMMA3, OLMO2, GPTJ, NEOX, STARCODER2, DSMOE, DSV2]
 
 
 def _materialized(spec, seed=0):
@@ -41,7 +48,7 @@ def _materialized(spec, seed=0):
 
 
 @pytest.mark.parametrize("name", ["qwen3-8b", "qwen3-235b-a22b", "gemma-2-9b", "gemma-3-27b", "olmo-2-13b",
-                                  "phi-3.5-mini", "starcoder2-15b", "gpt-j-6b"])
+                                  "phi-3.5-mini", "starcoder2-15b", "gpt-j-6b", "deepseek-v2", "deepseek-v3"])
 def test_published_configs_build_with_exactly_their_counted_parameters(name):
     """The module's numel() on the meta device is an independent count of ModelSpec.num_params."""
     spec = load_hf_config(FIXTURES / f"{name}.json")
@@ -60,10 +67,34 @@ def test_tiny_twins_count_and_run(spec):
     assert all(p.grad is not None for p in model.parameters())
 
 
-def test_mla_is_refused_naming_the_feature():
-    deepseek = load_hf_config(FIXTURES / "deepseek-v3.json")
-    with pytest.raises(AutoplanError, match="multi-head latent attention.*planned only"):
-        check_buildable(deepseek, moe=True)
+def test_latent_attention_shares_one_rope_key_and_pads_the_values():
+    """MLA's keys: every head's non-rotary part from the latent, one rotary part for all heads; the
+    block's output does not depend on the zero padding of the values (a value wider than v_head_dim
+    would change it)."""
+    from executor.blocks import LatentAttention
+
+    check_buildable(load_hf_config(FIXTURES / "deepseek-v3.json"), moe=True)  # built now, not refused
+    torch.manual_seed(0)
+    attention = LatentAttention(MLA_DENSE)
+    x = torch.randn(2, 8, 64)
+    rope = rope_cache(MLA_DENSE.qk_rope_head_dim, 8)
+    out = attention(x, rope)
+    assert out.shape == x.shape
+    # Zeroing wkv_a's rotary rows removes the shared key's contribution: k_rope = 0 for every head.
+    with torch.no_grad():
+        attention.wkv_a.weight[MLA_DENSE.kv_lora_rank:] = 0.0
+    assert not torch.allclose(attention(x, rope), out)
+    # A plain reference: per head, softmax(q k^T / sqrt(head_dim)) v with the causal mask, v unpadded.
+    with torch.no_grad():
+        q = attention.wq_b(attention.q_norm(attention.wq_a(x))).view(2, 8, 4, 24)
+        c_kv, k_rope = attention.wkv_a(x).split([16, 8], dim=-1)
+        k_nope, v = attention.wkv_b(attention.kv_norm(c_kv)).view(2, 8, 4, 32).split([16, 16], dim=-1)
+        q = torch.cat([q[..., :16], apply_rope(q[..., 16:], rope)], dim=-1)
+        k = torch.cat([k_nope, apply_rope(k_rope.unsqueeze(2), rope).expand(-1, -1, 4, -1)], dim=-1)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(24)
+        scores = scores.masked_fill(torch.ones(8, 8, dtype=torch.bool).triu(1), float("-inf"))
+        want = attention.wo(torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v).reshape(2, 8, 64))
+        assert torch.allclose(attention(x, rope), want, atol=1e-5)
 
 
 def test_sliding_window_hides_keys_beyond_the_window():
@@ -103,6 +134,7 @@ def _doc(model, **parallel):
     (OLMO2, dict(dp=2, tp=2, num_microbatches=4), ["post norms", "tp=2"]),
     (GPTJ, dict(dp=2, tp=2, num_microbatches=4), ["parallel attention/MLP block"]),
     (STARCODER2, dict(dp=2, cp=2, num_microbatches=4), ["plain causal attention", "sliding_window=", "cp=2"]),
+    (MLA_DENSE, dict(dp=2, tp=2, num_microbatches=4), ["multi-head latent attention", "tp=2", "--tp 1"]),
 ])
 def test_torch_backend_refuses_before_starting(model, parallel, words):
     from executor import RunOptions
@@ -125,6 +157,8 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes, against each model's single-
     (STARCODER2, dict(dp=2, tp=2, sequence_parallel=True, num_microbatches=4)),
     (DSMOE, dict(dp=4, ep=2, num_microbatches=2)),
     (DSMOE, dict(dp=4, ep=4, zero_stage=3, num_microbatches=2)),
+    (DSV2, dict(dp=4, ep=2, zero_stage=3, num_microbatches=2)),
+    (DSV2, dict(dp=2, cp=2, num_microbatches=4)),
 ]
 
 

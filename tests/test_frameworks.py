@@ -186,18 +186,21 @@ def test_analytical_and_calibrated_estimators_share_one_contract(tmp_path):
 
 
 def test_model_features_a_framework_lacks_are_refused_first(capsys):
-    """DeepSeek-V3's multi-head latent attention: the executor builds none, Megatron-Core has it."""
+    """DeepSeek-V3's multi-head latent attention: Megatron-DeepSpeed has none, Megatron-Core and
+    autoplan's executor (executor/blocks.py LatentAttention) have it."""
     from autoplan.inputs.catalog import catalog_model
 
     deepseek = catalog_model("deepseek-v3")
     plan = ParallelPlan(dp=8, ep=8, micro_batch_size=1, num_microbatches=8, zero_stage=1)
     training = TrainingSpec(global_batch_size=64, seq_len=4096)
-    with pytest.raises(InfeasiblePlan, match="framework autoplan has no multi-head latent attention") as info:
-        get_framework("autoplan").check(deepseek, training, plan)
+    with pytest.raises(InfeasiblePlan, match="framework deepspeed has no multi-head latent attention") as info:
+        get_framework("deepspeed").check(deepseek, training, plan)
     assert info.value.reason == "framework_mla"
     get_framework("megatron-core").check(deepseek, training, plan)
-    assert main(["search", "--model", "deepseek-v3", "--gpus", "256"]) == 2
+    get_framework("autoplan").check(deepseek, training, plan)
+    assert main(["search", "--model", "deepseek-v3", "--gpus", "256", "--framework", "deepspeed"]) == 2
     assert "multi-head latent attention" in capsys.readouterr().err
+    assert main(["search", "--model", "deepseek-v3", "--gpus", "256", "--json"]) == 0  # the default framework
 
 
 def test_frameworks_command_lists_every_framework_and_one_with_sources(capsys):

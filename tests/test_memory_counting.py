@@ -114,7 +114,16 @@ def _assert_counts_agree(spec, counted, want, what, rel=0.03):
     assert counted["embedding"] == pytest.approx(want["embedding"], rel=rel), (what, counted, want)
 
 
-SPECS = [LLAMA_LIKE, QWEN_LIKE, GEGLU_LIKE, GPT_LIKE]
+# Multi-head latent attention (DeepSeek-V2's block, executor/blocks.py LatentAttention): q through a
+# low-rank latent, K/V from one compressed latent plus a shared RoPE key, values narrower than q/k.
+MLA_LIKE = ModelSpec(name="mla-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=8,
+                     ffn_hidden_size=704, vocab_size=1000, mlp="swiglu", norm="rmsnorm", position="rope",
+                     tied_embeddings=True, max_seq_len=512, head_dim=48, v_head_dim=32, q_lora_rank=96,
+                     kv_lora_rank=64, qk_rope_head_dim=16)
+# Without the query latent, and with values as wide as q/k (no padding: V is a view beside the key).
+MLA_PLAIN_Q = dataclasses.replace(MLA_LIKE, name="mla-plain-q", q_lora_rank=0, v_head_dim=0)
+
+SPECS = [LLAMA_LIKE, QWEN_LIKE, GEGLU_LIKE, GPT_LIKE, MLA_LIKE, MLA_PLAIN_Q]
 POLICIES = ["none", "selective", "full"]
 
 

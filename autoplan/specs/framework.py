@@ -271,6 +271,9 @@ class Framework(DataParallelFacts):
     """Experts split over their own tensor-parallel degree (etp != tp), so that the expert-parallel
     group may span tensor- and context-parallel ranks too (Megatron-Core's MoE parallel folding,
     --expert-tensor-parallel-size). Without it, experts are split over tp and ep divides dp*cp."""
+    mla_padded_values: bool = False
+    """Multi-head latent attention runs its attention core with the values zero-padded to the q/k head
+    width (one width for SDPA's flash kernels), so A·V and the output cost head_dim, not v_head_dim."""
     moe_tp_needs_sequence_parallel: bool = False
     """Mixture-of-experts training under tensor parallelism requires sequence parallelism."""
     experts_whole_with_ep: bool = False

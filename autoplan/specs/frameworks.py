@@ -65,13 +65,12 @@ _AUTOPLAN = Framework(
     fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     hsdp_zero_stages=(1, 2, 3),
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
-    cp_with_masked_attention=False, mla=False,
+    cp_with_masked_attention=False, mla_padded_values=True,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
     fused_adamw_on_cuda=True,
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
-        "mla": "executor/model.py builds no MLA block (docs/models.md: planned only)",
         "fused_adamw_on_cuda": "executor/torch_backend/train.py _optimizers: torch.optim.AdamW(fused=True) on CUDA "
                                "(for-each on a CPU); the H200 allocator history of plan l1-s2k-m4-full "
                                "(cost_model/data/h100_runs/2026-11-28) holds no optimizer temporary",
@@ -79,8 +78,10 @@ _AUTOPLAN = Framework(
                             "dp_shard x cp) of executor/torch_backend/parallel_dims.py, which all-reduces each "
                             "reduce-scattered shard over the replicas (tests/test_torch_backend.py runs it)",
         "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
-                                "block's linears only (q/k norms etc. would be replicated without summed grads)",
+                                "block's linears only (q/k norms, MLA's down-projections and shared RoPE key "
+                                "etc. would be replicated without summed grads)",
         "cp_with_masked_attention": "executor/torch_backend/context_parallel.py: plain causal attention",
+        "mla_padded_values": "executor/blocks.py LatentAttention: F.pad of the values to head_dim before SDPA",
         "states": "docs/executor.md (Speed): fp32 master weights, FSDP2 bf16 compute copies (at one replica "
                   "too), fp32 gradient accumulation, fused AdamW on CUDA",
         "compute_weight_copy_bytes": "FSDP2 (ZeRO 0-2 at one replica, ZeRO 1/2) keeps the gathered bf16 weights "
@@ -140,8 +141,9 @@ _AUTOPLAN_91EE867 = replace(
                 + ",".join(AUTOPLAN_SPEEDUPS) + "`",
     activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
     fused_adamw_on_cuda=False,
-    dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={}, hsdp_zero_stages=(),
+    dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={}, hsdp_zero_stages=(), mla=False,
     sources={**_AUTOPLAN.sources,
+             "mla": "executor/model.py at 91ee867 refused multi-head latent attention (planned only)",
              "hsdp_zero_stages": "executor/torch_backend/parallel_dims.py at 91ee867: one dp mesh dimension",
              "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "
                                           "8 passes over fp32 state (decay 8, lerp 12, mul 8, addcmul 12, sqrt 8, "
