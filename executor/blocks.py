@@ -53,6 +53,9 @@ class Kernels:
     loss_chunk_tokens: int = 0
     """Given labels, the head and the loss fused over chunks of this many tokens
     (executor.loss.chunked_cross_entropy); 0: whole fp32 logits, then cross-entropy."""
+    grouped_experts: bool = True
+    """A MoE layer's local experts as one grouped GEMM per weight where torch._grouped_mm runs
+    (executor.moe.GroupedExperts); False: a loop of per-expert matmuls."""
 
 
 def make_norm(spec: ModelSpec, width: int | None = None) -> nn.Module:
@@ -251,7 +254,8 @@ class TransformerBlock(nn.Module):
         if self.placement != "post" and not spec.shared_block_norm:
             self.ffn_norm = make_norm(spec)
         self.attention = LatentAttention(spec, kernels) if spec.is_mla else Attention(spec, layer, kernels)
-        self.feed_forward = MoEFeedForward(spec) if spec.is_moe_layer(layer) else FeedForward(spec)
+        self.feed_forward = MoEFeedForward(spec, kernels.grouped_experts) if spec.is_moe_layer(layer) \
+            else FeedForward(spec)
         if spec.is_moe_layer(layer) and spec.shared_expert_ffn_size:
             self.feed_forward.shared_mlp = FeedForward(spec, spec.shared_expert_ffn_size)
 

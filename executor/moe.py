@@ -14,10 +14,11 @@ section 2.1): a router and `num_experts` SwiGLU experts, each token sent to its 
   [first_expert, first_expert + num_local_experts) of the same tensors (`keep_experts`).
   Parameters: router h*E + E*3*h*ffn (+ the shared experts), which is `ModelSpec.moe_mlp_params()`.
 
-Tokens are sorted by expert and each local expert runs one matmul chain over its tokens (a loop
-over the local experts, torchtitan's fallback when grouped GEMMs are not used). An expert with no
-tokens still runs on an empty batch, so every parameter gets a gradient (zero) every step, which
-DDP requires.
+Tokens are sorted by expert and all local experts run as one grouped GEMM per weight (w1, w3, w2:
+torch._grouped_mm over the experts' row groups, as Megatron-Core's and torchtitan's grouped experts);
+where that kernel does not run (CUDA before Hopper, or `--without grouped-experts`), a loop of
+per-expert matmuls, torchtitan's fallback. An expert with no tokens is an empty group (or an empty
+batch), so every parameter gets a gradient (zero) every step, which DDP requires.
 """
 from __future__ import annotations
 
@@ -36,10 +37,13 @@ def route(logits: torch.Tensor, num_experts_per_token: int) -> tuple[torch.Tenso
 
 class GroupedExperts(nn.Module):
     """SwiGLU experts (w2(silu(w1 x) * w3 x), Shazeer 2020) as stacked weights; this module holds
-    experts [first_expert, first_expert + num_local_experts) of the model's num_experts."""
+    experts [first_expert, first_expert + num_local_experts) of the model's num_experts. `grouped`: one
+    grouped GEMM per weight over every local expert (torch._grouped_mm) where it runs; False (`autoplan
+    run --without grouped-experts`): a loop of per-expert matmuls."""
 
-    def __init__(self, num_experts: int, hidden_size: int, ffn_hidden_size: int):
+    def __init__(self, num_experts: int, hidden_size: int, ffn_hidden_size: int, grouped: bool = True):
         super().__init__()
+        self.grouped = grouped
         self.num_experts = num_experts
         self.first_expert = 0
         self.w1 = nn.Parameter(torch.empty(num_experts, ffn_hidden_size, hidden_size))
@@ -66,11 +70,36 @@ class GroupedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """x: tokens sorted by local expert, counts[e] of them for local expert e."""
+        if self.grouped and grouped_mm_runs(x):
+            return self._grouped_forward(x, counts)
         outputs = []
         for e, x_e in enumerate(torch.split(x, counts)):
             hidden = F.silu(x_e @ self.w1[e].t()) * (x_e @ self.w3[e].t())
             outputs.append(hidden @ self.w2[e].t())
         return torch.cat(outputs)
+
+    def _grouped_forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        """The same experts as three grouped GEMMs: group e is rows offs[e-1]:offs[e] of x times expert
+        e's weight (Megatron-Core's TEGroupedMLP and torchtitan's GroupedExperts do the same; an expert
+        without tokens is an empty group whose weight gradient is zero). Under autocast the operands are
+        cast as a matmul's would be (the grouped GEMM is not on autocast's list)."""
+        dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+        x = x.to(dtype)
+        w1, w3, w2 = (w.to(dtype).transpose(1, 2) for w in (self.w1, self.w3, self.w2))
+        offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
+        hidden = F.silu(torch._grouped_mm(x, w1, offs=offs)) * torch._grouped_mm(x, w3, offs=offs)
+        return torch._grouped_mm(hidden, w2, offs=offs)
+
+
+def grouped_mm_runs(x: torch.Tensor) -> bool:
+    """torch._grouped_mm's kernels: on the CPU (torch 2.9's fallback, fp32 and bf16), and on CUDA in bf16
+    on Hopper and later (its cuBLAS/CUTLASS grouped GEMM); elsewhere the per-expert loop."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    if x.device.type == "cpu":
+        return True
+    return x.device.type == "cuda" and torch.cuda.get_device_capability(x.device) >= (9, 0) and (
+        x.dtype == torch.bfloat16 or torch.get_autocast_dtype("cuda") == torch.bfloat16)
 
 
 class MoEFeedForward(nn.Module):
@@ -78,11 +107,11 @@ class MoEFeedForward(nn.Module):
     object that sends the routed tokens to the ranks holding their experts and brings the outputs
     back (`executor.torch_backend.expert_parallel`)."""
 
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, grouped_experts: bool = True):
         super().__init__()
         self.num_experts_per_token = spec.num_experts_per_token
         self.router = nn.Linear(spec.hidden_size, spec.num_experts, bias=False)
-        self.experts = GroupedExperts(spec.num_experts, spec.hidden_size, spec.expert_ffn_size)
+        self.experts = GroupedExperts(spec.num_experts, spec.hidden_size, spec.expert_ffn_size, grouped_experts)
         self.dispatcher = None
         self.shared_mlp = None
         """Shared experts (DeepSeekMoE, arXiv 2401.06066 sec. 3.2): one MLP of the shared width every

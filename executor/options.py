@@ -21,6 +21,8 @@ SPEEDUPS = {
     "chunked-loss": "the head's matmul and the cross-entropy fused over token chunks, no whole fp32 logit "
                     "matrix (vocabulary-parallel under tp > 1); without it: fp32 logits, then cross-entropy",
     "fused-adamw": "AdamW's fused kernel (CUDA); without it: the for-each implementation",
+    "grouped-experts": "a MoE layer's local experts as one grouped GEMM per weight (torch._grouped_mm, on CPUs and "
+                       "Hopper GPUs); without it: a loop of per-expert matmuls",
     "expandable-segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True unless the user set "
                            "PYTORCH_CUDA_ALLOC_CONF (CUDA)",
 }

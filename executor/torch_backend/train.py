@@ -65,6 +65,7 @@ def kernels_for(doc: PlanDocument, options: RunOptions) -> Kernels:
     local_vocab = -(-doc.model.vocab_size // doc.parallel.tp)
     return Kernels(native_gqa=options.uses("native-gqa"),
                    rope_in_compute_dtype=options.uses("rope-compute-dtype"),
+                   grouped_experts=options.uses("grouped-experts"),
                    loss_chunk_tokens=(options.loss_chunk_tokens or auto_chunk_tokens(local_vocab))
                    if options.uses("chunked-loss") else 0)
 
