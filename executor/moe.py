@@ -70,25 +70,33 @@ class GroupedExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """x: tokens sorted by local expert, counts[e] of them for local expert e."""
+        w1, w3, w2 = (local_shard(w) for w in (self.w1, self.w3, self.w2))   # this tp rank's shards, if split
         if self.grouped and grouped_mm_runs(x):
-            return self._grouped_forward(x, counts)
+            return self._grouped_forward(x, counts, w1, w3, w2)
         outputs = []
         for e, x_e in enumerate(torch.split(x, counts)):
-            hidden = F.silu(x_e @ self.w1[e].t()) * (x_e @ self.w3[e].t())
-            outputs.append(hidden @ self.w2[e].t())
+            hidden = F.silu(x_e @ w1[e].t()) * (x_e @ w3[e].t())
+            outputs.append(hidden @ w2[e].t())
         return torch.cat(outputs)
 
-    def _grouped_forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    def _grouped_forward(self, x: torch.Tensor, counts: list[int], w1, w3, w2) -> torch.Tensor:
         """The same experts as three grouped GEMMs: group e is rows offs[e-1]:offs[e] of x times expert
         e's weight (Megatron-Core's TEGroupedMLP and torchtitan's GroupedExperts do the same; an expert
         without tokens is an empty group whose weight gradient is zero). Under autocast the operands are
         cast as a matmul's would be (the grouped GEMM is not on autocast's list)."""
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         x = x.to(dtype)
-        w1, w3, w2 = (w.to(dtype).transpose(1, 2) for w in (self.w1, self.w3, self.w2))
+        w1, w3, w2 = (w.to(dtype).transpose(1, 2) for w in (w1, w3, w2))
         offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
         hidden = F.silu(torch._grouped_mm(x, w1, offs=offs)) * torch._grouped_mm(x, w3, offs=offs)
         return torch._grouped_mm(hidden, w2, offs=offs)
+
+
+def local_shard(weight: torch.Tensor) -> torch.Tensor:
+    """A weight split over tensor-parallel ranks (a DTensor) as this rank's shard; a plain one as is."""
+    from torch.distributed.tensor import DTensor
+
+    return weight.to_local() if isinstance(weight, DTensor) else weight
 
 
 def grouped_mm_runs(x: torch.Tensor) -> bool:
@@ -113,13 +121,23 @@ class MoEFeedForward(nn.Module):
         self.router = nn.Linear(spec.hidden_size, spec.num_experts, bias=False)
         self.experts = GroupedExperts(spec.num_experts, spec.hidden_size, spec.expert_ffn_size, grouped_experts)
         self.dispatcher = None
+        self.tensor_parallel = None
+        """Under tensor parallelism: the forward that splits the experts over tp
+        (executor.torch_backend.moe_tensor_parallel)."""
         self.shared_mlp = None
         """Shared experts (DeepSeekMoE, arXiv 2401.06066 sec. 3.2): one MLP of the shared width every
         token passes, added to the routed output; `executor.blocks.TransformerBlock` sets it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tensor_parallel is not None:
+            return self.tensor_parallel.forward(self, x)
         tokens = x.reshape(-1, x.shape[-1])
-        weights, expert_ids = route(self.router(tokens), self.num_experts_per_token)
+        combined = self.routed(tokens, self.router(tokens)).view(x.shape)
+        return combined if self.shared_mlp is None else combined + self.shared_mlp(x)
+
+    def routed(self, tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """(tokens, h): each token's top-k experts' outputs, weighted by its routing weights and summed."""
+        weights, expert_ids = route(logits, self.num_experts_per_token)
         flat_ids = expert_ids.flatten()
         # Stable sort: within an expert, tokens keep their order (deterministic sums).
         order = torch.argsort(flat_ids, stable=True)
@@ -131,6 +149,4 @@ class MoEFeedForward(nn.Module):
         else:
             out = self.dispatcher(routed, counts, self.experts)
         out = out * weights.flatten()[order].unsqueeze(-1).to(out.dtype)
-        combined = torch.zeros(tokens.shape, dtype=out.dtype, device=out.device).index_add_(0, token_ids, out)
-        combined = combined.view(x.shape)
-        return combined if self.shared_mlp is None else combined + self.shared_mlp(x)
+        return torch.zeros(tokens.shape, dtype=out.dtype, device=out.device).index_add_(0, token_ids, out)

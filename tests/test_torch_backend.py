@@ -9,6 +9,7 @@ Launches are few: one single-process reference launch and one 4-process launch t
 parallel plans in sequence in the same workers.
 """
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -41,6 +42,8 @@ LLAMA5 = ModelSpec("tiny-llama-5", 5, 64, 4, 2, 128, 256, max_seq_len=64)  # 5 l
 BLOOM = ModelSpec("tiny-bloom", 2, 64, 4, 4, 256, 256, mlp="gelu", norm="layernorm", position="alibi",
                   linear_bias=True, max_seq_len=64)  # built with RoPE; LayerNorm and biases under TP+SP
 MOE = ModelSpec("tiny-moe", 2, 32, 4, 2, 64, 256, num_experts=4, num_experts_per_token=2, max_seq_len=64)
+# A shared expert beside the routed ones and a dense first layer (DeepSeekMoE's layout), for MoE under TP.
+SHARED_MOE = replace(MOE, name="tiny-moe-shared", num_layers=3, shared_expert_ffn_size=32, num_dense_layers=1)
 GLOBAL_BATCH, SEQ_LEN = 8, 32
 # 16-token chunks: the fused head + loss runs over 2-16 chunks per micro-batch.
 OPTIONS = RunOptions(steps=3, warmup_steps=1, lr=1e-2, warmup=0, grad_clip=1.0, out="", log_every=100,
@@ -71,6 +74,10 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
     (MOE, dict(dp=4, ep=2, num_microbatches=2)),                  # all-to-all; DDP + expert all-reduce
     (MOE, dict(dp=4, ep=2, zero_stage=3, num_microbatches=2)),    # experts FSDP2 over their edp pair
     (MOE, dict(dp=2, cp=2, ep=4, zero_stage=1, num_microbatches=4, recompute="full", recompute_num_layers=1)),
+    (MOE, dict(dp=2, tp=2, num_microbatches=4)),                  # experts split over tp, outputs all-reduced
+    (MOE, dict(dp=2, tp=2, sequence_parallel=True, zero_stage=3, num_microbatches=4)),   # reduce-scattered
+    (MOE, dict(dp=2, pp=2, num_microbatches=4)),                  # MoE pipeline stages
+    (SHARED_MOE, dict(tp=2, pp=2, sequence_parallel=True, num_microbatches=8)),
     (LLAMA, dict(dp=4, zero_stage=3, zero_shard=2, num_microbatches=2)),         # HSDP: 2 shard groups of 2
     (LLAMA, dict(dp=2, cp=2, zero_stage=1, zero_shard=2, num_microbatches=4)),   # HSDP over dp x cp
 ]
@@ -104,7 +111,7 @@ def grad_norms_close(measured, reference):
 
 @pytest.mark.slow
 def test_parallel_plans_reproduce_single_device_losses():
-    models = [LLAMA, GPT, BLOOM, LLAMA5, MOE]
+    models = [LLAMA, GPT, BLOOM, LLAMA5, MOE, SHARED_MOE]
     reference = references = reference_runs(models)
     # The executor before the speed-ups (fp32 weights without FSDP2, K/V repeated, fp32 RoPE, whole
     # logits) trains the same numbers as with them: they change how, not what, is computed.
@@ -233,8 +240,8 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
     plan_doc(GPT, dp=2, tp=2, num_microbatches=4).save(tied_tp)
     assert "runs tied embedding/head weights only with tp=1 and pp=1, got tp=2" in _bad(tmp_path, capsys, tied_tp, "--out", out)
     moe_tp = tmp_path / "moe_tp.json"
-    plan_doc(MOE, dp=2, tp=2, num_microbatches=4).save(moe_tp)
-    assert "mixtures of experts with data, context and expert parallelism only" in _bad(tmp_path, capsys, moe_tp, "--out", out)
+    plan_doc(MOE, dp=2, tp=2, ep=2, num_microbatches=4).save(moe_tp)
+    assert "expert parallelism without tensor parallelism only" in _bad(tmp_path, capsys, moe_tp, "--out", out)
     moe_ep = tmp_path / "moe_ep.json"
     plan_doc(MOE, dp=4, ep=2, num_microbatches=2).save(moe_ep)
     assert "expert parallelism (ep=2)" in _bad(tmp_path, capsys, moe_ep, "--checkpoint-dir", tmp_path / "c",
@@ -305,20 +312,18 @@ def test_stages_follow_the_plans_uneven_split():
 
 
 def test_searched_mixtral_plan_passes_the_torch_checks(monkeypatch):
-    """What `autoplan search --model mixtral-8x7b --gpus 64` picks (dp=64 ep=8 zero=1, full
-    recompute of 3 layers) is accepted for 64 ranks; the same model with tp=2 is refused."""
-    from autoplan.inputs.catalog import catalog_model
+    """What `autoplan search --model mixtral-8x7b --gpus 64` picks is accepted for 64 ranks (experts
+    split over tp, or over ep, whichever it chose); expert parallelism with tp=2 is refused."""
+    from autoplan.planning.planner import PlanRequest, plan_search
     from executor.torch_backend import check
 
-    mixtral = catalog_model("mixtral-8x7b")
-    training, cluster = TrainingSpec(1024, 4096, "bf16"), ClusterSpec("h100-80gb", 64)
     monkeypatch.setenv("WORLD_SIZE", "64")
-    plan = ParallelPlan(dp=64, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=16, recompute="full",
-                        recompute_num_layers=3)
-    check(PlanDocument(model=mixtral, training=training, cluster=cluster, parallel=plan), OPTIONS)
-    tp_plan = ParallelPlan(dp=32, tp=2, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=32)
-    with pytest.raises(AutoplanError, match="mixtures of experts.*tp=2"):
-        check(PlanDocument(model=mixtral, training=training, cluster=cluster, parallel=tp_plan), OPTIONS)
+    picked = plan_search(PlanRequest(model="mixtral-8x7b", num_gpus=64)).document
+    check(picked, OPTIONS)
+    ep_tp = ParallelPlan(dp=32, tp=2, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=32)
+    with pytest.raises(AutoplanError, match="expert parallelism without tensor parallelism only.*ep=8, tp=2"):
+        check(PlanDocument(model=picked.model, training=picked.training, cluster=picked.cluster, parallel=ep_tp),
+              OPTIONS)
 
 
 @pytest.mark.slow

@@ -62,7 +62,7 @@ _AUTOPLAN = Framework(
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
     fused_cross_entropy=True, flash_attention=True, attention_kernel="sdpa",
     dtypes=("bf16", "fp8", "fp32"),
-    fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_ep_with_tp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     hsdp_zero_stages=(1, 2, 3),
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla_padded_values=True,
@@ -125,7 +125,8 @@ _AUTOPLAN = Framework(
         "fp8_rowwise": "run option --fp8-recipe (executor/fp8.py): tensorwise unless the plan's framework "
                        "is autoplan+fp8-rowwise",
         "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
-        "moe_with_tp_pp": "executor: MoE runs with dp, cp and ep only",
+        "moe_ep_with_tp": "executor/torch_backend/moe_tensor_parallel.py: experts split over tp at ep = 1; "
+                          "the all-to-all dispatcher (expert_parallel.py) groups the dp*cp ranks only",
         "tied_embeddings_one_stage": "executor: the tied head is neither sharded nor on another stage",
         "learned_positions_split_sequence": "executor: learned positions are not sharded for cp/sp",
         "uneven_interleaved": "executor/torch_backend/pipeline.py builds each virtual stage from "
@@ -142,7 +143,9 @@ _AUTOPLAN_91EE867 = replace(
     activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
     fused_adamw_on_cuda=False,
     dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={}, hsdp_zero_stages=(), mla=False,
+    moe_with_tp_pp=False,
     sources={**_AUTOPLAN.sources,
+             "moe_with_tp_pp": "executor at 91ee867: MoE ran with dp, cp and ep only",
              "mla": "executor/model.py at 91ee867 refused multi-head latent attention (planned only)",
              "hsdp_zero_stages": "executor/torch_backend/parallel_dims.py at 91ee867: one dp mesh dimension",
              "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "

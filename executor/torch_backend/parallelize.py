@@ -88,9 +88,14 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
 
     top = {name for name, child in model.named_children() if child is not None}
     parallelize_module(model, tp_mesh, tp_styles(TP_PLAN_TOP, sequence_parallel, top))
+    from executor.moe import MoEFeedForward
+    from executor.torch_backend.moe_tensor_parallel import apply_moe_tp
+
     for layer in model.layers.values():
         present = {name for name, _ in layer.named_modules() if name}
         parallelize_module(layer, tp_mesh, tp_styles(TP_PLAN_LAYER, sequence_parallel, present))
+        if isinstance(layer.feed_forward, MoEFeedForward):  # experts split over tp (etp = tp)
+            apply_moe_tp(layer.feed_forward, tp_mesh, sequence_parallel)
 
 
 def apply_recompute(model: nn.Module, policy: str, num_layers: int) -> None:
