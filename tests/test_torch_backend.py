@@ -241,7 +241,7 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
     assert "runs tied embedding/head weights only with tp=1 and pp=1, got tp=2" in _bad(tmp_path, capsys, tied_tp, "--out", out)
     moe_tp = tmp_path / "moe_tp.json"
     plan_doc(MOE, dp=2, tp=2, ep=2, num_microbatches=4).save(moe_tp)
-    assert "expert parallelism without tensor parallelism only" in _bad(tmp_path, capsys, moe_tp, "--out", out)
+    assert "expert parallelism over data- and context-parallel ranks only" in _bad(tmp_path, capsys, moe_tp, "--out", out)
     moe_ep = tmp_path / "moe_ep.json"
     plan_doc(MOE, dp=4, ep=2, num_microbatches=2).save(moe_ep)
     assert "expert parallelism (ep=2)" in _bad(tmp_path, capsys, moe_ep, "--checkpoint-dir", tmp_path / "c",
@@ -321,8 +321,13 @@ def test_searched_mixtral_plan_passes_the_torch_checks(monkeypatch):
     picked = plan_search(PlanRequest(model="mixtral-8x7b", num_gpus=64)).document
     check(picked, OPTIONS)
     ep_tp = ParallelPlan(dp=32, tp=2, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=32)
-    with pytest.raises(AutoplanError, match="expert parallelism without tensor parallelism only.*ep=8, tp=2"):
+    with pytest.raises(AutoplanError, match="expert parallelism over data- and context-parallel ranks only.*ep=8 with tp=2"):
         check(PlanDocument(model=picked.model, training=picked.training, cluster=picked.cluster, parallel=ep_tp),
+              OPTIONS)
+    # ... and with pipeline stages (its ep mesh spans the whole world: measured IndexError before the rule)
+    ep_pp = ParallelPlan(dp=32, pp=2, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=32)
+    with pytest.raises(AutoplanError, match="ep=8 with tp=1, pp=2"):
+        check(PlanDocument(model=picked.model, training=picked.training, cluster=picked.cluster, parallel=ep_pp),
               OPTIONS)
 
 
