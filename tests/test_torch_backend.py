@@ -78,6 +78,8 @@ PARALLEL_PLANS = [  # (model, plan) on 4 processes; num_microbatches = 8 / (dp *
     (MOE, dict(dp=2, tp=2, sequence_parallel=True, zero_stage=3, num_microbatches=4)),   # reduce-scattered
     (MOE, dict(dp=2, pp=2, num_microbatches=4)),                  # MoE pipeline stages
     (SHARED_MOE, dict(tp=2, pp=2, sequence_parallel=True, num_microbatches=8)),
+    (MOE, dict(dp=2, tp=2, ep=2, sequence_parallel=True, zero_stage=3, num_microbatches=4)),  # ep x tp
+    (SHARED_MOE, dict(dp=2, pp=2, ep=2, zero_stage=1, num_microbatches=4)),                 # ep x pp
     (LLAMA, dict(dp=4, zero_stage=3, zero_shard=2, num_microbatches=2)),         # HSDP: 2 shard groups of 2
     (LLAMA, dict(dp=2, cp=2, zero_stage=1, zero_shard=2, num_microbatches=4)),   # HSDP over dp x cp
 ]
@@ -148,6 +150,22 @@ def _cli(capsys, *argv):
     code = main(["run", *map(str, argv)])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+@pytest.mark.slow
+def test_expert_parallelism_with_tp_and_pp_on_8_ranks():
+    """Expert parallelism over replica groups of two (edp = 2: the experts' FSDP and gradient sums over
+    edp are not trivial) combined with tp, SP and pp, on 8 processes: the single-process losses and
+    gradient norms (the ep groups are per pipeline and tp rank: expert_parallel.build_expert_mesh)."""
+    plans = [(MOE, dict(dp=4, tp=2, ep=2, sequence_parallel=True, zero_stage=3, num_microbatches=2)),
+             (MOE, dict(dp=4, tp=2, ep=2, zero_stage=0, num_microbatches=2)),
+             (SHARED_MOE, dict(dp=2, pp=2, tp=2, ep=2, sequence_parallel=True, num_microbatches=4))]
+    references = reference_runs([MOE, SHARED_MOE])
+    records = run_many([plan_doc(model, **plan) for model, plan in plans], OPTIONS.replace(nproc=8))
+    mismatches = [(model.name, plan, r.status, r.error, r.losses) for (model, plan), r in zip(plans, records)
+                  if r.status != "ok" or not close_enough(r.losses, references[model.name].losses, LOSS_RTOL)
+                  or not grad_norms_close(r.extra["grad_norms"], references[model.name].extra["grad_norms"])]
+    assert len(records) == len(plans) and not mismatches, mismatches
 
 
 @pytest.mark.slow
@@ -239,9 +257,6 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path, capsys):
     tied_tp = tmp_path / "tied.json"
     plan_doc(GPT, dp=2, tp=2, num_microbatches=4).save(tied_tp)
     assert "runs tied embedding/head weights only with tp=1 and pp=1, got tp=2" in _bad(tmp_path, capsys, tied_tp, "--out", out)
-    moe_tp = tmp_path / "moe_tp.json"
-    plan_doc(MOE, dp=2, tp=2, ep=2, num_microbatches=4).save(moe_tp)
-    assert "expert parallelism over data- and context-parallel ranks only" in _bad(tmp_path, capsys, moe_tp, "--out", out)
     moe_ep = tmp_path / "moe_ep.json"
     plan_doc(MOE, dp=4, ep=2, num_microbatches=2).save(moe_ep)
     assert "expert parallelism (ep=2)" in _bad(tmp_path, capsys, moe_ep, "--checkpoint-dir", tmp_path / "c",
@@ -312,22 +327,17 @@ def test_stages_follow_the_plans_uneven_split():
 
 
 def test_searched_mixtral_plan_passes_the_torch_checks(monkeypatch):
-    """What `autoplan search --model mixtral-8x7b --gpus 64` picks is accepted for 64 ranks (experts
-    split over tp, or over ep, whichever it chose); expert parallelism with tp=2 is refused."""
+    """What `autoplan search --model mixtral-8x7b --gpus 64` picks is accepted for 64 ranks, and so are
+    expert parallelism with tp and with pipeline stages."""
     from autoplan.planning.planner import PlanRequest, plan_search
     from executor.torch_backend import check
 
     monkeypatch.setenv("WORLD_SIZE", "64")
     picked = plan_search(PlanRequest(model="mixtral-8x7b", num_gpus=64)).document
     check(picked, OPTIONS)
-    ep_tp = ParallelPlan(dp=32, tp=2, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=32)
-    with pytest.raises(AutoplanError, match="expert parallelism over data- and context-parallel ranks only.*ep=8 with tp=2"):
-        check(PlanDocument(model=picked.model, training=picked.training, cluster=picked.cluster, parallel=ep_tp),
-              OPTIONS)
-    # ... and with pipeline stages (its ep mesh spans the whole world: measured IndexError before the rule)
-    ep_pp = ParallelPlan(dp=32, pp=2, ep=8, zero_stage=1, micro_batch_size=1, num_microbatches=32)
-    with pytest.raises(AutoplanError, match="ep=8 with tp=1, pp=2"):
-        check(PlanDocument(model=picked.model, training=picked.training, cluster=picked.cluster, parallel=ep_pp),
+    for parallel in (dict(dp=32, tp=2, ep=8, sequence_parallel=True), dict(dp=32, pp=2, ep=8)):
+        plan = ParallelPlan(**parallel, zero_stage=1, micro_batch_size=1, num_microbatches=32)
+        check(PlanDocument(model=picked.model, training=picked.training, cluster=picked.cluster, parallel=plan),
               OPTIONS)
 
 

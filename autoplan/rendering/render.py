@@ -278,8 +278,6 @@ def _can_run(f) -> str:
         limits.append("dense only")
     elif not f.moe_with_tp_pp:
         limits.append("MoE without tp/pp")
-    elif not f.moe_ep_with_tp_pp:
-        limits.append("MoE ep without tp/pp")
     if f.min_microbatches_per_stage:
         limits.append("micro-batches >= pp")
     if f.tied_embeddings_one_stage:

@@ -267,8 +267,6 @@ class Framework(DataParallelFacts):
     moe: bool = True
     moe_with_tp_pp: bool = True
     """Mixture-of-experts layers under tensor or pipeline parallelism."""
-    moe_ep_with_tp_pp: bool = True
-    """Expert parallelism together with tensor or pipeline parallelism (ep > 1 with tp > 1 or pp > 1)."""
     expert_tensor_parallel: bool = False
     """Experts split over their own tensor-parallel degree (etp != tp), so that the expert-parallel
     group may span tensor- and context-parallel ranks too (Megatron-Core's MoE parallel folding,

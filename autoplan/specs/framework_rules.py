@@ -143,10 +143,6 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
         _refuse(fw, f"trains mixtures of experts under tensor parallelism only with sequence parallelism, got "
                f"tp={plan.tp} with sequence_parallel=false for {model.name!r}", "moe_tp_sp",
                "plan with --sequence-parallel")
-    if model.is_moe and not fw.moe_ep_with_tp_pp and plan.ep > 1 and (plan.tp > 1 or plan.pp > 1):
-        _refuse(fw, f"runs expert parallelism over data- and context-parallel ranks only (under tp the experts are "
-               f"split over tp instead), got ep={plan.ep} with tp={plan.tp}, pp={plan.pp}", "moe_ep_tp_pp",
-               "plan with --ep 1, or with --tp 1 --pp 1")
     if model.is_moe and not fw.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
         _refuse(fw, f"runs mixtures of experts with data, context and expert parallelism only, got "
                f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")

@@ -62,7 +62,7 @@ _AUTOPLAN = Framework(
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
     fused_cross_entropy=True, flash_attention=True, attention_kernel="sdpa",
     dtypes=("bf16", "fp8", "fp32"),
-    fp8_moe=False, fp8_weight_copy_bytes=1.0, moe_ep_with_tp_pp=False, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    fp8_moe=False, fp8_weight_copy_bytes=1.0, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     hsdp_zero_stages=(1, 2, 3),
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla_padded_values=True,
@@ -125,9 +125,6 @@ _AUTOPLAN = Framework(
         "fp8_rowwise": "run option --fp8-recipe (executor/fp8.py): tensorwise unless the plan's framework "
                        "is autoplan+fp8-rowwise",
         "min_microbatches_per_stage": "torch.distributed.pipelining Schedule1F1B",
-        "moe_ep_with_tp_pp": "executor/torch_backend/expert_parallel.py build_expert_mesh: the ep groups are a "
-                             "mesh over the dp*cp ranks of the whole world, so ep > 1 runs without tp and pp; "
-                             "under tp the experts are split over it instead (moe_tensor_parallel.py)",
         "tied_embeddings_one_stage": "executor: the tied head is neither sharded nor on another stage",
         "learned_positions_split_sequence": "executor: learned positions are not sharded for cp/sp",
         "uneven_interleaved": "executor/torch_backend/pipeline.py builds each virtual stage from "

@@ -3,9 +3,11 @@ with all-to-all (GShard, Lepikhin et al. 2020, arXiv 2006.16668, section 2.2; th
 variable-size exchange of MegaBlocks, Gale et al. 2022, arXiv 2211.15841).
 
 Ranks. The ep group is carved from the data-parallel ranks (dp, or dp x cp flattened: every rank
-that holds the same non-expert weights): with R = dp*cp replicas the ranks form an (R/ep, ep) mesh
-named ("edp", "ep"), ep innermost so that an ep group is neighbouring ranks (one node, where the
-all-to-all is fastest). Rank q keeps experts [e*num_local, (e+1)*num_local) with e its "ep" index
+that holds the same non-expert weights) of each pipeline rank and tensor-parallel rank: with R = dp*cp
+replicas they form an (R/ep, ep) mesh named ("edp", "ep"), ep innermost so that an ep group is
+neighbouring replicas (one node at tp = 1, where the all-to-all is fastest). Under tensor parallelism
+each tp rank dispatches the same routed tokens among its own ep peers, and every expert kept is split
+over tp (executor/torch_backend/moe_tensor_parallel.py). Rank q keeps experts [e*num_local, (e+1)*num_local) with e its "ep" index
 and num_local = num_experts/ep; the R/ep ranks of an "edp" group hold the same experts.
 
 Dispatch, per MoE layer and micro-batch (`AllToAllDispatcher`):
@@ -90,11 +92,19 @@ class AllToAllDispatcher:
         return AllToAll.apply(out, sent, received, self.group)
 
 
-def build_expert_mesh(device_type: str, num_replicas: int, ep: int):
-    """The (edp, ep) mesh over the replica ranks (the whole world: MoE runs with tp = pp = 1)."""
-    from torch.distributed.device_mesh import init_device_mesh
+def build_expert_mesh(device_type: str, dims, ep: int):
+    """The (epp, edp, ep, etp) mesh of the world: for each pipeline rank (epp) and tensor-parallel rank
+    (etp), its R = dp*cp replica ranks as (R/ep, ep), ep innermost. The world's ranks are laid out
+    (pp, dp, cp, tp) (ParallelDims.build_mesh), so a replica group is every tp-th rank of a pipeline
+    rank's block. The experts' tensor-parallel shards live on "etp" (the world's tp ranks), so that FSDP2
+    over "edp" sees one root mesh. Its dimensions are named apart from the world's: torch 2.9 maps a
+    submesh to its root by equality (ranks and name), so a "tp" here would re-root the world's tp."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
 
-    return init_device_mesh(device_type, (num_replicas // ep, ep), mesh_dim_names=("edp", "ep"))
+    replicas = dims.dp * dims.cp
+    ranks = torch.arange(dims.pp * replicas * dims.tp).view(dims.pp, replicas // ep, ep, dims.tp)
+    return DeviceMesh(device_type, ranks, mesh_dim_names=("epp", "edp", "ep", "etp"))
 
 
 def moe_layers(model: nn.Module) -> list[MoEFeedForward]:
@@ -132,7 +142,10 @@ def expert_params(model: nn.Module) -> list[nn.Parameter]:
 
 def reduce_expert_grads(expert_params: list[torch.Tensor], edp_group, num_replicas: int) -> None:
     """zero 0: sum the expert gradients over the ranks holding the same experts, divide by R."""
+    from torch.distributed.tensor import DTensor
+
     for p in expert_params:
         if p.grad is not None:
-            dist.all_reduce(p.grad, group=edp_group)  # SUM then divide: gloo has no ReduceOp.AVG
-            p.grad.div_(num_replicas)
+            grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad   # its tp shard, if split
+            dist.all_reduce(grad, group=edp_group)  # SUM then divide: gloo has no ReduceOp.AVG
+            grad.div_(num_replicas)

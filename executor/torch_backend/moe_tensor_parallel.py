@@ -26,19 +26,22 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def apply_moe_tp(moe, tp_mesh, sequence_parallel: bool) -> None:
-    """Split `moe` (executor.moe.MoEFeedForward, on the meta device before materialization) over `tp_mesh`."""
+def apply_moe_tp(moe, tp_mesh, sequence_parallel: bool, expert_tp_mesh=None) -> None:
+    """Split `moe` (executor.moe.MoEFeedForward, on the meta device before materialization) over `tp_mesh`;
+    its routed experts over `expert_tp_mesh` (the same ranks on the expert-parallel mesh, so that FSDP2
+    over its "edp" dimension sees one root mesh) when given."""
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    def shard(module: nn.Module, name: str, placement) -> None:
+    def shard(module: nn.Module, name: str, placement, mesh=tp_mesh) -> None:
         param = getattr(module, name)
-        setattr(module, name, nn.Parameter(distribute_tensor(param.data, tp_mesh, [placement]),
+        setattr(module, name, nn.Parameter(distribute_tensor(param.data, mesh, [placement]),
                                            requires_grad=param.requires_grad))
 
+    experts_mesh = expert_tp_mesh or tp_mesh
     shard(moe.router, "weight", Replicate())
-    shard(moe.experts, "w1", Shard(1))
-    shard(moe.experts, "w3", Shard(1))
-    shard(moe.experts, "w2", Shard(2))
+    shard(moe.experts, "w1", Shard(1), experts_mesh)
+    shard(moe.experts, "w3", Shard(1), experts_mesh)
+    shard(moe.experts, "w2", Shard(2), experts_mesh)
     if moe.shared_mlp is not None:
         shard(moe.shared_mlp.w1, "weight", Shard(0))
         shard(moe.shared_mlp.w3, "weight", Shard(0))

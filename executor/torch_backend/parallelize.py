@@ -83,7 +83,9 @@ def tp_styles(table: dict, sequence_parallel: bool, present: set[str]) -> dict:
     return styles
 
 
-def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
+def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool, expert_tp_mesh=None) -> None:
+    """TP (+SP) over `tp_mesh`; MoE experts over `expert_tp_mesh` (the same ranks on the expert mesh,
+    under expert parallelism) or `tp_mesh`."""
     from torch.distributed.tensor.parallel import parallelize_module
 
     top = {name for name, child in model.named_children() if child is not None}
@@ -95,7 +97,7 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
         present = {name for name, _ in layer.named_modules() if name}
         parallelize_module(layer, tp_mesh, tp_styles(TP_PLAN_LAYER, sequence_parallel, present))
         if isinstance(layer.feed_forward, MoEFeedForward):  # experts split over tp (etp = tp)
-            apply_moe_tp(layer.feed_forward, tp_mesh, sequence_parallel)
+            apply_moe_tp(layer.feed_forward, tp_mesh, sequence_parallel, expert_tp_mesh or tp_mesh)
 
 
 def apply_recompute(model: nn.Module, policy: str, num_layers: int) -> None:
@@ -144,12 +146,14 @@ def mixed_precision(device: str, dtype: str, bf16_params: bool = True):
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
 
 
-def all_reduce_grads(models: list[nn.Module], dp_group) -> None:
-    """zero 0 under TP or PP: average every gradient over the dp group, once per step."""
+def all_reduce_grads(models: list[nn.Module], dp_group, skip=()) -> None:
+    """zero 0 under TP or PP: average every gradient over the dp group, once per step (but the
+    parameters in `skip`: experts under expert parallelism, reduced over their own group)."""
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
-    grads = [p.grad for m in models for p in m.parameters() if p.grad is not None]
+    skipped = {id(p) for p in skip}
+    grads = [p.grad for m in models for p in m.parameters() if p.grad is not None and id(p) not in skipped]
     num_replicas = dist.get_world_size(dp_group)
     for grad in grads:
         local = grad.to_local() if isinstance(grad, DTensor) else grad

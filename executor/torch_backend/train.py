@@ -109,7 +109,7 @@ class PlanRunner:
         self.fp8_linears = 0
         self.mp_policy = mixed_precision(device.type, doc.training.dtype, options.uses("bf16-params"))
         # ep > 1: experts sharded over an (edp, ep) mesh of the replicas (expert_parallel.py).
-        self.expert_mesh = expert_parallel.build_expert_mesh(device.type, self.num_replicas, plan.ep) \
+        self.expert_mesh = expert_parallel.build_expert_mesh(device.type, self.dims, plan.ep) \
             if plan.ep > 1 else None
         self._parallelize()
         self.expert_params = [p for m in self.models for p in expert_parallel.expert_params(m)] \
@@ -141,13 +141,14 @@ class PlanRunner:
             if self.fp8_recipe:  # emulated off CUDA: the same fp8 rounding, GEMMs in the compute dtype
                 self.fp8_linears += fp8.convert(model, self.fp8_recipe, emulate=self.device.type != "cuda",
                                                 all_gather=self.fp8_all_gather)
+            if self.expert_mesh is not None:  # before TP: the experts kept are then split over tp
+                expert_parallel.apply_ep(model, self.expert_mesh)
             if plan.tp > 1:
-                apply_tp(model, self.mesh["tp"], plan.sequence_parallel)
+                apply_tp(model, self.mesh["tp"], plan.sequence_parallel,
+                         self.expert_mesh["etp"] if self.expert_mesh is not None else None)
             if plan.cp > 1:
                 apply_cp_attention(model, self.mesh["cp"].get_group(), self.doc.training.seq_len, plan.cp,
                                    self.rank["cp"])
-            if self.expert_mesh is not None:
-                expert_parallel.apply_ep(model, self.expert_mesh)
             # Full recompute covers the first recompute_num_layers layers of the pipeline rank,
             # spread over its virtual chunks in execution order.
             apply_recompute(model, plan.recompute, min(remaining_full, len(model.layers)))
@@ -214,7 +215,7 @@ class PlanRunner:
         with torch.autocast(self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
             loss = self._pipeline_step(inputs, labels) if self.schedule else self._local_step(inputs, labels)
         if plan.zero_stage == 0 and self.num_replicas > 1 and (plan.tp > 1 or plan.pp > 1):
-            all_reduce_grads(self.models, self.replica_mesh.get_group())
+            all_reduce_grads(self.models, self.replica_mesh.get_group(), skip=self.expert_params)
         if plan.zero_stage == 0 and self.expert_params:
             expert_parallel.reduce_expert_grads(self.expert_params, self.expert_mesh["edp"].get_group(),
                                                 self.num_replicas)
