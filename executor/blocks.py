@@ -192,12 +192,25 @@ class LatentAttention(nn.Module):
         self.wkv_b = nn.Linear(spec.kv_lora_rank, heads * (nope + spec.value_dim), bias=False)
         self.wo = nn.Linear(heads * spec.value_dim, h, bias=False)
         self.core = CausalAttention(native_gqa=kernels.native_gqa)
+        self.tp_mesh = None
+        """Under tensor parallelism (executor/torch_backend/parallelize.py apply_tp): the heads split over
+        it (wq or wq_b, wkv_b column-wise, wo row-wise); the down-projections and latent norms replicated
+        DTensors, whose gradients, and the shared RoPE key's, come back as partial sums over tp."""
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
         batch, seq_len = x.shape[0], x.shape[1]
+        if self.tp_mesh is not None:
+            from torch.distributed.tensor import DTensor, Replicate
+
+            if not isinstance(x, DTensor):  # without SP the input arrives whole on every tp rank
+                x = DTensor.from_local(x, self.tp_mesh, [Replicate()], run_check=False)
         q = self.wq_b(self.q_norm(self.wq_a(x))) if hasattr(self, "wq_a") else self.wq(x)
         q = q.view(batch, seq_len, -1, self.head_dim)
         c_kv, k_rope = self.wkv_a(x).split([self.kv_lora_rank, self.rope_dim], dim=-1)
+        if self.tp_mesh is not None:  # one key for every head: the local heads' gradients summed over tp
+            from torch.distributed.tensor import Partial
+
+            k_rope = k_rope.to_local(grad_placements=[Partial()])
         kv = self.wkv_b(self.kv_norm(c_kv)).view(batch, seq_len, -1, self.head_dim - self.rope_dim + self.value_dim)
         k_nope, v = kv.split([self.head_dim - self.rope_dim, self.value_dim], dim=-1)
         q_nope, q_rope = q.split([self.head_dim - self.rope_dim, self.rope_dim], dim=-1)

@@ -289,7 +289,7 @@ def _can_run(f) -> str:
     if f.seq_len_within_model:
         limits.append("seq_len <= model max")
     if not f.tp_with_block_extras:
-        limits.append(f"q/k-norm, post-norm, parallel blocks{', MLA' if f.mla else ''} without tp")
+        limits.append("q/k-norm, post-norm, parallel blocks without tp")
     if not f.cp_with_masked_attention:
         limits.append("windowed/soft-capped attention without cp")
     if not f.mla:

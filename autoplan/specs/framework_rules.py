@@ -23,8 +23,6 @@ def block_extras(model: ModelSpec) -> list:
         extras.append(f"{model.norm_placement} norms")
     if model.parallel_block:
         extras.append("parallel attention/MLP block")
-    if model.is_mla:
-        extras.append("multi-head latent attention")
     return extras
 
 

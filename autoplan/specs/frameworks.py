@@ -78,8 +78,8 @@ _AUTOPLAN = Framework(
                             "dp_shard x cp) of executor/torch_backend/parallel_dims.py, which all-reduces each "
                             "reduce-scattered shard over the replicas (tests/test_torch_backend.py runs it)",
         "tp_with_block_extras": "executor/torch_backend/parallelize.py: its TP plan covers the Llama/GPT "
-                                "block's linears only (q/k norms, MLA's down-projections and shared RoPE key "
-                                "etc. would be replicated without summed grads)",
+                                "block's linears and multi-head latent attention only (q/k norms etc. would be "
+                                "replicated without summed grads)",
         "cp_with_masked_attention": "executor/torch_backend/context_parallel.py: plain causal attention",
         "mla_padded_values": "executor/blocks.py LatentAttention: F.pad of the values to head_dim before SDPA",
         "states": "docs/executor.md (Speed): fp32 master weights, FSDP2 bf16 compute copies (at one replica "

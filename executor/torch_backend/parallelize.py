@@ -40,6 +40,8 @@ TP_PLAN_LAYER = {
     "attention.wk": ("Colwise", {}),
     "attention.wv": ("Colwise", {}),
     "attention.wo": ("Rowwise", {"output_layouts": "seq"}),
+    "attention.wq_b": ("Colwise", {}),     # multi-head latent attention: the heads' up-projections
+    "attention.wkv_b": ("Colwise", {}),
     "ffn_norm": ("SequenceParallel", {}),
     "feed_forward": ("PrepareInput", {"input_layouts": ("seq",), "desired_input_layouts": ("Replicate",)}),
     "feed_forward.w1": ("Colwise", {}),
@@ -90,6 +92,7 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool, expert_tp_mesh=
 
     top = {name for name, child in model.named_children() if child is not None}
     parallelize_module(model, tp_mesh, tp_styles(TP_PLAN_TOP, sequence_parallel, top))
+    from executor.blocks import LatentAttention
     from executor.moe import MoEFeedForward
     from executor.torch_backend.moe_tensor_parallel import apply_moe_tp
 
@@ -98,6 +101,22 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool, expert_tp_mesh=
         parallelize_module(layer, tp_mesh, tp_styles(TP_PLAN_LAYER, sequence_parallel, present))
         if isinstance(layer.feed_forward, MoEFeedForward):  # experts split over tp (etp = tp)
             apply_moe_tp(layer.feed_forward, tp_mesh, sequence_parallel, expert_tp_mesh or tp_mesh)
+        if isinstance(layer.attention, LatentAttention):
+            apply_mla_tp(layer.attention, tp_mesh)
+
+
+def apply_mla_tp(attention, tp_mesh) -> None:
+    """Multi-head latent attention's replicated parts as Replicate DTensors on `tp_mesh` (the down-
+    projections wq_a and wkv_a and the latent norms; the heads' projections are the TP plan's), so that
+    their partial gradients from each rank's heads are summed where every Partial gradient is
+    (train.py _clip_grad_norm), and the block knows the mesh (executor/blocks.py LatentAttention)."""
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    for name in ("wq_a", "q_norm", "wkv_a", "kv_norm"):
+        module = getattr(attention, name, None)
+        if module is not None:
+            module.weight = nn.Parameter(distribute_tensor(module.weight.data, tp_mesh, [Replicate()]))
+    attention.tp_mesh = tp_mesh
 
 
 def apply_recompute(model: nn.Module, policy: str, num_layers: int) -> None:
