@@ -1,6 +1,8 @@
-"""A mixture-of-experts layer under tensor parallelism (experts split over the tp ranks, etp = tp, no
-expert parallelism): Megatron-LM's account of MoE under TP before its token dispatchers, which
-autoplan's cost model prices as "tp-gathered" (cost_model/layer_time.py dispatch_times_s).
+"""A mixture-of-experts layer under tensor parallelism (experts split over the tp ranks, etp = tp; under
+expert parallelism too, each ep rank's experts): Megatron-LM's account of MoE under TP before its token
+dispatchers, which autoplan's cost model prices as "tp-gathered" (cost_model/layer_time.py
+dispatch_times_s). Under expert parallelism every tp rank dispatches the same routed tokens among its own
+ep peers (executor/torch_backend/expert_parallel.py). SwiGLU experts only (executor.model.check_buildable).
 
 - The layer's input is whole on every tp rank: gathered from the sequence shards under sequence
   parallelism (the block's PrepareModuleInput, as for a dense MLP), replicated without it.
