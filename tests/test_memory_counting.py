@@ -210,6 +210,7 @@ RANK_B, RANK_S = 2, 128
 # models have their own head.
 LLAMA_UNTIED = dataclasses.replace(LLAMA_LIKE, name="llama-untied", tied_embeddings=False)
 GEGLU_UNTIED = dataclasses.replace(GEGLU_LIKE, name="geglu-untied", tied_embeddings=False)
+MLA_UNTIED = dataclasses.replace(MLA_LIKE, name="mla-untied", tied_embeddings=False)
 RANK_PLANS = {  # nproc -> [(model, plan)]; the compute mode follows from the plan (train.compute_mode)
     2: [(LLAMA_UNTIED, dict(tp=2)),                                      # FSDP2 bf16 copies
         (LLAMA_UNTIED, dict(tp=2, sequence_parallel=True)),
@@ -218,6 +219,8 @@ RANK_PLANS = {  # nproc -> [(model, plan)]; the compute mode follows from the pl
     # (GPT-like at tp 4 with SP is not one: the executor does not split learned positions over the
     # sequence, Framework.learned_positions_split_sequence, and every rank failed in the embedding.)
     4: [(LLAMA_UNTIED, dict(dp=2, tp=2)),                                # DDP: autocast
+        (MLA_UNTIED, dict(dp=2, tp=2)),                                  # MLA: heads over tp, latents whole
+        (MLA_UNTIED, dict(dp=2, tp=2, sequence_parallel=True, zero_stage=3)),
         (LLAMA_UNTIED, dict(dp=2, tp=2, sequence_parallel=True, zero_stage=3)),
         (GEGLU_UNTIED, dict(tp=4, sequence_parallel=True)),              # 8 heads, 4 KV heads
         (LLAMA_UNTIED, dict(tp=2, cp=2, sequence_parallel=True))],
