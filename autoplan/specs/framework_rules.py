@@ -123,7 +123,7 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
         _refuse(fw, f"routes dropless only (no expert capacity), got moe_capacity_factor={plan.moe_capacity_factor}",
                "moe_capacity_factor", "plan without moe_capacity_factor (dropless), or for --framework megatron-core")
     if fw.experts_whole_with_ep and model.is_moe:
-        etp = 1 if plan.ep > 1 else plan.tp
+        etp = fw.default_etp(model, plan.ep) or plan.tp
         if plan.expert_tp != etp:
             _refuse(fw, f"keeps each expert whole under expert parallelism and splits experts over tp without it "
                    f"(etp = 1 with ep > 1, etp = tp with ep = 1), got ep={plan.ep}, etp={plan.etp}, tp={plan.tp}",

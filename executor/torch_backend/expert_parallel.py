@@ -7,7 +7,8 @@ that holds the same non-expert weights) of each pipeline rank and tensor-paralle
 replicas they form an (R/ep, ep) mesh named ("edp", "ep"), ep innermost so that an ep group is
 neighbouring replicas (one node at tp = 1, where the all-to-all is fastest). Under tensor parallelism
 each tp rank dispatches the same routed tokens among its own ep peers, and every expert kept is split
-over tp (executor/torch_backend/moe_tensor_parallel.py). Rank q keeps experts [e*num_local, (e+1)*num_local) with e its "ep" index
+over tp (executor/torch_backend/moe_tensor_parallel.py). Rank q keeps experts
+[e*num_local, (e+1)*num_local) with e its "ep" index
 and num_local = num_experts/ep; the R/ep ranks of an "edp" group hold the same experts.
 
 Dispatch, per MoE layer and micro-batch (`AllToAllDispatcher`):

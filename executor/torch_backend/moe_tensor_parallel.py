@@ -25,29 +25,23 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 
 def apply_moe_tp(moe, tp_mesh, sequence_parallel: bool, expert_tp_mesh=None) -> None:
     """Split `moe` (executor.moe.MoEFeedForward, on the meta device before materialization) over `tp_mesh`;
     its routed experts over `expert_tp_mesh` (the same ranks on the expert-parallel mesh, so that FSDP2
     over its "edp" dimension sees one root mesh) when given."""
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor import Replicate, Shard
 
-    def shard(module: nn.Module, name: str, placement, mesh=tp_mesh) -> None:
-        param = getattr(module, name)
-        setattr(module, name, nn.Parameter(distribute_tensor(param.data, mesh, [placement]),
-                                           requires_grad=param.requires_grad))
+    from executor.torch_backend.parallelize import distribute_param
 
     experts_mesh = expert_tp_mesh or tp_mesh
-    shard(moe.router, "weight", Replicate())
-    shard(moe.experts, "w1", Shard(1), experts_mesh)
-    shard(moe.experts, "w3", Shard(1), experts_mesh)
-    shard(moe.experts, "w2", Shard(2), experts_mesh)
+    distribute_param(moe.router, "weight", tp_mesh, Replicate())
+    for name, placement in (("w1", Shard(1)), ("w3", Shard(1)), ("w2", Shard(2))):
+        distribute_param(moe.experts, name, experts_mesh, placement)
     if moe.shared_mlp is not None:
-        shard(moe.shared_mlp.w1, "weight", Shard(0))
-        shard(moe.shared_mlp.w3, "weight", Shard(0))
-        shard(moe.shared_mlp.w2, "weight", Shard(1))
+        for name, placement in (("w1", Shard(0)), ("w3", Shard(0)), ("w2", Shard(1))):
+            distribute_param(getattr(moe.shared_mlp, name), "weight", tp_mesh, placement)
     moe.tensor_parallel = TensorParallelMoE(tp_mesh, sequence_parallel)
 
 

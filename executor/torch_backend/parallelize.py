@@ -100,7 +100,7 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool, expert_tp_mesh=
         present = {name for name, _ in layer.named_modules() if name}
         parallelize_module(layer, tp_mesh, tp_styles(TP_PLAN_LAYER, sequence_parallel, present))
         if isinstance(layer.feed_forward, MoEFeedForward):  # experts split over tp (etp = tp)
-            apply_moe_tp(layer.feed_forward, tp_mesh, sequence_parallel, expert_tp_mesh or tp_mesh)
+            apply_moe_tp(layer.feed_forward, tp_mesh, sequence_parallel, expert_tp_mesh)
         if isinstance(layer.attention, LatentAttention):
             apply_mla_tp(layer.attention, tp_mesh)
 
@@ -110,13 +110,23 @@ def apply_mla_tp(attention, tp_mesh) -> None:
     projections wq_a and wkv_a and the latent norms; the heads' projections are the TP plan's), so that
     their partial gradients from each rank's heads are summed where every Partial gradient is
     (train.py _clip_grad_norm), and the block knows the mesh (executor/blocks.py LatentAttention)."""
-    from torch.distributed.tensor import Replicate, distribute_tensor
+    from torch.distributed.tensor import Replicate
 
     for name in ("wq_a", "q_norm", "wkv_a", "kv_norm"):
         module = getattr(attention, name, None)
         if module is not None:
-            module.weight = nn.Parameter(distribute_tensor(module.weight.data, tp_mesh, [Replicate()]))
+            distribute_param(module, "weight", tp_mesh, Replicate())
     attention.tp_mesh = tp_mesh
+
+
+def distribute_param(module: nn.Module, name: str, mesh, placement) -> None:
+    """Replace `module.<name>` (on the meta device, before materialization) by a DTensor parameter
+    placed over `mesh`; init_weights later copies each rank its part of the full tensor."""
+    from torch.distributed.tensor import distribute_tensor
+
+    param = getattr(module, name)
+    setattr(module, name, nn.Parameter(distribute_tensor(param.data, mesh, [placement]),
+                                       requires_grad=param.requires_grad))
 
 
 def apply_recompute(model: nn.Module, policy: str, num_layers: int) -> None:
