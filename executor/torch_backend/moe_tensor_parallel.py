@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 def apply_moe_tp(moe, tp_mesh, sequence_parallel: bool, expert_tp_mesh=None) -> None:
@@ -32,8 +33,6 @@ def apply_moe_tp(moe, tp_mesh, sequence_parallel: bool, expert_tp_mesh=None) -> 
     its routed experts over `expert_tp_mesh` (the same ranks on the expert-parallel mesh, so that FSDP2
     over its "edp" dimension sees one root mesh) when given."""
     from torch.distributed.tensor import Replicate, Shard
-
-    from executor.torch_backend.parallelize import distribute_param
 
     experts_mesh = expert_tp_mesh or tp_mesh
     distribute_param(moe.router, "weight", tp_mesh, Replicate())
@@ -43,6 +42,17 @@ def apply_moe_tp(moe, tp_mesh, sequence_parallel: bool, expert_tp_mesh=None) -> 
         for name, placement in (("w1", Shard(0)), ("w3", Shard(0)), ("w2", Shard(1))):
             distribute_param(getattr(moe.shared_mlp, name), "weight", tp_mesh, placement)
     moe.tensor_parallel = TensorParallelMoE(tp_mesh, sequence_parallel)
+
+
+def distribute_param(module: nn.Module, name: str, mesh, placement) -> None:
+    """Replace `module.<name>` (on the meta device, before materialization) by a DTensor parameter
+    placed over `mesh`; init_weights later copies each rank its part of the full tensor. (Also for
+    multi-head latent attention's replicated parts: parallelize.py apply_mla_tp.)"""
+    from torch.distributed.tensor import distribute_tensor
+
+    param = getattr(module, name)
+    setattr(module, name, nn.Parameter(distribute_tensor(param.data, mesh, [placement]),
+                                       requires_grad=param.requires_grad))
 
 
 class TensorParallelMoE:

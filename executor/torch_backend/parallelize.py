@@ -112,21 +112,14 @@ def apply_mla_tp(attention, tp_mesh) -> None:
     (train.py _clip_grad_norm), and the block knows the mesh (executor/blocks.py LatentAttention)."""
     from torch.distributed.tensor import Replicate
 
+    from executor.torch_backend.moe_tensor_parallel import distribute_param
+
     for name in ("wq_a", "q_norm", "wkv_a", "kv_norm"):
         module = getattr(attention, name, None)
         if module is not None:
             distribute_param(module, "weight", tp_mesh, Replicate())
     attention.tp_mesh = tp_mesh
 
-
-def distribute_param(module: nn.Module, name: str, mesh, placement) -> None:
-    """Replace `module.<name>` (on the meta device, before materialization) by a DTensor parameter
-    placed over `mesh`; init_weights later copies each rank its part of the full tensor."""
-    from torch.distributed.tensor import distribute_tensor
-
-    param = getattr(module, name)
-    setattr(module, name, nn.Parameter(distribute_tensor(param.data, mesh, [placement]),
-                                       requires_grad=param.requires_grad))
 
 
 def apply_recompute(model: nn.Module, policy: str, num_layers: int) -> None:
