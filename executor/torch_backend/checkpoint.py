@@ -3,7 +3,11 @@
 Each save writes `<dir>/.tmp-step-<n>` on every rank, then (after a barrier) rank 0 renames it to
 `<dir>/step-<n>`: a run killed mid-save leaves a `.tmp-` folder that resume ignores, and the last
 complete `step-<n>` stays. The two newest complete checkpoints are kept. Keys are prefixed with the
-pipeline rank and chunk index, so stages never collide and a resume must use the same plan.
+pipeline rank and chunk index, so stages never collide and a resume must use the same plan. Under
+expert parallelism every ep rank holds other experts under the same parameter names (executor/
+torch_backend/expert_parallel.py keeps a slice of each layer's experts): their keys, and their optimizer
+states', also carry the ep index (`ep<e>.`), so DCP keeps one copy per ep index (the edp ranks' copies,
+identical or FSDP shards of one tensor, dedup as any replica's) instead of one for all.
 
 A checkpoint is code: torch.distributed.checkpoint unpickles its `.metadata`, so loading a folder
 someone else wrote can run their code. Each save therefore writes a manifest beside the shards
@@ -32,13 +36,31 @@ STEP_DIR = re.compile(r"^step-(\d+)$")
 NUM_KEPT = 2
 
 
-def _state(models: list[nn.Module], optimizers: list, pp_rank: int) -> dict:
+def _is_expert(fqn: str) -> bool:
+    return ".experts." in fqn  # the routed experts' weights (executor/moe.py GroupedExperts)
+
+
+def _expert_keys(flat: dict, ep_rank: int | None, restore: bool = False) -> dict:
+    """`flat` ({fqn: value}) with every expert fqn prefixed by `ep<ep_rank>.` (or, with `restore`, the
+    prefix taken off again); unchanged without expert parallelism (`ep_rank` None)."""
+    if ep_rank is None:
+        return flat
+    prefix = f"ep{ep_rank}."
+    if restore:
+        return {k.removeprefix(prefix): v for k, v in flat.items()}
+    return {prefix + k if _is_expert(k) else k: v for k, v in flat.items()}
+
+
+def _state(models: list[nn.Module], optimizers: list, pp_rank: int, ep_rank: int | None) -> dict:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
     state = {}
     for i, (model, opt) in enumerate(zip(models, optimizers)):
-        state[f"pp{pp_rank}.chunk{i}.model"] = get_model_state_dict(model)
-        state[f"pp{pp_rank}.chunk{i}.optim"] = get_optimizer_state_dict(model, opt)
+        optim = get_optimizer_state_dict(model, opt)
+        # The param groups name parameters, identical on every ep rank: only the tensors move keys.
+        optim = {**optim, "state": _expert_keys(optim["state"], ep_rank)}
+        state[f"pp{pp_rank}.chunk{i}.model"] = _expert_keys(get_model_state_dict(model), ep_rank)
+        state[f"pp{pp_rank}.chunk{i}.optim"] = optim
     return state
 
 
@@ -92,7 +114,8 @@ def verify(checkpoint_dir: str, plan_id: str) -> int:
     return step
 
 
-def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int, plan_id: str) -> None:
+def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int, plan_id: str,
+         ep_rank: int | None = None) -> None:
     import torch.distributed.checkpoint as dcp
 
     root = Path(checkpoint_dir)
@@ -101,7 +124,7 @@ def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int, plan_
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # left by a run killed mid-save
     dist.barrier()
-    dcp.save(_state(models, optimizers, pp_rank), checkpoint_id=str(tmp))
+    dcp.save(_state(models, optimizers, pp_rank, ep_rank), checkpoint_id=str(tmp))
     dist.barrier()
     if dist.get_rank() == 0:
         write_manifest(tmp, plan_id, step)
@@ -112,20 +135,22 @@ def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int, plan_
     dist.barrier()
 
 
-def load(checkpoint_dir: str, models, optimizers, pp_rank: int, plan_id: str) -> int:
+def load(checkpoint_dir: str, models, optimizers, pp_rank: int, plan_id: str, ep_rank: int | None = None) -> int:
     """Load the newest complete checkpoint into models and optimizers, once `verify` accepts it;
-    return its step."""
+    return its step. `ep_rank`: this rank's expert-parallel index (None without expert parallelism)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
     step = verify(checkpoint_dir, plan_id)
-    state = _state(models, optimizers, pp_rank)
+    state = _state(models, optimizers, pp_rank, ep_rank)
     try:
         dcp.load(state, checkpoint_id=str(Path(checkpoint_dir) / f"step-{step:06d}"))
     except Exception as exc:  # DCP raises CheckpointException / RuntimeError for foreign layouts
         raise AutoplanError(f"--resume: checkpoint step {step} in {checkpoint_dir!r} does not match this "
                             f"plan ({type(exc).__name__}); resume with the plan that wrote it") from None
     for i, (model, opt) in enumerate(zip(models, optimizers)):
-        set_model_state_dict(model, state[f"pp{pp_rank}.chunk{i}.model"])
-        set_optimizer_state_dict(model, opt, state[f"pp{pp_rank}.chunk{i}.optim"])
+        optim = state[f"pp{pp_rank}.chunk{i}.optim"]
+        optim = {**optim, "state": _expert_keys(optim["state"], ep_rank, restore=True)}
+        set_model_state_dict(model, _expert_keys(state[f"pp{pp_rank}.chunk{i}.model"], ep_rank, restore=True))
+        set_optimizer_state_dict(model, opt, optim)
     return step

@@ -38,10 +38,6 @@ def check(doc: PlanDocument, options: RunOptions) -> None:
     plan.check(spec, training, doc.cluster, allow_tp_across_nodes=True)
     # What this backend can run is the `autoplan` framework's rules: the planner searched with them.
     get_framework(FRAMEWORK).check(spec, training, plan)
-    if plan.ep > 1 and options.checkpoint_dir:
-        raise AutoplanError(
-            f"--checkpoint-dir with expert parallelism (ep={plan.ep}) is not wired (each ep rank holds other "
-            "experts under the same parameter names); run without checkpoints or with ep=1")
     _check_device(options, processes)
     if training.dtype == "fp8":
         fp8.torchao_float8()  # installed and importable, before any process starts

@@ -375,8 +375,10 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
     global _last_runner
     _last_runner = weakref.ref(runner)
     source = open_tokens(options.data, options.data_dtype, options.seed, doc.model.vocab_size)
+    # Each ep rank keeps other experts under the same names: its index keys them apart in checkpoints.
+    ep_rank = runner.expert_mesh["ep"].get_local_rank() if runner.expert_mesh is not None else None
     start = checkpoint.load(options.checkpoint_dir, runner.models, runner.optimizers, runner.rank["pp"],
-                            doc.plan_id) if options.resume else 0
+                            doc.plan_id, ep_rank) if options.resume else 0
     peak = datasheet_peak_flops_per_s(torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                             doc.training.dtype)
     losses, step_times, grad_norms, learning_rates, waits = [], [], [], [], []
@@ -402,7 +404,7 @@ def train(doc: PlanDocument, options: RunOptions, device: torch.device) -> Measu
                   flush=True)
         if options.checkpoint_every and (step + 1) % options.checkpoint_every == 0:
             checkpoint.save(options.checkpoint_dir, step + 1, runner.models, runner.optimizers, runner.rank["pp"],
-                            doc.plan_id)
+                            doc.plan_id, ep_rank)
     peak_memory = runner.peak_memory_bytes()
     env = environment(device.type, dist.get_world_size(), "torch")
     extra = {**run_extra(options, grad_norms, learning_rates, start,
