@@ -19,7 +19,8 @@ from cost_model.published import PublishedRun
 from cost_model.stage_memory import allocated_peak_bytes, stage_memory
 from cost_model.stages import stage_split
 from cost_model.splits import (
-    MOE_SPLIT, SPLITS, constant_mfu_guess, fit_rows, predict_with_mfu, refit_key, split_groups, validation_only,
+    MOE_SPLIT, SPLITS, constant_mfu_guess, fit_rows, gpu_generation, predict_with_mfu, refit_key, split_groups,
+    validation_only,
 )
 
 CONSTANT_MFU = 0.415
@@ -131,20 +132,26 @@ def split_summary(results: list) -> dict:
              / builtin_profile(r.run.gpu).peak(r.run.training.dtype) for r in done}
     rho = spearman([r.predicted_tokens_per_s_per_gpu * flops[id(r)] for r in done],
                    [r.run.measured_tokens_per_s_per_gpu * flops[id(r)] for r in done])
-    groups = {}
-    for r in done:
-        groups.setdefault(r.group, []).append(r)
     return {**model, "num_skipped": len(results) - len(done),
             "worst_row": worst.run.id, "worst_error": (worst.predicted_tokens_per_s_per_gpu
                                                        - worst.run.measured_tokens_per_s_per_gpu)
             / worst.run.measured_tokens_per_s_per_gpu,
             "mfu_spearman": None if rho != rho else rho,
             "constant_mfu": {"mape": base["mape"], "median": base["median"], "max": base["max"]},
-            "per_group": {g: {"num_rows": len(rows), "mape": statistics.fmean(r.ape for r in rows),
-                              "constant_mfu_mape": statistics.fmean(
-                                  abs(r.baseline_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu)
-                                  / r.run.measured_tokens_per_s_per_gpu for r in rows)}
-                          for g, rows in sorted(groups.items())}}
+            "per_group": errors_by(done, lambda r: r.group)}
+
+
+def errors_by(done: list, key) -> dict:
+    """{key(row): rows, the model's MAPE and, on the same rows, the constant-MFU guess's} over predicted
+    out-of-sample rows."""
+    groups = {}
+    for r in done:
+        groups.setdefault(key(r), []).append(r)
+    return {g: {"num_rows": len(rows), "mape": statistics.fmean(r.ape for r in rows),
+                "constant_mfu_mape": statistics.fmean(
+                    abs(r.baseline_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu)
+                    / r.run.measured_tokens_per_s_per_gpu for r in rows)}
+            for g, rows in sorted(groups.items())}
 
 
 def out_of_sample(runs: list, constants: Constants | None = None, framework: str | None = None) -> dict:
@@ -154,8 +161,13 @@ def out_of_sample(runs: list, constants: Constants | None = None, framework: str
     for split in (*SPLITS, MOE_SPLIT):
         results = moe_results(runs, constants, framework) if split == MOE_SPLIT else \
             held_out_results(runs, constants, framework, split)
+        done = [r for r in results if not r.skipped]
+        # The MoE rows are one split of their own (no fit saw any): where their error sits, by the
+        # axes a user transfers along (the source, which is mostly one framework and era, and the GPU).
         doc[split] = {"all": split_summary(results),
-                      **({"peak_memory": memory_summary([r for r in results if not r.skipped])}
+                      **({"peak_memory": memory_summary(done),
+                          "per_source": errors_by(done, lambda r: r.run.source),
+                          "per_gpu_generation": errors_by(done, lambda r: gpu_generation(r.run.gpu))}
                          if split == MOE_SPLIT else {}),
                       "bf16_fp16": split_summary([r for r in results if r.run.training.dtype != "fp8"]),
                       "fp8": split_summary([r for r in results if r.run.training.dtype == "fp8"])}

@@ -154,3 +154,32 @@ def test_out_of_sample_holds_per_split_and_beats_the_constant_mfu_guess():
         # (the MoE rows: 1.25x).
         gain = MIN_GAIN_OVER_CONSTANT_MFU.get((split, precision), 1.5)
         assert gain * s["mape"] < s["constant_mfu"]["mape"], (split, precision, s["mape"], s["constant_mfu"])
+
+
+def test_moe_errors_are_told_by_source_and_gpu_from_the_rows_themselves():
+    """Worked example: two made-up rows of one source at 1000 tokens/s/GPU measured, predicted 1100 and
+    700 (|errors| 10 % and 30 %, MAPE 20 %), the guess 500 on both (50 %); one row of another source
+    at 200 measured, 250 predicted (25 %), the guess 100 (50 %)."""
+    from dataclasses import replace
+
+    from cost_model.validation import RowResult, errors_by, out_of_sample
+
+    runs = [r for r in load_published_runs() if r.id.startswith(("MCOREMOERM", "FLAGPERF-qwenmoe-01"))][:3]
+    a1, a2, b = (replace(run, measured_tokens_per_s_per_gpu=m, source=s)
+                 for run, m, s in zip(runs, (1000.0, 1000.0, 200.0), ("a", "a", "b")))
+    rows = [RowResult(a1, 1100.0, baseline_tokens_per_s_per_gpu=500.0),
+            RowResult(a2, 700.0, baseline_tokens_per_s_per_gpu=500.0),
+            RowResult(b, 250.0, baseline_tokens_per_s_per_gpu=100.0)]
+    by_source = errors_by(rows, lambda r: r.run.source)
+    assert by_source["a"]["num_rows"] == 2 and abs(by_source["a"]["mape"] - 0.20) < 1e-12
+    assert abs(by_source["a"]["constant_mfu_mape"] - 0.50) < 1e-12
+    assert by_source["b"]["num_rows"] == 1 and abs(by_source["b"]["mape"] - 0.25) < 1e-12
+    # The shipped MoE rows: every row in exactly one source and one GPU generation, and the per-source
+    # MAPEs weigh back to the split's.
+    moe = out_of_sample(load_published_runs())["moe"]
+    for axis in ("per_source", "per_gpu_generation"):
+        parts = moe[axis]
+        assert sum(p["num_rows"] for p in parts.values()) == moe["all"]["num_rows"]
+        weighted = sum(p["num_rows"] * p["mape"] for p in parts.values()) / moe["all"]["num_rows"]
+        assert abs(weighted - moe["all"]["mape"]) < 1e-9, axis
+    assert {"megatron-moe-modelzoo", "kempnerforge-moe", "flagperf"} <= set(moe["per_source"])

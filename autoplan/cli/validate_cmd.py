@@ -217,7 +217,12 @@ def run(args) -> int:
                       f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
         out.write("\n")
     out.write(split_table(summary["out_of_sample"]))
-    for name, m in summary["out_of_sample"]["moe"].get("peak_memory", {}).items():
+    moe = summary["out_of_sample"]["moe"]
+    for axis, title in (("per_source", "source"), ("per_gpu_generation", "GPU")):
+        for name, m in moe.get(axis, {}).items():
+            out.write(f"  {'MoE time by ' + title + ', ' + name + ':':46s} {m['num_rows']:3d} rows  MAPE {m['mape']:6.1%}  "
+                      f"const-MFU MAPE {m['constant_mfu_mape']:6.1%}\n")
+    for name, m in moe.get("peak_memory", {}).items():
         out.write(f"  MoE peak memory, {name}: {m['num_rows']} rows  MAPE {m['mape']:.1%}  predicted/reported median "
                   f"{m['median_ratio']:.2f} (range {m['min_ratio']:.2f}-{m['max_ratio']:.2f})\n")
     held = summary["held_out"]
