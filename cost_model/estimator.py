@@ -108,7 +108,8 @@ class Estimator:
             attention_scale=fw.attention_efficiency,
             memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
             flash_attention=fw.flash_attention, attention_kernel=fw.attention_kernel,
-            moe_load_imbalance=fw.moe_load_imbalance,
+            # The user's measured routing (TrainingSpec.moe_load_imbalance) over the framework's default.
+            moe_load_imbalance=training.moe_load_imbalance or fw.moe_load_imbalance,
             moe_a2a_overlap=fw.moe_a2a_overlap, moe_padded_expert_gemm=fw.moe_padded_expert_gemm,
             moe_dispatch=fw.moe_dispatch, mla_padded_values=fw.mla_padded_values,
             fp8_rowwise=fw.fp8_rowwise, tp_backward_input_reductions=fw.tp_backward_input_reductions)

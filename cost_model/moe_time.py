@@ -71,6 +71,17 @@ def expert_load_imbalance(setting: float, ep: int, capacity_factor: float = 0.0,
     return min(load, capacity_factor) if capacity_factor > 0 else load
 
 
+def busiest_load_bound(model: ModelSpec, ep: int, padded: bool = False) -> float:
+    """The most the busiest rank (or, `padded`, expert) can hold over the mean: a token sends its k
+    copies to k distinct experts, so an expert receives at most every token, E/k times the mean, and a
+    rank of E/ep experts at most min(k, E/ep) copies of every token, ep*min(k, E/ep)/k times the mean.
+    A measured load factor above it (a user's, over another ep) is read at the bound."""
+    e, k = model.num_experts, model.num_experts_per_token
+    if padded or ep <= 1:
+        return e / k
+    return ep * min(k, e // ep) / k
+
+
 def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> float:
     """Elements one rank reads and writes permuting one micro-batch's routed tokens (forward).
 
@@ -96,9 +107,11 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
 
     `expert_gemm_*_s`: the expert GEMMs at balanced routing; `a2a_s`: one pass's dispatch + combine
     at balanced routing; `other_*_s`: the pass's compute the all-to-all of the opposite pass can run
-    under (attention and GEMMs); `load_imbalance`: the framework's moe_load_imbalance;
+    under (attention and GEMMs); `load_imbalance`: the measured one (TrainingSpec) or the framework's
+    moe_load_imbalance;
     `capacity_factor`: the plan's moe_capacity_factor (0 = dropless)."""
-    f = expert_load_imbalance(load_imbalance, ep, capacity_factor, padded_gemm)
+    f = min(expert_load_imbalance(load_imbalance, ep, capacity_factor, padded_gemm),
+            busiest_load_bound(model, ep, padded_gemm))
     permute_bytes = BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
     op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
     permute_fwd_s = permute_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))

@@ -77,6 +77,14 @@ def capacity_factors(text: str) -> tuple:
     return tuple(values)
 
 
+def load_imbalance(text: str) -> float:
+    """--moe-load-imbalance F: the busiest expert-parallel rank's routed tokens over the mean, at least 1."""
+    from autoplan.specs.validation import MAX_MOE_LOAD_IMBALANCE
+
+    return _positive(text, ascii_float, "a load factor >= 1 (the busiest rank's routed tokens over the mean)",
+                     upper=MAX_MOE_LOAD_IMBALANCE, lower=1.0)
+
+
 def positive_int(text: str) -> int:
     return _positive(text, ascii_int, "a positive integer")
 

@@ -70,6 +70,14 @@ def _plan_from_file(args):
                     own_profile=args.gpu is None and args.profile is None)
     before = {"framework": doc.framework, "profile": doc.cluster.profile, **doc.prediction}
     doc.extra.pop("nearest_fitting", None)  # a suggestion made for the old prediction
+    if args.moe_load_imbalance is not None:
+        # Re-score the file's plan with a measured routing load (like --framework, another way to cost it).
+        from dataclasses import replace
+
+        from autoplan.planning.planner import training_shape
+        training, _ = training_shape(doc.model, doc.cluster, doc.training.seq_len, doc.training.global_batch_size,
+                                     doc.training.dtype, args.moe_load_imbalance)
+        doc = replace(doc, training=training)
     doc, scored = estimate_document(doc, base_dir=Path(args.plan).parent, framework=args.framework, gpu=args.gpu,
                                     profile_path=args.profile, calibration_path=args.calibration,
                                     memory_headroom=args.memory_headroom)
@@ -89,7 +97,8 @@ def _plan_from_flags(args):
     dtype = args.dtype or DEFAULT_DTYPE
     check_dtype(profile, dtype)
     headroom = resolve_headroom(args.memory_headroom, profile.memory_capacity_bytes, cluster.name)
-    training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, dtype)
+    training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, dtype,
+                                        args.moe_load_imbalance or 0.0)
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     if args.dp is None and cluster.num_gpus % (tp * pp * cp):
         raise AutoplanError(f"tp*pp*cp must divide --gpus, got tp={tp} * pp={pp} * cp={cp} = {tp * pp * cp}, "

@@ -55,7 +55,7 @@ def _layout(args, model, training, cluster, profile, framework):
         request = PlanRequest(model=args.model, num_gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
                               profile_path=args.profile, global_batch_size=training.global_batch_size,
                               seq_len=training.seq_len, dtype=training.dtype, framework=framework,
-                              memory_headroom=args.memory_headroom,
+                              moe_load_imbalance=training.moe_load_imbalance, memory_headroom=args.memory_headroom,
                               pins=Pins(sequence_parallel=args.sequence_parallel))
         try:
             p = plan_search(request).best.plan
@@ -96,7 +96,8 @@ def run(args) -> int:
     cluster, profile = resolve_cluster(args.gpus, args.gpu, args.gpus_per_node, args.profile)
     framework = args.framework or DEFAULT_FRAMEWORK
     headroom = resolve_headroom(args.memory_headroom, profile.memory_capacity_bytes, cluster.name)
-    training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, args.dtype or "bf16")
+    training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, args.dtype or "bf16",
+                                        args.moe_load_imbalance or 0.0)
     with Progress("memory") as progress:
         progress.stage(f"choosing the layout of {model.name} on {cluster.num_gpus} GPUs")
         layout, where = _layout(args, model, training, cluster, profile, framework)

@@ -11,7 +11,8 @@ import sys
 
 from autoplan.cli.argtypes import (
     MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, ascii_int, check_storage_url,
-    capacity_factors, framework_name, int_at_most, one_line_name, output_path, positive_int, seed_int,
+    capacity_factors, framework_name, int_at_most, load_imbalance, one_line_name, output_path, positive_int,
+    seed_int,
 )
 from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES
 
@@ -46,6 +47,11 @@ def add_problem_arguments(p: argparse.ArgumentParser, model_required: bool = Tru
     # Default None (read as bf16) so that `estimate plan.json --dtype fp8` can be refused, not ignored.
     t.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), default=None,
                    help=f"training precision of the matmuls (default: {DEFAULT_DTYPE})")
+    t.add_argument("--moe-load-imbalance", type=load_imbalance, default=None, metavar="F",
+                   help="MoE only: routed tokens of the busiest expert-parallel rank over the mean, as your run "
+                        "measured them (Megatron-Core --moe-per-layer-logging prints the tokens per expert); the "
+                        "expert GEMMs and all-to-all of every MoE layer wait for that rank (default: the "
+                        "framework's, 1.25 for a dropless router with a balance loss; `autoplan frameworks NAME`)")
 
 
 def add_pin_arguments(p: argparse.ArgumentParser, title: str = "pins (fix a knob; the rest is searched)") -> None:
@@ -189,7 +195,7 @@ def run(args) -> int:
     request = PlanRequest(
         model=args.model, num_gpus=args.gpus, gpu=args.gpu, gpus_per_node=args.gpus_per_node,
         profile_path=args.profile, global_batch_size=args.global_batch, seq_len=args.seq_len,
-        dtype=args.dtype or DEFAULT_DTYPE,
+        dtype=args.dtype or DEFAULT_DTYPE, moe_load_imbalance=args.moe_load_imbalance or 0.0,
         pins=pins_from_args(args), allow_tp_across_nodes=args.allow_tp_across_nodes, sampler=args.sampler,
         num_trials=args.trials, seed=args.seed, exhaustive=args.exhaustive, storage=args.storage,
         study_name=args.study_name, calibration_path=args.calibration,

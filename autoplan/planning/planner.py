@@ -40,6 +40,8 @@ class PlanRequest:
     global_batch_size: int | None = None
     seq_len: int | None = None
     dtype: str = "bf16"
+    moe_load_imbalance: float = 0.0
+    """MoE: the busiest expert-parallel rank's routed tokens over the mean, measured (0: the framework's)."""
     pins: Pins = field(default_factory=Pins)
     allow_tp_across_nodes: bool = False
     sampler: str = "auto"
@@ -85,8 +87,12 @@ def default_global_batch(num_gpus: int, seq_len: int) -> int:
 
 
 def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, global_batch_size: int | None,
-                   dtype: str) -> tuple[TrainingSpec, list]:
-    """The training shape, with defaults for what was not given and a line for each default."""
+                   dtype: str, moe_load_imbalance: float = 0.0) -> tuple[TrainingSpec, list]:
+    """The training shape, with defaults for what was not given and a line for each default.
+    `moe_load_imbalance`: the user's measured busiest/mean expert-parallel load (--moe-load-imbalance)."""
+    if moe_load_imbalance and not model.is_moe:
+        raise AutoplanError(f"--moe-load-imbalance {moe_load_imbalance:g} is the routing of a mixture-of-experts "
+                            f"model; {model.name} has no experts: drop the flag")
     defaults = []
     if seq_len is None:
         seq_len = min(DEFAULT_SEQ_LEN, model.max_seq_len)
@@ -99,7 +105,8 @@ def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, 
                         f"(default: ~4M tokens, at least num_gpus/8 sequences, divisible over the GPUs; "
                         f"set --global-batch)")
     check_count("--global-batch", global_batch_size)
-    training = TrainingSpec(global_batch_size=global_batch_size, seq_len=seq_len, dtype=dtype)
+    training = TrainingSpec(global_batch_size=global_batch_size, seq_len=seq_len, dtype=dtype,
+                            moe_load_imbalance=moe_load_imbalance)
     training.check()
     return training, defaults
 
@@ -283,7 +290,8 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     model = resolve_model(request.model)
     cluster, profile = resolve_cluster(request.num_gpus, request.gpu, request.gpus_per_node, request.profile_path)
     check_dtype(profile, request.dtype)
-    training, defaults = training_shape(model, cluster, request.seq_len, request.global_batch_size, request.dtype)
+    training, defaults = training_shape(model, cluster, request.seq_len, request.global_batch_size, request.dtype,
+                                        request.moe_load_imbalance)
     space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes,
                         framework=get_framework(request.framework))
     calibration = None

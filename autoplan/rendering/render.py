@@ -82,7 +82,8 @@ def setup_lines(doc) -> list:
             f"{m.num_heads} heads ({m.num_kv_heads} kv){moe}",
             f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} node{'s' if c.num_nodes > 1 else ''} of {c.gpus_per_node}), profile {c.profile}",
             f"training global batch {t.global_batch_size} x seq {t.seq_len} = {human_count(t.tokens_per_step)} tokens/step, "
-            f"{t.dtype}, {t.optimizer}",
+            f"{t.dtype}, {t.optimizer}" + (f", MoE load {t.moe_load_imbalance:g}x the mean on the busiest "
+                                            f"expert-parallel rank (measured)" if t.moe_load_imbalance else ""),
             f"framework {doc.framework}: {get_framework(doc.framework).description}"] + _calibration_lines(doc)
 
 

@@ -258,6 +258,9 @@ class ParallelPlan:
         if self.moe_capacity_factor < 0 or (self.moe_capacity_factor and not model.is_moe):
             raise InfeasiblePlan(f"moe_capacity_factor must be 0 (dropless) or positive, for a mixture-of-experts "
                                  f"model only, got {self.moe_capacity_factor}", "moe_capacity_factor")
+        if training.moe_load_imbalance and not model.is_moe:
+            raise InfeasiblePlan(f"moe_load_imbalance={training.moe_load_imbalance:g} is the routing of a "
+                                 f"mixture-of-experts model; {model.name} has no experts", "moe_load_imbalance")
         if (self.ep > 1 or self.expert_tp != self.tp) and not model.is_moe:
             raise InfeasiblePlan(f"ep={self.ep} and etp={self.etp} need a mixture-of-experts model",
                                  "ep_needs_moe")

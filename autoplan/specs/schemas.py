@@ -16,7 +16,8 @@ from autoplan.specs.choices import (
 )
 from autoplan.specs.validation import (
     MAX_BYTES_PER_S, MAX_EXPERTS, MAX_FFN, MAX_FLOPS_PER_S, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_HEAD_DIM,
-    MAX_HEADS, MAX_HIDDEN, MAX_LATENCY_S, MAX_LAYERS, MAX_MEMORY_BYTES, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_VOCAB,
+    MAX_HEADS, MAX_HIDDEN, MAX_LATENCY_S, MAX_LAYERS, MAX_MEMORY_BYTES, MAX_MOE_LOAD_IMBALANCE, MAX_NUM_GPUS,
+    MAX_SEQ_LEN, MAX_VOCAB,
     Issues, bare_file_name, first_non_finite, take_bool, take_float, take_int, take_list, take_object, take_str,
 )
 
@@ -73,6 +74,11 @@ def validate_training(data: dict, issues: Issues, prefix: str = "training") -> N
     take_int(data, "seq_len", issues, prefix, 1, MAX_SEQ_LEN)
     take_str(data, "dtype", issues, prefix, DTYPES, required=False)
     take_str(data, "optimizer", issues, prefix, ("adamw",), required=False)
+    load = take_float(data, "moe_load_imbalance", issues, prefix, 0.0, MAX_MOE_LOAD_IMBALANCE, positive=False,
+                      required=False)
+    if load is not None and 0 < load < 1:
+        issues.add(f"{prefix}.moe_load_imbalance" if prefix else "moe_load_imbalance",
+                   "must be 0 (the framework's default) or at least 1 (the busiest rank over the mean)", load)
 
 
 def validate_cluster(data: dict, issues: Issues, prefix: str = "cluster") -> None:

@@ -7,8 +7,8 @@ from autoplan.specs.choices import DTYPES
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.jsonio import require
 from autoplan.specs.schemas import validate_cluster, validate_training
-from autoplan.specs.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_NUM_GPUS, MAX_SEQ_LEN, Issues, \
-    refuse_unknown_fields, require_object
+from autoplan.specs.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_MOE_LOAD_IMBALANCE, MAX_NUM_GPUS, \
+    MAX_SEQ_LEN, Issues, refuse_unknown_fields, require_object
 
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
@@ -22,13 +22,23 @@ class TrainingSpec:
     dtype: str = "bf16"
     """Compute dtype of the matmuls. fp8 keeps bf16 weights/activations outside the GEMMs."""
     optimizer: str = "adamw"
+    moe_load_imbalance: float = 0.0
+    """Mixture-of-experts models: routed tokens of the busiest expert-parallel rank over the mean rank's,
+    as the user's own run measured them (Megatron-Core logs the tokens per expert with
+    --moe-per-layer-logging); 0: the framework's default (cost_model/moe_time.py: 1.25 for a dropless
+    router trained with a balance loss, 1 where the framework forces balanced routing)."""
 
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_size * self.seq_len
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field; moe_load_imbalance only when set, so the plan ids and files of plans made without
+        it stay as they were."""
+        data = asdict(self)
+        if not self.moe_load_imbalance:
+            del data["moe_load_imbalance"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "training") -> "TrainingSpec":
@@ -41,6 +51,7 @@ class TrainingSpec:
             seq_len=require(data, "seq_len", int, what),
             dtype=data.get("dtype", "bf16"),
             optimizer=data.get("optimizer", "adamw"),
+            moe_load_imbalance=float(data.get("moe_load_imbalance", 0.0)),
         )
         spec.check()
         return spec
@@ -56,6 +67,10 @@ class TrainingSpec:
             raise SchemaError(f"training dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.optimizer != "adamw":
             raise SchemaError(f"training optimizer must be 'adamw' (the only one modelled), got {self.optimizer!r}")
+        if self.moe_load_imbalance and not 1.0 <= self.moe_load_imbalance <= MAX_MOE_LOAD_IMBALANCE:
+            raise SchemaError(f"training moe_load_imbalance (busiest expert-parallel rank's routed tokens over the "
+                              f"mean) must be 0 (the framework's default) or 1 to {MAX_MOE_LOAD_IMBALANCE:g}, got "
+                              f"{self.moe_load_imbalance!r}")
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ MAX_SEQ_LEN = 2**24
 MAX_NUM_GPUS = 2**20
 MAX_GPUS_PER_NODE = 2**10
 MAX_GLOBAL_BATCH = 2**24
+# A MoE run's busiest expert-parallel rank over the mean: a rank holds at most every routed token,
+# ep times the mean (cost_model/moe_time.py bounds it per plan); 1024 ranks leave headroom.
+MAX_MOE_LOAD_IMBALANCE = 1024.0
 # A device: ~10 PFLOP/s, ~10 TB/s and ~300 GB per GPU today (B200-class); profiles of a whole
 # host (CPU) stay far below these too.
 MAX_FLOPS_PER_S = 1e18
