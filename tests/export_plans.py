@@ -74,6 +74,11 @@ PLANS = {
     "qwen3-moe ep over tp+sp (etp 1)": export_doc(catalog_model("qwen3-235b-a22b"), 128, 512, dp=16, tp=4, pp=2, ep=32,
                                             etp=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
                                             num_microbatches=32, recompute="full", recompute_num_layers=47),
+    # ep 2 over tp 4 (etp 1): torchtitan 0.3.0 and Megatron-Core take part of a tp block for the expert group,
+    # 0.2.0 only whole cp x tp blocks (its ParallelDims asserts): refused for torchtitan-0.2, not exported to fail.
+    "deepseek-v3 ep inside tp (etp 1)": export_doc(catalog_model("deepseek-v3"), 256, 1024, seq_len=32768, dp=16, tp=4,
+                                             pp=4, ep=2, etp=1, sequence_parallel=True, zero_stage=1,
+                                             micro_batch_size=1, num_microbatches=64),
     # Hybrid sharding: FSDP within each node of 8, 8 replicas (torchtitan data_parallel_replicate_degree);
     # the distributed optimizer over groups of 8 dp*cp ranks, 4 instances (Megatron's partial DistOpt).
     "hsdp (zero3, shard 8)": export_doc(LLAMA3_8B, 64, 128, dp=64, zero_stage=3, zero_shard=8, micro_batch_size=2,

@@ -123,6 +123,16 @@ def test_torchtitan_toml():
     # Mixtral maps onto none of torchtitan 0.2.0's MoE models: refused, not exported to fail later
     with pytest.raises(InfeasiblePlan, match="torchtitan 0.2.0 has no model for the mixture of experts 'mixtral-8x7b'"):
         export_plan(_with(MOE, etp=1), "torchtitan-0.2")  # whole experts under EP, as torchtitan runs them
+    # 0.2.0's whole experts take whole cp x tp blocks (parallel_dims.py _validate, lines 57-64): ep 2 inside tp 4
+    # is refused with that rule, ep 8 over two tp blocks of 4 is exported (0.3.0 runs both)
+    from tests.export_plans import PLANS
+
+    inside_tp = PLANS["deepseek-v3 ep inside tp (etp 1)"]
+    with pytest.raises(InfeasiblePlan, match=r"ep must be a multiple of cp\*tp = 4 and divide dp_shard\*cp\*tp = 64, got ep=2"):
+        export_plan(inside_tp, "torchtitan-0.2")
+    over_tp = PlanDocument(model=inside_tp.model, training=inside_tp.training, cluster=inside_tp.cluster,
+                           parallel=inside_tp.parallel.replace(ep=8))
+    assert tomllib.loads(export_plan(over_tp, "torchtitan-0.2").text)["parallelism"]["expert_parallel_degree"] == 8
     fp8 = tomllib.loads(export_plan(_doc(dtype="fp8", **TP_PP_VPP_SP.parallel.to_dict()), "torchtitan-0.2").text)
     assert fp8["model"]["converters"] == ["quantize.linear.float8"]
     assert fp8["quantize"]["linear"]["float8"] == {"enable_fsdp_float8_all_gather": False}

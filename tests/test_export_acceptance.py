@@ -171,6 +171,22 @@ def test_torchtitan_selective_ac_keeps_what_the_memory_model_counts():
     assert ops_saved_elems(model, tp=1, sequence_parallel=False) == dim + kept + dim == 1920
 
 
+def tp_whole_params(doc) -> int:
+    """Parameters of rank 0's layers that TP keeps whole (each rank holds them all, sharded by FSDP alone):
+    the block's two norms, MLA's down-projections and their norms (the latents are not split over heads),
+    a MoE layer's router. Rank 0 holds the stages 0, pp, 2pp, ... of the plan's split."""
+    m, par = doc.model, doc.parallel
+    mla = (m.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim) + m.q_lora_rank
+           + m.kv_lora_rank) if m.is_mla else 0
+    total, first = 0, 0
+    for stage, count in enumerate(par.virtual_stage_num_layers(m.num_layers)):
+        if stage % par.pp == 0:
+            total += sum(2 * m.hidden_size + mla + (m.hidden_size * m.num_experts if m.is_moe_layer(layer) else 0)
+                         for layer in range(first, first + count))
+        first += count
+    return total
+
+
 def model_mismatch(doc, got: dict) -> str:
     """"" when the model torchtitan built is the plan's, else what differs."""
     model, wrong = doc.model, []
@@ -187,13 +203,14 @@ def model_mismatch(doc, got: dict) -> str:
         wrong.append(f"rank 0 holds {got['model_parts']} model parts, the plan has vpp={par.vpp}")
     # Every weight is split over the planned ranks: FSDP over dp (ZeRO 0: replicated, unless the experts
     # borrow dp_shard), TP over tp, CP ranks join FSDP; routed experts over ep x (dp*cp*tp/ep), the same
-    # product; with hybrid sharding FSDP over the shard group only (zero_shard, CP included). Only the
-    # norms stay whole under TP, and FSDP pads rank 0's chunk: within 0.5%.
+    # product; with hybrid sharding FSDP over the shard group only (zero_shard, CP included). What stays
+    # whole under TP is counted apart (tp_whole_params); FSDP pads rank 0's chunk: within 0.5%.
     shards = par.tp * (par.zero_shard_group if par.zero_stage > 0 else par.cp * (par.dp if par.ep > 1 else 1))
-    held = got["part_params"] / max(got["local_params"], 1)
-    if abs(held - shards) > 0.005 * shards:
+    local = got["part_params"] / shards + tp_whole_params(doc) * (par.tp - 1) / shards
+    held, expected = got["part_params"] / max(got["local_params"], 1), got["part_params"] / local
+    if abs(held - expected) > 0.005 * expected:
         wrong.append(f"rank 0 holds 1/{held:.2f} of its stage's {got['part_params']} parameters, the plan "
-                     f"shards them {shards} ways")
+                     f"shards them 1/{expected:.2f} ({shards} ways, what TP keeps whole {par.tp} times)")
     return "; ".join(wrong)
 
 

@@ -33,6 +33,16 @@ def export(doc: PlanDocument) -> tuple:
                              f"models are deepseek_v3 with MLA, llama4 and qwen3, with their own layers; Qwen3-MoE "
                              f"maps onto 0.3.0's qwen3: --to torchtitan); export it to megatron or deepspeed",
                              "export_torchtitan_moe")
+    _, shard, _ = data_parallel_degrees(doc, [])
+    if par.ep > 1 and (par.ep % (par.cp * par.tp) or (shard * par.cp * par.tp) % par.ep):
+        # torchtitan 0.2.0 distributed/parallel_dims.py _validate (lines 57-64): its experts are whole
+        # (expert_tensor_parallel_degree 1, the default this export keeps), and then the expert group takes
+        # whole cp x tp blocks of the shard group: ep % (cp*tp) == 0 and (dp_shard*cp*tp) % ep == 0. 0.3.0
+        # lets ep take part of a block (ep | dp_shard*cp*tp), which the planner's torchtitan rules follow.
+        raise InfeasiblePlan(f"torchtitan 0.2.0 builds its expert group from whole cp x tp blocks: ep must be a "
+                             f"multiple of cp*tp = {par.cp * par.tp} and divide dp_shard*cp*tp = "
+                             f"{shard * par.cp * par.tp}, got ep={par.ep}; export to torchtitan (0.3.0) or plan "
+                             f"with --ep a multiple of {par.cp * par.tp}", "export_torchtitan02_ep")
     notes: list = []
     sections = {
         "job": {"description": f"autoplan plan {doc.plan_id}"},
