@@ -112,7 +112,8 @@ class Estimator:
             moe_load_imbalance=training.moe_load_imbalance or fw.moe_load_imbalance,
             moe_a2a_overlap=fw.moe_a2a_overlap, moe_padded_expert_gemm=fw.moe_padded_expert_gemm,
             moe_dispatch=fw.moe_dispatch, mla_padded_values=fw.mla_padded_values,
-            fp8_rowwise=fw.fp8_rowwise, tp_backward_input_reductions=fw.tp_backward_input_reductions)
+            fp8_rowwise=fw.fp8_rowwise, fp8_expert_gemms=fw.fp8_expert_gemms,
+            tp_backward_input_reductions=fw.tp_backward_input_reductions)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
         # Parameter counts (whole model; stages and TP divide them below), per layer on average over

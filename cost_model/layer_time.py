@@ -84,6 +84,8 @@ class Rates:
     """Framework.mla_padded_values: MLA's attention core at the q/k head width for the values too."""
     fp8_rowwise: bool = False
     """Framework.fp8_rowwise: torchao's row-wise (axis-wise) scaled fp8, whose backward casts more."""
+    fp8_expert_gemms: bool = True
+    """Framework.fp8_expert_gemms: an fp8 plan's routed experts run their GEMMs in fp8 too."""
     tp_backward_input_reductions: int = 0
     """Framework.tp_backward_input_reductions (0: one per block)."""
 
@@ -156,7 +158,20 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     moe = model.is_moe if moe is None else moe
     etp = etp or tp
     gemms = layer_gemms(model, tokens, tp, ep, moe, etp)
-    gemm_fwd_s, gemm_bwd_s = gemms_time_s(tables, gemms, rates)
+    # An fp8 plan whose framework keeps the routed experts' GEMMs in the compute dtype
+    # (Framework.fp8_expert_gemms False) prices them, and casts nothing for them, in bf16.
+    bf16_experts = moe and rates.gemm_dtype == "fp8" and not rates.fp8_expert_gemms
+    expert_rates = replace(rates, gemm_dtype="bf16") if bf16_experts else rates
+
+    def times_of(names=None) -> tuple:
+        """(forward, backward) seconds of the layer's GEMMs named (all without `names`), each at its rates."""
+        chosen = [g for g in gemms if names is None or g.name in names]
+        experts = [g for g in chosen if g.name in EXPERT_GEMMS]
+        rest = gemms_time_s(tables, [g for g in chosen if g.name not in EXPERT_GEMMS], rates)
+        routed = gemms_time_s(tables, experts, expert_rates if moe else rates)
+        return rest[0] + routed[0], rest[1] + routed[1]
+    gemm_fwd_s, gemm_bwd_s = times_of()
+    fp8_gemms = [g for g in gemms if not (bf16_experts and g.name in EXPERT_GEMMS)]
 
     # Attention core (QK^T, softmax, AV).
     heads_local = model.num_heads // tp
@@ -205,30 +220,30 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     act_s = mem_s(mlp_activation_elems(model, moe) / tp)
 
     def fwd_of(names) -> float:
-        return gemms_time_s(tables, [g for g in gemms if g.name in names], rates)[0]
+        return times_of(names)[0]
     memory_bwd_s = 2.0 * memory_fwd_s
     fp8_weight_cast_s = 0.0
     if rates.gemm_dtype == "fp8":
         # Float8 scaling (Micikevicius et al. 2022, arXiv 2209.05433): each GEMM's input is read in
         # bf16 and written in fp8 (3 B per element) in forward, each output gradient in backward
         # (the wgrad GEMM reuses the forward's fp8 input). Weights: fp8_weight_cast_s, per cast.
-        memory_fwd_s += memory_time_s(tables, sum(3.0 * g.m * g.k * g.count for g in gemms), op_bytes)
-        memory_bwd_s += memory_time_s(tables, sum(3.0 * g.m * g.n * g.count for g in gemms), op_bytes)
+        memory_fwd_s += memory_time_s(tables, sum(3.0 * g.m * g.k * g.count for g in fp8_gemms), op_bytes)
+        memory_bwd_s += memory_time_s(tables, sum(3.0 * g.m * g.n * g.count for g in fp8_gemms), op_bytes)
         if rates.fp8_rowwise:
             # Row-wise scales run along one axis, and the weight-gradient GEMM contracts the other: its
             # output gradient is cast again along dim 1 and the saved bf16 input re-cast along dim 1
             # (torchao float8/float8_linear.py matmul_with_hp_or_float8_args.backward: four casts,
             # none shared with the data-gradient GEMM's; tensor-wise, one scale serves both axes).
-            memory_bwd_s += memory_time_s(tables, sum(3.0 * (g.m * g.n + g.m * g.k) * g.count for g in gemms),
+            memory_bwd_s += memory_time_s(tables, sum(3.0 * (g.m * g.n + g.m * g.k) * g.count for g in fp8_gemms),
                                           op_bytes)
             # torchao runs its two backward GEMMs (slow accumulation) in cuBLAS's tensor-wise kernel with unit
             # scales and rescales their bf16 outputs in one more kernel per GEMM (float8/float8_ops.py
             # addmm_float8_unwrapped, `output *= post_inverse_scale`; pytorch/ao issue 2184): 2 B read and
             # 2 B written per element of the data gradient (m x k) and of the weight gradient (n x k).
-            memory_bwd_s += memory_time_s(tables, sum(4.0 * (g.m * g.k + g.n * g.k) * g.count for g in gemms),
+            memory_bwd_s += memory_time_s(tables, sum(4.0 * (g.m * g.k + g.n * g.k) * g.count for g in fp8_gemms),
                                           op_bytes)
-        weight_bytes = sum(3.0 * g.k * g.n * g.count for g in gemms)
-        fp8_weight_cast_s = memory_time_s(tables, weight_bytes, weight_bytes / max(1, len(gemms)))
+        weight_bytes = sum(3.0 * g.k * g.n * g.count for g in fp8_gemms)
+        fp8_weight_cast_s = memory_time_s(tables, weight_bytes, weight_bytes / max(1, len(fp8_gemms)))
 
     # TP: two all-reduces per pass, or with SP an all-gather + reduce-scatter pair in their place
     # (Korthikanti 2022 section 4.2.2: same bytes on the wire). Narayanan 2021 section 3.2. A
@@ -274,7 +289,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     if moe:
         a2a_s, gathered_s = dispatch_times_s(model, tables, dispatch, tokens, tp, ep, etp, gpus_per_node)
         # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
-        expert_fwd_s, expert_bwd_s = gemms_time_s(tables, [g for g in gemms if g.name in EXPERT_GEMMS], rates)
+        expert_fwd_s, expert_bwd_s = times_of(EXPERT_GEMMS)
         mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn_fwd_s,
                              gemm_bwd_s + attn_bwd_s, tokens, tp, ep, etp, rates.memory_scale,
                              rates.moe_load_imbalance, rates.moe_a2a_overlap, capacity_factor,

@@ -360,7 +360,9 @@ def render_framework(f, fitted: dict | None = None) -> str:
                  f"{', all-to-all hidden under another micro-batch' if f.moe_a2a_overlap else ''}; experts: "
                  + ("split over an expert TP of their own (--etp)" if f.expert_tensor_parallel else
                     "whole under expert parallelism (etp 1), split over tp without" if f.experts_whole_with_ep else
-                    "split over tp")] if f.moe else []),
+                    "split over tp")
+                 + ("; in fp8 plans their GEMMs stay bf16" if not f.fp8_expert_gemms and "fp8" in f.dtypes else "")]
+                if f.moe else []),
               f"can run: {_can_run(f)}"]
     if fitted:
         lines.append("fitted on published runs (cost_model/data/constants.json): "

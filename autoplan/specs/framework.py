@@ -114,7 +114,11 @@ class Framework(DataParallelFacts):
     fp8_rowwise: bool = False
     """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
     fp8_moe: bool = True
-    """fp8 training of mixture-of-experts models (their experts' GEMMs in fp8 too)."""
+    """fp8 training of mixture-of-experts models at all (a rule: False refuses the plan)."""
+    fp8_expert_gemms: bool = True
+    """In an fp8 plan, the routed experts' GEMMs run in fp8 too (Transformer Engine's grouped linear);
+    False: they stay in the compute dtype, and so do their inputs' casts (a converter of nn.Linear
+    only, torchao's Float8Linear)."""
     fp8_weight_copy_bytes: float = 0.0
     """fp8: bytes per parameter of a layer's gathered compute copy where ZeRO shards the weights and
     they are gathered in fp8 (torchao's float8 all-gather under FSDP2: 1); 0 = gathered in the

@@ -62,7 +62,7 @@ _AUTOPLAN = Framework(
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
     fused_cross_entropy=True, flash_attention=True, attention_kernel="sdpa",
     dtypes=("bf16", "fp8", "fp32"),
-    fp8_moe=False, fp8_weight_copy_bytes=1.0, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    fp8_moe=False, fp8_expert_gemms=False, fp8_weight_copy_bytes=1.0, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     hsdp_zero_stages=(1, 2, 3),
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla_padded_values=True,
@@ -270,8 +270,12 @@ FRAMEWORKS = {f.name: f for f in (
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
         zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
         tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
-        experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep",
-        sources={"experts_whole_with_ep": "torchtitan 0.3.0 models/common/moe_sharding.py: with EP the routed experts' "
+        experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep", fp8_expert_gemms=False,
+        sources={"fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
+                                     "autoplan's export turns on) swaps Linear configs only (convert, lines 151-172); "
+                                     "the routed experts' grouped GEMMs go fp8 only with Float8GroupedExpertsConverter, "
+                                     "not exported",
+                 "experts_whole_with_ep": "torchtitan 0.3.0 models/common/moe_sharding.py: with EP the routed experts' "
                                           "weights are placed over (dp_replicate, efsdp, ep) with ep Shard(0) and no TP "
                                           "axis (expert_param_placement_sparse, lines 29-47); without EP they are split "
                                           "over TP (expert_param_placement_dense, Shard(1)/Shard(2)); distributed/"
