@@ -10,6 +10,8 @@ last line printed is one JSON object:
   tensorwise and rowwise (the framework option `autoplan+fp8-rowwise`) on one process, and on two
   processes FSDP2 ZeRO-3 with the float8 all-gather and TP + SP, and the same two plans unquantized
   (the torch backend's parity on this venv's newer torch, tests/test_torch_backend.py's tolerances);
+  and a MoE model (experts bf16, attention fp8): its unquantized and fp8 single-process runs, and fp8
+  under expert parallelism with FSDP2 ZeRO-3 and under TP + SP;
 - "saved": bytes autograd keeps per forward of one block (saved-tensor hooks, each storage once),
   split into activations and weight copies, for the block in bf16 and in fp8 (tensorwise, under
   FSDP2 with the float8 all-gather on a one-process group, so its gathered weights are what a
@@ -31,21 +33,28 @@ from tests.memory_counting_ranks import from_parameter
 
 MODEL = ModelSpec("tiny-llama", 2, 64, 4, 2, 128, 256, max_seq_len=64)
 """Every block linear 16-divisible (64, 32 for the grouped K/V, 128), so all 14 run in fp8."""
+MOE = ModelSpec("tiny-moe", 2, 64, 4, 2, 128, 256, num_experts=4, num_experts_per_token=2, max_seq_len=64)
+"""The same attention, a MoE MLP in every layer: its 8 attention linears run in fp8, the router and the
+4 experts' grouped weights in the compute dtype (executor/fp8.py)."""
 GLOBAL_BATCH, SEQ_LEN = 8, 32
 OPTIONS = RunOptions(steps=4, warmup_steps=1, lr=1e-2, out="", log_every=100, loss_chunk_tokens=16)
 SINGLE = [("reference", "bf16", "autoplan", {}), ("tensorwise", "fp8", "autoplan", {}),
-          ("rowwise", "fp8", "autoplan+fp8-rowwise", {})]
+          ("rowwise", "fp8", "autoplan+fp8-rowwise", {}),
+          ("moe-reference", "bf16", "autoplan", {}, MOE), ("moe-tensorwise", "fp8", "autoplan", {}, MOE)]
 """One process, 8 micro-batches: on a CPU "bf16" runs fp32, the unquantized reference."""
 PARALLEL = [("fsdp-float8-all-gather", "fp8", "autoplan", dict(dp=2, zero_stage=3)),
             ("tp-sp", "fp8", "autoplan", dict(tp=2, sequence_parallel=True)),
             ("fsdp-unquantized", "bf16", "autoplan", dict(dp=2, zero_stage=3)),
-            ("tp-sp-unquantized", "bf16", "autoplan", dict(tp=2, sequence_parallel=True))]
+            ("tp-sp-unquantized", "bf16", "autoplan", dict(tp=2, sequence_parallel=True)),
+            ("moe-ep-fsdp", "fp8", "autoplan", dict(dp=2, ep=2, zero_stage=3), MOE),
+            ("moe-ep-fsdp-unquantized", "bf16", "autoplan", dict(dp=2, ep=2, zero_stage=1), MOE),
+            ("moe-tp-sp", "fp8", "autoplan", dict(tp=2, sequence_parallel=True), MOE)]
 """Two processes, tensorwise (rowwise runs the same TP code; emulated it is ~10x slower per step)."""
 
 
-def plan_doc(dtype: str, framework: str, parallel: dict) -> PlanDocument:
+def plan_doc(dtype: str, framework: str, parallel: dict, model: ModelSpec = MODEL) -> PlanDocument:
     plan = ParallelPlan(**parallel, num_microbatches=GLOBAL_BATCH // parallel.get("dp", 1))
-    return PlanDocument(model=MODEL, training=TrainingSpec(GLOBAL_BATCH, SEQ_LEN, dtype),
+    return PlanDocument(model=model, training=TrainingSpec(GLOBAL_BATCH, SEQ_LEN, dtype),
                         cluster=ClusterSpec("cpu", plan.num_gpus, gpus_per_node=8), parallel=plan,
                         framework=framework)
 

@@ -279,6 +279,10 @@ def _can_run(f) -> str:
         limits.append("dense only")
     elif not f.moe_with_tp_pp:
         limits.append("MoE without tp/pp")
+    if "fp8" in f.dtypes and f.moe and not f.fp8_moe:
+        limits.append("fp8 dense only")
+    if "fp8" in f.dtypes and f.mla and not f.fp8_mla:
+        limits.append("fp8 without MLA")
     if f.min_microbatches_per_stage:
         limits.append("micro-batches >= pp")
     if f.tied_embeddings_one_stage:

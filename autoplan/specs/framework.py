@@ -115,6 +115,8 @@ class Framework(DataParallelFacts):
     """fp8 GEMMs with per-row scales (torchao "rowwise") instead of one scale per tensor."""
     fp8_moe: bool = True
     """fp8 training of mixture-of-experts models at all (a rule: False refuses the plan)."""
+    fp8_mla: bool = True
+    """fp8 training of models with multi-head latent attention (its latent projections in fp8 too)."""
     fp8_expert_gemms: bool = True
     """In an fp8 plan, the routed experts' GEMMs run in fp8 too (Transformer Engine's grouped linear);
     False: they stay in the compute dtype, and so do their inputs' casts (a converter of nn.Linear

@@ -55,8 +55,11 @@ def check_problem(fw, model: ModelSpec, training: TrainingSpec) -> None:
         _refuse(fw, f"trains in {', '.join(fw.dtypes)}, not dtype={training.dtype}", "dtype",
                f"plan with --dtype {fw.dtypes[0]}")
     if training.dtype == "fp8" and model.is_moe and not fw.fp8_moe:
-        _refuse(fw, f"runs fp8 for dense models only (its experts' GEMMs stay bf16), got {model.name!r} with "
-               f"{model.num_experts} experts", "fp8_moe", "plan with --dtype bf16")
+        _refuse(fw, f"runs fp8 for dense models only, got {model.name!r} with {model.num_experts} experts",
+               "fp8_moe", "plan with --dtype bf16")
+    if training.dtype == "fp8" and model.is_mla and not fw.fp8_mla:
+        _refuse(fw, f"runs fp8 without multi-head latent attention only (its latent projections would stay "
+               f"bf16), got {model.name!r}", "fp8_mla", "plan with --dtype bf16")
 
 
 def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:

@@ -62,7 +62,7 @@ _AUTOPLAN = Framework(
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
     fused_cross_entropy=True, flash_attention=True, attention_kernel="sdpa",
     dtypes=("bf16", "fp8", "fp32"),
-    fp8_moe=False, fp8_expert_gemms=False, fp8_weight_copy_bytes=1.0, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    fp8_mla=False, fp8_expert_gemms=False, fp8_weight_copy_bytes=1.0, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     hsdp_zero_stages=(1, 2, 3),
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla_padded_values=True,
@@ -115,8 +115,11 @@ _AUTOPLAN = Framework(
         "dtypes": "fp16 (no loss scaling) is not wired; fp8: torchao float8 training of the blocks' linears "
                   "(executor/fp8.py: wq, wk, wv, wo, w1, w2, w3 with 16-divisible dimensions; the embedding, the "
                   "head, the router and the experts stay bf16)",
-        "fp8_moe": "executor/fp8.py converts nn.Linear only: the experts' grouped GEMMs (executor/moe.py) "
-                   "would stay bf16, which the cost model's fp8 MoE layer does not describe",
+        "fp8_expert_gemms": "executor/fp8.py converts the blocks' nn.Linear projections only: the router and "
+                            "the experts' grouped GEMMs (executor/moe.py) stay bf16 (tests/fp8_check.py runs a MoE "
+                            "model in fp8 on one process, under ep 2 with ZeRO-3 and under tp 2 + SP)",
+        "fp8_mla": "executor/fp8.py converts wq, wk, wv, wo, w1, w2, w3: MLA's latent projections (wq_a, wq_b, "
+                   "wkv_a, wkv_b) would stay bf16, which the cost model's fp8 layer does not describe",
         "fp8_weight_copy_bytes": "torchao enable_fsdp_float8_all_gather (tensorwise, FSDP2 over several "
                                  "replicas): the gathered weight of an fp8 linear is its fp8 data (1 B) and one "
                                  "fp32 scale; rowwise (`autoplan+fp8-rowwise`) gathers bf16",

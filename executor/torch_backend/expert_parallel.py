@@ -28,7 +28,8 @@ would leave them ep times too large):
   the edp group after the last micro-batch (one blocking all-reduce per tensor, no overlap).
 - zero_stage 1-3: FSDP2 `fully_shard` on each layer's experts over the edp mesh (the enclosing
   block's `fully_shard` over the replica mesh then skips them), with the gradient divide factor R
-  and SUM reductions (`set_force_sum_reduction_for_comms`: gloo has no pre-multiplied sum).
+  and SUM reductions (`set_force_sum_reduction_for_comms`: gloo has no pre-multiplied sum); with
+  edp = 1, divided by R after the backward instead (`divide_lone_expert_grads`).
 The global gradient norm adds the expert part summed over the ep group (different experts).
 """
 from __future__ import annotations
@@ -122,15 +123,30 @@ def apply_ep(model: nn.Module, expert_mesh) -> None:
 
 
 def apply_expert_fsdp(model: nn.Module, expert_mesh, zero_stage: int, num_replicas: int, mp_policy) -> None:
-    """FSDP2 on every layer's experts over the edp mesh, gradients divided by all R replicas.
+    """FSDP2 on every layer's experts over the edp mesh, gradients divided by all R replicas (by FSDP
+    when edp > 1; by divide_lone_expert_grads after the backward when edp = 1, see there).
     Call before the blocks' own fully_shard."""
     from torch.distributed.fsdp import fully_shard
 
+    lone = expert_mesh["edp"].size() == 1
     for layer in moe_layers(model):
         experts = fully_shard(layer.experts, mesh=expert_mesh["edp"], reshard_after_forward=zero_stage == 3,
                               mp_policy=mp_policy)
-        experts.set_gradient_divide_factor(float(num_replicas))
+        experts.set_gradient_divide_factor(1.0 if lone else float(num_replicas))
         experts.set_force_sum_reduction_for_comms(True)
+
+
+def divide_lone_expert_grads(expert_params: list, num_replicas: int) -> None:
+    """edp = 1 (ep = R): FSDP's experts have no peer to reduce with, so their gradients are divided by R
+    here. FSDP's own divide factor is not used there: with a one-rank group and the sum reduction gloo
+    needs, torch 2.13 divides by it twice (fsdp/_fully_shard/_fsdp_collectives.py: the one-rank copy
+    divides by gradient_divide_factor and the post-divide factor divides again), torch 2.9 once. Measured
+    on torch 2.13 (dp 2 x ep 2, ZeRO-1): expert gradients at half the single-process ones."""
+    from torch.distributed.tensor import DTensor
+
+    for p in expert_params:
+        if p.grad is not None:
+            (p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad).div_(num_replicas)
 
 
 def expert_param_names(model: nn.Module) -> list[str]:

@@ -219,6 +219,8 @@ class PlanRunner:
         if plan.zero_stage == 0 and self.expert_params:
             expert_parallel.reduce_expert_grads(self.expert_params, self.expert_mesh["edp"].get_group(),
                                                 self.num_replicas)
+        elif self.expert_params and self.expert_mesh["edp"].size() == 1:
+            expert_parallel.divide_lone_expert_grads(self.expert_params, self.num_replicas)
         # Always measured (and recorded): unlike the loss under AdamW, it is sensitive to the scale
         # of the gradients, so the tests catch a missing average over replicas with it.
         self.grad_norm = self._clip_grad_norm(self.options.grad_clip)
