@@ -13,6 +13,16 @@ from autoplan.specs.validation import MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_M
 BYTES_PER_ELEMENT = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 
 
+def _check_counts(spec, what: str, bounds: tuple) -> None:
+    """Each (field, upper bound) of `spec` a positive integer at most its bound, else one SchemaError line."""
+    for key, high in bounds:
+        v = getattr(spec, key)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise SchemaError(f"{what} {key} must be a positive integer, got {v!r}")
+        if v > high:
+            raise SchemaError(f"{what} {key} must be at most {high:,}, got {v:,}")
+
+
 @dataclass(frozen=True)
 class TrainingSpec:
     global_batch_size: int
@@ -57,12 +67,7 @@ class TrainingSpec:
         return spec
 
     def check(self) -> None:
-        for key, high in (("global_batch_size", MAX_GLOBAL_BATCH), ("seq_len", MAX_SEQ_LEN)):
-            v = getattr(self, key)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise SchemaError(f"training {key} must be a positive integer, got {v!r}")
-            if v > high:
-                raise SchemaError(f"training {key} must be at most {high:,}, got {v:,}")
+        _check_counts(self, "training", (("global_batch_size", MAX_GLOBAL_BATCH), ("seq_len", MAX_SEQ_LEN)))
         if self.dtype not in DTYPES:
             raise SchemaError(f"training dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.optimizer != "adamw":
@@ -105,9 +110,4 @@ class ClusterSpec:
         return spec
 
     def check(self) -> None:
-        for key, high in (("num_gpus", MAX_NUM_GPUS), ("gpus_per_node", MAX_GPUS_PER_NODE)):
-            v = getattr(self, key)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise SchemaError(f"cluster {key} must be a positive integer, got {v!r}")
-            if v > high:
-                raise SchemaError(f"cluster {key} must be at most {high:,}, got {v:,}")
+        _check_counts(self, "cluster", (("num_gpus", MAX_NUM_GPUS), ("gpus_per_node", MAX_GPUS_PER_NODE)))
