@@ -77,6 +77,8 @@ def test_the_plan_file_keeps_a_measured_load_and_plans_without_one_are_unchanged
     (["estimate", "--model", "qwen-72b", "--gpus", "8", "--moe-load-imbalance", "2"], "qwen-72b has no experts"),
     (["search", "--model", "mixtral-8x7b", "--gpus", "16", "--moe-load-imbalance", "0.5"], "must be at least 1"),
     (["memory", "--model", "mixtral-8x7b", "--gpus", "16", "--moe-load-imbalance", "nan"], "a load factor >= 1"),
+    (["cluster", "--model", "qwen-72b", "--train-tokens", "1B", "--deadline-days", "30", "--gpus-max", "16",
+      "--moe-load-imbalance", "2"], "qwen-72b has no experts"),
 ])
 def test_bad_load_factors_are_one_line_and_exit_2(capsys, argv, message):
     with pytest.raises(SystemExit) as stop:

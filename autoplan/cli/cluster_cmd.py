@@ -11,7 +11,7 @@ import sys
 
 from autoplan.cli.argtypes import (
     MAX_GLOBAL_BATCH, MAX_NUM_GPUS, MAX_SEQ_LEN, MAX_TRIALS, add_memory_headroom, days, framework_name,
-    gpu_hour_prices, int_at_most, money, output_path, seed_int, token_count,
+    gpu_hour_prices, int_at_most, load_imbalance, money, output_path, seed_int, token_count,
 )
 
 
@@ -54,6 +54,9 @@ def register(subparsers) -> None:
                    help="training precision of the matmuls; GPU types without it are left out (default: bf16)")
     t.add_argument("--seq-len", type=int_at_most(MAX_SEQ_LEN, "tokens"), default=None, metavar="TOKENS",
                    help="tokens per sequence (default: 4096, capped at the model's context)")
+    t.add_argument("--moe-load-imbalance", type=load_imbalance, default=None, metavar="F",
+                   help="MoE only: your run's routed tokens of the busiest expert-parallel rank over the mean "
+                        "(default: the framework's; see `autoplan search --help`)")
     s = p.add_argument_group("search")
     s.add_argument("--trials", type=int_at_most(MAX_TRIALS, "trials"), default=CLUSTER_TRIALS, metavar="N",
                    help=f"Optuna trials per GPU type and count, then a short local polish (default: {CLUSTER_TRIALS})")
@@ -86,6 +89,7 @@ def run(args) -> int:
                                  gpus_max=args.gpus_max, framework=args.framework or DEFAULT_FRAMEWORK,
                                  seq_len=args.seq_len, global_batch_size=args.global_batch, num_trials=args.trials,
                                  seed=args.seed, memory_headroom=args.memory_headroom, dtype=args.dtype,
+                                 moe_load_imbalance=args.moe_load_imbalance or 0.0,
                                  progress=lambda at: progress.stage(f"searching the plans of {args.model} on {at}"))
         outcome = cluster_search(request)
         text = render_cluster(outcome)

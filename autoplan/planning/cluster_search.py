@@ -100,6 +100,8 @@ class ClusterRequest:
     seq_len: int | None = None
     global_batch_size: int | None = None
     dtype: str = "bf16"
+    moe_load_imbalance: float = 0.0
+    """MoE: the busiest expert-parallel rank's routed tokens over the mean, measured (0: the framework's)."""
     """Training precision of the matmuls; a GPU type without it (fp8 before Hopper) is left out."""
     num_trials: int = CLUSTER_TRIALS
     seed: int = 0
@@ -291,7 +293,8 @@ def cluster_search(request: ClusterRequest) -> ClusterOutcome:
                             f"pick one of those or another --framework")
     # One global batch for every point: the default is the one for a power-of-two cluster (~4M tokens).
     training, defaults = training_shape(model, ClusterSpec("any", DEFAULT_GPUS_PER_NODE, DEFAULT_GPUS_PER_NODE),
-                                        request.seq_len, request.global_batch_size, request.dtype)
+                                        request.seq_len, request.global_batch_size, request.dtype,
+                                        request.moe_load_imbalance)
     framework.check_problem(model, training)  # a seq_len beyond the model's: no cluster can help
     if request.global_batch_size is None:
         defaults[-1] = (f"global batch {training.global_batch_size} sequences = "
