@@ -49,7 +49,7 @@ def add_problem_arguments(p: argparse.ArgumentParser, model_required: bool = Tru
                    help=f"training precision of the matmuls (default: {DEFAULT_DTYPE})")
     t.add_argument("--moe-load-imbalance", type=load_imbalance, default=None, metavar="F",
                    help="MoE only: routed tokens of the busiest expert-parallel rank over the mean, as your run "
-                        "measured them (Megatron-Core --moe-per-layer-logging prints the tokens per expert); the "
+                        "measured them (e.g. from torchtitan's per-layer tokens_per_expert_E buffer); the "
                         "expert GEMMs and all-to-all of every MoE layer wait for that rank (default: the "
                         "framework's, 1.25 for a dropless router with a balance loss; `autoplan frameworks NAME`)")
 

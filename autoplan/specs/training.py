@@ -34,8 +34,9 @@ class TrainingSpec:
     optimizer: str = "adamw"
     moe_load_imbalance: float = 0.0
     """Mixture-of-experts models: routed tokens of the busiest expert-parallel rank over the mean rank's,
-    as the user's own run measured them (Megatron-Core logs the tokens per expert with
-    --moe-per-layer-logging); 0: the framework's default (cost_model/moe_time.py: 1.25 for a dropless
+    as the user's own run measured them (torchtitan 0.3.0 counts them per MoE layer in its tokens_per_expert_E
+    buffer, models/common/moe.py; Megatron-Core's dispatchers count tokens_per_expert each step but
+    log only the balance losses); 0: the framework's default (cost_model/moe_time.py: 1.25 for a dropless
     router trained with a balance loss, 1 where the framework forces balanced routing)."""
 
     @property
