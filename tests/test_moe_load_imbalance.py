@@ -62,7 +62,11 @@ def test_the_plan_file_keeps_a_measured_load_and_plans_without_one_are_unchanged
                "--micro-batch", "1"]
     assert main(["estimate", *problem, "--moe-load-imbalance", "2", "-o", str(plan)]) == 0
     out = capsys.readouterr().out
-    assert "MoE load 2x the mean on the busiest" in out
+    assert "MoE load 2x the mean on the busiest" in out and "set --moe-load-imbalance" not in out
+    # Without it, the default is said as one (with its source and the flag to change it).
+    assert main(["estimate", *problem]) == 0
+    out = capsys.readouterr().out
+    assert "default  MoE load 1.25x the mean on the busiest expert-parallel rank" in out and "Switch Transformer" in out
     doc = PlanDocument.load(plan)
     assert doc.training.moe_load_imbalance == 2.0
     assert doc.prediction["step_time_s"] == pytest.approx(_step_s(2.0, 8), rel=1e-9)

@@ -297,7 +297,8 @@ def cluster_search(request: ClusterRequest) -> ClusterOutcome:
                                         request.moe_load_imbalance)
     framework.check_problem(model, training)  # a seq_len beyond the model's: no cluster can help
     if request.global_batch_size is None:
-        defaults[-1] = (f"global batch {training.global_batch_size} sequences = "
+        at = next(i for i, line in enumerate(defaults) if line.startswith("global batch "))
+        defaults[at] = (f"global batch {training.global_batch_size} sequences = "
                         f"{training.global_batch_size * training.seq_len / 1e6:.2f}M tokens (default: ~4M tokens, "
                         f"the same on every cluster; set --global-batch)")
     say = request.progress or (lambda line: None)

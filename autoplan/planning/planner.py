@@ -105,6 +105,11 @@ def training_shape(model: ModelSpec, cluster: ClusterSpec, seq_len: int | None, 
                         f"(default: ~4M tokens, at least num_gpus/8 sequences, divisible over the GPUs; "
                         f"set --global-batch)")
     check_count("--global-batch", global_batch_size)
+    if model.is_moe and not moe_load_imbalance:
+        from cost_model.moe_time import DEFAULT_EXPERT_LOAD_IMBALANCE
+        defaults.append(f"MoE load {DEFAULT_EXPERT_LOAD_IMBALANCE:g}x the mean on the busiest expert-parallel rank "
+                        f"(the framework's default for a dropless router with a balance loss, Switch Transformer "
+                        f"sec. 2.2; set --moe-load-imbalance to your run's)")
     training = TrainingSpec(global_batch_size=global_batch_size, seq_len=seq_len, dtype=dtype,
                             moe_load_imbalance=moe_load_imbalance)
     training.check()
