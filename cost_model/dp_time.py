@@ -29,7 +29,7 @@ def fp8_gathered_params(est, plan: ParallelPlan, per_stage: int) -> float:
     in fp8 (1 B): the blocks' linears of an fp8 run whose framework gathers them so
     (Framework.fp8_param_gather, or torchao's float8 all-gather under FSDP2:
     cost_model.stage_memory.fp8_gathered_fraction); the norms, the embedding and the head stay bf16."""
-    if est.training.dtype != "fp8" or est.model.is_moe:
+    if est.training.dtype != "fp8":
         return 0.0
     share = fp8_linear_share(est) if est.framework.fp8_param_gather else fp8_gathered_fraction(est, plan)
     return share * per_stage * est.params.dense_per_layer / plan.tp

@@ -366,17 +366,21 @@ def fp8_gathered_fraction(est, plan) -> float:
     (Framework.fp8_weight_copy_bytes): the block linears, all but the norms (executor/fp8.py), where
     an fp8 plan's ZeRO shards the weights over several replicas (torchao's float8 all-gather under
     FSDP2); 0 otherwise."""
-    fw, model = est.framework, est.model
+    fw = est.framework
     if est.training.dtype != "fp8" or not fw.fp8_weight_copy_bytes or plan.zero_stage == 0 \
-            or plan.dp * plan.cp == 1 or model.is_moe:
+            or plan.dp * plan.cp == 1:
         return 0.0
     return fp8_linear_share(est)
 
 
 def fp8_linear_share(est) -> float:
-    """Share of a layer's dense parameters in its linears (all but the norms): the weights an fp8 run
-    computes, and may gather, in fp8."""
-    return 1.0 - est.model.num_layer_norms * est.model.norm_params() / est.params.dense_per_layer
+    """Share of a layer's dense parameters in its linears (all but the norms and a MoE layer's router,
+    which stays in the compute dtype: executor/fp8.py; Megatron-Core's router is no Transformer Engine
+    module), on average over the model's layers: the weights an fp8 run computes, and may gather, in
+    fp8. The routed experts are not dense parameters (Framework.fp8_expert_gemms says where they run)."""
+    model = est.model
+    routers = model.num_moe_layers * model.hidden_size * model.num_experts / model.num_layers
+    return 1.0 - (model.num_layer_norms * model.norm_params() + routers) / est.params.dense_per_layer
 
 
 def _on_cpu(est) -> bool:

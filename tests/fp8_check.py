@@ -15,7 +15,8 @@ last line printed is one JSON object:
 - "saved": bytes autograd keeps per forward of one block (saved-tensor hooks, each storage once),
   split into activations and weight copies, for the block in bf16 and in fp8 (tensorwise, under
   FSDP2 with the float8 all-gather on a one-process group, so its gathered weights are what a
-  sharded run keeps), with the block's fp8-linear parameter count.
+  sharded run keeps), with the block's fp8-linear parameter count; and the same for a MoE block
+  ("moe_bf16", "moe_fp8").
 """
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def runs() -> list:
     return out
 
 
-def _block_saved(fp8: bool) -> dict:
+def _block_saved(fp8: bool, model: ModelSpec = MODEL) -> dict:
     """One block's forward in bf16 under FSDP2 (one process): saved bytes that are weights (a
     parameter, its gathered copy or its cast) and the rest (activations)."""
     import torch.distributed as dist
@@ -79,7 +80,7 @@ def _block_saved(fp8: bool) -> dict:
     from executor.blocks import Kernels, TransformerBlock
     from executor.model import rope_cache
 
-    block = TransformerBlock(MODEL, 0, Kernels())
+    block = TransformerBlock(model, 0, Kernels())
     linears = sum(m.weight.numel() for name, m in block.named_modules() if executor_fp8.is_fp8_linear(
         f"layers.0.{name}", m))
     if fp8:
@@ -87,8 +88,8 @@ def _block_saved(fp8: bool) -> dict:
                              emulate=True, all_gather=True)
     fully_shard(block, mesh=dist.device_mesh.init_device_mesh("cpu", (1,)),
                 mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32))
-    x = torch.randn(2, SEQ_LEN, MODEL.hidden_size, dtype=torch.bfloat16, requires_grad=True)
-    rope = rope_cache(MODEL.rope_dim, MODEL.max_seq_len).to(torch.bfloat16)
+    x = torch.randn(2, SEQ_LEN, model.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    rope = rope_cache(model.rope_dim, model.max_seq_len).to(torch.bfloat16)
     seen, saved = {x.untyped_storage().data_ptr()}, {"weights": 0, "fp8_weights": 0, "activations": 0}
 
     def pack(t):
@@ -113,7 +114,8 @@ def saved() -> dict:
     with tempfile.NamedTemporaryFile() as store:
         dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0, world_size=1)
         try:
-            return {"bf16": _block_saved(False), "fp8": _block_saved(True)}
+            return {"bf16": _block_saved(False), "fp8": _block_saved(True),
+                    "moe_bf16": _block_saved(False, MOE), "moe_fp8": _block_saved(True, MOE)}
         finally:
             dist.destroy_process_group()
 

@@ -111,9 +111,9 @@ def test_fp8_runs_record_their_recipe_and_linears(fp8_check):
                                       "float8_all_gather": all_gather, "emulated": True}, label
 
 
-def _weight_copies(dtype: str, framework: str = "autoplan") -> float:
+def _weight_copies(dtype: str, framework: str = "autoplan", model: ModelSpec = MODEL) -> float:
     training = TrainingSpec(8, 32, dtype)
-    est = Estimator(MODEL, training, ClusterSpec("h100-80gb", 2), builtin_profile("h100-80gb"),
+    est = Estimator(model, training, ClusterSpec("h100-80gb", 2), builtin_profile("h100-80gb"),
                     framework=get_framework(framework))
     return est.memory(ParallelPlan(dp=2, zero_stage=1, num_microbatches=4), "none", 0)["weight_copies"]
 
@@ -131,6 +131,22 @@ def test_fp8_weight_copies_are_the_counted_ones(fp8_check):
     counted_saving = bf16["weights"] - fp8["weights"] - fp8["fp8_weights"]
     modelled_saving = (_weight_copies("bf16") - _weight_copies("fp8")) / MODEL.num_layers
     assert abs(modelled_saving - counted_saving) <= 1e-3 * counted_saving, (modelled_saving, counted_saving)
+
+
+def test_fp8_moe_weight_copies_are_the_counted_ones(fp8_check):
+    """A MoE block under FSDP2 with the float8 all-gather keeps its 4 attention linears' gathered
+    weights in fp8 (1 B and one fp32 scale each) and its router and norms in bf16; the routed experts'
+    copies are bf16 either way. The cost model's fp8 saving per layer is the attention linears' byte
+    each, leaving out the router (fp8_linear_share) and the scales (4 B per linear, not modelled)."""
+    bf16, fp8 = fp8_check["saved"]["moe_bf16"], fp8_check["saved"]["moe_fp8"]
+    attention = 2 * 64 * 64 + 2 * 64 * 32  # wq, wo; wk, wv (2 KV heads)
+    assert fp8["fp8_linear_params"] == attention and fp8["fp8_weights"] == attention + 4 * 4
+    router_and_norms = 64 * MOE.num_experts + 2 * 64
+    assert fp8["weights"] == 2 * router_and_norms and bf16["weights"] == 2 * (attention + router_and_norms)
+    assert fp8["activations"] == bf16["activations"]
+    counted_saving = bf16["weights"] - fp8["weights"] - fp8["fp8_weights"]
+    modelled_saving = (_weight_copies("bf16", model=MOE) - _weight_copies("fp8", model=MOE)) / MOE.num_layers
+    assert abs(modelled_saving - counted_saving) <= 4 * 4, (modelled_saving, counted_saving)
 
 
 def test_rowwise_gathers_bf16_weights():
