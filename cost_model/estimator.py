@@ -198,17 +198,19 @@ class Estimator:
         if hit is None:
             flash, model = self.framework.flash_attention, self.model
             fp8_inputs = self.training.dtype == "fp8" and self.framework.fp8_linear_inputs_saved_in_fp8
+            weighted = self.framework.moe_weighted_outputs_saved
             stored = selective = working = 0.0
             # Mean over the layers: MoE and dense layers (DeepSeek's first k) store different MLP tensors.
             for moe, share in ((True, self._moe_layer_share), (False, 1.0 - self._moe_layer_share)):
                 if share:
                     parts = activation_bytes_per_layer(model, b, s_local, tp, sp, flash, moe=moe, etp=etp,
-                                                       fp8_inputs=fp8_inputs)
+                                                       fp8_inputs=fp8_inputs, weighted_outputs_saved=weighted)
                     stored += share * sum(parts.values())
                     selective += share * selective_kept_bytes(parts, self.framework.selective_recompute, model,
                                                               b, s_local, tp, sp, moe=moe, modules=modules)
                     working += share * sum(activation_bytes_per_layer(model, b, s_local, tp, False, flash,
-                                                                      moe=moe, etp=etp, fp8_inputs=fp8_inputs).values())
+                                                                      moe=moe, etp=etp, fp8_inputs=fp8_inputs,
+                                                                      weighted_outputs_saved=weighted).values())
             hit = self._layer_cache[key] = (stored, selective,
                                             full_recompute_layer_bytes(model, b, s_local, tp, sp), working)
         return hit

@@ -34,7 +34,7 @@ def mlp_activation_elems(model: ModelSpec, moe: bool) -> float:
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
                                sequence_parallel: bool, flash_attention: bool = True,
                                dropout: bool = False, moe: bool | None = None, etp: int = 0,
-                               fp8_inputs: bool = False) -> dict:
+                               fp8_inputs: bool = False, weighted_outputs_saved: bool = False) -> dict:
     """Stored activations of one layer for one micro-batch (seq_len already divided by cp).
 
     Returns the named parts (bytes). `dropout=True` with a GPT shape reproduces Korthikanti's
@@ -49,6 +49,8 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
     (the activation's output: 1 of 3 gated widths, 1 of 2 GeLU ones); the projection keeps an fp8 copy
     beside the bf16 output the attention core keeps for its own backward (2 + 1 B). A MoE layer's
     experts keep bf16-sized inputs (Transformer Engine's grouped linear saves row- and column-wise fp8).
+    `weighted_outputs_saved` (Framework.moe_weighted_outputs_saved): a MoE layer also keeps its experts'
+    outputs, weighed by the router's probabilities in the unpermutation.
     """
     sb = micro_batch * seq_len
     h = model.hidden_size
@@ -73,6 +75,8 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
         # experts for the softmax backward, on the rank's sequence share (router.py, moe_router_dtype).
         etp = etp or tp
         parts["expert_inputs"] = BYTES_ACT * sb * model.num_experts_per_token * h * etp / tp
+        if weighted_outputs_saved:  # Framework.moe_weighted_outputs_saved: the experts' outputs, the same rows
+            parts["expert_outputs"] = parts["expert_inputs"]
         parts["router_scores"] = 4.0 * sb * model.num_experts / outside
     if model.qk_norm:  # the un-normed q and k, inputs of their norms
         parts["qk_norm_inputs"] = BYTES_ACT * sb * (model.q_size + model.kv_size) / tp
@@ -130,7 +134,8 @@ def module_freed_bytes(parts: dict, model: ModelSpec, modules: tuple, moe: bool)
         freed.append(parts["qkv"])
     if moe and "moe" in modules:
         # The whole MoE block: routed and shared experts, their inputs and the router's scores.
-        freed.append(act + parts.get("expert_inputs", 0.0) + parts.get("router_scores", 0.0))
+        freed.append(act + parts.get("expert_inputs", 0.0) + parts.get("expert_outputs", 0.0)
+                     + parts.get("router_scores", 0.0))
     elif moe:
         if "moe_act" in modules:
             freed.append(out_share * routed_share * act)

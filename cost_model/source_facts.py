@@ -143,8 +143,12 @@ SOURCES = {
     # monitor reads from nvidia-smi's Memory-Usage (training/nvidia/nvidia_monitor.py): everything the
     # process holds, compared with the whole predicted peak (allocated + allocator slack + CUDA context).
     # Its Megatron scripts pass no --moe-token-dispatcher-type, so they ran the allgather dispatcher, the
-    # default of core_v0.6.0 and after (transformer_config.py moe_token_dispatcher_type = "allgather").
-    "FLAGPERF": dict(source="flagperf", memory_used_of_total_gib=True, framework_then={"moe_dispatch": "allgather"}),
+    # default of core_v0.6.0 and after (transformer_config.py moe_token_dispatcher_type = "allgather"),
+    # whose unpermutation weighs the experts' outputs by the router's probabilities and so keeps them
+    # (token_dispatcher.py line 197 at core_v0.6.0, the tag of its Mixtral H100 row; the others are of
+    # the same weeks of 2024).
+    "FLAGPERF": dict(source="flagperf", memory_used_of_total_gib=True,
+                     framework_then={"moe_dispatch": "allgather", "moe_weighted_outputs_saved": True}),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
 

@@ -115,6 +115,25 @@ def test_expert_inputs_and_router_scores_are_stored():
     assert "expert_inputs" not in activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=False)
 
 
+def test_megatron_2024_keeps_the_weighted_expert_outputs():
+    """Megatron-Core core_v0.6.0-v0.13 weigh the experts' outputs by the router's probabilities in the
+    unpermutation (`unpermuted_local_hidden * scores`), which keeps the outputs: one more tensor of the
+    experts' input rows x h (FlagPerf's rows ran that code: cost_model/source_facts.py)."""
+    from cost_model.memory import activation_bytes_per_layer, selective_kept_bytes
+    from cost_model.published import load_published_runs
+    parts = activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=True, etp=1, weighted_outputs_saved=True)
+    assert parts["expert_outputs"] == 2 * 4096 * 8 * 4096 / 4 == 67_108_864
+    assert "expert_outputs" not in activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=True, etp=1)
+    # --recompute-modules moe frees the whole MoE block, the kept outputs with it.
+    kept = selective_kept_bytes(parts, "attention", QWEN3, 1, 4096, 4, True, moe=True, modules=("moe",))
+    without = dict(parts, expert_outputs=0.0)
+    assert kept == selective_kept_bytes(without, "attention", QWEN3, 1, 4096, 4, True, moe=True, modules=("moe",))
+    flagperf = [r for r in load_published_runs() if r.source == "flagperf"]
+    assert flagperf and all(r.framework_facts().moe_weighted_outputs_saved for r in flagperf)
+    from autoplan.specs import get_framework
+    assert not get_framework("megatron-core").moe_weighted_outputs_saved  # core_v0.16.1: inside the activation
+
+
 def test_expert_states_per_gpu_worked_example():
     from autoplan.inputs.catalog import catalog_model
     from cost_model.moe_memory import expert_state_bytes

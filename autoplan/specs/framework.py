@@ -178,6 +178,15 @@ class Framework(DataParallelFacts):
     zero-padded to (experts, max tokens, h)), so the routed-token imbalance costs GEMM time even
     without expert parallelism (KempnerForge kempnerforge/model/moe.py @abbbac33 grouped_expert_forward,
     lines 55-73). False: GEMMs over each expert's own tokens (Megatron-Core TEGroupedMLP, torchtitan)."""
+    moe_weighted_outputs_saved: bool = False
+    """The router's probabilities weigh the experts' outputs in the unpermutation, and autograd keeps those
+    outputs (the routed copies x h, as many rows as the experts' inputs) for the probabilities' gradient
+    (Megatron-Core core_v0.6.0 token_dispatcher.py MoEAllGatherTokenDispatcher.token_unpermutation,
+    `unpermuted_local_hidden * scores`, line 197; core_v0.7.0 to core_v0.13.0 moe_utils.py unpermute, the
+    tokens times the probabilities). False: the weights are applied where nothing more is kept (from
+    core_v0.14.0 the dispatchers hand the probabilities to the experts, experts.py
+    activation_func_with_probs, inside the fused weighted SwiGLU at core_v0.16.1, which saves its input
+    and the probabilities only)."""
     pp_p2p_overlap: bool = False
     """Interleaved schedules send each virtual stage's activation while the next one computes
     (Megatron-Core overlap_p2p_comm, on by default with vpp > 1: megatron/core/pipeline_parallel/
