@@ -7,7 +7,8 @@ import pytest
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import resolve_cluster
 from autoplan.planning import bounded
-from autoplan.planning.planner import PlanRequest, make_estimator, plan_search, training_shape
+from autoplan.planning.planner import PlanRequest, make_estimator, plan_search
+from autoplan.planning.training_shape import training_shape
 from autoplan.planning.search import PlanScorer, exhaustive_search
 from autoplan.planning.space import SearchSpace
 from autoplan.specs import FRAMEWORK_NAMES, InfeasiblePlan, get_framework

@@ -32,7 +32,8 @@ def test_a_cpu_profile_predicts_no_device_terms():
     from autoplan.specs import ParallelPlan
     from autoplan.inputs.catalog import resolve_model
     from autoplan.inputs.clusters import resolve_cluster
-    from autoplan.planning.planner import make_estimator, training_shape
+    from autoplan.planning.planner import make_estimator
+    from autoplan.planning.training_shape import training_shape
     from dataclasses import replace
 
     from cost_model.stage_memory import allocated_peak_bytes

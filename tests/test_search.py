@@ -144,7 +144,7 @@ def test_a_space_smaller_than_the_trial_budget_is_enumerated():
     (96, 4096, 768),
 ])
 def test_default_global_batch_divides_over_the_gpus(num_gpus, seq_len, expected):
-    from autoplan.planning.planner import default_global_batch
+    from autoplan.planning.training_shape import default_global_batch
 
     assert default_global_batch(num_gpus, seq_len) == expected
 

@@ -74,7 +74,7 @@ def _plan_from_file(args):
         # Re-score the file's plan with a measured routing load (like --framework, another way to cost it).
         from dataclasses import replace
 
-        from autoplan.planning.planner import training_shape
+        from autoplan.planning.training_shape import training_shape
         training, _ = training_shape(doc.model, doc.cluster, doc.training.seq_len, doc.training.global_batch_size,
                                      doc.training.dtype, args.moe_load_imbalance)
         doc = replace(doc, training=training)
@@ -87,7 +87,8 @@ def _plan_from_file(args):
 def _plan_from_flags(args):
     from autoplan.inputs.catalog import resolve_model
     from autoplan.inputs.clusters import check_dtype, resolve_cluster
-    from autoplan.planning.planner import score_one, training_shape
+    from autoplan.planning.planner import score_one
+    from autoplan.planning.training_shape import training_shape
     from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, resolve_headroom
 
     if args.model is None or args.gpus is None:

@@ -86,7 +86,8 @@ def run(args) -> int:
     from autoplan.cli.progress import Progress
     from autoplan.inputs.clusters import resolve_cluster
     from autoplan.planning.memory_table import DTYPES, ZERO_STAGES, memory_rows
-    from autoplan.planning.planner import make_estimator, training_shape
+    from autoplan.planning.planner import make_estimator
+    from autoplan.planning.training_shape import training_shape
     from autoplan.specs import DEFAULT_FRAMEWORK, RECOMPUTE_POLICIES, AutoplanError, is_stdout, resolve_headroom
 
     if args.output is not None and not is_stdout(args.output) and not args.output.lower().endswith((".csv", ".md")):

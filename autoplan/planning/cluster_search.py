@@ -29,7 +29,8 @@ from typing import Callable
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_cluster
 from cost_model.budget import training_run
-from autoplan.planning.planner import leanest_fitting_knobs, make_estimator, plan_document, training_shape
+from autoplan.planning.planner import leanest_fitting_knobs, make_estimator, plan_document
+from autoplan.planning.training_shape import training_shape
 from autoplan.planning.search import PlanScorer, SearchResult, search
 from autoplan.planning.space import SearchSpace
 from autoplan.specs import (
