@@ -168,7 +168,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         chosen = [g for g in gemms if names is None or g.name in names]
         experts = [g for g in chosen if g.name in EXPERT_GEMMS]
         rest = gemms_time_s(tables, [g for g in chosen if g.name not in EXPERT_GEMMS], rates)
-        routed = gemms_time_s(tables, experts, expert_rates if moe else rates)
+        routed = gemms_time_s(tables, experts, expert_rates)
         return rest[0] + routed[0], rest[1] + routed[1]
     gemm_fwd_s, gemm_bwd_s = times_of()
     fp8_gemms = [g for g in gemms if not (bf16_experts and g.name in EXPERT_GEMMS)]

@@ -94,7 +94,7 @@ def test_torch_backend_parity_on_the_side_venvs_torch(fp8_check):
     runs = _runs(fp8_check)
     for label in ("fsdp-unquantized", "tp-sp-unquantized", "moe-ep-fsdp-unquantized"):
         # the MoE run: experts FSDP'd over a one-rank edp group (ep = dp = 2), whose gradients torch 2.13
-        # divided twice (executor/torch_backend/expert_parallel.py divide_lone_expert_grads)
+        # divided twice (executor/torch_backend/expert_parallel.py: FSDP now only sums, divide_expert_grads divides)
         reference = runs["moe-reference" if label.startswith("moe") else "reference"]
         run = runs[label]
         assert run["status"] == "ok" and close_enough(run["losses"], reference["losses"], LOSS_RTOL), (label, run)
@@ -170,7 +170,7 @@ def test_fp8_moe_trains_with_its_experts_in_bf16(fp8_check):
     fp8 losses track its unquantized ones within one e4m3 ulp of a step's change (FP8_LOSS_ULP), and
     under ep 2 with FSDP2 ZeRO-3 and the float8 all-gather, and under tp 2 + SP, the parallel runs
     reproduce the single-process fp8 run as the dense plans do (FP8_PARALLEL_RTOL; measured 6e-6 and
-    5e-5 on the losses). Before divide_lone_expert_grads the ep run's experts learned from half their
+    5e-5 on the losses). Before divide_expert_grads the ep run's experts learned from half their
     gradient on torch 2.13 and its losses parted by 5e-4."""
     runs = _runs(fp8_check)
     reference, single = runs["moe-reference"]["losses"], runs["moe-tensorwise"]

@@ -28,16 +28,13 @@ import torch.distributed as dist
 from torch import nn
 
 from autoplan.specs import AutoplanError, read_json, write_json_atomic
+from executor.torch_backend.expert_parallel import is_expert_param
 
 MANIFEST = "autoplan_manifest.json"
 MANIFEST_SCHEMA = "autoplan.checkpoint/v1"
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 NUM_KEPT = 2
-
-
-def _is_expert(fqn: str) -> bool:
-    return ".experts." in fqn  # the routed experts' weights (executor/moe.py GroupedExperts)
 
 
 def _expert_keys(flat: dict, ep_rank: int | None, restore: bool = False) -> dict:
@@ -48,7 +45,7 @@ def _expert_keys(flat: dict, ep_rank: int | None, restore: bool = False) -> dict
     prefix = f"ep{ep_rank}."
     if restore:
         return {k.removeprefix(prefix): v for k, v in flat.items()}
-    return {prefix + k if _is_expert(k) else k: v for k, v in flat.items()}
+    return {prefix + k if is_expert_param(k) else k: v for k, v in flat.items()}
 
 
 def _state(models: list[nn.Module], optimizers: list, pp_rank: int, ep_rank: int | None) -> dict:

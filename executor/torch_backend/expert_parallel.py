@@ -27,9 +27,12 @@ would leave them ep times too large):
 - zero_stage 0: DDP ignores the expert parameters; `reduce_expert_grads` all-reduces them over
   the edp group after the last micro-batch (one blocking all-reduce per tensor, no overlap).
 - zero_stage 1-3: FSDP2 `fully_shard` on each layer's experts over the edp mesh (the enclosing
-  block's `fully_shard` over the replica mesh then skips them), with the gradient divide factor R
-  and SUM reductions (`set_force_sum_reduction_for_comms`: gloo has no pre-multiplied sum); with
-  edp = 1, divided by R after the backward instead (`divide_lone_expert_grads`).
+  block's `fully_shard` over the replica mesh then skips them), which only sums (divide factor 1,
+  SUM reductions: gloo has no pre-multiplied sum); `divide_expert_grads` divides by R after the
+  backward, as at zero_stage 0. FSDP's own divide factor is not used: on a one-rank edp group
+  (ep = R) with the sum reduction, torch 2.13 applies it twice (fsdp/_fully_shard/_fsdp_collectives.py:
+  the one-rank copy divides by gradient_divide_factor and the post-divide divides again; torch 2.9
+  once). Measured on torch 2.13 (dp 2 x ep 2, ZeRO-1): expert gradients at half the single-process ones.
 The global gradient norm adds the expert part summed over the ep group (different experts).
 """
 from __future__ import annotations
@@ -122,47 +125,46 @@ def apply_ep(model: nn.Module, expert_mesh) -> None:
         layer.dispatcher = AllToAllDispatcher(expert_mesh["ep"].get_group(), num_local)
 
 
-def apply_expert_fsdp(model: nn.Module, expert_mesh, zero_stage: int, num_replicas: int, mp_policy) -> None:
-    """FSDP2 on every layer's experts over the edp mesh, gradients divided by all R replicas (by FSDP
-    when edp > 1; by divide_lone_expert_grads after the backward when edp = 1, see there).
-    Call before the blocks' own fully_shard."""
+def apply_expert_fsdp(model: nn.Module, expert_mesh, zero_stage: int, mp_policy) -> None:
+    """FSDP2 on every layer's experts over the edp mesh, summing their gradients over it (divided by
+    divide_expert_grads after the backward). Call before the blocks' own fully_shard."""
     from torch.distributed.fsdp import fully_shard
 
-    lone = expert_mesh["edp"].size() == 1
     for layer in moe_layers(model):
         experts = fully_shard(layer.experts, mesh=expert_mesh["edp"], reshard_after_forward=zero_stage == 3,
                               mp_policy=mp_policy)
-        experts.set_gradient_divide_factor(1.0 if lone else float(num_replicas))
+        experts.set_gradient_divide_factor(1.0)
         experts.set_force_sum_reduction_for_comms(True)
 
 
-def divide_lone_expert_grads(expert_params: list, num_replicas: int) -> None:
-    """edp = 1 (ep = R): FSDP's experts have no peer to reduce with, so their gradients are divided by R
-    here. FSDP's own divide factor is not used there: with a one-rank group and the sum reduction gloo
-    needs, torch 2.13 divides by it twice (fsdp/_fully_shard/_fsdp_collectives.py: the one-rank copy
-    divides by gradient_divide_factor and the post-divide factor divides again), torch 2.9 once. Measured
-    on torch 2.13 (dp 2 x ep 2, ZeRO-1): expert gradients at half the single-process ones."""
-    from torch.distributed.tensor import DTensor
-
-    for p in expert_params:
-        if p.grad is not None:
-            (p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad).div_(num_replicas)
+def is_expert_param(name: str) -> bool:
+    """A routed expert's weight (executor/moe.py GroupedExperts), by its fully qualified name."""
+    return ".experts." in name
 
 
 def expert_param_names(model: nn.Module) -> list[str]:
-    return [name for name, _ in model.named_parameters() if ".experts." in name]
+    return [name for name, _ in model.named_parameters() if is_expert_param(name)]
 
 
 def expert_params(model: nn.Module) -> list[nn.Parameter]:
-    return [p for name, p in model.named_parameters() if ".experts." in name]
+    return [p for name, p in model.named_parameters() if is_expert_param(name)]
+
+
+def _local_grads(expert_params: list) -> list[torch.Tensor]:
+    """Each expert gradient as this rank holds it (its tp or FSDP shard, if split)."""
+    from torch.distributed.tensor import DTensor
+
+    return [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad for p in expert_params if p.grad is not None]
 
 
 def reduce_expert_grads(expert_params: list[torch.Tensor], edp_group, num_replicas: int) -> None:
     """zero 0: sum the expert gradients over the ranks holding the same experts, divide by R."""
-    from torch.distributed.tensor import DTensor
+    for grad in _local_grads(expert_params):
+        dist.all_reduce(grad, group=edp_group)  # SUM then divide: gloo has no ReduceOp.AVG
+        grad.div_(num_replicas)
 
-    for p in expert_params:
-        if p.grad is not None:
-            grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad   # its tp shard, if split
-            dist.all_reduce(grad, group=edp_group)  # SUM then divide: gloo has no ReduceOp.AVG
-            grad.div_(num_replicas)
+
+def divide_expert_grads(expert_params: list[torch.Tensor], num_replicas: int) -> None:
+    """zero 1-3: FSDP2 summed the expert gradients over their edp group; divide by R."""
+    for grad in _local_grads(expert_params):
+        grad.div_(num_replicas)

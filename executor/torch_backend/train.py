@@ -157,8 +157,7 @@ class PlanRunner:
             if self.options.compiles and not self.doc.model.is_moe:
                 apply_compile(model)
             if plan.zero_stage > 0 and self.expert_mesh is not None:
-                expert_parallel.apply_expert_fsdp(model, self.expert_mesh, plan.zero_stage, self.num_replicas,
-                                                  self.mp_policy)
+                expert_parallel.apply_expert_fsdp(model, self.expert_mesh, plan.zero_stage, self.mp_policy)
             if self.fsdp:
                 apply_fsdp(model, self.fsdp_mesh, plan.zero_stage, self.mp_policy)
             model.to_empty(device=self.device)
@@ -219,8 +218,8 @@ class PlanRunner:
         if plan.zero_stage == 0 and self.expert_params:
             expert_parallel.reduce_expert_grads(self.expert_params, self.expert_mesh["edp"].get_group(),
                                                 self.num_replicas)
-        elif self.expert_params and self.expert_mesh["edp"].size() == 1:
-            expert_parallel.divide_lone_expert_grads(self.expert_params, self.num_replicas)
+        elif self.expert_params:  # FSDP2 summed them over edp (apply_expert_fsdp)
+            expert_parallel.divide_expert_grads(self.expert_params, self.num_replicas)
         # Always measured (and recorded): unlike the loss under AdamW, it is sensitive to the scale
         # of the gradients, so the tests catch a missing average over replicas with it.
         self.grad_norm = self._clip_grad_norm(self.options.grad_clip)
