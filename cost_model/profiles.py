@@ -29,6 +29,17 @@ over the profile's large shapes (bf16 above 650 TFLOP/s) fp8 runs 1.66-1.83x bf1
 POWER_CAP_500W_CLOCK = (500 / 700) ** (1 / 3)
 """assumption: a 500 W cap on a 700 W part lowers sustained tensor-core clocks by the cube root of
 the power ratio (dynamic power ~ f*V^2 with V ~ f under DVFS), 0.894."""
+_NIC_EFF = 0.90
+"""Achieved fraction of one NIC's line rate, 45 GB/s of a 400 Gb/s NDR NIC. Benchmark, not datasheet:
+NCCL's maintainers quote 46-48 GB/s per NDR NIC for nccl-tests (NVIDIA/nccl-tests issue #290, 2025-03-03)
+and up to 48-49 GB/s (issue #267, 2024-11-19); DeepEP's dispatch reaches 43-58 GB/s of RDMA per H800 CX7
+400 Gb/s NIC (deepseek-ai/DeepEP docs/legacy.md, normal kernels, EP 16-64), and its V2's 90 GB/s at EP 8x2
+and 61 GB/s at EP 8x4 (README.md, SM90 CX7: logical bandwidth counting the local ranks' share) are 45 and
+46 GB/s on the NIC once the 1/2 and 3/4 of the bytes that leave the node are taken."""
+_A2A_NIC_SOURCE = ("across nodes an all-to-all runs at one NIC share per GPU, not the node's total: it cannot "
+                   "aggregate several NICs (NVIDIA/nccl-tests issue #267, sjeaugey 2024-11-19) and its time is "
+                   "the off-node share's, bus bandwidth 2x a GPU's network bandwidth on 2 nodes, N/(N-1)x on N "
+                   "(issue #130, sjeaugey 2023-02-03); pipeline sends likewise one NIC per pair")
 _H100_SOURCES = {
     "peak_flops_per_s": "datasheet (autoplan.specs.gpus)",
     "matmul": "benchmark, not datasheet: the best bf16 GEMM of `autoplan profile` (full sweep, GEMMs back to "
@@ -45,7 +56,7 @@ _H100_SOURCES = {
     "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
     "collectives": "benchmark, not datasheet: nccl-tests all_reduce_perf bus bandwidth ~370 GB/s in an 8xH100 "
                    "node (DESIGN.md facts); "
-                   "across nodes assumed 90% of the node's NIC line rate",
+                   "across nodes rings at 90% of the node's NIC line rate; " + _A2A_NIC_SOURCE,
 }
 _H200_ATTENTION_SOURCE = ("measured, not datasheet: causal SDPA on one H200 700 W, flash (FlashAttention-2) and "
                           "cuDNN backends apart (cost_model/data/kernels/kernel_rates-h200.json, "
@@ -63,7 +74,7 @@ _A100_SOURCES = {
     "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
     "collectives": "benchmark, not datasheet: nccl-tests all_reduce_perf bus bandwidth ~230 GB/s in an 8xA100 "
                    "node (DESIGN.md facts); "
-                   "across nodes assumed 90% of the node's NIC line rate",
+                   "across nodes rings at 90% of the node's NIC line rate; " + _A2A_NIC_SOURCE,
 }
 
 
@@ -128,7 +139,6 @@ _MEMORY_SIZES = tuple(2 ** e for e in range(12, 35, 2))
 _HBM_COPY_EFF = 0.90       # assumption: STREAM-style copies reach ~90% of datasheet HBM bandwidth
 _KERNEL_LAUNCH_S = 2e-6    # measured: fixed per-kernel cost of the memory ops in the shipped H100 profile-full.json
                            # (64 MiB at 2.78 TB/s vs 4 GiB at 3.02 TB/s: ~1.9 us; launches overlap in a stream)
-_NIC_EFF = 0.90            # assumption: collectives reach ~90% of InfiniBand line rate
 # NCCL's own latency model for its Simple protocol (src/graph/tuning.cc, NCCL 2.18-2.21: baseLat,
 # hwLat; ncclTopoTuneModel): a ring of n ranks on N nodes takes n-1 steps, N-1 of them across the
 # network; a tree all-reduce climbs (ranks per node - 1) NVLink hops and log2(N) network hops, down
@@ -210,28 +220,37 @@ def nccl_inter_node_latency_s(op: str, num_ranks: int, ranks_per_node: int = 8) 
 
 
 def _collective_table(spec: dict) -> tuple:
+    """Every op inside a node (groups of 2, 4, 8) and across nodes (groups that fill their nodes, as
+    nccl-tests runs them), in nccl-tests' bus bandwidth with each row's ranks_per_node.
+
+    Across nodes the ops differ in the NIC bytes cross. A ring (all-reduce, all-gather, reduce-scatter)
+    runs one ring per NIC, so its bus bandwidth is the node's NIC total. An all-to-all sends each GPU's
+    off-node share, (n - 8)/n of its buffer, through that GPU's own NIC, and a pipeline send one GPU's
+    message through one NIC: both run at one NIC share, not eight (`_A2A_NIC_SOURCE`)."""
     samples = []
     intra_latency_s, inter_latency_s = 8e-6, 15e-6  # assumption: NCCL small-message latencies
-    node_nic = 8 * spec["nic_bytes_per_s"] * _NIC_EFF
+    gpn = 8
+    nic_share = spec["nic_bytes_per_s"] * _NIC_EFF
     for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"):
         for scope, groups in (("intra_node", (2, 4, 8)), ("inter_node", (16, 64, 256, 1024, 4096, 16384))):
             for n in groups:
+                factor = 2.0 * (n - 1) / n if op == "all_reduce" else ((n - 1) / n if op != "send_recv" else 1.0)
+                wire = factor  # bytes per buffer byte on the binding link
                 if scope == "intra_node":
                     peak = spec["allreduce_busbw"] if op != "send_recv" else 0.8 * spec["nvlink_bytes_per_s"]
                     latency = intra_latency_s
+                elif op in ("all_gather", "reduce_scatter", "all_reduce"):
+                    peak, latency = gpn * nic_share, nccl_inter_node_latency_s(op, n)
                 else:
-                    peak = node_nic
-                    if op in ("all_gather", "reduce_scatter", "all_reduce"):
-                        latency = nccl_inter_node_latency_s(op, n)
-                    else:
-                        # Point-to-point based (all-to-all, pipeline sends): one network hop, plus a
-                        # slowly growing fan-out (assumption).
-                        latency = inter_latency_s * (1.0 + math.log2(n / 8) / 4)
+                    # Point-to-point based (all-to-all, pipeline sends): one network hop, plus a
+                    # slowly growing fan-out (assumption), at one NIC share.
+                    peak, latency = nic_share, inter_latency_s * (1.0 + math.log2(n / gpn) / 4)
+                    wire = (n - gpn) / n if op == "all_to_all" else 1.0
                 for e in range(12, 33, 2):
                     size = 2 ** e
-                    factor = 2.0 * (n - 1) / n if op == "all_reduce" else ((n - 1) / n if op != "send_recv" else 1.0)
-                    time_s = latency + size * factor / peak
-                    samples.append(CollectiveSample(op, scope, n, size, size * factor / time_s, time_s))
+                    time_s = latency + size * wire / peak
+                    samples.append(CollectiveSample(op, scope, n, size, size * factor / time_s, time_s,
+                                                    ranks_per_node=n if scope == "intra_node" else gpn))
     return tuple(samples)
 
 

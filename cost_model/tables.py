@@ -18,7 +18,7 @@ import bisect
 import math
 from functools import lru_cache
 
-from autoplan.specs import AutoplanError, HardwareProfile
+from autoplan.specs import NIC_SHARE_OPS, AutoplanError, HardwareProfile
 
 # Bus-bandwidth factor per collective (nccl-tests PERFORMANCE.md): bytes each rank moves per byte
 # of buffer, as a function of the group size n.
@@ -30,6 +30,16 @@ BUS_FACTOR = {
     "send_recv": lambda n: 1.0,
 }
 _IDW_NEIGHBOURS = 4
+
+
+def nic_share_bytes_per_s(sample, gpus_per_node: int) -> float:
+    """The bytes per second one GPU's traffic left its node at, in an inter-node all-to-all or send/recv
+    sample: an all-to-all of n ranks, r on each node, sends (n - r)/n of the buffer off the node, and its
+    bus bandwidth counts (n - 1)/n (nccl-tests); a send/recv's bus bandwidth is its pair's already."""
+    if sample.op != "all_to_all":
+        return sample.bus_bandwidth_bytes_per_s
+    n, r = sample.group_size, min(sample.ranks_per_node or gpus_per_node, sample.group_size - 1)
+    return sample.bus_bandwidth_bytes_per_s * (n - r) / (n - 1)
 
 
 def _log_segment(xs: list, x: float) -> tuple:
@@ -148,8 +158,10 @@ class ProfileTables:
         self._mem_y = [bw for _, bw in by_size]
         coll = {}
         for s in profile.collectives:
+            across = s.scope == "inter_node" and s.op in NIC_SHARE_OPS
             coll.setdefault((s.op, s.scope), {}).setdefault(s.group_size, []).append(
-                (s.message_bytes, s.bus_bandwidth_bytes_per_s))
+                (s.message_bytes, nic_share_bytes_per_s(s, profile.gpus_per_node) if across
+                 else s.bus_bandwidth_bytes_per_s))
         self._coll = {key: {n: ([b for b, _ in sorted(v)], [bw for _, bw in sorted(v)])
                             for n, v in groups.items()} for key, groups in coll.items()}
         self.matmul_flops_per_s = lru_cache(maxsize=4096)(self._matmul_flops_per_s)
@@ -212,12 +224,16 @@ class ProfileTables:
 
     # -- collectives -----------------------------------------------------------------------
     def _bus_bandwidth(self, op: str, scope: str, group_size: int, message_bytes: int) -> float:
+        """nccl-tests' bus bandwidth; across nodes, for NIC_SHARE_OPS, one GPU's NIC share. A profile
+        without the op's samples answers with its all-reduce's, except across nodes for NIC_SHARE_OPS,
+        which a ring's node-wide figure would price 8x too fast: there the profile's NIC share."""
+        nic_share = scope == "inter_node" and op in NIC_SHARE_OPS
         groups = self._coll.get((op, scope))
-        if groups is None and op in ("all_gather", "reduce_scatter", "all_to_all", "send_recv"):
+        if groups is None and op in ("all_gather", "reduce_scatter", "all_to_all", "send_recv") and not nic_share:
             groups = self._coll.get(("all_reduce", scope))
         if groups is None:
             nominal = (self.profile.intra_node_bandwidth_bytes_per_s if scope == "intra_node"
-                       else self.profile.inter_node_bandwidth_bytes_per_s * self.profile.gpus_per_node)
+                       else self.profile.inter_node_bandwidth_bytes_per_s * (1 if nic_share else self.profile.gpus_per_node))
             latency = self.profile.intra_node_latency_s if scope == "intra_node" else self.profile.inter_node_latency_s
             return message_bytes / (latency + message_bytes / nominal)
         sizes = sorted(groups)
@@ -237,9 +253,10 @@ class ProfileTables:
         """Seconds for one collective over `message_bytes` (the full buffer) in a group.
 
         `ranks_per_node` is how many of the group's ranks share a node: the group is intra-node
-        when all of them do. Across nodes the table's bus bandwidth is the one of a group that
-        fills its nodes (every GPU drives its own NIC share); a group with fewer ranks per node
-        drives only that many NIC shares, so it gets that fraction.
+        when all of them do. Across nodes a ring's bus bandwidth is the one of a group that fills its
+        nodes (every GPU drives its own NIC share); a group with fewer ranks per node drives only
+        that many NIC shares, so it gets that fraction. An all-to-all or a send is priced by the bytes
+        that cross each link instead (`_nic_share_time_s`).
         """
         if group_size <= 1 or message_bytes <= 0:
             return 0.0
@@ -247,6 +264,24 @@ class ProfileTables:
         gpn = self.profile.gpus_per_node
         if group_size <= ranks_per_node:
             busbw = self.bus_bandwidth(op, "intra_node", group_size, size)
+        elif op in NIC_SHARE_OPS:
+            return self._nic_share_time_s(op, message_bytes, group_size, min(ranks_per_node, gpn))
         else:
             busbw = self.bus_bandwidth(op, "inter_node", group_size, size) * min(ranks_per_node, gpn) / gpn
         return message_bytes * BUS_FACTOR[op](group_size) / busbw
+
+    def _nic_share_time_s(self, op: str, message_bytes: float, n: int, r: int) -> float:
+        """An all-to-all or send across nodes, `r` of the `n` ranks on each node. A send crosses one NIC.
+        An all-to-all sends (n - r)/n of each GPU's buffer through that GPU's NIC share and (r - 1)/n
+        over NVLink at the same time (NCCL posts every peer's send at once; DeepEP forwards both domains
+        concurrently): the slower share binds. Either share is priced at its own bytes."""
+        size = int(message_bytes)
+        if op == "send_recv":
+            return message_bytes / self.bus_bandwidth(op, "inter_node", n, size)
+        nic_s = message_bytes * (n - r) / n / self.bus_bandwidth(op, "inter_node", n, size)
+        if r <= 1:
+            return nic_s
+        # The NVLink share as an all-to-all of r ranks over the buffer's r/n that stays on the node.
+        local_bytes = message_bytes * r / n
+        nvlink_s = local_bytes * BUS_FACTOR[op](r) / self.bus_bandwidth(op, "intra_node", r, max(1, int(local_bytes)))
+        return max(nic_s, nvlink_s)

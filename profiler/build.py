@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from autoplan.specs import (
-    AutoplanError, AttentionSample, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
+    NIC_SHARE_OPS, AutoplanError, AttentionSample, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
     write_json_atomic, write_text_atomic,
 )
 from autoplan.specs.gpus import GpuSheet
@@ -80,27 +80,36 @@ def _memory_ops(frame):
 
 
 def _collectives(frame):
-    bus = medians(frame, "collective", COLLECTIVE_KEYS, "bus_bandwidth_bytes_per_s")
-    times = medians(frame, "collective", COLLECTIVE_KEYS, "time_s")
+    """The median of each collective shape, with how many of the group's ranks shared a node where the
+    samples say (every run since they did): the cost model reads an inter-node all-to-all's NIC bytes by it."""
+    part = frame[frame["kind"] == "collective"] if "kind" in frame else frame
+    keys = COLLECTIVE_KEYS + (["ranks_per_node"] if "ranks_per_node" in part and part["ranks_per_node"].notna().all()
+                              else [])
+    bus = medians(frame, "collective", keys, "bus_bandwidth_bytes_per_s")
+    times = medians(frame, "collective", keys, "time_s")
     return tuple(CollectiveSample(op=r["op"], scope=r["scope"], group_size=int(r["group_size"]),
                                   message_bytes=int(r["message_bytes"]),
-                                  bus_bandwidth_bytes_per_s=float(r["median"]), time_s=float(t["median"]))
+                                  bus_bandwidth_bytes_per_s=float(r["median"]), time_s=float(t["median"]),
+                                  ranks_per_node=int(r.get("ranks_per_node", 0) or 0))
                  for (_, r), (_, t) in zip(bus.iterrows(), times.iterrows()))
 
 
 def _split_inter_node(frame: pd.DataFrame, gpus_per_node: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(samples for the profile's tables, one-rank-per-node inter-node samples).
 
-    The inter-node table holds only groups that fill their nodes, whose bus bandwidth is the node's
-    whole NIC bandwidth: the convention the cost model reads it by (a group with fewer ranks per node
-    gets that fraction). One-rank-per-node groups measure one GPU's NIC share instead; they give
-    `inter_node_bandwidth_bytes_per_s` and stay in the samples CSV.
+    A ring's inter-node rows stay in the table only for groups that fill their nodes, whose bus
+    bandwidth is the node's whole NIC bandwidth: the convention the cost model reads rings by (a group
+    with fewer ranks per node gets that fraction). An all-to-all's or a send's rows stay at every
+    ranks_per_node, which each row records: the cost model reads them as the NIC share the off-node
+    bytes crossed (cost_model/tables.py nic_share_bytes_per_s), the same for one rank per node as for
+    a full node. One-rank-per-node groups also give `inter_node_bandwidth_bytes_per_s` (one GPU's NIC
+    share), and every row stays in the samples CSV.
     """
     if "ranks_per_node" not in frame:
         return frame, frame.iloc[0:0]
     inter = (frame["kind"] == "collective") & (frame["scope"] == "inter_node")
     one_per_node = inter & (frame["ranks_per_node"] == 1)
-    partial = inter & (frame["ranks_per_node"] != gpus_per_node)
+    partial = inter & (frame["ranks_per_node"] != gpus_per_node) & ~frame["op"].isin(NIC_SHARE_OPS)
     return frame[~partial], frame[one_per_node]
 
 

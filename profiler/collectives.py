@@ -14,8 +14,9 @@ Conventions follow nccl-tests (NVIDIA/nccl-tests, doc/PERFORMANCE.md):
 Groups: inside a node, blocks of 2, 4, 8 consecutive local ranks (a TP group), all blocks running
 at once as they do in training; across nodes, one rank per node (the local ranks of equal index form
 concurrent groups, like DP replicas: each rank drives its own NIC share) and all ranks together
-(a group that fills its nodes: its bus bandwidth is the node's whole NIC bandwidth, the figure the
-profile's inter-node table holds, see build.py).
+(a group that fills its nodes: a ring's bus bandwidth there is the node's whole NIC bandwidth; an
+all-to-all's is one NIC share's, scaled by the off-node bytes, see build.py). Every sample records
+its group's ranks_per_node, so the table says which bytes crossed a NIC.
 """
 from __future__ import annotations
 

@@ -165,6 +165,34 @@ def test_inter_node_table_keeps_groups_that_fill_their_nodes():
     assert profile.sources["inter_node_bandwidth_bytes_per_s"].startswith("measured")
 
 
+def test_inter_node_all_to_all_rows_keep_every_group_with_its_ranks_per_node():
+    """Issue 49: an all-to-all's rows are not a ring's. Both groups of a 2 x 8 run stay in the table,
+    each saying how many of its ranks shared a node, and the cost model reads the same NIC share from
+    either: 45 GB/s, whether all of a GPU's buffer left the node (one rank per node: bus bandwidth 45)
+    or half of it did (16 ranks filling 2 nodes: nccl-tests' bus bandwidth 15/16 x 90 = 84.4)."""
+    from cost_model.tables import ProfileTables
+
+    nic, size = 45e9, 1 << 30
+    extra = []
+    for op, scope, group_size, rpn, busbw in (
+            ("all_to_all", "inter_node", 2, 1, nic), ("all_to_all", "inter_node", 16, 8, 15 / 16 * 2 * nic),
+            ("all_reduce", "inter_node", 2, 1, nic), ("all_reduce", "inter_node", 16, 8, 8 * nic),
+            ("all_to_all", "intra_node", 8, 8, 370e9), ("all_reduce", "intra_node", 8, 8, 370e9)):
+        extra.append({"rank": 0, "kind": "collective", "op": op, "scope": scope, "group_size": group_size,
+                      "ranks_per_node": rpn, "message_bytes": size, "bus_bandwidth_bytes_per_s": busbw,
+                      "time_s": size * bus_bandwidth_factor(op, group_size) / busbw})
+    frame = pd.concat([_rows().assign(ranks_per_node=2), pd.DataFrame(extra)], ignore_index=True)
+    profile = build_profile(frame, dataclasses.replace(_facts(), gpus_per_node=8, num_nodes=2), "x.csv")
+    inter = {(c.op, c.group_size, c.ranks_per_node) for c in profile.collectives if c.scope == "inter_node"}
+    assert inter == {("all_to_all", 2, 1), ("all_to_all", 16, 8), ("all_reduce", 16, 8)}
+    tables = ProfileTables(profile)
+    for n in (2, 16):
+        assert tables.bus_bandwidth("all_to_all", "inter_node", n, size) == pytest.approx(nic)
+    # 32 ranks on 4 nodes: 24/32 of each GPU's gigabyte leaves through its NIC (the 7/32 on NVLink at
+    # 370 GB/s meanwhile takes 0.6 ms of the NIC's 17.9).
+    assert tables.collective_time_s("all_to_all", size, 32, 8) == pytest.approx(size * 24 / 32 / nic, rel=0.01)
+
+
 def test_build_profile_refuses_a_run_where_no_memory_op_fit():
     frame = _rows()
     facts = dataclasses.replace(_facts(), environment={"skipped_shapes": ["memory op copy 1 B (out of memory)"]})

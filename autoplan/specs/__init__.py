@@ -1,5 +1,5 @@
 """The shared vocabulary of autoplan. Standard library only: planning runs without torch."""
-from autoplan.specs.choices import COLLECTIVE_OPS, DTYPES, RECOMPUTE_POLICIES, SCOPES
+from autoplan.specs.choices import COLLECTIVE_OPS, DTYPES, NIC_SHARE_OPS, RECOMPUTE_POLICIES, SCOPES
 from autoplan.specs.errors import AutoplanError, InfeasiblePlan, SchemaError
 from autoplan.specs.estimate import CostEstimate
 from autoplan.specs.framework import Framework, StateTerm
@@ -23,7 +23,7 @@ from autoplan.specs.planfile import AUTOPLAN_VERSION, PLAN_SCHEMA, PLAN_SCHEMA_V
 from autoplan.specs.training import BYTES_PER_ELEMENT, ClusterSpec, TrainingSpec
 
 __all__ = [
-    "AUTOPLAN_VERSION", "AttentionSample", "AutoplanError", "BYTES_PER_ELEMENT", "COLLECTIVE_OPS",
+    "AUTOPLAN_VERSION", "AttentionSample", "AutoplanError", "BYTES_PER_ELEMENT", "COLLECTIVE_OPS", "NIC_SHARE_OPS",
     "ClusterSpec", "CollectiveSample", "CostEstimate", "DEFAULT_FRAMEWORK", "DTYPES", "FRAMEWORKS",
     "FRAMEWORK_NAMES", "Framework", "StateTerm", "get_framework", "HardwareProfile", "InfeasiblePlan",
     "MEASUREMENT_SCHEMA", "MatmulSample", "Measurement", "MemoryHeadroom", "MemoryOpSample", "ModelSpec",

@@ -27,6 +27,11 @@ STATUSES = ("ok", "oom", "error")
 # HardwareProfile
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 SCOPES = ("intra_node", "inter_node")
+NIC_SHARE_OPS = ("all_to_all", "send_recv")
+"""Across nodes these run at one NIC share per GPU, not at the node's NIC total a ring reaches (an
+all-to-all cannot aggregate several NICs, NVIDIA/nccl-tests issue #267; cost_model/profiles.py
+`_A2A_NIC_SOURCE`): an inter-node sample of them is read by the bytes that left its node, which its
+ranks_per_node says (cost_model/tables.py nic_share_bytes_per_s)."""
 MEMORY_OPS = ("copy", "add", "activation", "norm")
 """Memory-bound ops the profiler times for achieved bandwidth (the elementwise traffic of a transformer
 layer); a profile's memory_ops rows name one of them."""

@@ -66,6 +66,11 @@ class CollectiveSample:
     message_bytes: int
     bus_bandwidth_bytes_per_s: float
     time_s: float = 0.0
+    ranks_per_node: int = 0
+    """How many of the group's ranks shared a node: the group size inside a node; across nodes, the
+    node size for a group that fills its nodes, 1 for one rank per node. It says which bytes crossed a
+    NIC: an all-to-all sends (n - ranks_per_node)/n of its buffer off the node. 0: not recorded (profiles
+    written before the field), read as a group that fills its nodes, the only inter-node rows they kept."""
 
 
 @dataclass(frozen=True)

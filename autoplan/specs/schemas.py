@@ -41,7 +41,7 @@ SAMPLE_FIELDS = {  # table -> {field: kind}; "int"/"float" are positive, bounded
                   "pass": ("fwd", "bwd"), "flops_per_s": "flops", "kernel": ATTENTION_KERNELS},
     "memory_ops": {"op": "memory_op", "num_bytes": "int", "bytes_per_s": "bandwidth"},
     "collectives": {"op": "op", "scope": "scope", "group_size": "int", "message_bytes": "int",
-                    "bus_bandwidth_bytes_per_s": "bandwidth", "time_s": "time"},
+                    "bus_bandwidth_bytes_per_s": "bandwidth", "time_s": "time", "ranks_per_node": "count"},
 }
 SAMPLE_INT_MAX = 2**50
 MAX_BREAKDOWN_TERMS = 64
@@ -50,7 +50,7 @@ report draws one bar segment and one table row per term."""
 MAX_PREDICTED_BYTES = 2**64
 """A predicted memory figure: what a 64-bit byte count holds. Not MAX_MEMORY_BYTES: a plan that does
 not fit is still predicted (its figure may exceed any device), but never by 10^30 bytes."""
-OPTIONAL_SAMPLE_FIELDS = {"time_s", "kernel"}
+OPTIONAL_SAMPLE_FIELDS = {"time_s", "kernel", "ranks_per_node"}
 MAX_SAMPLE_TIME_S = 3600.0
 """A timed collective: at most an hour; the profiler's largest messages take milliseconds."""
 
@@ -331,6 +331,8 @@ def _validate_sample(table: str, row, issues: Issues, path: str, ops: tuple, sco
         required = key not in OPTIONAL_SAMPLE_FIELDS
         if kind == "int":
             take_int(row, key, issues, path, 1, SAMPLE_INT_MAX, required)
+        elif kind == "count":  # 0 = not recorded
+            take_int(row, key, issues, path, 0, MAX_GPUS_PER_NODE, required)
         elif kind == "flops":
             take_float(row, key, issues, path, 0.0, MAX_FLOPS_PER_S, required=required)
         elif kind == "bandwidth":

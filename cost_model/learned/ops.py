@@ -206,7 +206,8 @@ _RAW_MAKERS = {
     "attention": ("attention", lambda r: AttentionSample(_i(r["batch"]), _i(r["seq_len"]), _i(r["num_heads"]),
                                                          _i(r["head_dim"]), r["dtype"], r["pass"], float(r["flops_per_s"]))),
     "collective": ("collectives", lambda r: CollectiveSample(r["op"], r["scope"], _i(r["group_size"]), _i(r["message_bytes"]),
-                                                             float(r["bus_bandwidth_bytes_per_s"]), float(r["time_s"] or 0.0))),
+                                                             float(r["bus_bandwidth_bytes_per_s"]), float(r["time_s"] or 0.0),
+                                                             _i(r.get("ranks_per_node") or 0))),
 }
 
 

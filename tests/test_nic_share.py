@@ -1,0 +1,119 @@
+"""Issue 49: traffic that leaves a node is priced at the NIC share it crosses.
+
+A ring (all-reduce, all-gather, reduce-scatter) runs one ring per NIC and reaches the node's NIC total
+(8 x 45 GB/s on a DGX H100). An all-to-all sends each GPU's off-node share through that GPU's own NIC
+and cannot aggregate several (NVIDIA/nccl-tests issues #130 and #267), and a pipeline send is one pair
+over one NIC: both run at one NIC share, 45 GB/s (0.9 x 400 Gb/s; DeepEP's measured 43-58 GB/s of RDMA
+per CX7 NIC). Every expected figure below is worked by hand from those bandwidths, not read back.
+"""
+from pathlib import Path
+
+import pytest
+
+from autoplan.inputs.catalog import catalog_model, resolve_model
+from autoplan.specs import ClusterSpec, CollectiveSample, HardwareProfile, ParallelPlan, TrainingSpec
+from cost_model import Estimator
+from cost_model.constants import load_constants
+from cost_model.profiles import builtin_profile
+from cost_model.tables import ProfileTables
+
+MIB = 2 ** 20
+NIC_SHARE = 0.9 * 50e9        # one 400 Gb/s NIC at 90 % of line rate
+NVLINK_A2A = 370e9            # all-to-all bus bandwidth inside an 8 x H100 node (nccl-tests' ~370 GB/s)
+QWEN3_30B = resolve_model(str(Path(__file__).parent / "fixtures" / "hf_configs" / "qwen3-30b-a3b.json"))
+
+
+def _ep_comm_s(ep: int) -> float:
+    est = Estimator(QWEN3_30B, TrainingSpec(global_batch_size=1024, seq_len=4096), ClusterSpec("h100-80gb", 64),
+                    builtin_profile("h100-80gb"), framework=load_constants().framework("megatron-core"))
+    plan = ParallelPlan(dp=64, tp=1, pp=1, ep=ep, zero_stage=1, micro_batch_size=1, num_microbatches=16)
+    return est.estimate(plan).time_breakdown_s["ep_comm"]
+
+
+def test_qwen3_30b_all_to_all_across_two_nodes_runs_at_one_nic_share():
+    # Qwen3-30B-A3B (h 2048, 128 experts top-8, 48 layers) on 64 H100, megatron-core tp1 pp1 zero1,
+    # 1024 x 4096 tokens: 16 micro-batches of 4096 tokens per replica. Each all-to-all moves a rank's
+    # routed copies, 2 B x 4096 tokens x 8 x 2048 = 128 MiB; a layer runs dispatch + combine in the
+    # forward and again in the backward: 48 x 16 x 4 = 3072 all-to-alls, paced by the busiest rank's
+    # 1.25x the mean load (the framework's default).
+    size = 2 * 4096 * 8 * 2048
+    assert size == 128 * MIB
+    count = 48 * 16 * 4 * 1.25
+    # ep 8, one node: 7/8 of the buffer over NVLink at 370 GB/s, + NCCL's 8 us.
+    ep8 = count * (size * 7 / 8 / NVLINK_A2A + 8e-6)
+    # ep 16 over two nodes: half of every GPU's buffer leaves the node through its own NIC, at 45 GB/s,
+    # + one network hop of 15 us x (1 + log2(16/8)/4); the 7/16 on NVLink meanwhile takes 0.16 ms, not
+    # the 1.5 ms the NIC does, so the NIC binds.
+    ep16 = count * (size / 2 / NIC_SHARE + 15e-6 * 1.25)
+    assert size * 7 / 16 / NVLINK_A2A < size / 2 / NIC_SHARE / 5
+    assert _ep_comm_s(8) == pytest.approx(ep8, rel=0.02)         # 1.25 s
+    assert _ep_comm_s(16) == pytest.approx(ep16, rel=0.02)       # 5.80 s (the node's NIC total gave 1.43 s)
+    assert _ep_comm_s(16) / _ep_comm_s(8) >= 3                   # 4.6x: the issue's bar
+
+
+def test_a_pipeline_send_across_nodes_crosses_one_nic():
+    # Qwen3-8B (h 4096) on 16 H100 at tp 8 pp 2: the two stages sit on two nodes. Each micro-batch sends
+    # its activation forward and its gradient back, 2 B x 4096 tokens x 4096 / tp 8 = 4 MiB with
+    # Megatron's scatter/gather, each through one GPU's NIC share, + the network hop (18.75 us).
+    est = Estimator(catalog_model("qwen3-8b"), TrainingSpec(global_batch_size=16, seq_len=4096),
+                    ClusterSpec("h100-80gb", 16), builtin_profile("h100-80gb"),
+                    framework=load_constants().framework("megatron-core"))
+    plan = ParallelPlan(dp=1, tp=8, pp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                        num_microbatches=16)
+    send_s = 4 * MIB / NIC_SHARE + 15e-6 * 1.25
+    assert est.estimate(plan).time_breakdown_s["pp_comm"] == pytest.approx(16 * 2 * send_s, rel=0.02)
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    # Inside a node the same send rides NVLink (80 % of 450 GB/s, + 8 us): 3.6x faster here.
+    assert tables.collective_time_s("send_recv", 4 * MIB, 2, 2) == pytest.approx(4 * MIB / 360e9 + 8e-6, rel=0.02)
+
+
+def test_rings_across_nodes_keep_the_nodes_nic_total():
+    # An all-gather of 1 GiB over 16 ranks on two nodes: (n-1)/n of it over 8 NICs at 45 GB/s each, + NCCL's
+    # ring latency (8.4 us + 14 NVLink steps x 3.4 us + 1 network step x 14 us = 70 us).
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    gib = 2 ** 30
+    ring_s = gib * 15 / 16 / (8 * NIC_SHARE) + 70e-6
+    assert tables.collective_time_s("all_gather", gib, 16, 8) == pytest.approx(ring_s, rel=0.01)
+
+
+def _measured(collectives: tuple) -> HardwareProfile:
+    base = builtin_profile("h100-80gb")
+    return HardwareProfile(
+        name="two-nodes", device_name=base.device_name, gpus_per_node=8, memory_capacity_bytes=base.memory_capacity_bytes,
+        memory_bandwidth_bytes_per_s=base.memory_bandwidth_bytes_per_s, peak_flops_per_s=dict(base.peak_flops_per_s),
+        intra_node_bandwidth_bytes_per_s=450e9, inter_node_bandwidth_bytes_per_s=NIC_SHARE, measured=True,
+        matmul=base.matmul, memory_ops=base.memory_ops, collectives=collectives, num_nodes=2)
+
+
+def test_a_measured_all_to_all_is_read_by_the_bytes_that_left_the_node():
+    gib = 2 ** 30
+    intra = CollectiveSample("all_to_all", "intra_node", 8, gib, NVLINK_A2A, ranks_per_node=8)
+    # nccl-tests' alltoall over 2 full nodes reports bus bandwidth (n-1)/n x S / t, where t is the NIC's
+    # S/2 at 45 GB/s: 15/16 x 90 = 84.4 GB/s, "2x the network bandwidth per GPU" (issue #130).
+    full = CollectiveSample("all_to_all", "inter_node", 16, gib, 15 / 16 * 2 * NIC_SHARE, ranks_per_node=8)
+    # The one-rank-per-node groups of `autoplan profile` send all of it off the node: bus bandwidth = NIC.
+    one = CollectiveSample("all_to_all", "inter_node", 2, gib, NIC_SHARE, ranks_per_node=1)
+    ring = CollectiveSample("all_reduce", "inter_node", 16, gib, 8 * NIC_SHARE, ranks_per_node=8)
+    for rows in ((intra, full, ring), (intra, one, ring)):
+        tables = ProfileTables(_measured(rows))
+        # 64 ranks on 8 nodes: 56/64 of each GPU's buffer leaves its node through its NIC.
+        assert tables.collective_time_s("all_to_all", gib, 64, 8) == pytest.approx(gib * 56 / 64 / NIC_SHARE, rel=0.01)
+    # A profile with only ring samples across nodes answers an all-to-all with its own NIC share
+    # (inter_node_bandwidth_bytes_per_s), never the ring's node total.
+    tables = ProfileTables(_measured((intra, ring)))
+    assert tables.collective_time_s("all_to_all", gib, 16, 8) == pytest.approx(gib / 2 / NIC_SHARE, rel=0.01)
+    assert tables.collective_time_s("send_recv", gib, 2, 1) == pytest.approx(gib / NIC_SHARE, rel=0.01)
+
+
+def test_a_profiles_samples_say_how_many_ranks_shared_a_node():
+    profile = builtin_profile("h100-80gb")
+    inter = {(s.op, s.ranks_per_node) for s in profile.collectives if s.scope == "inter_node"}
+    assert {rpn for _, rpn in inter} == {8}
+    assert all(s.ranks_per_node == s.group_size for s in profile.collectives if s.scope == "intra_node")
+    again = HardwareProfile.from_dict(profile.to_dict())
+    assert again.collectives == profile.collectives
+    # A profile written before the field reads as groups that fill their nodes.
+    old = profile.to_dict()
+    for row in old["collectives"]:
+        del row["ranks_per_node"]
+    assert HardwareProfile.from_dict(old).collectives[0].ranks_per_node == 0
