@@ -14,7 +14,7 @@ from autoplan.specs import ModelSpec
 from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO
 from cost_model.flops import Gemm, attention_core_fwd_flops, backward_shapes, layer_gemms, logits_gemm
 from cost_model.memory import mlp_activation_elems
-from cost_model.moe_time import moe_layer_times
+from cost_model.moe_time import flex_dispatch_time_s, moe_layer_times
 from cost_model.tables import ProfileTables
 
 BYTES_ACT = 2
@@ -357,6 +357,8 @@ def dispatch_times_s(model: ModelSpec, tables: ProfileTables, dispatch: str, tok
         rpn = min(group, gpus_per_node)
         return 0.0, (tables.collective_time_s("all_gather", gathered, group, rpn)
                      + tables.collective_time_s("reduce_scatter", gathered, group, rpn))
+    if dispatch == "flex":
+        return (2 * flex_dispatch_time_s(model, tables, tokens, tp, ep, etp, gpus_per_node) if ep * etp > 1 else 0.0), 0.0
     routed_s = 0.0
     if ep > 1:
         ep_rpn = max(1, min(ep, gpus_per_node // etp))

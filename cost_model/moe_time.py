@@ -21,6 +21,7 @@ routing. This module adds what balanced routing leaves out, each a named term:
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -99,6 +100,41 @@ def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> 
     return elems
 
 
+def remote_nodes_per_token(num_experts: int, top_k: int, num_nodes: int) -> float:
+    """Expected number of other nodes one token's k routed experts sit on, its k experts drawn without
+    replacement from E spread evenly over the N nodes of the expert-parallel group (balanced routing):
+    a given node of E/N experts is missed with probability C(E - E/N, k) / C(E, k)."""
+    if num_nodes <= 1:
+        return 0.0
+    per_node = num_experts // num_nodes
+    missed = math.comb(num_experts - per_node, top_k) / math.comb(num_experts, top_k)
+    return (num_nodes - 1) * (1.0 - missed)
+
+
+def flex_dispatch_time_s(model: ModelSpec, tables: ProfileTables, tokens: int, tp: int, ep: int, etp: int,
+                         gpus_per_node: int) -> float:
+    """One dispatch (or combine) of Megatron-Core's flex dispatcher on DeepEP (--moe-token-dispatcher-type
+    flex --moe-flex-dispatcher-backend deepep; token_dispatcher.py core_v0.16.1 MoEFlexTokenDispatcher, one
+    group over the etp x ep ranks, every expert copy on its etp ranks).
+
+    Inside a node it is an all-to-all of the routed copies over NVLink, as alltoall's. Across nodes DeepEP
+    sends a token once to each node holding one of its experts, to the GPU of the same local index, which
+    forwards it over NVLink to the experts' GPUs (deepseek-ai/DeepEP deep_ep/buffer.py get_dispatch_layout:
+    num_tokens_per_rdma_rank, "tokens to be sent to each RDMA rank (with the same GPU index)"; the README's
+    NVLink-to-RDMA forwarding). So a GPU's NIC carries its tokens x the remote nodes each reaches
+    (remote_nodes_per_token), not x the k copies; its NVLink carries the copies bound for the other GPUs of
+    the node meanwhile, and the slower share binds (tables.hierarchical_time_s)."""
+    group = ep * etp
+    rpn = max(1, min(group, gpus_per_node))
+    copies = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size * etp
+    if group <= rpn:
+        return tables.collective_time_s("all_to_all", copies, group, rpn)
+    num_nodes = group // rpn
+    nic_bytes = BYTES_ACT * tokens / tp * model.hidden_size * remote_nodes_per_token(
+        model.num_experts, model.num_experts_per_token, num_nodes)
+    return tables.hierarchical_time_s(nic_bytes, copies * (rpn - 1) / rpn, group, rpn, copies)
+
+
 def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: float,
                     expert_gemm_bwd_s: float, a2a_s: float, other_fwd_s: float, other_bwd_s: float,
                     tokens: int, tp: int, ep: int, etp: int, memory_scale: float,
@@ -132,12 +168,16 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
 
 _FORCED = re.compile(r"force-load-balancing|force balance assumed")
 _A2A_OVERLAP = re.compile(r"--overlap-moe-expert-parallel-comm")
+_DEEPEP = re.compile(r"(?<!not )DeepEP|--moe-token-dispatcher-type flex")
 
 
 def moe_run_facts(notes: str) -> dict:
     """Framework facts a published MoE run states in its notes: forced balanced routing
-    (--moe-router-force-load-balancing) and the EP all-to-all overlap (--overlap-moe-expert-parallel-comm)."""
+    (--moe-router-force-load-balancing), the EP all-to-all overlap (--overlap-moe-expert-parallel-comm)
+    and the flex dispatcher on DeepEP (Framework.moe_dispatch "flex")."""
     facts = {}
+    if _DEEPEP.search(notes):
+        facts["moe_dispatch"] = "flex"
     if _FORCED.search(notes):
         facts["moe_load_imbalance"] = FORCED_BALANCE
     if _A2A_OVERLAP.search(notes):

@@ -342,7 +342,7 @@ def row_to_run(row: dict) -> PublishedRun:
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
         # another FSDP stack with its own whole-logit loss), so none takes that fact.
         framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
-                              **then, **(moe_run_facts(notes) if moe else {})}.items()),
+                              **then, **(moe_run_facts(f"{notes} {row.get('published_metric') or ''}") if moe else {})}.items()),
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
 
 

@@ -270,6 +270,19 @@ class ProfileTables:
             busbw = self.bus_bandwidth(op, "inter_node", group_size, size) * min(ranks_per_node, gpn) / gpn
         return message_bytes * BUS_FACTOR[op](group_size) / busbw
 
+    def hierarchical_time_s(self, nic_bytes: float, nvlink_bytes: float, group_size: int, ranks_per_node: int,
+                            buffer_bytes: float) -> float:
+        """A two-level exchange of a group across nodes (an all-to-all, DeepEP's dispatch or combine):
+        `nic_bytes` leave each GPU through its NIC share while `nvlink_bytes` move inside its node; the
+        slower share binds. The NIC share is read at the exchange's per-rank buffer, `buffer_bytes`."""
+        nic_s = nic_bytes / self.bus_bandwidth("all_to_all", "inter_node", group_size, max(1, int(buffer_bytes)))
+        if ranks_per_node <= 1 or nvlink_bytes <= 0:
+            return nic_s
+        r = ranks_per_node
+        # The NVLink share as an all-to-all of r ranks whose wire bytes are nvlink_bytes.
+        buffer = nvlink_bytes / BUS_FACTOR["all_to_all"](r)
+        return max(nic_s, nvlink_bytes / self.bus_bandwidth("all_to_all", "intra_node", r, max(1, int(buffer))))
+
     def _nic_share_time_s(self, op: str, message_bytes: float, n: int, r: int) -> float:
         """An all-to-all or send across nodes, `r` of the `n` ranks on each node. A send crosses one NIC.
         An all-to-all sends (n - r)/n of each GPU's buffer through that GPU's NIC share and (r - 1)/n
@@ -278,10 +291,5 @@ class ProfileTables:
         size = int(message_bytes)
         if op == "send_recv":
             return message_bytes / self.bus_bandwidth(op, "inter_node", n, size)
-        nic_s = message_bytes * (n - r) / n / self.bus_bandwidth(op, "inter_node", n, size)
-        if r <= 1:
-            return nic_s
-        # The NVLink share as an all-to-all of r ranks over the buffer's r/n that stays on the node.
-        local_bytes = message_bytes * r / n
-        nvlink_s = local_bytes * BUS_FACTOR[op](r) / self.bus_bandwidth(op, "intra_node", r, max(1, int(local_bytes)))
-        return max(nic_s, nvlink_s)
+        # Off the node (n - r)/n of the buffer; on it (r - 1)/n, an all-to-all of r ranks over its r/n.
+        return self.hierarchical_time_s(message_bytes * (n - r) / n, message_bytes * (r - 1) / n, n, r, message_bytes)

@@ -66,6 +66,8 @@ def test_layer_terms_worked_example():
     ("Router: normal aux-loss routing, dropless (no force-balance flag).", {}),
     ("A2A_OVERLAP=1 -> --overlap-moe-expert-parallel-comm --delay-wgrad-compute", {"moe_a2a_overlap": True}),
     ("No 1F1B A2A overlap.", {}),
+    ("Dispatcher DeepEP (flex).", {"moe_dispatch": "flex"}),
+    ("Dispatcher all-to-all (not DeepEP).", {}),
 ])
 def test_run_facts_from_notes(notes, facts):
     assert moe_run_facts(notes) == facts

@@ -14,6 +14,8 @@ from autoplan.inputs.catalog import catalog_model, resolve_model
 from autoplan.specs import ClusterSpec, CollectiveSample, HardwareProfile, ParallelPlan, TrainingSpec
 from cost_model import Estimator
 from cost_model.constants import load_constants
+from cost_model.layer_time import dispatch_times_s
+from cost_model.moe_time import remote_nodes_per_token
 from cost_model.profiles import builtin_profile
 from cost_model.tables import ProfileTables
 
@@ -117,3 +119,64 @@ def test_a_profiles_samples_say_how_many_ranks_shared_a_node():
     for row in old["collectives"]:
         del row["ranks_per_node"]
     assert HardwareProfile.from_dict(old).collectives[0].ranks_per_node == 0
+
+
+# -- Hierarchical dispatch: Megatron-Core's flex dispatcher on DeepEP (megatron-core+flex-deepep) ---------
+
+QWEN3_235B = catalog_model("qwen3-235b-a22b")  # h 4096, 128 experts top-8
+
+
+def test_a_token_reaches_fewer_nodes_than_it_has_copies():
+    # 128 experts on 4 nodes, 32 each; a token's 8 distinct experts miss a given node with probability
+    # (96 x 95 x ... x 89) / (128 x 127 x ... x 121) = 0.0927, so it reaches 3 x 0.907 = 2.72 of the
+    # 3 other nodes, where the alltoall dispatcher sends 8 x 3/4 = 6 copies across the network.
+    missed = 1.0
+    for i in range(8):
+        missed *= (96 - i) / (128 - i)
+    assert missed == pytest.approx(0.0927, abs=1e-4)
+    assert remote_nodes_per_token(128, 8, 4) == pytest.approx(3 * (1 - missed))
+    assert remote_nodes_per_token(128, 8, 1) == 0.0
+    # 256 experts (DeepSeek-V3) over 32 nodes of 8: a node is missed with probability (248 x ... x 241) /
+    # (256 x ... x 249) = 0.773, so a token reaches 31 x 0.227 = 7.04 other nodes: nearly one per copy,
+    # so little to save without node-limited routing.
+    assert remote_nodes_per_token(256, 8, 32) == pytest.approx(7.04, abs=0.01)
+
+
+def test_deepep_sends_a_token_once_per_node_where_alltoall_sends_every_copy():
+    # Qwen3-235B at tp 2, ep 32 over 4 nodes: each rank routes its 2048 sequence-parallel tokens.
+    # alltoall: 8 copies x 4096 x 2 B each, 128 MiB, 3/4 of it through the NIC at 45 GB/s.
+    # flex/DeepEP: each token once per remote node it reaches, 2048 x 2.72 x 8 KiB = 45.7 MB at 45 GB/s,
+    # its 7/8 of the copies forwarded over NVLink meanwhile (0.3 ms, not binding).
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    alltoall_s, _ = dispatch_times_s(QWEN3_235B, tables, "alltoall", 4096, tp=2, ep=32, etp=1, gpus_per_node=8)
+    flex_s, _ = dispatch_times_s(QWEN3_235B, tables, "flex", 4096, tp=2, ep=32, etp=1, gpus_per_node=8)
+    copies = 2 * 2048 * 8 * 4096
+    assert alltoall_s == pytest.approx(2 * copies * 3 / 4 / NIC_SHARE, rel=0.02)
+    nic_bytes = 2 * 2048 * 4096 * remote_nodes_per_token(128, 8, 4)
+    assert flex_s == pytest.approx(2 * nic_bytes / NIC_SHARE, rel=0.02)
+    assert alltoall_s / flex_s == pytest.approx(6 / 2.72, rel=0.03)
+    # Inside one node (ep 8) DeepEP's exchange is the NVLink all-to-all the alltoall dispatcher runs.
+    assert dispatch_times_s(QWEN3_235B, tables, "flex", 4096, tp=2, ep=8, etp=1, gpus_per_node=8) == \
+        pytest.approx(dispatch_times_s(QWEN3_235B, tables, "alltoall", 4096, tp=2, ep=8, etp=1, gpus_per_node=8))
+
+
+def test_the_flex_option_is_refused_without_expert_ranks_and_exported_with_its_flags():
+    from autoplan.exporters import export_plan
+    from autoplan.specs import InfeasiblePlan, PlanDocument, get_framework
+    from tests.framework_acceptance import megatron_accepts
+    from tests.test_export import export_megatron_args
+
+    flex = get_framework("megatron-core+flex-deepep")
+    assert flex.moe_dispatch == "flex"
+    training = TrainingSpec(global_batch_size=256, seq_len=4096)
+    with pytest.raises(InfeasiblePlan, match="flex"):
+        flex.check(QWEN3_235B, training, ParallelPlan(dp=16, tp=1, ep=1, zero_stage=1, micro_batch_size=1,
+                                                      num_microbatches=16))
+    plan = ParallelPlan(dp=16, tp=2, ep=32, etp=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                        num_microbatches=16, pp=2)
+    flex.check(QWEN3_235B, training, plan)
+    doc = PlanDocument(model=QWEN3_235B, training=training, cluster=ClusterSpec(name="h100-80gb", num_gpus=64),
+                       parallel=plan, framework="megatron-core+flex-deepep")
+    args = export_megatron_args(doc)
+    assert (args["--moe-token-dispatcher-type"], args["--moe-flex-dispatcher-backend"]) == ("flex", "deepep")
+    assert megatron_accepts(export_plan(doc, "megatron").text, 64) == ""

@@ -106,8 +106,12 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
     if model.is_moe:
         # The dispatcher the plan was costed with (Framework.moe_dispatch "alltoall"); Megatron's default
         # is the allgather dispatcher (transformer_config.py core_v0.16.1 line 675).
+        flex = get_framework(doc.framework).moe_dispatch == "flex"
         args += [("--num-experts", model.num_experts), ("--moe-router-topk", model.num_experts_per_token),
-                 ("--expert-model-parallel-size", par.ep), ("--moe-token-dispatcher-type", "alltoall")]
+                 ("--expert-model-parallel-size", par.ep), ("--moe-token-dispatcher-type", "flex" if flex else "alltoall")]
+        if flex:
+            # megatron-core+flex-deepep: costed as DeepEP's hierarchical dispatch (cost_model/moe_time.py).
+            args.append(("--moe-flex-dispatcher-backend", "deepep"))
         if par.etp:
             # Only when the plan sets it: absent, Megatron takes etp = tp (arguments.py lines 410-411).
             args.append(("--expert-tensor-parallel-size", par.etp))

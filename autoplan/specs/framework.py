@@ -164,7 +164,9 @@ class Framework(DataParallelFacts):
     collectives are only a shared expert's. "allgather": Megatron-Core's allgather dispatcher -- every rank
     all-gathers the hidden states of its etp x ep group and reduce-scatters the outputs, whatever the
     routing. "alltoall-with-ep" (torchtitan): "alltoall" when ep > 1 (at etp 1: Framework.experts_whole_with_ep),
-    "tp-gathered" when ep = 1."""
+    "tp-gathered" when ep = 1. "flex": Megatron-Core's flex dispatcher on DeepEP -- one exchange over the
+    etp x ep ranks, inside a node an all-to-all of the copies as alltoall's, across nodes each token sent
+    once to each node holding one of its experts and forwarded there over NVLink (hierarchical dispatch)."""
     moe_a2a_overlap: bool = False
     """The expert-parallel dispatch/combine all-to-all of one micro-batch's forward runs under another
     micro-batch's backward and the reverse (Megatron-Core --overlap-moe-expert-parallel-comm

@@ -140,6 +140,10 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
         _refuse(fw, f"overlaps the expert all-to-all only without full recompute and, with a pipeline, with "
                f"interleaving, got recompute={plan.recompute}, pp={plan.pp}, vpp={plan.vpp}", "moe_a2a_overlap",
                "plan with --recompute none/selective and --vpp > 1 under --pp, or without the option")
+    if fw.moe_dispatch == "flex" and model.is_moe and plan.ep * plan.expert_tp == 1:
+        # Megatron-Core token_dispatcher.py core_v0.16.1 line 1346: "Flex token dispatcher requires TPxEP > 1".
+        _refuse(fw, f"runs the flex (DeepEP) dispatcher only over more than one expert rank, got ep={plan.ep}, "
+               f"etp={plan.expert_tp}", "moe_flex", "plan with --ep > 1, or without the flex-deepep option")
     if fw.moe_tp_needs_sequence_parallel and model.is_moe and plan.tp > 1 and not plan.sequence_parallel:
         _refuse(fw, f"trains mixtures of experts under tensor parallelism only with sequence parallelism, got "
                f"tp={plan.tp} with sequence_parallel=false for {model.name!r}", "moe_tp_sp",

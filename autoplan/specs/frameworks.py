@@ -181,13 +181,18 @@ FRAMEWORKS = {f.name: f for f in (
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
         dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2), by_dtype={"fp16": MEGATRON_FP16},
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
-                 "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
+                 "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True},
+                 "flex-deepep": {"moe_dispatch": "flex"}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
                  "moe_dispatch": "megatron/core/transformer/moe/token_dispatcher.py core_v0.16.1 "
                                  "MoEAlltoAllTokenDispatcher: all-to-all over the ep group (token_dispatch), then "
                                  "gather_from_sequence_parallel_region over the expert-TP group (dispatch_postprocess, "
                                  "lines 691-700), the reverse in combine; the export passes "
-                                 "--moe-token-dispatcher-type alltoall (the default is allgather)",
+                                 "--moe-token-dispatcher-type alltoall (the default is allgather); the framework "
+                                 "megatron-core+flex-deepep runs MoEFlexTokenDispatcher on DeepEP (one group over "
+                                 "etp x ep, line 1320; a token crosses the network once per node, cost_model/"
+                                 "moe_time.py flex_dispatch_time_s) and its export passes --moe-token-dispatcher-type "
+                                 "flex --moe-flex-dispatcher-backend deepep",
                  "moe_tp_needs_sequence_parallel": "megatron/core/transformer/moe/moe_layer.py core_v0.16.1 lines "
                                                    "379-383: MoELayer.forward raises ValueError in training when the "
                                                    "attention TP group is larger than 1 without sequence parallelism "
