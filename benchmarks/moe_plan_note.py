@@ -9,7 +9,8 @@ with forced balanced routing); for DeepSeek-V3 the recipe is Megatron-LM's Megat
 core_v0.16.1: TP1 EP8 ETP1, ZeRO-3 (Megatron-FSDP), micro-batch 4, GBS 2048 x 4096, selective
 recompute of the modules mlp moe mla_up_proj layernorm). Both are estimated with Megatron-Core's facts and the default dropless routing, next to
 the best plan of a seeded search (200 TPE trials + polish) over the same problem, with the terms
-that differ most. Everything printed is predicted, nothing measured; the one measured figure is the
+that differ most, under Megatron-Core's alltoall dispatcher and under its flex dispatcher on DeepEP
+(--framework megatron-core+flex-deepep). Everything printed is predicted, nothing measured; the one measured figure is the
 published row's tokens/s/GPU.
 """
 from __future__ import annotations
@@ -42,17 +43,17 @@ def _describe(plan: ParallelPlan) -> str:
             + (f" ({' '.join(plan.recompute_modules)})" if plan.recompute_modules else ""))
 
 
-def compare(name: str, recipe: ParallelPlan, label: str, trials: int = 200) -> None:
+def compare(name: str, recipe: ParallelPlan, label: str, framework: str = "megatron-core", trials: int = 200) -> None:
     config = FIXTURES / f"{name}.json"
     model = load_hf_config(config)
     training = TrainingSpec(global_batch_size=GBS, seq_len=SEQ)
     cluster = ClusterSpec(name="h100-80gb", num_gpus=GPUS)
-    est = make_estimator(model, training, cluster, builtin_profile("h100-80gb"), framework="megatron-core")
+    est = make_estimator(model, training, cluster, builtin_profile("h100-80gb"), framework=framework)
     outcome = plan_search(PlanRequest(model=str(config), num_gpus=GPUS, global_batch_size=GBS, seq_len=SEQ,
-                                      framework="megatron-core", num_trials=trials, seed=0))
+                                      framework=framework, num_trials=trials, seed=0))
     picked = outcome.best.estimate
     ref = est.estimate(recipe)
-    print(f"== {name} on {GPUS} x H100, GBS {GBS} x {SEQ}, megatron-core, dropless routing (predicted)")
+    print(f"== {name} on {GPUS} x H100, GBS {GBS} x {SEQ}, {framework}, dropless routing (predicted)")
     for who, plan, e in (("autoplan", outcome.best.plan, picked), (label, recipe, ref)):
         print(f"  {who}\n    {_describe(plan)}: {e.step_time_s:.2f} s/step, {e.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
               f"{e.peak_memory_bytes / 2 ** 30:.1f} GiB{'' if e.fits else ' (does not fit)'}")
@@ -64,5 +65,8 @@ def compare(name: str, recipe: ParallelPlan, label: str, trials: int = 200) -> N
 
 
 if __name__ == "__main__":
-    for name, (plan, label) in _recipe_plans().items():
-        compare(name, plan, label)
+    # Megatron-Core's alltoall dispatcher (the default export), then its flex dispatcher on DeepEP, which
+    # the model zoo's Qwen3 run used (a token crosses the network once per node: cost_model/moe_time.py).
+    for framework in ("megatron-core", "megatron-core+flex-deepep"):
+        for name, (plan, label) in _recipe_plans().items():
+            compare(name, plan, label, framework)

@@ -115,7 +115,8 @@ SPLIT_BOUNDS = {
     # +0.81 with head_dim 64 measured; 48.8%, +0.79 with the attention tables measured past 16k; 48.7%, +0.79
     # after DeepSpeed v0.3.13's ZeRO-3 was counted; 49.0%, +0.79 after BLOOM's network was measured, and after KempnerForge's pipeline re-gathers;
     # 49.4%, +0.79 after the refit with MLPerf v3.x's and FP8-LM's flash-attn; 49.4%, +0.80 with
-    # Megatron-Core's alltoall and allgather dispatchers priced as they run, Framework.moe_dispatch).
+    # Megatron-Core's alltoall and allgather dispatchers priced as they run, Framework.moe_dispatch; 49.0%,
+    # +0.80 with cross-node all-to-alls at one NIC share and the DeepEP rows' flex dispatcher, issue 49).
     ("moe", "bf16_fp16"): (0.52, 0.78),
 }
 MIN_GAIN_OVER_CONSTANT_MFU = {("moe", "bf16_fp16"): 1.25}
