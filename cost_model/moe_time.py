@@ -100,15 +100,36 @@ def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> 
     return elems
 
 
-def remote_nodes_per_token(num_experts: int, top_k: int, num_nodes: int) -> float:
-    """Expected number of other nodes one token's k routed experts sit on, its k experts drawn without
-    replacement from E spread evenly over the N nodes of the expert-parallel group (balanced routing):
-    a given node of E/N experts is missed with probability C(E - E/N, k) / C(E, k)."""
+def _p_hit(open_experts: int, node_experts: int, top_k: int) -> float:
+    """P(a node holding `node_experts` of the `open_experts` a token picks its k among gets one)."""
+    return 1.0 - math.comb(open_experts - node_experts, top_k) / math.comb(open_experts, top_k)
+
+
+def remote_nodes_per_token(num_experts: int, top_k: int, num_nodes: int, num_groups: int = 0,
+                           group_topk: int = 0) -> float:
+    """Expected number of other nodes one token's k routed experts sit on, the E experts spread evenly
+    and in order over the N nodes of the expert-parallel group, routing balanced: the k experts drawn
+    without replacement from those open to the token, a node of E/N of them missed with probability
+    C(open - E/N, k) / C(open, k). With group-limited routing (ModelSpec.moe_router_num_groups G,
+    moe_router_group_topk M; Megatron-Core group_limited_topk) the token first picks M of the G groups
+    of E/G experts: a node holding part of one group (N >= G) is open when its group is picked (M/G),
+    a node holding G/N whole groups when one of them is (hypergeometric over the M picks). By symmetry
+    the token's own node is any of the N: (N - 1)/N of the nodes it reaches are remote."""
     if num_nodes <= 1:
         return 0.0
-    per_node = num_experts // num_nodes
-    missed = math.comb(num_experts - per_node, top_k) / math.comb(num_experts, top_k)
-    return (num_nodes - 1) * (1.0 - missed)
+    node_experts = num_experts // num_nodes
+    if not group_topk or group_topk >= num_groups:
+        return (num_nodes - 1) * _p_hit(num_experts, node_experts, top_k)
+    open_experts = group_topk * (num_experts // num_groups)
+    if num_nodes >= num_groups:
+        reached = num_nodes * group_topk / num_groups * _p_hit(open_experts, node_experts, top_k)
+    else:
+        per_node = num_groups // num_nodes  # whole groups on each node
+        reached = num_nodes * sum(
+            math.comb(per_node, j) * math.comb(num_groups - per_node, group_topk - j) / math.comb(num_groups, group_topk)
+            * _p_hit(open_experts, j * num_experts // num_groups, top_k)
+            for j in range(1, min(per_node, group_topk) + 1))
+    return reached * (num_nodes - 1) / num_nodes
 
 
 def flex_dispatch_time_s(model: ModelSpec, tables: ProfileTables, tokens: int, tp: int, ep: int, etp: int,
@@ -131,7 +152,8 @@ def flex_dispatch_time_s(model: ModelSpec, tables: ProfileTables, tokens: int, t
         return tables.collective_time_s("all_to_all", copies, group, rpn)
     num_nodes = group // rpn
     nic_bytes = BYTES_ACT * tokens / tp * model.hidden_size * remote_nodes_per_token(
-        model.num_experts, model.num_experts_per_token, num_nodes)
+        model.num_experts, model.num_experts_per_token, num_nodes, model.moe_router_num_groups,
+        model.moe_router_group_topk)
     return tables.hierarchical_time_s(nic_bytes, copies * (rpn - 1) / rpn, group, rpn, copies)
 
 

@@ -180,3 +180,46 @@ def test_the_flex_option_is_refused_without_expert_ranks_and_exported_with_its_f
     args = export_megatron_args(doc)
     assert (args["--moe-token-dispatcher-type"], args["--moe-flex-dispatcher-backend"]) == ("flex", "deepep")
     assert megatron_accepts(export_plan(doc, "megatron").text, 64) == ""
+
+
+def test_node_limited_routing_caps_the_nodes_a_token_reaches():
+    # DeepSeek-V3: 256 experts in 8 groups of 32, each token picks its 8 experts from 4 groups (n_group 8,
+    # topk_group 4). At ep 64 over 8 nodes a node holds one group: it is open to a token with
+    # probability 4/8, and then holds 32 of the 128 open experts, missed with probability
+    # (96 x ... x 89) / (128 x ... x 121) = 0.0927: 8 x 1/2 x 0.9073 = 3.63 nodes reached, 7/8 of them
+    # remote, 3.18. Without the groups: 7 x (1 - (224 x ... x 217) / (256 x ... x 249)) = 4.63.
+    missed_open, missed_all = 1.0, 1.0
+    for i in range(8):
+        missed_open *= (96 - i) / (128 - i)
+        missed_all *= (224 - i) / (256 - i)
+    assert remote_nodes_per_token(256, 8, 8, 8, 4) == pytest.approx(8 * 0.5 * (1 - missed_open) * 7 / 8)
+    assert remote_nodes_per_token(256, 8, 8) == pytest.approx(7 * (1 - missed_all))
+    assert remote_nodes_per_token(256, 8, 8, 8, 4) == pytest.approx(3.18, abs=0.01)
+    # Two nodes of 4 groups each: the token's 4 groups all land on one node with probability
+    # 2 x C(4,4)/C(8,4) = 1/35; otherwise both nodes are open.
+    two = remote_nodes_per_token(256, 8, 2, 8, 4)
+    assert remote_nodes_per_token(256, 8, 2) > two > 0.5 * (1 - 2 / 70)
+
+
+def test_deepseek_v3_carries_its_group_limited_routing_to_megatron():
+    from autoplan.exporters import export_plan
+    from autoplan.inputs.hf_config import load_hf_config
+    from autoplan.specs import PlanDocument
+    from tests.framework_acceptance import megatron_accepts
+    from tests.test_export import export_megatron_args
+
+    fixtures = Path(__file__).parent / "fixtures" / "hf_configs"
+    v3 = catalog_model("deepseek-v3")
+    assert (v3.moe_router_num_groups, v3.moe_router_group_topk) == (8, 4)
+    read = load_hf_config(fixtures / "deepseek-v3.json")
+    assert (read.moe_router_num_groups, read.moe_router_group_topk) == (8, 4)
+    v2 = load_hf_config(fixtures / "deepseek-v2.json")  # group_limited_greedy, device-limited: 3 of 8
+    assert (v2.moe_router_num_groups, v2.moe_router_group_topk) == (8, 3)
+    plan = ParallelPlan(dp=32, tp=2, pp=16, ep=64, etp=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                        num_microbatches=64, recompute="full", recompute_num_layers=4)
+    doc = PlanDocument(model=v3, training=TrainingSpec(global_batch_size=2048, seq_len=4096),
+                       cluster=ClusterSpec(name="h100-80gb", num_gpus=1024), parallel=plan,
+                       framework="megatron-core+flex-deepep")
+    args = export_megatron_args(doc)
+    assert (args["--moe-router-num-groups"], args["--moe-router-group-topk"]) == ("8", "4")
+    assert megatron_accepts(export_plan(doc, "megatron").text, 1024) == ""

@@ -113,6 +113,11 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
         if flex:
             # megatron-core+flex-deepep: costed as DeepEP's hierarchical dispatch (cost_model/moe_time.py).
             args.append(("--moe-flex-dispatcher-backend", "deepep"))
+        if model.moe_router_group_topk:
+            # Group-limited routing is the model's (DeepSeek-V3 n_group/topk_group): Megatron-Core's
+            # group_limited_topk (moe_utils.py core_v0.16.1 line 519).
+            args += [("--moe-router-num-groups", model.moe_router_num_groups),
+                     ("--moe-router-group-topk", model.moe_router_group_topk)]
         if par.etp:
             # Only when the plan sets it: absent, Megatron takes etp = tp (arguments.py lines 410-411).
             args.append(("--expert-tensor-parallel-size", par.etp))

@@ -129,7 +129,12 @@ def deepseek(f, model_type: str) -> dict:
                     shared_expert_ffn_size=f.get_int("n_shared_experts", default=1 if v3 else 0,
                                                      allow_null_as_zero=True) * width,
                     num_dense_layers=f.get_int("first_k_dense_replace", default=3 if v3 else 0, allow_null_as_zero=True),
-                    moe_layer_freq=f.get_int("moe_layer_freq", default=1))
+                    moe_layer_freq=f.get_int("moe_layer_freq", default=1),
+                    # Group-limited routing (V3: 8 groups, 4 picked; V2's greedy router has n_group but
+                    # topk_method "greedy" ignores it).
+                    **({"moe_router_num_groups": f.get_int("n_group", default=8 if v3 else 1, allow_null_as_zero=True),
+                        "moe_router_group_topk": f.get_int("topk_group", default=4 if v3 else 1, allow_null_as_zero=True)}
+                       if f.get_str("topk_method", "noaux_tc" if v3 else "greedy") != "greedy" else {}))
     return spec
 
 

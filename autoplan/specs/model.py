@@ -108,6 +108,13 @@ class ModelSpec:
     """MLA: rank of the compressed key/value latent (DeepSeek-V2/V3 512); 0 = no MLA."""
     qk_rope_head_dim: int = 0
     """MLA: the decoupled RoPE dimensions of each q/k head, shared key over heads (DeepSeek 64)."""
+    moe_router_num_groups: int = 0
+    """Group-limited routing: the experts split into this many equal groups, in order (DeepSeek-V3
+    n_group 8; Megatron-Core --moe-router-num-groups); 0 = every expert open to every token."""
+    moe_router_group_topk: int = 0
+    """Group-limited routing: each token picks its experts from this many groups (DeepSeek-V3 topk_group
+    4: with a group per node, "each token will be sent to at most 4 nodes", arXiv 2412.19437 sec. 2.1.2;
+    Megatron-Core --moe-router-group-topk)."""
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -315,7 +322,8 @@ class ModelSpec:
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise SchemaError(f"model {self.name!r}: {key} must be a positive integer, got {value!r}")
         for key in ("v_head_dim", "rotary_dim", "sliding_window", "global_attention_every", "moe_ffn_hidden_size",
-                    "shared_expert_ffn_size", "num_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim"):
+                    "shared_expert_ffn_size", "num_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                    "moe_router_num_groups", "moe_router_group_topk"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise SchemaError(f"model {self.name!r}: {key} must be a non-negative integer, got {value!r}")
@@ -335,6 +343,11 @@ class ModelSpec:
             raise SchemaError(
                 f"model {self.name!r}: num_experts_per_token={self.num_experts_per_token} "
                 f"exceeds num_experts={self.num_experts}")
+        groups, picked = self.moe_router_num_groups, self.moe_router_group_topk
+        if (groups or picked) and not (0 < picked <= groups and self.num_experts % groups == 0):
+            raise SchemaError(f"model {self.name!r}: group-limited routing needs 0 < moe_router_group_topk <= "
+                              f"moe_router_num_groups and the groups to divide num_experts={self.num_experts}, got "
+                              f"moe_router_num_groups={groups}, moe_router_group_topk={picked}")
         if self.rotary_dim > self.head_dim or self.rotary_dim % 2:
             raise SchemaError(f"model {self.name!r}: rotary_dim must be even and at most head_dim={self.head_dim}, "
                               f"got {self.rotary_dim}")
