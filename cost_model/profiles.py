@@ -35,7 +35,9 @@ NCCL's maintainers quote 46-48 GB/s per NDR NIC for nccl-tests (NVIDIA/nccl-test
 and up to 48-49 GB/s (issue #267, 2024-11-19); DeepEP's dispatch reaches 43-58 GB/s of RDMA per H800 CX7
 400 Gb/s NIC (deepseek-ai/DeepEP docs/legacy.md, normal kernels, EP 16-64), and its V2's 90 GB/s at EP 8x2
 and 61 GB/s at EP 8x4 (README.md, SM90 CX7: logical bandwidth counting the local ranks' share) are 45 and
-46 GB/s on the NIC once the 1/2 and 3/4 of the bytes that leave the node are taken."""
+46 GB/s on the NIC once the 1/2 and 3/4 of the bytes that leave the node are taken. A100 (HDR 200 Gb/s):
+~24 GB/s per NIC (NVIDIA/nccl issue #412, 2023-04-24; DGX A100 192 GB/s ring bus bandwidth over its 8 NICs,
+issue #812, 2023-03-31); 0.9 x 25 = 22.5 GB/s here, the DeepEP-level fraction."""
 _A2A_NIC_SOURCE = ("across nodes an all-to-all runs at one NIC share per GPU, not the node's total: it cannot "
                    "aggregate several NICs (NVIDIA/nccl-tests issue #267, sjeaugey 2024-11-19) and its time is "
                    "the off-node share's, bus bandwidth 2x a GPU's network bandwidth on 2 nodes, N/(N-1)x on N "
