@@ -223,3 +223,22 @@ def test_deepseek_v3_carries_its_group_limited_routing_to_megatron():
     args = export_megatron_args(doc)
     assert (args["--moe-router-num-groups"], args["--moe-router-group-topk"]) == ("8", "4")
     assert megatron_accepts(export_plan(doc, "megatron").text, 1024) == ""
+
+
+def test_a_learned_all_to_all_table_learns_the_nic_share():
+    # Two nodes of 8: one-rank-per-node groups (n 2) report bus bandwidth = the NIC share, 45 GB/s; the
+    # full 16 ranks report 15/16 x 90 = 84.4 GB/s for the same NIC. A regressor over raw bus bandwidth
+    # would average the two; learned as NIC shares they agree, and the rows it writes read back as 45 GB/s.
+    from dataclasses import replace
+
+    from cost_model.learned.ops import _learned_rows, fit_op_models
+
+    rows = tuple(CollectiveSample("all_to_all", "inter_node", n, 2 ** e, busbw, ranks_per_node=rpn)
+                 for e in (20, 24, 28, 30) for n, rpn, busbw in ((2, 1, NIC_SHARE), (16, 8, 15 / 16 * 2 * NIC_SHARE)))
+    profile = _measured(rows + (CollectiveSample("all_to_all", "intra_node", 8, 2 ** 30, NVLINK_A2A, ranks_per_node=8),))
+    (fit,) = [f for f in fit_op_models(profile) if f.group == ("all_to_all", "inter_node")]
+    learned = _learned_rows(fit, profile.peak)
+    assert all(s.ranks_per_node == 1 for s in learned)
+    tables = ProfileTables(replace(profile, collectives=tuple(learned) + profile.collectives[-1:]))
+    gib = 2 ** 30
+    assert tables.collective_time_s("all_to_all", gib, 16, 8) == pytest.approx(gib / 2 / NIC_SHARE, rel=0.02)

@@ -25,8 +25,9 @@ from sklearn.ensemble import GradientBoostingRegressor
 from sklearn.model_selection import GroupKFold, cross_val_predict
 from sklearn.neighbors import KNeighborsRegressor
 
-from autoplan.specs import AttentionSample, AutoplanError, CollectiveSample, HardwareProfile, MatmulSample
+from autoplan.specs import NIC_SHARE_OPS, AttentionSample, AutoplanError, CollectiveSample, HardwareProfile, MatmulSample
 from autoplan.specs.validation import bare_file_name
+from cost_model.tables import nic_share_bytes_per_s
 
 MIN_SHAPES = 4
 """Fewer distinct measured shapes than this in one group: keep them as measured (a curve through
@@ -124,8 +125,11 @@ def fit_op_models(profile: HardwareProfile, seed: int = 0) -> list[OpFit]:
     for (op, scope), rows in _groups(profile.collectives, lambda s: (s.op, s.scope)).items():
         X = np.log2([[s.message_bytes, s.group_size] for s in rows])
         if _num_shapes(X) >= MIN_SHAPES:
-            fits.append(_fit("collectives", (op, scope), X,
-                             np.log([s.bus_bandwidth_bytes_per_s for s in rows]), seed))
+            # Across nodes an all-to-all's or a send's rows of different ranks_per_node agree only as the NIC
+            # share their off-node bytes crossed: learn that (and write it back as one rank per node).
+            nic = _nic_share_rows(op, scope)
+            y = [nic_share_bytes_per_s(s, profile.gpus_per_node) if nic else s.bus_bandwidth_bytes_per_s for s in rows]
+            fits.append(_fit("collectives", (op, scope), X, np.log(y), seed))
     return fits
 
 
@@ -146,7 +150,12 @@ def _learned_rows(fit: OpFit, peak) -> list:
         return [AttentionSample(b, s, h, d, dtype, pass_, float(min(v, 1.0) * peak(dtype)))
                 for (b, s, h, d), v in zip(points, values)]
     op, scope = fit.group
-    return [CollectiveSample(op, scope, g, size, float(v), 0.0) for (size, g), v in zip(points, values)]
+    rpn = 1 if _nic_share_rows(op, scope) else 0  # 1: the value is the NIC share itself (see fit_op_models)
+    return [CollectiveSample(op, scope, g, size, float(v), 0.0, rpn) for (size, g), v in zip(points, values)]
+
+
+def _nic_share_rows(op: str, scope: str) -> bool:
+    return scope == "inter_node" and op in NIC_SHARE_OPS
 
 
 def learned_profile(profile: HardwareProfile, fits: list[OpFit] | None = None, seed: int = 0) -> HardwareProfile:
