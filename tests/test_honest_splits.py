@@ -110,3 +110,33 @@ def test_coverage_takes_no_residual_from_the_rows_own_group(runs):
     assert c["num_rows"] == 40 and c["coverage"] == 0.0
     assert c["median_width"] == pytest.approx(0.0)
     assert stratum(base)["family"] == "megatron"
+
+
+def test_estimate_carries_the_interval_after_the_existing_keys(capsys, tmp_path):
+    """`estimate --json` keeps CostEstimate.to_prediction's keys in their order and appends the interval;
+    the interval is the shipped residuals' for the plan's stratum, and `estimate` prints it."""
+    import json
+
+    from autoplan.cli.main import main
+    from autoplan.planning.prediction import INTERVAL_KEY
+    from cost_model.intervals import prediction_interval
+
+    assert main(["estimate", "--model", "llama-3-8b", "--gpus", "8", "--zero", "3", "--recompute", "full", "--json"]) == 0
+    prediction = json.loads(capsys.readouterr().out)["prediction"]
+    keys = list(prediction)
+    assert keys[keys.index("cost_model") + 1:] == [INTERVAL_KEY, "interval_80"]
+    predicted = prediction["tokens_per_s_per_gpu"]
+    expected = prediction_interval(predicted, "h100-80gb", 8, "autoplan", "bf16")
+    assert prediction[INTERVAL_KEY] == pytest.approx(expected.to_list())
+    assert expected.low < predicted < expected.high and "hopper, <=64 GPUs, pytorch" in expected.stratum
+    assert main(["estimate", "--model", "llama-3-8b", "--gpus", "8", "--zero", "3", "--recompute", "full"]) == 0
+    assert f"tokens/s/GPU {predicted:,.0f} (80 %: {expected.low:,.0f}-{expected.high:,.0f})" in capsys.readouterr().out
+    # A hand-edited interval that is not a range: one line, exit 2.
+    assert main(["estimate", "--model", "llama-3-8b", "--gpus", "8", "--zero", "3", "--recompute", "full", "-o", str(tmp_path / "p.json")]) == 0
+    capsys.readouterr()
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["prediction"][INTERVAL_KEY] = [2.0, 1.0]
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    assert main(["estimate", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert INTERVAL_KEY in err and "0 < low <= high" in err and "Traceback" not in err

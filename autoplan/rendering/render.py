@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
+from autoplan.planning.prediction import interval_text
 from autoplan.rendering.text import WIDTH, human_count, text_table, wrap_line
 from autoplan.specs import get_framework
 from cost_model.budget import training_run
@@ -71,7 +72,7 @@ def headline_lines(prediction: dict) -> list:
     p = prediction
     fits = fits_phrase(p["peak_memory_bytes"], p["memory_capacity_bytes"], p.get("memory_headroom_bytes", 0))
     return [f"  step time {p['step_time_s']:.3f} s   tokens/s {p['tokens_per_s']:,.0f}   "
-            f"tokens/s/GPU {p['tokens_per_s_per_gpu']:,.0f}   MFU {100 * p['mfu']:.1f}%",
+            f"tokens/s/GPU {p['tokens_per_s_per_gpu']:,.0f}{interval_text(p)}   MFU {100 * p['mfu']:.1f}%",
             f"  memory {p['peak_memory_bytes'] / GIB:.1f} GiB per GPU: {fits}"]
 
 

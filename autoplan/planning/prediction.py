@@ -1,0 +1,38 @@
+"""A plan's prediction block: the cost model's figures and the 80 % interval of its tokens/s/GPU.
+
+The interval comes from the shipped published runs' honest out-of-sample residuals in the plan's
+stratum (cost_model/intervals.py: GPU generation x scale band x framework family x precision, dense or
+MoE, pooled where too few runs and said so). It is added after the estimate's own keys, so a plan
+file's existing keys keep their order. A calibrated estimate (a learned correction on the user's own
+runs) gets none: the residuals are the analytical model's.
+"""
+from __future__ import annotations
+
+from autoplan.specs.schemas import PREDICTION_INTERVAL_KEY as INTERVAL_KEY
+from cost_model.intervals import LEVEL, prediction_interval
+
+assert INTERVAL_KEY.endswith(f"_{round(100 * LEVEL)}"), "the plan file's interval key names its level"
+INTERVAL_INFO_KEY = f"interval_{round(100 * LEVEL)}"
+"""Where the interval came from: its stratum, the axes pooled away, how many residuals."""
+
+
+def prediction_block(estimate, model, training, cluster, framework: str, calibrated: bool = False) -> dict:
+    """`estimate.to_prediction()` with the interval of its tokens/s/GPU appended (none when calibrated)."""
+    block = estimate.to_prediction()
+    if calibrated:
+        return block
+    interval = prediction_interval(estimate.tokens_per_s_per_gpu, cluster.name, cluster.num_gpus, framework,
+                                   training.dtype, moe=model.is_moe)
+    if interval is not None:
+        block[INTERVAL_KEY] = interval.to_list()
+        block[INTERVAL_INFO_KEY] = {"level": interval.level, "stratum": interval.stratum, "pooled": interval.pooled,
+                                    "num_residuals": interval.num_residuals}
+    return block
+
+
+def interval_text(prediction: dict) -> str:
+    """' (80 %: 890-1,120)' for a prediction that carries its interval, else ''."""
+    interval = prediction.get(INTERVAL_KEY)
+    if not interval:
+        return ""
+    return f" ({round(100 * LEVEL)} %: {interval[0]:,.0f}-{interval[1]:,.0f})"
