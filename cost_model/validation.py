@@ -213,24 +213,34 @@ def _short(summary: dict) -> dict:
 
 
 def problem_key(run) -> tuple:
-    """One problem: one model on one GPU type and count with one training shape (sequence length,
-    global batch, precision), as one source measured it; its rows differ in the plan."""
+    """One problem as one measurement campaign posed it: one document of a source (the first two parts
+    of the row id, e.g. BLOOM-PREQ, TORCHTITAN-2506, MLPERF-v31: one software stack at one time), one
+    model on one GPU type and count, one training shape (sequence length, global batch, precision).
+    Its rows differ in the plan; the same plan on another stack or date is another problem."""
     t = run.training
-    return run.source, repr(run.model), run.gpu, run.cluster.num_gpus, t.seq_len, t.global_batch_size, t.dtype
+    document = "-".join(run.id.split("-")[:2])
+    return document, repr(run.model), run.gpu, run.cluster.num_gpus, t.seq_len, t.global_batch_size, t.dtype
+
+
+def plan_identity(run) -> tuple:
+    """What a user chooses of a run: the parallel plan and the switches (async TP, TP comm overlap,
+    row-wise fp8, torch.compile, fused attention). Two rows alike in these are one plan measured twice."""
+    return repr(run.plan), run.async_tp, run.tp_comm_overlap, run.fp8_rowwise, run.compiled, run.flash_attention
 
 
 def within_problem_rank(results: list) -> dict:
     """How well the predictions order the plans of one problem (the planner's job: pick the best plan),
-    over the problems with at least two predicted rows that differ in measurement: the mean Spearman
-    correlation over problems of three rows or more, the share of row pairs (every problem) whose
-    predicted order is the measured one (a predicted tie counts half), and the share of problems whose
-    predicted best plan is the measured best."""
+    over the problems with at least two different plans that differ in measurement: the mean Spearman
+    correlation over problems of three rows or more, the share of pairs of different plans (every
+    problem) whose predicted order is the measured one (a predicted tie counts half), and the share of
+    problems whose predicted best plan is the measured best."""
     problems = {}
     for r in results:
         if not r.skipped:
             problems.setdefault(problem_key(r.run), []).append(r)
     problems = [rows for rows in problems.values()
-                if len({r.run.measured_tokens_per_s_per_gpu for r in rows}) > 1]
+                if len({r.run.measured_tokens_per_s_per_gpu for r in rows}) > 1
+                and len({plan_identity(r.run) for r in rows}) > 1]
     if not problems:
         return {"num_problems": 0}
     rhos, agree, pairs, best = [], 0.0, 0, 0
@@ -242,7 +252,7 @@ def within_problem_rank(results: list) -> dict:
             rhos.append(0.0 if rho != rho else rho)   # predictions all equal: no order
         for i in range(len(rows)):
             for j in range(i + 1, len(rows)):
-                if measured[i] != measured[j]:
+                if measured[i] != measured[j] and plan_identity(rows[i].run) != plan_identity(rows[j].run):
                     pairs += 1
                     dp, dm = predicted[i] - predicted[j], measured[i] - measured[j]
                     agree += 0.5 if dp == 0 else float((dp > 0) == (dm > 0))

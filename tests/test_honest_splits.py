@@ -62,8 +62,10 @@ def test_the_refits_train_without_the_facts_of_their_held_out_group():
     assert not train and all(key(r) == "ampere" and "dp_bandwidth_scale" not in dict(r.framework_then) for r in held)
 
 
-def _rows(run, measured_predicted: list, group: str = "g") -> list:
-    return [RowResult(replace(run, id=f"{run.id}-{i}", measured_tokens_per_s_per_gpu=m), p, group=group)
+def _rows(run, measured_predicted: list, group: str = "g", same_plan: bool = False) -> list:
+    """Made-up rows of `run`'s problem, each its own plan (a different recompute count) unless `same_plan`."""
+    return [RowResult(replace(run, id=f"{run.id}-{i}", measured_tokens_per_s_per_gpu=m,
+                              plan=run.plan if same_plan else replace(run.plan, recompute_num_layers=i)), p, group=group)
             for i, (m, p) in enumerate(measured_predicted)]
 
 
@@ -71,16 +73,22 @@ def test_within_problem_rank_worked_example(runs):
     """One problem, four plans measured 100, 200, 300, 400, predicted 150, 120, 310, 500: predicted ranks
     2, 1, 3, 4 against 1, 2, 3, 4, so Spearman = 1 - 6*(1+1)/(4*15) = 0.8; of the 6 pairs only (1, 2)
     is out of order: 5/6; the predicted best (500) is the measured best. A second problem of two plans
-    (another GPU count) predicted the wrong way round: 0 of 1 pair, its best missed."""
+    (another GPU count) predicted the wrong way round: 0 of 1 pair, its best missed. A third, one plan
+    measured twice (no choice to rank), is left out."""
     base = next(r for r in runs if r.id == "BLOOM-PREQ-01")
     one = _rows(base, [(100, 150), (200, 120), (300, 310), (400, 500)])
     other = replace(base, cluster=replace(base.cluster, num_gpus=base.cluster.num_gpus * 2))
     two = _rows(other, [(100, 200), (200, 100)])
-    w = within_problem_rank(one + two)
+    again = replace(base, cluster=replace(base.cluster, num_gpus=base.cluster.num_gpus * 4))
+    twice = _rows(again, [(100, 100), (110, 100)], same_plan=True)
+    w = within_problem_rank(one + two + twice)
     assert w["num_problems"] == 2 and w["num_rows"] == 6 and w["num_ranked"] == 1
     assert w["spearman_mean"] == pytest.approx(0.8)
     assert w["num_pairs"] == 7 and w["pair_agreement"] == pytest.approx(5 / 7)
     assert w["best_picked"] == pytest.approx(0.5)
+    # Another document of the same source (another stack or date) is another problem.
+    later = [replace(r, run=replace(r.run, id=r.run.id.replace("PREQ", "LATER"))) for r in two[:1]]
+    assert within_problem_rank(one + two[1:] + later)["num_problems"] == 1
 
 
 def test_quantile_and_pooling():
