@@ -148,3 +148,26 @@ def test_estimate_carries_the_interval_after_the_existing_keys(capsys, tmp_path)
     assert main(["estimate", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
     assert INTERVAL_KEY in err and "0 < low <= high" in err and "Traceback" not in err
+
+
+def test_each_constant_names_the_sources_whose_rows_chose_it(runs):
+    """fit_constants --provenance: async TP's overlap moves only the rows that ran async TP, the pipeline
+    engine's per-micro-batch cost only Megatron-DeepSpeed's pipeline rows (BLOOM's here), the GEMM
+    efficiency every row."""
+    import importlib.util
+    from pathlib import Path
+
+    from cost_model.constants import load_constants
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fit_constants.py"
+    spec = importlib.util.spec_from_file_location("fit_constants", path)
+    fit_constants = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_constants)
+    picked = [r for r in runs if r.id in ("TORCHTITAN-2506-8B-bf16-vanillaTP", "TORCHTITAN-2506-8B-bf16-asyncTP",
+                                          "BLOOM-PREQ-01")]
+    assert len(picked) == 3
+    values = load_constants().provenance["parameters"]
+    evidence = fit_constants.constant_evidence(picked, values)
+    assert evidence["async_tp_overlap"] == {"torchtitan": 1}
+    assert evidence["pipe_microbatch_overhead_s"] == {"bigscience": 1}
+    assert evidence["gemm_efficiency"] == {"bigscience": 1, "torchtitan": 2}
