@@ -171,3 +171,15 @@ def test_each_constant_names_the_sources_whose_rows_chose_it(runs):
     assert evidence["async_tp_overlap"] == {"torchtitan": 1}
     assert evidence["pipe_microbatch_overhead_s"] == {"bigscience": 1}
     assert evidence["gemm_efficiency"] == {"bigscience": 1, "torchtitan": 2}
+
+
+def test_median_signed_error_tells_the_direction(runs):
+    """Three rows measured 100, predicted 110, 80 and 105: signed errors +10 %, -20 %, +5 %, median +5 %
+    (the MAPE, 11.7 %, hides which way they lean)."""
+    from cost_model.validation import split_summary
+
+    base = next(r for r in runs if r.id == "BLOOM-PREQ-01")
+    rows = [replace(r, baseline_tokens_per_s_per_gpu=50.0)
+            for r in _rows(base, [(100.0, 110.0), (100.0, 80.0), (100.0, 105.0)])]
+    s = split_summary(rows)
+    assert s["median_signed_error"] == pytest.approx(0.05) and s["mape"] == pytest.approx(0.35 / 3)

@@ -134,11 +134,12 @@ def split_table(out_of_sample: dict) -> str:
             "constant MFU fitted on the same training rows. 'in-problem rank': mean Spearman within problems\n"
             "(one model, GPU type and count, training shape; 3+ plans) / share of plan pairs in the measured order. "
             "'80% cover': share of rows inside their\n80 % interval (from residuals outside the row's held-out group), "
-            "median width in brackets\n"
-            f"  {'split':46s} {'rows':>5s} {'MAPE':>7s} {'was':>6s} {'median':>7s} {'worst':>7s}  {'MFU rank':>8s}  "
+            "median width in brackets. 'bias': the median signed error (+: predicted too fast)\n"
+            f"  {'split':46s} {'rows':>5s} {'MAPE':>7s} {'was':>6s} {'median':>7s} {'bias':>6s} {'worst':>7s}  {'MFU rank':>8s}  "
             f"{'in-problem rank':>15s}  {'80% cover':>10s}  {'const-MFU MAPE':>14s}  worst row\n")
     for title, label, s, rho, before, problem, cover in _split_rows(out_of_sample):
         text += (f"  {title + ', ' + label:46s} {s['num_rows']:5d} {s['mape']:7.1%} {before:>6s} {s['median']:7.1%} "
+                 f"{s['median_signed_error']:+6.1%} "
                  f"{s['max']:7.1%}  {rho:>8s}  {problem:>15s}  {cover:>10s}  {s['constant_mfu']['mape']:14.1%}  "
                  f"{s['worst_row']} ({s['worst_error']:+.0%})\n")
     return text
@@ -147,11 +148,12 @@ def split_table(out_of_sample: dict) -> str:
 def split_markdown(out_of_sample: dict) -> str:
     """The README's out-of-sample table: per split and precision, the model beside the constant-MFU
     guess fitted on the same training rows."""
-    text = ("| held out in turn | precision | rows | MAPE | before withholding | median | worst row | MFU rank corr. | "
-            "in-problem rank / pairs | 80 % interval coverage (width) | constant-MFU MAPE |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|\n")
+    text = ("| held out in turn | precision | rows | MAPE | before withholding | median | median signed | worst row | "
+            "MFU rank corr. | in-problem rank / pairs | 80 % interval coverage (width) | constant-MFU MAPE |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     for title, label, s, rho, before, problem, cover in _split_rows(out_of_sample):
         text += (f"| {title} | {label} | {s['num_rows']} | **{s['mape']:.1%}** | {before} | {s['median']:.1%} | "
+                 f"{s['median_signed_error']:+.1%} | "
                  f"{s['max']:.0%} ({s['worst_row']}) | {rho} | {problem} | {cover} | {s['constant_mfu']['mape']:.1%} |\n")
     return text
 
