@@ -10,21 +10,21 @@ is the predicted value times exp of the residuals' 10th and 90th percentiles in 
 with fewer than MIN_STRATUM_ROWS residuals is pooled, dropping the axes in POOL_ORDER one at a time
 until enough remain, and the interval says so.
 
-For a new plan (`estimate`, `search`, plan files) the residuals are the leave-one-source-out ones of
-every shipped dense row and the MoE rows' own (each predicted by constants that never saw its
-source). `autoplan validate` scores the intervals per split with residuals that never saw the row:
-a row of held-out group g takes its interval from the other groups' residuals only (coverage()).
+For a new plan (`estimate`, `search`, plan files: cost_model/shipped_intervals.py) the residuals are
+the leave-one-source-out ones of every shipped dense row and the MoE rows' own (each predicted by
+constants that never saw its source). `autoplan validate` scores the intervals per split with
+residuals that never saw the row: a row of held-out group g takes its interval from the other groups'
+residuals only (coverage()).
 """
 from __future__ import annotations
 
 import math
 import statistics
 from dataclasses import dataclass
-from functools import lru_cache
 
+from autoplan.specs.schemas import PREDICTION_INTERVAL_LEVEL as LEVEL
 from cost_model.splits import stratum
 
-LEVEL = 0.8
 MIN_STRATUM_ROWS = 20
 """Fewer residuals than this and the 10th/90th percentiles rest on one or two rows each side."""
 POOL_ORDER = ("family", "scale", "generation", "precision")
@@ -106,24 +106,3 @@ def coverage(results: list, group=lambda r: r.group, pool: list | None = None, l
         pooled += bool(iv.pooled)
     return {"num_rows": len(widths), "level": level, "coverage": hits / len(widths) if widths else None,
             "median_width": statistics.median(widths) if widths else None, "num_pooled": pooled}
-
-
-@lru_cache(maxsize=1)
-def shipped_residuals() -> tuple:
-    """(stratum, residual) of every shipped row predicted out of sample: the dense rows held out by
-    source, the MoE rows (no fit saw one)."""
-    from cost_model.published import load_published_runs
-    from cost_model.validation import held_out_results, moe_results
-
-    runs = load_published_runs()
-    done = [r for r in held_out_results(runs, split="source") + moe_results(runs) if not r.skipped]
-    return tuple((stratum(r.run), residual(r)) for r in done)
-
-
-def prediction_interval(tokens_per_s_per_gpu: float, gpu: str, num_gpus: int, framework: str, dtype: str,
-                        moe: bool = False, level: float = LEVEL) -> Interval | None:
-    """The `level` interval of a predicted tokens/s/GPU for a run of that stratum (its GPU type, GPU count,
-    framework, precision and whether the model is a mixture of experts), from the shipped runs' honest
-    out-of-sample residuals."""
-    where = stratum(None, gpu=gpu, num_gpus=num_gpus, framework=framework, dtype=dtype, moe=moe)
-    return interval_of(tokens_per_s_per_gpu, list(shipped_residuals()), where, level)

@@ -18,6 +18,7 @@ import statistics
 from dataclasses import dataclass
 
 from autoplan.specs.flops import model_flops_per_token
+from autoplan.specs.frameworks import base_framework_name
 from cost_model.profiles import builtin_profile
 
 GENERATIONS = {"a100": "ampere", "h100": "hopper", "h200": "hopper"}
@@ -128,8 +129,6 @@ def stratum(run=None, *, gpu: str = "", num_gpus: int = 0, framework: str = "", 
             moe: bool = False) -> dict:
     """The prediction-interval stratum of a published run (or of the given facts of a plan):
     GPU generation x scale band x framework family x precision, and dense or MoE."""
-    from autoplan.specs.frameworks import base_framework_name
-
     if run is not None:
         gpu, num_gpus, framework, dtype, moe = (run.gpu, run.cluster.num_gpus, run.framework,
                                                 run.training.dtype, run.model.is_moe)

@@ -127,7 +127,7 @@ def test_estimate_carries_the_interval_after_the_existing_keys(capsys, tmp_path)
 
     from autoplan.cli.main import main
     from autoplan.planning.prediction import INTERVAL_KEY
-    from cost_model.intervals import prediction_interval
+    from cost_model.shipped_intervals import prediction_interval
 
     assert main(["estimate", "--model", "llama-3-8b", "--gpus", "8", "--zero", "3", "--recompute", "full", "--json"]) == 0
     prediction = json.loads(capsys.readouterr().out)["prediction"]

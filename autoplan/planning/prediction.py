@@ -9,9 +9,9 @@ runs) gets none: the residuals are the analytical model's.
 from __future__ import annotations
 
 from autoplan.specs.schemas import PREDICTION_INTERVAL_KEY as INTERVAL_KEY
-from cost_model.intervals import LEVEL, prediction_interval
+from autoplan.specs.schemas import PREDICTION_INTERVAL_LEVEL as LEVEL
+from cost_model.shipped_intervals import prediction_interval
 
-assert INTERVAL_KEY.endswith(f"_{round(100 * LEVEL)}"), "the plan file's interval key names its level"
 INTERVAL_INFO_KEY = f"interval_{round(100 * LEVEL)}"
 """Where the interval came from: its stratum, the axes pooled away, how many residuals."""
 
@@ -28,11 +28,3 @@ def prediction_block(estimate, model, training, cluster, framework: str, calibra
         block[INTERVAL_INFO_KEY] = {"level": interval.level, "stratum": interval.stratum, "pooled": interval.pooled,
                                     "num_residuals": interval.num_residuals}
     return block
-
-
-def interval_text(prediction: dict) -> str:
-    """' (80 %: 890-1,120)' for a prediction that carries its interval, else ''."""
-    interval = prediction.get(INTERVAL_KEY)
-    if not interval:
-        return ""
-    return f" ({round(100 * LEVEL)} %: {interval[0]:,.0f}-{interval[1]:,.0f})"

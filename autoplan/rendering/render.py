@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import textwrap
 
-from autoplan.planning.prediction import interval_text
 from autoplan.rendering.text import WIDTH, human_count, text_table, wrap_line
 from autoplan.specs import get_framework
+from autoplan.specs.schemas import PREDICTION_INTERVAL_KEY, PREDICTION_INTERVAL_LEVEL
 from cost_model.budget import training_run
 from cost_model.terms import meaning as term_meaning
 
@@ -69,6 +69,14 @@ def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float 
         return (f"fits ({peak_bytes / GIB:.1f} of {room}), {margin / GIB:.1f} GiB = "
                 f"{margin / capacity_bytes:.1%} of the device free")
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
+
+
+def interval_text(prediction: dict) -> str:
+    """' (80 %: 890-1,120)' for a prediction that carries its interval of tokens/s/GPU, else ''."""
+    interval = prediction.get(PREDICTION_INTERVAL_KEY)
+    if not interval:
+        return ""
+    return f" ({round(100 * PREDICTION_INTERVAL_LEVEL)} %: {interval[0]:,.0f}-{interval[1]:,.0f})"
 
 
 def headline_lines(prediction: dict) -> list:

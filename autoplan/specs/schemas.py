@@ -230,8 +230,10 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
     _interval_is_a_range(data, issues, prefix)
 
 
-PREDICTION_INTERVAL_KEY = "tokens_per_s_per_gpu_80"
-"""The prediction's 80 % interval of tokens/s/GPU, [low, high] (autoplan/planning/prediction.py)."""
+PREDICTION_INTERVAL_LEVEL = 0.8
+"""The share of runs a prediction interval is made to hold (cost_model/intervals.py)."""
+PREDICTION_INTERVAL_KEY = f"tokens_per_s_per_gpu_{round(100 * PREDICTION_INTERVAL_LEVEL)}"
+"""The prediction's interval of tokens/s/GPU, [low, high] (autoplan/planning/prediction.py)."""
 
 
 def _interval_is_a_range(data: dict, issues: Issues, prefix: str) -> None:
