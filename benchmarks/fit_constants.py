@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/fit_constants.py            # fit + the out-of-sample refits, write constants.json
     .venv/bin/python benchmarks/fit_constants.py --dry-run  # fit and print only
     .venv/bin/python benchmarks/fit_constants.py --holdout torchtitan  # fit without a source, score it
+    .venv/bin/python benchmarks/fit_constants.py --provenance  # which sources' rows each constant moves
 
 The constants are a small named set of Framework fields (autoplan.specs.framework), each a
 physical quantity the analytical model cannot derive: how close a framework's GEMMs and flash
@@ -39,7 +40,7 @@ from scipy.optimize import minimize
 from autoplan.specs import write_json_atomic
 from cost_model.constants import CONSTANTS_PATH, Constants
 from cost_model.published import load_published_runs
-from cost_model.splits import SPLITS, fit_rows, refit_key, split_groups
+from cost_model.splits import SPLITS, fit_rows, refit_key, split_groups, withhold
 from cost_model.validation import predict_runs, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # its sibling, also when a test loads this file by path
@@ -175,6 +176,22 @@ def fit(runs: list, max_evals: int = 3000, start: dict | None = None, weighting:
     return values, objective, evals
 
 
+def constant_evidence(runs: list, values: dict, step: float = 1.05) -> dict:
+    """Each fitted constant -> {source: rows whose prediction it moves} (the constant times `step`, the
+    others at `values`): the sources whose measured rows chose it, so a refit without a group leaves
+    out exactly that group's say in it."""
+    base = {r.run.id: r.predicted_tokens_per_s_per_gpu for r in predict_runs(runs, constants_from(values))
+            if not r.skipped}
+    evidence = {}
+    for name in values:
+        moved = {}
+        for r in predict_runs(runs, constants_from(dict(values, **{name: values[name] * step}))):
+            if not r.skipped and abs(r.predicted_tokens_per_s_per_gpu / base[r.run.id] - 1) > 1e-9:
+                moved[r.run.source] = moved.get(r.run.source, 0) + 1
+        evidence[name] = dict(sorted(moved.items()))
+    return evidence
+
+
 def _report(summary: dict, label: str) -> None:
     a = summary["analytical"]
     print(f"{label}:")
@@ -186,8 +203,10 @@ def _report(summary: dict, label: str) -> None:
 
 
 def _held_out(runs: list, split: str, group: str) -> tuple:
-    """(training rows, held-out rows) of one group of a split."""
+    """(training rows, held-out rows) of one group of a split, neither with the facts that the group's
+    measurements chose (cost_model.splits.withhold: `autoplan validate` predicts the held-out rows so)."""
     key = SPLITS[split][0]
+    runs = withhold(runs, split, group)
     return [r for r in runs if key(r) != group], [r for r in runs if key(r) == group]
 
 
@@ -210,6 +229,8 @@ def _held_out_entry(runs: list, split: str, group: str, values: dict, objective:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dry-run", action="store_true", help="do not write constants.json")
+    ap.add_argument("--provenance", action="store_true",
+                    help="print, for each shipped constant, the sources whose rows it moves (no fit)")
     ap.add_argument("--holdout", default=None, help="fit without this source and report its error")
     ap.add_argument("--max-evals", type=int, default=3000)
     ap.add_argument("--refit-evals", type=int, default=800,
@@ -218,6 +239,12 @@ def main(argv=None) -> int:
     ap.add_argument("--weighting", choices=tuple(WEIGHTINGS), default="rows",
                     help="rows: every row counts once; sources: every source once; sqrt: between")
     args = ap.parse_args(argv)
+    if args.provenance:
+        from cost_model.constants import load_constants
+        for name, sources in constant_evidence(fit_rows(load_published_runs()),
+                                               load_constants().provenance["parameters"]).items():
+            print(f"{name}: " + ", ".join(f"{source} {n}" for source, n in sources.items()))
+        return 0
 
     # The MoE rows are validation-only: no fit sees them (`autoplan validate` scores them as the split "moe").
     runs = fit_rows(load_published_runs())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autoplan.specs import (
@@ -128,6 +128,17 @@ class PublishedRun:
     """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
     framework_then: tuple = ()
     """(fact, value) pairs of the framework as it was when the run was made (SOURCES' framework_then)."""
+    derived_facts: tuple = ()
+    """The facts among framework_then that came from a source's measured rows (RowDerivedFact)."""
+
+    def withholding(self, held_out) -> "PublishedRun":
+        """This run without the facts derived from measurements that `held_out` (a predicate on a
+        cost_model.splits.Where) holds: they fall back to the framework's fitted or documented value."""
+        gone = {f.field for f in self.derived_facts if any(held_out(w) for w in f.evidence)}
+        if not gone:
+            return self
+        return replace(self, framework_then=tuple((k, v) for k, v in self.framework_then if k not in gone),
+                       derived_facts=tuple(f for f in self.derived_facts if f.field not in gone))
 
     def framework_facts(self, constants: Constants | None = None, name: str | None = None) -> Framework:
         """The run's framework (or framework `name`) under the given (fitted) constants, with the
@@ -287,6 +298,10 @@ def row_to_run(row: dict) -> PublishedRun:
     if prefix == "MTNLG":
         framework = "megatron-deepspeed"    # 2021: fused softmax, no flash attention
     then = dict(facts.get("framework_then", {}))
+    # Facts a source's measured rows chose (source_facts.RowDerivedFact), recorded so a held-out split
+    # can withhold them.
+    derived = tuple(facts.get("derived", ()))
+    then.update({f.field: f.value for f in derived})
     if prefix == "N21" and zero == 3:
         # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (ZeRO-3 came with v0.3.13, 2021-03,
         # the paper is of 2021-04) on the torch of its time: one gather and one reduce-scatter per
@@ -360,6 +375,7 @@ def row_to_run(row: dict) -> PublishedRun:
         # another FSDP stack with its own whole-logit loss), so none takes that fact.
         framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
                               **then, **(moe_run_facts(f"{notes} {row.get('published_metric') or ''}") if moe else {})}.items()),
+        derived_facts=derived,
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
 
 

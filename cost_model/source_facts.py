@@ -7,9 +7,11 @@ cost_model/published.py reads the rows with these; a new source's facts go here.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from autoplan.specs import StateTerm
 from autoplan.specs.framework import megatron_states
+from cost_model.splits import Where
 
 KEMPNERFORGE_FACTS = {
     # bf16 master weights: the model is cast to the mixed-precision dtype before and after
@@ -74,10 +76,41 @@ KEMPNERFORGE_MEMORY_LOG = dict(memory_gb_is_gib=True, memory_is_allocated=True, 
 bytes: kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py), of rank 0 only
 (kempnerforge/metrics/logger.py: "Only emits from rank 0"), the first pipeline stage."""
 
-BLOOM_DP_BANDWIDTH_SCALE = 0.254
+@dataclass(frozen=True)
+class RowDerivedFact:
+    """A fact whose value came from a source's measured step times (solved from them, or a behaviour
+    picked because its rows fit better), not from code, configs, papers or our own kernel timings.
+    Every other fact a source states here is read from its code, configs or papers (each entry's
+    comment cites where), and the fitted constants record theirs in constants.json. A held-out group
+    that holds any of `evidence` must not see it: `autoplan validate` withholds it there (the run then
+    takes its framework's fitted or documented value, as a new source would), and
+    benchmarks/fit_constants.py withholds it from the refit's training rows the same way."""
+    field: str
+    """The Framework field it sets on the source's rows."""
+    value: float
+    source: str
+    """The source whose measured rows chose it."""
+    how: str
+    """How the rows chose it, and the script that does it."""
+    evidence: tuple
+    """Where (cost_model.splits) each measurement it came from was made: its source, GPU, GPU count
+    and precision, which need not be rows of the CSV."""
+
+
+BLOOM_NETWORK = RowDerivedFact(
+    "dp_bandwidth_scale", 0.254, "bigscience",
+    "solved from BigScience's 200B one-vs-two-replica step times on Jean Zay (chronicles-prequel.md "
+    "'Best TFLOPs', fp16 and bf16): benchmarks/bigscience_network.py",
+    evidence=tuple(Where("bigscience", "a100-80gb", n, dtype) for n in (80, 160) for dtype in ("fp16", "bf16")))
 """The fraction of Jean Zay's Omni-Path bandwidth BLOOM's data-parallel collectives reached, measured on
-BigScience's one-vs-two-replica pairs (benchmarks/bigscience_network.py; tests/test_cost_model_published.py
-re-solves it with the shipped constants)."""
+BigScience's one-vs-two-replica pairs (tests/test_cost_model_published.py re-solves it with the
+shipped constants)."""
+BLOOM_DP_BANDWIDTH_SCALE = BLOOM_NETWORK.value
+ROW_DERIVED_FACTS = (BLOOM_NETWORK,)
+"""Every fact solved or chosen from a source's measured rows (each applied through SOURCES "derived").
+Not here, because read from code rather than chosen by the rows, though the rows were checked against
+them: DeepSpeed v0.3.13's ZeRO-3 terms of Narayanan et al. 2021's baseline rows (cost_model/published.py,
+benchmarks/deepspeed_zero3_terms.py compares the variants on those rows)."""
 
 # Architecture facts each source's models share (not in the CSV's columns).
 # GPT (Megatron) and BLOOM: LayerNorm, biases, tied embeddings; GPT learned positions, BLOOM ALiBi.
@@ -95,7 +128,7 @@ SOURCES = {
     # fitted bandwidth scale is not BLOOM's; pipeline sends keep the links' rate.
     "BLOOM": dict(source="bigscience", norm="layernorm", position="alibi", tied_embeddings=True,
                   linear_bias=True, framework="megatron-deepspeed", nic_bytes_per_s=4 * 100e9 / 8 / 8,
-                  framework_then={"dp_bandwidth_scale": BLOOM_DP_BANDWIDTH_SCALE}),
+                  derived=(BLOOM_NETWORK,)),
     "LLMFOUNDRY": dict(source="llm-foundry", norm="layernorm", position="alibi", tied_embeddings=True,
                        linear_bias=False, framework="llm-foundry"),
     # The torchtitan paper's runs (2024) predate 0.3.0's chunked loss (0.2.0 has no ChunkedLossWrapper):

@@ -15,14 +15,33 @@ with the shipped constants and the constant-MFU guess fitted on every non-MoE ro
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 from autoplan.specs.flops import model_flops_per_token
+from autoplan.specs.frameworks import base_framework_name
 from cost_model.profiles import builtin_profile
 
 GENERATIONS = {"a100": "ampere", "h100": "hopper", "h200": "hopper"}
 """GPU type prefix -> architecture generation (the built-in profiles' GPUs)."""
 
 SCALE_BANDS = ((64, "<=64 GPUs"), (1024, "65-1024 GPUs"), (None, ">1024 GPUs"))
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a measurement was made, as the splits group it: a published row's, or the evidence a
+    fact was solved from (cost_model.source_facts.RowDerivedFact), which need not be a row of the CSV."""
+    source: str
+    gpu: str
+    num_gpus: int
+    dtype: str
+
+
+def where(measured) -> Where:
+    """A published run's Where (a Where is its own)."""
+    if isinstance(measured, Where):
+        return measured
+    return Where(measured.source, measured.gpu, measured.cluster.num_gpus, measured.training.dtype)
 
 
 def gpu_generation(gpu: str) -> str:
@@ -38,13 +57,13 @@ def precision_group(dtype: str) -> str:
 
 
 SPLITS = {
-    "source": (lambda run: run.source, None),
-    "gpu_generation": (lambda run: gpu_generation(run.gpu), None),
-    "scale": (lambda run: scale_band(run.cluster.num_gpus), None),
+    "source": (lambda run: where(run).source, None),
+    "gpu_generation": (lambda run: gpu_generation(where(run).gpu), None),
+    "scale": (lambda run: scale_band(where(run).num_gpus), None),
     # Only fp8 is held out: fitting on the few fp8 rows to predict bf16 asks nothing a user asks.
-    "precision": (lambda run: precision_group(run.training.dtype), ("fp8",)),
+    "precision": (lambda run: precision_group(where(run).dtype), ("fp8",)),
 }
-"""Split name -> (group of a run, the groups held out in turn; None = every group)."""
+"""Split name -> (group of a run or of a Where, the groups held out in turn; None = every group)."""
 
 
 MOE_SPLIT = "moe"
@@ -85,3 +104,34 @@ def constant_mfu_guess(training_runs: list) -> float:
 def predict_with_mfu(run, mfu: float) -> float:
     peak = builtin_profile(run.gpu).peak(run.training.dtype)
     return mfu * peak / model_flops_per_token(run.model, run.training.seq_len)
+
+
+def withhold(runs: list, split: str, group: str) -> list:
+    """`runs` without the facts a source's measured rows chose where those measurements lie in `group`
+    of `split` (cost_model.source_facts.RowDerivedFact): the held-out rows must not see them, and neither
+    must the refit's training rows (benchmarks/fit_constants.py)."""
+    key = SPLITS[split][0]
+    return [r.withholding(lambda w: key(w) == group) for r in runs]
+
+
+FRAMEWORK_FAMILIES = {
+    "megatron-2021": "megatron", "megatron-core": "megatron", "megatron-deepspeed": "megatron",
+    "deepspeed": "deepspeed",
+    "torchtitan": "pytorch", "llm-foundry": "pytorch", "autoplan": "pytorch", "autoplan-91ee867": "pytorch",
+    "autoplan-xla": "xla",
+}
+"""Built-in framework -> its family for the prediction intervals' strata: Megatron's kernels and
+model-parallel code (Megatron-DeepSpeed runs them under DeepSpeed's engine), DeepSpeed's ZeRO on
+PyTorch modules, PyTorch-native stacks (FSDP, DTensor TP, torch.compile), XLA."""
+
+
+def stratum(run=None, *, gpu: str = "", num_gpus: int = 0, framework: str = "", dtype: str = "",
+            moe: bool = False) -> dict:
+    """The prediction-interval stratum of a published run (or of the given facts of a plan):
+    GPU generation x scale band x framework family x precision, and dense or MoE."""
+    if run is not None:
+        gpu, num_gpus, framework, dtype, moe = (run.gpu, run.cluster.num_gpus, run.framework,
+                                                run.training.dtype, run.model.is_moe)
+    name = base_framework_name(framework)
+    return {"generation": gpu_generation(gpu), "scale": scale_band(num_gpus),
+            "family": FRAMEWORK_FAMILIES.get(name, name), "precision": precision_group(dtype), "moe": bool(moe)}

@@ -98,7 +98,10 @@ SPLIT_BOUNDS = {
     # FP8-LM's attention on flash-attn, as Transformer Engine before v1.2 ran it on Hopper (not cuDNN's fused
     # attention: cost_model/published.py _FLASH_ATTN_ROWS), refitted: -> the last.
     ("source", "bf16_fp16"): (0.08, 0.88),           # 11.8% -> 11.4% -> 10.6% -> 10.6% -> 10.4% -> 9.5% -> 9.5% -> 9.6% -> 9.4% -> 9.1% -> 7.7% -> 7.7% -> 7.5% -> 7.5% -> 7.5% -> 7.9% -> 7.6% -> 7.4% -> 7.2%, +0.95
-    ("gpu_generation", "bf16_fp16"): (0.085, 0.88),    # 12.3% -> 12.3% -> 11.5% -> 11.5% -> 11.5% -> 11.3% -> 11.2% -> 10.9% -> 10.8% -> 10.7% -> 10.3% -> 10.3% -> 10.0% -> 10.0% -> 10.0% -> 9.0% -> 8.0% -> 7.9% -> 7.9%, +0.95
+    # 2026-11-29 (issue 48): honest splits, BLOOM's network fraction (solved from BigScience's own step
+    # times) withheld wherever BigScience's measurements are held out: by source 7.1% -> 7.3%, by GPU
+    # generation 7.8% -> 8.5% (rank +0.95 -> +0.94), by scale band 6.9% -> 7.2%; fp8 unchanged.
+    ("gpu_generation", "bf16_fp16"): (0.09, 0.88),    # 12.3% -> 12.3% -> 11.5% -> 11.5% -> 11.5% -> 11.3% -> 11.2% -> 10.9% -> 10.8% -> 10.7% -> 10.3% -> 10.3% -> 10.0% -> 10.0% -> 10.0% -> 9.0% -> 8.0% -> 7.9% -> 7.9%, +0.95
     ("scale", "bf16_fp16"): (0.078, 0.90),            # 8.4% -> 8.5% -> 8.0% -> 8.0% -> 8.0% -> 7.9% -> 7.9% -> 7.8% -> 7.9% -> 7.7% -> 7.9% -> 7.8% -> 7.4% -> 7.5% -> 7.3% -> 7.5% -> 7.2% -> 7.1% -> 7.0%, +0.95
     ("source", "fp8"): (0.095, 0.90),                 # 14.4% -> 14.9% -> 15.2% -> 14.8% -> 14.7% -> 13.3% -> 13.0% -> 12.7% -> 12.5% -> 11.8% -> 10.7% -> 10.6% -> 9.8% -> 9.8% -> 9.5% -> 9.5% -> 9.5% -> 9.5% -> 8.7%, +0.97
     ("gpu_generation", "fp8"): (0.103, 0.90),         # 16.6% -> 15.4% -> 15.4% -> 15.0% -> 14.9% -> 14.6% -> 14.4% -> 14.4% -> 12.6% -> 12.3% -> 12.4% -> 11.3% -> 10.2% -> 10.2% -> 9.8% -> 9.8% -> 9.9% -> 9.9% -> 9.4%, +0.97
@@ -121,6 +124,24 @@ SPLIT_BOUNDS = {
 }
 MIN_GAIN_OVER_CONSTANT_MFU = {("moe", "bf16_fp16"): 1.25}
 """How much better than the constant-MFU guess a split must be (1.5x unless named here)."""
+
+HONEST_EXTRAS_BOUNDS = {
+    # Issue 48, 2026-11-29: (lowest 80 % interval coverage, highest median width, lowest share of plan
+    # pairs within a problem in the measured order), a little below what holds, so they cannot get worse
+    # unseen. The issue's targets: coverage 75-85 % and within-problem rank >= 0.8 on every split.
+    # Measured (coverage (width), pairs, mean Spearman over problems of 3+ plans): by source bf16 75 %
+    # (19 %), 83 %, +0.71; fp8 78 % (28 %), 100 %, +0.92; by GPU generation bf16 65 % (22 %), 77 %, +0.59
+    # and fp8 54 % (22 %), 87 %, +0.88 (one generation's errors do not bound the other's); by scale band
+    # bf16 77 % (19 %), 83 %, fp8 75 % (24 %), 100 %; fp8 held out 68 % (21 %), 91 %; MoE 46 % (68 %), 62 %.
+    ("source", "bf16_fp16"): (0.74, 0.25, 0.80),
+    ("source", "fp8"): (0.74, 0.35, 0.95),
+    ("gpu_generation", "bf16_fp16"): (0.62, 0.28, 0.74),
+    ("gpu_generation", "fp8"): (0.42, 0.27, 0.83),
+    ("scale", "bf16_fp16"): (0.74, 0.24, 0.80),
+    ("scale", "fp8"): (0.72, 0.30, 0.95),
+    ("precision", "fp8"): (0.65, 0.25, 0.87),
+    ("moe", "bf16_fp16"): (0.44, 0.75, 0.58),
+}
 
 
 MOE_MEMORY_BOUNDS = {
@@ -156,6 +177,14 @@ def test_out_of_sample_holds_per_split_and_beats_the_constant_mfu_guess():
         # (the MoE rows: 1.25x).
         gain = MIN_GAIN_OVER_CONSTANT_MFU.get((split, precision), 1.5)
         assert gain * s["mape"] < s["constant_mfu"]["mape"], (split, precision, s["mape"], s["constant_mfu"])
+    for (split, precision), (min_cover, max_width, min_pairs) in HONEST_EXTRAS_BOUNDS.items():
+        s = doc[split][precision]
+        cover, within = s["interval"], s["within_problem"]
+        assert cover["num_rows"] == s["num_rows"], (split, precision)
+        assert cover["coverage"] >= min_cover and cover["median_width"] <= max_width, (split, precision, cover)
+        assert within["pair_agreement"] >= min_pairs, (split, precision, within)
+        if split != "moe":   # the old figure, beside the honest one, on the same rows
+            assert doc[split]["before_withholding"][precision]["num_rows"] == s["num_rows"], (split, precision)
 
 
 def test_moe_errors_are_told_by_source_and_gpu_from_the_rows_themselves():

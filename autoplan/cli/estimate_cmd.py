@@ -88,6 +88,7 @@ def _plan_from_flags(args):
     from autoplan.inputs.catalog import resolve_model
     from autoplan.inputs.clusters import check_dtype, resolve_cluster
     from autoplan.planning.planner import score_one
+    from autoplan.planning.prediction import prediction_block
     from autoplan.planning.training_shape import training_shape
     from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, resolve_headroom
     from autoplan.specs.headroom import headroom_default_line
@@ -143,7 +144,8 @@ def _plan_from_flags(args):
     scored = score_one(model, training, cluster, profile, plan, args.allow_tp_across_nodes, framework, calibration,
                        headroom)
     doc = PlanDocument(model=model, training=training, cluster=cluster, parallel=plan,
-                       prediction=scored.estimate.to_prediction(), framework=framework,
+                       prediction=prediction_block(scored.estimate, model, training, cluster, framework,
+                                                   calibrated=calibration is not None), framework=framework,
                        provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": scored.estimate.cost_model})
     return doc, scored, defaults
 

@@ -96,36 +96,75 @@ SPLIT_TITLES = {"source": "leave one source out", "gpu_generation": "leave one G
 
 
 def _split_rows(out_of_sample: dict):
-    """(split title, precision label, summary, rank text) of every split and precision with rows."""
+    """(split title, precision label, summary, rank text, the figure before withholding, within-problem
+    rank text, interval text) of every split and precision with rows."""
     for split, title in SPLIT_TITLES.items():
         for precision, label in (("bf16_fp16", "bf16/fp16"), ("fp8", "fp8")):
             s = out_of_sample.get(split, {}).get(precision, {})
             if s.get("num_rows"):
-                yield title, label, s, "n/a" if s["mfu_spearman"] is None else f"{s['mfu_spearman']:+.2f}"
+                before = out_of_sample[split].get("before_withholding", {}).get(precision, {}).get("mape")
+                yield (title, label, s, "n/a" if s["mfu_spearman"] is None else f"{s['mfu_spearman']:+.2f}",
+                       "same" if before is None else f"{before:.1%}", _problem_text(s.get("within_problem", {})),
+                       _interval_text(s.get("interval", {})))
+
+
+def _problem_text(w: dict) -> str:
+    """Within-problem ranking: mean Spearman over problems of 3+ rows / share of pairs in order."""
+    if not w.get("num_problems"):
+        return "n/a"
+    rho = "n/a" if w["spearman_mean"] is None else f"{w['spearman_mean']:+.2f}"
+    return f"{rho} / {w['pair_agreement']:.0%}"
+
+
+def _interval_text(c: dict) -> str:
+    """The 80 % interval's coverage and median width (a fraction of the prediction)."""
+    if not c.get("num_rows"):
+        return "n/a"
+    return f"{c['coverage']:.0%} ({c['median_width']:.0%})"
 
 
 def split_table(out_of_sample: dict) -> str:
-    """The out-of-sample table: per split and precision, the model's MAPE, worst row and MFU rank
-    correlation, and the constant-MFU guess's MAPE on the same rows."""
+    """The out-of-sample table: per split and precision, the honest MAPE (the held-out group's refit,
+    and no fact its measurements chose) with the figure before those facts were withheld, the worst row,
+    the MFU rank correlation, the rank within problems, the 80 % intervals' coverage and the
+    constant-MFU guess's MAPE on the same rows."""
     text = ("tokens/s/GPU vs published runs, OUT OF SAMPLE: each group predicted with the constants refitted without it\n"
-            "(refits in cost_model/data/constants.json \"held_out\"); beside it one constant MFU fitted on the same "
-            "training rows\n"
-            f"  {'split':46s} {'rows':>5s} {'MAPE':>7s} {'median':>7s} {'worst':>7s}  {'MFU rank':>8s}  "
-            f"{'const-MFU MAPE':>14s}  worst row\n")
-    for title, label, s, rho in _split_rows(out_of_sample):
-        text += (f"  {title + ', ' + label:46s} {s['num_rows']:5d} {s['mape']:7.1%} {s['median']:7.1%} {s['max']:7.1%}  "
-                 f"{rho:>8s}  {s['constant_mfu']['mape']:14.1%}  {s['worst_row']} ({s['worst_error']:+.0%})\n")
+            "(refits in cost_model/data/constants.json \"held_out\") and without the facts its measurements chose "
+            "(cost_model/source_facts.py ROW_DERIVED_FACTS;\n'was': the figure with them kept on); beside it one "
+            "constant MFU fitted on the same training rows. 'in-problem rank': mean Spearman within problems\n"
+            "(one model, GPU type and count, training shape; 3+ plans) / share of plan pairs in the measured order. "
+            "'80% cover': share of rows inside their\n80 % interval (from residuals outside the row's held-out group), "
+            "median width in brackets. 'bias': the median signed error (+: predicted too fast)\n"
+            f"  {'split':46s} {'rows':>5s} {'MAPE':>7s} {'was':>6s} {'median':>7s} {'bias':>6s} {'worst':>7s}  {'MFU rank':>8s}  "
+            f"{'in-problem rank':>15s}  {'80% cover':>10s}  {'const-MFU MAPE':>14s}  worst row\n")
+    for title, label, s, rho, before, problem, cover in _split_rows(out_of_sample):
+        text += (f"  {title + ', ' + label:46s} {s['num_rows']:5d} {s['mape']:7.1%} {before:>6s} {s['median']:7.1%} "
+                 f"{s['median_signed_error']:+6.1%} "
+                 f"{s['max']:7.1%}  {rho:>8s}  {problem:>15s}  {cover:>10s}  {s['constant_mfu']['mape']:14.1%}  "
+                 f"{s['worst_row']} ({s['worst_error']:+.0%})\n")
     return text
 
 
 def split_markdown(out_of_sample: dict) -> str:
     """The README's out-of-sample table: per split and precision, the model beside the constant-MFU
     guess fitted on the same training rows."""
-    text = ("| held out in turn | precision | rows | MAPE | median | worst row | MFU rank corr. | constant-MFU MAPE |\n"
-            "|---|---|---|---|---|---|---|---|\n")
-    for title, label, s, rho in _split_rows(out_of_sample):
-        text += (f"| {title} | {label} | {s['num_rows']} | **{s['mape']:.1%}** | {s['median']:.1%} | "
-                 f"{s['max']:.0%} ({s['worst_row']}) | {rho} | {s['constant_mfu']['mape']:.1%} |\n")
+    text = ("| held out in turn | precision | rows | MAPE | before withholding | median | median signed | worst row | "
+            "MFU rank corr. | in-problem rank / pairs | 80 % interval coverage (width) | constant-MFU MAPE |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    for title, label, s, rho, before, problem, cover in _split_rows(out_of_sample):
+        text += (f"| {title} | {label} | {s['num_rows']} | **{s['mape']:.1%}** | {before} | {s['median']:.1%} | "
+                 f"{s['median_signed_error']:+.1%} | "
+                 f"{s['max']:.0%} ({s['worst_row']}) | {rho} | {problem} | {cover} | {s['constant_mfu']['mape']:.1%} |\n")
+    return text
+
+
+def provenance_lines(facts: list) -> str:
+    """Which facts came from a source's measured rows and where the splits withhold them."""
+    text = ("  facts from measured rows, withheld where their measurements are held out: the fitted constants "
+            "(refitted without each group), and\n")
+    for f in facts:
+        where = "; ".join(f"{split} {', '.join(groups)}" for split, groups in f["withheld_in"].items() if groups)
+        text += f"    {f['source']}: {f['field']} = {f['value']:g}, {f['how']} (withheld: {where})\n"
     return text
 
 
@@ -179,7 +218,7 @@ def run(args) -> int:
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.measured_runs import h100_summary
     from cost_model.splits import validation_only
-    from cost_model.validation import held_out_results, out_of_sample, predict_runs, summarize
+    from cost_model.validation import held_out_results, out_of_sample, predict_runs, row_derived_provenance, summarize
 
     if args.calibrated and args.runs:
         from autoplan.specs import AutoplanError
@@ -192,6 +231,7 @@ def run(args) -> int:
     summary = summarize([r for r in results if not validation_only(r.run)])
     summary["held_out"] = summarize(held_out_results(runs, framework=args.framework))["analytical"]
     summary["out_of_sample"] = out_of_sample(runs, framework=args.framework)
+    summary["row_derived_facts"] = row_derived_provenance()
     summary["h100_runs"] = h100_summary()
     if args.calibrated:
         from cost_model.learned import calibrated_validation
@@ -217,6 +257,7 @@ def run(args) -> int:
                       f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
         out.write("\n")
     out.write(split_table(summary["out_of_sample"]))
+    out.write(provenance_lines(summary["row_derived_facts"]))
     moe = summary["out_of_sample"]["moe"]
     for axis, title in (("per_source", "source"), ("per_gpu_generation", "GPU")):
         for name, m in moe.get(axis, {}).items():

@@ -30,6 +30,7 @@ from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_cluster
 from cost_model.budget import training_run
 from autoplan.planning.planner import leanest_fitting_knobs, make_estimator, plan_document
+from autoplan.planning.prediction import prediction_block
 from autoplan.planning.training_shape import training_shape
 from autoplan.planning.search import PlanScorer, SearchResult, search
 from autoplan.planning.space import SearchSpace
@@ -68,6 +69,8 @@ class Point:
     cluster: ClusterSpec | None = None
     run: dict | None = None
     """budget.training_run: days, gpu_hours, cost (None without a price)."""
+    prediction: dict | None = None
+    """The best plan's prediction block, its 80 % interval included (planning.prediction)."""
     meets: bool = False
     stop: str = ""
     """Why larger counts of this type were not searched (empty when they were, or none were left)."""
@@ -240,6 +243,7 @@ def _search_point(option: GpuOption, n: int, model, training, request: ClusterRe
         return point
     point.run = training_run(point.best.estimate.tokens_per_s, n, request.goal.train_tokens, option.price)
     point.meets = request.goal.meets(point.run)
+    point.prediction = prediction_block(point.best.estimate, model, training, cluster, request.framework)
     return point
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import check_dtype, cluster_for_plan_file, resolve_cluster
 from autoplan.planning.blame import NOT_A_PLAN, rule_that_broke
+from autoplan.planning.prediction import prediction_block
 from autoplan.planning.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
 from autoplan.planning.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
 from autoplan.planning.training_shape import training_shape
@@ -121,9 +122,11 @@ def pick_alternatives(result: SearchResult, best: Scored, count: int = NUM_ALTER
     return chosen
 
 
-def alternative_entry(alt: Scored, best: Scored) -> dict:
+def alternative_entry(alt: Scored, best: Scored, predict=None) -> dict:
+    """A runner-up of the plan file: its plan, why it lost, its prediction (`predict(estimate)`, by default
+    the estimate's own block)."""
     entry = {"parallel": alt.plan.to_dict(), "why_not": why_lost(alt, best)}
-    entry["prediction"] = alt.estimate.to_prediction() if alt.estimate else {}
+    entry["prediction"] = (predict or (lambda e: e.to_prediction()))(alt.estimate) if alt.estimate else {}
     return entry
 
 
@@ -260,10 +263,14 @@ def plan_document(model, training, cluster, framework: str, result: SearchResult
                   calibration_path: str | None = None) -> PlanDocument:
     """The plan file of a search's best plan, with its runners-up and how the search went."""
     best = result.best
+
+    def predict(estimate) -> dict:
+        return prediction_block(estimate, model, training, cluster, framework, calibrated=bool(calibration_path))
+
     doc = PlanDocument(
         model=model, training=training, cluster=cluster, parallel=best.plan,
-        prediction=best.estimate.to_prediction(),
-        alternatives=[alternative_entry(a, best) for a in pick_alternatives(result, best)],
+        prediction=predict(best.estimate),
+        alternatives=[alternative_entry(a, best, predict) for a in pick_alternatives(result, best)],
         search={**result.summary(), "defaults": defaults},
         provenance={"autoplan_version": AUTOPLAN_VERSION, "cost_model": best.estimate.cost_model,
                     **({"calibration": calibration_path} if calibration_path else {})},
@@ -314,7 +321,8 @@ def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = 
     scored = score_one(doc.model, doc.training, cluster, profile, doc.parallel, allow_tp_across_nodes=True,
                        framework=name, calibration=calibration, memory_headroom_bytes=headroom)
     doc.cluster, doc.framework = cluster, name
-    doc.prediction = scored.estimate.to_prediction()
+    doc.prediction = prediction_block(scored.estimate, doc.model, doc.training, cluster, name,
+                                      calibrated=calibration is not None)
     doc.provenance = {**doc.provenance, "cost_model": scored.estimate.cost_model,
                       **({"calibration": calibration_path} if calibration is not None else {})}
     return doc, scored

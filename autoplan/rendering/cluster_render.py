@@ -50,7 +50,7 @@ def _run_line(p, goal) -> str:
 
 def _point_block(title: str, p, goal) -> list:
     c = p.cluster
-    pred = p.best.estimate.to_prediction()
+    pred = p.prediction or p.best.estimate.to_prediction()
     return [*wrap_line(f"{title}: {_cluster_name(p)} ({c.num_nodes:,} node{'s' if c.num_nodes > 1 else ''} of "
                        f"{c.gpus_per_node}, profile {c.profile})", 2),
             f"  plan: {plan_line(p.best.plan.to_dict())}", *headline_lines(pred), *wrap_line(_run_line(p, goal), 4)]

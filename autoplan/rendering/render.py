@@ -9,6 +9,7 @@ import textwrap
 
 from autoplan.rendering.text import WIDTH, human_count, text_table, wrap_line
 from autoplan.specs import get_framework
+from autoplan.specs.schemas import PREDICTION_INTERVAL_KEY, PREDICTION_INTERVAL_LEVEL
 from cost_model.budget import training_run
 from cost_model.terms import meaning as term_meaning
 
@@ -70,11 +71,19 @@ def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float 
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
 
 
+def interval_text(prediction: dict) -> str:
+    """' (80 %: 890-1,120)' for a prediction that carries its interval of tokens/s/GPU, else ''."""
+    interval = prediction.get(PREDICTION_INTERVAL_KEY)
+    if not interval:
+        return ""
+    return f" ({round(100 * PREDICTION_INTERVAL_LEVEL)} %: {interval[0]:,.0f}-{interval[1]:,.0f})"
+
+
 def headline_lines(prediction: dict) -> list:
     p = prediction
     fits = fits_phrase(p["peak_memory_bytes"], p["memory_capacity_bytes"], p.get("memory_headroom_bytes", 0))
     return [f"  step time {p['step_time_s']:.3f} s   tokens/s {p['tokens_per_s']:,.0f}   "
-            f"tokens/s/GPU {p['tokens_per_s_per_gpu']:,.0f}   MFU {100 * p['mfu']:.1f}%",
+            f"tokens/s/GPU {p['tokens_per_s_per_gpu']:,.0f}{interval_text(p)}   MFU {100 * p['mfu']:.1f}%",
             f"  memory {p['peak_memory_bytes'] / GIB:.1f} GiB per GPU: {fits}"]
 
 

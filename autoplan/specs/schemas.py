@@ -227,6 +227,25 @@ def validate_prediction(data: dict | None, issues: Issues, prefix: str) -> None:
             # a term is a share of its total: finite and not negative (what the breakdown tables draw)
             take_float(terms, term, issues, f"{prefix}.{key}", 0.0, high, positive=False)
     _prediction_adds_up(data, issues, prefix)
+    _interval_is_a_range(data, issues, prefix)
+
+
+PREDICTION_INTERVAL_LEVEL = 0.8
+"""The share of runs a prediction interval is made to hold (cost_model/intervals.py)."""
+PREDICTION_INTERVAL_KEY = f"tokens_per_s_per_gpu_{round(100 * PREDICTION_INTERVAL_LEVEL)}"
+"""The prediction's interval of tokens/s/GPU, [low, high] (autoplan/planning/prediction.py)."""
+
+
+def _interval_is_a_range(data: dict, issues: Issues, prefix: str) -> None:
+    """The interval, where a prediction carries one: two finite numbers, 0 < low <= high."""
+    interval = take_list(data, PREDICTION_INTERVAL_KEY, issues, prefix, required=False)
+    if interval is None or interval == []:
+        return
+    ok = (len(interval) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                     for v in interval) and 0 < interval[0] <= interval[1])
+    if not ok:
+        issues.add(f"{prefix}.{PREDICTION_INTERVAL_KEY}", f"must be [low, high] tokens/s/GPU with 0 < low <= high; "
+                   f"{REMOVE_PREDICTION}", interval)
 
 
 BREAKDOWN_REL_TOL = 1e-6
