@@ -140,7 +140,10 @@ HONEST_EXTRAS_BOUNDS = {
     ("scale", "bf16_fp16"): (0.74, 0.24, 0.80),
     ("scale", "fp8"): (0.72, 0.30, 0.95),
     ("precision", "fp8"): (0.65, 0.25, 0.87),
-    ("moe", "bf16_fp16"): (0.44, 0.75, 0.58),
+    # MoE after issue 49 (inter-node all-to-all at the NIC share, DeepEP rows with flex dispatch):
+    # 42 % (68 %), pairs 50 % (was 46 %, 62 %): the rows whose order moved are KempnerForge's and
+    # FlagPerf's, which are off by +54 to +256 % for reasons other than the network.
+    ("moe", "bf16_fp16"): (0.40, 0.75, 0.48),
 }
 
 
