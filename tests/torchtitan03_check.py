@@ -2,7 +2,7 @@
 
 Run with the python of the side venv that holds torchtitan 0.3.0 on torch 2.13.0+cpu (`make
 torchtitan-0.3`, default ../side-venvs/tt03 beside the repository):
-`python tests/torchtitan03_check.py EXPORTS.json`. EXPORTS.json is a list of {"text", "num_gpus"}
+`python tests/torchtitan03_check.py EXPORTS.json`. EXPORTS.json is a list of {"text", "num_gpus", "fp8"}
 (or {"sac_trace": [dim, heads, kv_heads, ffn]}: the matmuls SelectiveAC keeps, `sac_trace`);
 the last line printed is a JSON list with one verdict per export: {"error": "" (taken) or the first
 complaint, "params": parameters of the model built on the meta device, "layers": its blocks,
@@ -60,13 +60,13 @@ from torchtitan.distributed import utils as dist_utils
 from torchtitan.tools import utils
 
 
-def check(text: str, num_gpus: int, workdir: Path, index: int) -> dict:
+def check(text: str, num_gpus: int, workdir: Path, index: int, fp8: bool = False) -> dict:
     """The first complaint of torchtitan 0.3.0 about one exported module, and the model it built."""
     out = {"error": "", "params": 0, "layers": 0, "float8_linears": 0, "compile": False, "async_tp": False,
            "model_parts": 0, "part_params": 0, "local_params": 0}
     said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):
+        with contextlib.redirect_stderr(said), gpu_for_fp8(fp8):
             out.update(_check(text, num_gpus, workdir, index, out))
     except SystemExit as exc:  # tyro prints its complaint (in a box) to stderr and exits
         lines = [line.strip(" │╭╮╰╯─") for line in said.getvalue().splitlines()]
@@ -183,17 +183,29 @@ def sac_trace(dim: int, heads: int, kv_heads: int, ffn: int) -> list:
     return matmuls  # the head runs outside the checkpointed block: the policy never sees it
 
 
+@contextlib.contextmanager
+def gpu_for_fp8(fp8: bool):
+    """The Float8 converter asks the GPU it runs on (components/quantization/float8.py line 85): for an
+    export of an fp8 plan, the H100 the plans are made for (sm90) stands in for the absent CUDA device.
+    Any other export builds as on this CPU, with no fp8: a recipe that constructs a Float8 converter
+    behind the plan's back fails here as on an A100 ("float8 is only supported on NVIDIA SM89 or later")."""
+    saved = float8.has_cuda_capability
+    if fp8:
+        float8.has_cuda_capability = lambda major, minor: (major, minor) <= (9, 0)
+    try:
+        yield
+    finally:
+        float8.has_cuda_capability = saved
+
+
 def main() -> None:
-    # The Float8 converter asks the GPU it runs on (components/quantization/float8.py line 85): here,
-    # the H100 the plans are made for (sm90) stands in for the absent CUDA device.
-    float8.has_cuda_capability = lambda major, minor: (major, minor) <= (9, 0)
     parallel_dims_module.device_type = "cpu"  # the device mesh's type (see the module's docstring)
     exports = json.loads(Path(sys.argv[1]).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         sys.path.insert(0, tmp)
         with contextlib.redirect_stdout(io.StringIO()):  # torchtitan's logger and tyro's help go to stderr
             verdicts = [{"sac_trace": sac_trace(*item["sac_trace"])} if "sac_trace" in item else
-                        check(item["text"], item["num_gpus"], Path(tmp), index) for index, item in enumerate(exports)]
+                        check(item["text"], item["num_gpus"], Path(tmp), index, item.get("fp8", False)) for index, item in enumerate(exports)]
     print(json.dumps(verdicts))
 
 
