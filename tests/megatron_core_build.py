@@ -1,9 +1,12 @@
 """Build the model of `autoplan export --to megatron` commands with megatron-core 0.16.1 on the CPU.
 
 `python tests/megatron_core_build.py EXPORTS.json`: EXPORTS.json is a list of exported command
-texts (tp = pp = 1); the last line printed is a JSON list with one verdict per export: {"error": ""
-or megatron-core's complaint, "params": parameters of the GPTModel built, "layers": its transformer
-layers, "moe_layers": those whose MLP is a MoELayer, "padded_vocab": its embedding rows}.
+texts (tp = pp = 1), or of {"accepts": text, "num_gpus": n} for the flag and validate_args checks of
+tests/framework_acceptance.py alone (any plan); the last line printed is a JSON list with one verdict
+per export: {"error": "" or megatron-core's complaint, "params": parameters of the GPTModel built,
+"layers": its transformer layers, "moe_layers": those whose MLP is a MoELayer, "padded_vocab": its
+embedding rows, "facts": what model_facts reads off it, "version": the megatron-core that ran}. The
+same script runs megatron-core 0.19.2 (tests/test_megatron_core_019.py) with it first on PYTHONPATH.
 tests/test_export_engines.py runs it in a subprocess, so the process group it opens stays there.
 
 What Megatron-LM's pretrain_gpt.py does with those flags, step by step (core_v0.16.1):
@@ -179,6 +182,11 @@ def main(path: str) -> None:
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
     verdicts = []
     for text in json.loads(Path(path).read_text()):
+        if isinstance(text, dict):  # {"accepts": text, "num_gpus": n}: the flag and validate_args checks only
+            from tests import framework_acceptance as fa
+
+            verdicts.append({"error": fa.megatron_accepts(text["accepts"], text["num_gpus"])})
+            continue
         try:
             verdicts.append(build(text))
         except Exception as exc:  # megatron-core's complaint, whatever its type, is the verdict
@@ -187,7 +195,9 @@ def main(path: str) -> None:
                                       f"({where.filename.split('site-packages/')[-1]} line {where.lineno})"})
     parallel_state.destroy_model_parallel()
     dist.destroy_process_group()
-    print(json.dumps(verdicts))
+    import megatron.core
+
+    print(json.dumps([{**verdict, "version": megatron.core.__version__} for verdict in verdicts]))
 
 
 if __name__ == "__main__":

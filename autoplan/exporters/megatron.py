@@ -64,7 +64,7 @@ def environment(doc: PlanDocument) -> dict:
     orders the TP/CP communication before the GEMMs that wait for it); FSDP (--use-megatron-fsdp) must
     not run with 1 -- it takes precedence, and Megatron only warns about tp with FSDP."""
     par = doc.parallel
-    if par.zero_stage == 3:
+    if par.zero_stage in (2, 3):  # both Megatron-FSDP (_parallel_args)
         return {"CUDA_DEVICE_MAX_CONNECTIONS": 8}
     if par.tp > 1 or par.cp > 1:
         return {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
