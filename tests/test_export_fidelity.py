@@ -285,3 +285,29 @@ def _carried(export, model: ModelSpec, target: str) -> str:
     from autoplan.exporters.torchtitan.v02 import _needs_flavor_module, flavor_module
 
     return flavor_module(plan(model)) if _needs_flavor_module(model) else ""
+
+
+def test_the_configs_numerics_reach_the_exports_or_are_refused():
+    """The numerics of a published config.json (fixtures: DeepSeek-V3's rope_theta 10000, YaRN factor 40,
+    rms_norm_eps 1e-6, scoring_func sigmoid; Qwen3-8B's rope_theta 1000000; Phi-3.5-mini's longrope) reach the
+    Megatron flags, or the export refuses naming the field."""
+    from autoplan.inputs.hf_config import load_hf_config
+    from tests.framework_acceptance import megatron_command
+
+    fixtures = Path(__file__).parent / "fixtures" / "hf_configs"
+    deepseek = load_hf_config(fixtures / "deepseek-v3.json")
+    assert (deepseek.rope_theta, deepseek.rope_scaling, deepseek.rope_scaling_factor, deepseek.norm_eps,
+            deepseek.moe_router_score) == (10000, "yarn", 40, 1e-6, "sigmoid")
+    doc = PlanDocument(model=deepseek, training=TrainingSpec(global_batch_size=1024, seq_len=4096),
+                       cluster=ClusterSpec(name="h100-80gb", num_gpus=256), framework="megatron-core",
+                       parallel=ParallelPlan(dp=32, pp=8, ep=32, zero_stage=1, micro_batch_size=1, num_microbatches=32))
+    _, flags = megatron_command(export_plan(doc, "megatron").text)
+    assert (flags["--rotary-base"], flags["--rotary-scaling-factor"], flags["--norm-epsilon"],
+            flags["--moe-router-score-function"]) == ("10000", "40.0", "1e-06", "sigmoid")
+    qwen3 = load_hf_config(fixtures / "qwen3-8b.json")
+    assert megatron_command(export_plan(plan(qwen3), "megatron").text)[1]["--rotary-base"] == "1000000"
+    phi = load_hf_config(fixtures / "phi-3.5-mini.json")
+    assert phi.rope_scaling == "longrope"
+    for target in ("megatron", "torchtitan"):
+        with pytest.raises(InfeasiblePlan, match="rope_scaling"):
+            export_plan(plan(phi), target)

@@ -271,6 +271,11 @@ def numerics_args(model, notes: list) -> list:
                              "export_megatron_rope_scaling")
     if model.norm_eps:
         args.append(("--norm-epsilon", model.norm_eps))
+    unstated = ([("rope_theta", "--rotary-base 10000")] if model.position == "rope" and not model.rope_theta else []) \
+        + ([("norm_eps", "--norm-epsilon 1e-5")] if not model.norm_eps else [])
+    if unstated:
+        notes.append(f"{' and '.join(name for name, _ in unstated)} not stated by the model's catalog entry or "
+                     f"config.json: Megatron's defaults apply ({', '.join(flag for _, flag in unstated)})")
     if model.is_moe and model.moe_router_score:
         args.append(("--moe-router-score-function", model.moe_router_score))
     if model.moe_router_score == "sigmoid":
