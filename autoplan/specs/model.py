@@ -341,7 +341,8 @@ class ModelSpec:
         for key in ("attn_logit_softcap", "final_logit_softcap", "rope_theta", "rope_scaling_factor", "norm_eps"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise SchemaError(f"model {self.name!r}: {key} must be a non-negative number (0 = off), got {value!r}")
+                raise SchemaError(f"model {self.name!r}: {key} must be a non-negative number (0 = "
+                                  f"{'off' if 'softcap' in key else 'not stated'}), got {value!r}")
         for key, kinds in (("rope_scaling", ROPE_SCALING_KINDS), ("moe_router_score", ROUTER_SCORES)):
             if getattr(self, key) not in kinds:
                 raise SchemaError(f"model {self.name!r}: {key} must be one of {kinds}, got {getattr(self, key)!r}")

@@ -211,7 +211,8 @@ def _model_spec_source(doc: PlanDocument) -> str:
         f"            fuse_qkv=True, n_layers={model.num_layers}, dim=dim, n_heads={heads}, "
         f"n_kv_heads={model.num_kv_heads}, hidden_dim={model.ffn_hidden_size},",
         f"            rope=ComplexRoPE.Config(dim=dim // {heads}, "
-        f"max_seq_len={max(model.max_seq_len, doc.training.seq_len)}, theta=10000.0),",
+        f"max_seq_len={max(model.max_seq_len, doc.training.seq_len)}, theta=10000.0),"
+        "  # the model's: autoplan_job()",
         '            attn_backend="flex",',
         "        ),",
         "    )",
