@@ -7,9 +7,11 @@ target:
 - megatron: megatron-core 0.16.1 builds the exported GPTModel on the CPU (tests/megatron_core_build.py);
 - torchtitan: torchtitan 0.3.0 builds the exported module's model on the meta device
   (tests/torchtitan03_check.py, in its side venv);
-- torchtitan-0.2 and deepspeed name no model a framework builds from the export alone (0.2.0's flavor
-  module and Megatron-DeepSpeed's model flags are the user's to run), so for them every field the export
-  does not set must be stated in its notes.
+- torchtitan-0.2: torchtitan 0.2.0 (the venv's) builds the llama3 model of the TOML and its flavor module
+  on the meta device (its deepseek_v3 flavors are the user's to register);
+- deepspeed names no model a framework builds from the JSON (Megatron-DeepSpeed's model flags are the
+  user's to run), so for it, as for 0.2.0's deepseek_v3, every numeric the export does not set must be
+  stated in its notes.
 The built model's facts (hidden/ffn/heads/kv-heads/head-dim, vocabulary rows, RoPE base and scaling
 factor, norm type and epsilon, q/k/v and linear biases, activation, tied embeddings, q/k norms, MLA
 ranks, experts/top-k/expert and shared widths/router scoring, windows and soft-capping) are compared
@@ -258,11 +260,75 @@ def test_torchtitan_03_builds_every_family_field_by_field():
     assert all(label in built for label in FULL_SIZE), built
 
 
+def torchtitan02_built(model: ModelSpec, export) -> dict:
+    """The llama3 model torchtitan 0.2.0 (the venv's) builds for a `torchtitan-0.2` export: the TOML's
+    model name and flavor, after running the flavor module the launch script writes (custom_import),
+    through its train spec's model class on the meta device. The RoPE frequencies are torchtitan's own
+    (Transformer._precompute_freqs_cis, on the CPU): the angles at position 1."""
+    import tomllib
+
+    import torch
+    from torchtitan.protocols.train_spec import get_train_spec
+
+    from autoplan.exporters.torchtitan.v02 import flavor_module
+
+    job = tomllib.loads(export.text)
+    if job.get("experimental", {}).get("custom_import"):
+        exec(compile(flavor_module(plan(model)), "autoplan_flavor", "exec"), {})  # noqa: S102 -- our own export
+    spec = get_train_spec(job["model"]["name"])
+    args = spec.model_args[job["model"]["flavor"]]
+    with torch.device("meta"):
+        built = spec.model_cls(args)
+    inv = built._precompute_freqs_cis()[1].angle().double()
+    dim = 2 * inv.numel()
+    layer = built.layers["0"]
+    facts = {"hidden": args.dim, "heads": args.n_heads, "kv_heads": args.n_kv_heads or args.n_heads,
+             "head_dim": args.dim // args.n_heads, "ffn": layer.feed_forward.w1.out_features,
+             "vocab_rows": built.tok_embeddings.num_embeddings, "tied": False, "norm": ["rmsnorm"],
+             "norm_eps": sorted({float(m.eps) for m in built.modules() if isinstance(m, torch.nn.RMSNorm)}),
+             "activation": "swiglu", "qkv_bias": layer.attention.wq.bias is not None,
+             "linear_bias": layer.attention.wo.bias is not None,
+             # complex64 angles: four significant digits (1,000,000 comes back as 999,993)
+             "rope_theta": float(f"{float((1 / inv[1]) ** inv.numel()):.4g}"),
+             "rope_scaling_factor": float(f"{float((1 / inv[1]) ** inv.numel()) ** (-(dim - 2) / dim) / float(inv[-1]):.4g}")}
+    return {"facts": facts, "params": sum(p.numel() for p in built.parameters())}
+
+
+@pytest.mark.slow
+def test_torchtitan_02_builds_every_llama_family_field_by_field():
+    """torchtitan 0.2.0 builds the llama3-model exports (its deepseek_v3 flavors are registered by hand:
+    their notes are checked below). Planted: the flavor module without the model's RoPE base."""
+    if not installed(PACKAGES["torchtitan-0.2"]):
+        pytest.skip("torchtitan 0.2.0 is not installed (test_export_frameworks_are_installed says so loudly)")
+    failures, checked = [], 0
+    for label, model in _models().items():
+        export = _export(model, "torchtitan-0.2")
+        if isinstance(export, Exception) or model.is_moe or model.is_mla:
+            continue
+        got = torchtitan02_built(model, export)
+        checked += 1
+        if wrong := fidelity_mismatch(model, "torchtitan-0.2", got["facts"], got["params"], model.vocab_size,
+                                      export.notes):
+            failures.append(f"{label}: {wrong}")
+    assert checked >= 8 and not failures, "\n".join(failures)
+    import autoplan.exporters.torchtitan.v02 as v02
+
+    qwen = FAMILIES["gqa + q/k/v biases (qwen2.5, rope base 1e6)"]
+    export, saved = export_plan(plan(qwen), "torchtitan-0.2"), v02._stated_numerics
+    v02._stated_numerics = lambda model: saved(model).replace("rope_theta=1000000.0, ", "")
+    try:
+        planted = torchtitan02_built(qwen, export)
+    finally:
+        v02._stated_numerics = saved
+    assert "rope_theta: built 10000" in fidelity_mismatch(qwen, "torchtitan-0.2", planted["facts"],
+                                                           planted["params"], qwen.vocab_size, export.notes)
+
+
 @pytest.mark.parametrize("target", ["torchtitan-0.2", "deepspeed"])
 def test_targets_that_build_no_model_state_every_field_they_do_not_set(target):
-    """torchtitan 0.2.0's TOML and DeepSpeed's JSON carry no model a framework builds: each numeric of
-    the config that the export (with its flavor module / Megatron-DeepSpeed model flags) does not set
-    is named in one note, or the export refuses."""
+    """DeepSpeed's JSON carries no model a framework builds, nor do torchtitan 0.2.0's deepseek_v3
+    flavors, which the user registers: each numeric of the config that the export (with its flavor
+    module / Megatron-DeepSpeed model flags) does not set is named in one note, or the export refuses."""
     for label, model in _models().items():
         export = _export(model, target)
         if isinstance(export, Exception):
@@ -271,7 +337,9 @@ def test_targets_that_build_no_model_state_every_field_they_do_not_set(target):
         text = " ".join(export.notes)
         carried = _carried(export, model, target)
         lost = {"rope_theta": model.rope_theta and model.position == "rope" and "rope_theta" not in carried,
-                "rope_scaling": bool(model.rope_scaling), "norm_eps": model.norm_eps and "norm_eps" not in carried,
+                "rope_scaling": model.rope_scaling and not (model.rope_scaling == "llama3" and
+                                                            f"scaling_factor={float(model.rope_scaling_factor)!r}" in carried),
+                "norm_eps": model.norm_eps and "norm_eps" not in carried,
                 "q/k/v biases": model.qkv_bias and not model.linear_bias,
                 "router scoring": bool(model.moe_router_score)}
         missing = [field for field, is_lost in lost.items() if is_lost and field not in text]
@@ -284,7 +352,10 @@ def _carried(export, model: ModelSpec, target: str) -> str:
         return ""
     from autoplan.exporters.torchtitan.v02 import _needs_flavor_module, flavor_module
 
-    return flavor_module(plan(model)) if _needs_flavor_module(model) else ""
+    if _needs_flavor_module(model):
+        return flavor_module(plan(model))
+    # 0.2.0's shipped llama3 flavors keep RoPEScalingArgs' default, Llama 3.1's x8 (model/args.py line 22)
+    return "" if model.is_moe or model.is_mla else "scaling_factor=8.0"
 
 
 def test_the_configs_numerics_reach_the_exports_or_are_refused():

@@ -36,8 +36,6 @@ def numerics(doc: PlanDocument, name: str, custom: bool, rope_positions: int, no
         notes.append(f"seq_len={seq_len}: torchtitan's {name} flavors cache RoPE for {rope_positions} positions; "
                      f"the module sizes the cache for the plan")
         rope["max_seq_len"] = seq_len
-    if model.linear_bias or model.mlp_bias or model.output_bias:
-        notes.append("linear biases (linear_bias/mlp_bias/output_bias): torchtitan's llama3 linears have none")
     bias = model.qkv_bias and not model.linear_bias  # q/k/v only (Qwen); with every linear biased, none is
     if bias and not custom:
         raise InfeasiblePlan(f"{model.name!r} has q/k/v biases (qkv_bias); torchtitan 0.3.0's {name} model has none "

@@ -86,7 +86,7 @@ def flavor_module(doc: PlanDocument) -> str:
     multiplier = None if base <= model.ffn_hidden_size else model.ffn_hidden_size / base
     return (f"# Registers {model.name!r} as a torchtitan llama3 flavor; written by autoplan for plan {doc.plan_id}.\n"
             "from torchtitan.models.llama3 import llama3_args\n"
-            "from torchtitan.models.llama3.model.args import TransformerModelArgs\n\n"
+            "from torchtitan.models.llama3.model.args import RoPEScalingArgs, TransformerModelArgs\n\n"
             f"llama3_args[{model.name!r}] = TransformerModelArgs(\n"
             f"    dim={model.hidden_size}, n_layers={model.num_layers}, n_heads={model.num_heads}, "
             f"n_kv_heads={model.num_kv_heads},\n"
@@ -95,11 +95,16 @@ def flavor_module(doc: PlanDocument) -> str:
 
 
 def _stated_numerics(model) -> str:
-    """The RoPE base and norm epsilon the model's config states, as TransformerModelArgs fields (0.2.0
-    llama3 model/args.py lines 37-38; unstated: its defaults 10000 and 1e-5)."""
+    """The RoPE base, scaling and norm epsilon of the model's config as TransformerModelArgs fields (0.2.0
+    llama3 model/args.py lines 21-39; unstated base and eps: its defaults 10000 and 1e-5). 0.2.0's llama3
+    applies Llama 3.1's RoPE scaling to every flavor (model.py precompute_freqs_cis, lines 61-80; its
+    RoPEScalingArgs default factor 8): a model without that scaling gets factor 1, which leaves every
+    frequency as it is."""
     fields = [f"rope_theta={float(model.rope_theta)!r}"] if model.rope_theta and model.position == "rope" else []
     fields += [f"norm_eps={model.norm_eps!r}"] if model.norm_eps else []
-    return "\n    " + ", ".join(fields) + "," if fields else ""
+    factor = model.rope_scaling_factor if model.rope_scaling == "llama3" else 1.0
+    fields.append(f"rope_scaling_args=RoPEScalingArgs(scaling_factor={float(factor)!r})")
+    return "\n    " + ", ".join(fields) + ","
 
 
 def _numerics_notes(model) -> list:
@@ -108,7 +113,9 @@ def _numerics_notes(model) -> list:
     if not _needs_flavor_module(model):
         lost += [f"rope_theta={model.rope_theta:g}"] if model.rope_theta else []
         lost += [f"norm_eps={model.norm_eps:g}"] if model.norm_eps else []
-    lost += [f"rope_scaling {model.rope_scaling} x{model.rope_scaling_factor:g}"] if model.rope_scaling else []
+    shipped_scaling = _needs_flavor_module(model) or model.rope_scaling_factor == 8  # the flavors' llama3 x8
+    if model.rope_scaling and (model.rope_scaling != "llama3" or not shipped_scaling):
+        lost.append(f"rope_scaling {model.rope_scaling} x{model.rope_scaling_factor:g}")
     lost += ["q/k/v biases (qkv_bias)"] if model.qkv_bias and not model.linear_bias else []
     lost += [f"router scoring {model.moe_router_score}"] if model.moe_router_score else []
     if not lost:

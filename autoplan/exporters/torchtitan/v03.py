@@ -182,9 +182,6 @@ def _model_notes(doc: PlanDocument, name: str, custom: bool, notes: list) -> Non
                      f"{model.name!r} is built in this module as llama3's own flavors are")
     if name == "llama3":
         notes += llama3_architecture_notes(model)
-    if name == "llama3" and model.head_dim and model.head_dim * model.num_heads != model.hidden_size:
-        notes.append(f"head_dim={model.head_dim}: torchtitan's llama3 uses hidden/heads = "
-                     f"{model.hidden_size // model.num_heads}")
     mapped = {"deepseek_v3": {"mla", "moe_ffn", "shared_experts", "moe_layers"},
               "qwen3": {"qk_norm", "moe_ffn", "moe_layers"}}.get(name, set())
     notes += unmapped_note(architecture_facts(model), mapped, f"torchtitan's {name} model")
