@@ -47,6 +47,8 @@ MEGATRON_LITERAL_FLAGS = frozenset({
     # Megatron-FSDP (core_v0.16.1 arguments.py lines 2305-2309); --ckpt-format is generated from
     # megatron/training/training_config.py line 411 (ckpt_format: torch, torch_dist, torch_dcp, fsdp_dtensor)
     "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "--ckpt-format",
+    # the model's numerics (issue 50): lines 1655, 1661, 1663 and (MLA's YaRN) 2735
+    "--rotary-base", "--use-rope-scaling", "--rope-scaling-factor", "--rotary-scaling-factor",
 })
 # Flags of deepspeedai/Megatron-DeepSpeed megatron/arguments.py (commit 4efb479d) the export uses.
 MEGATRON_DEEPSPEED_FLAGS = frozenset({
@@ -243,6 +245,13 @@ def transformer_config_kwargs(a: dict, tp: int, pp: int, cp: int, ep: int) -> di
             kw[flag[2:].replace("-", "_")] = int(a[flag])
     if "--qk-layernorm" in a:
         kw["qk_layernorm"] = True
+    if "--norm-epsilon" in a:
+        kw["layernorm_epsilon"] = float(a["--norm-epsilon"])
+    if "--moe-router-score-function" in a:
+        kw["moe_router_score_function"] = a["--moe-router-score-function"]
+    if "--multi-latent-attention" in a:  # MLATransformerConfig's own fields, copied from the args by name
+        kw.update(multi_latent_attention=True, rotary_base=int(a.get("--rotary-base", 10000)),
+                  rotary_scaling_factor=float(a.get("--rotary-scaling-factor", 1.0)))
     # --rotary-percent goes to GPTModel, not to TransformerConfig (pretrain_gpt.py model_provider)
     if "--moe-layer-freq" in a:  # arguments.py moe_freq_type: a string evaluated to a list
         kw["moe_layer_freq"] = eval(a["--moe-layer-freq"], {})  # noqa: S307 -- our own export

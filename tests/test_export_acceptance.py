@@ -103,6 +103,9 @@ TORCHTITAN_03_CONTROLS = {
     # reaches fully_shard: the default spmd backend's plain local tensors, which torch 2.13.0's FSDP refuses
     "control: spmd_types backend": ("fsdp (zero3, selective)", "spmd_backend='partial_dtensor'",
                                     "spmd_backend='spmd_types'", "all parameters must be DTensors"),
+    # issue 50: the recipe that constructs a Float8LinearConverter, called for a bf16 plan, on a machine without fp8
+    "control: llama3_405b() recipe without an fp8 GPU": ("uneven 405b (first/last lighter)", "llama3_70b", "llama3_405b",
+                                                         "float8 is only supported on NVIDIA SM89 or later"),
     "control: cuda graphs": ("zero1 pp 1f1b partial recompute", "disable_cuda_graphs=True",
                              "disable_cuda_graphs=False", "CUDA graphs"),
 }
@@ -133,7 +136,8 @@ def torchtitan_03_run() -> tuple:
     verdicts, exports = {}, []
     for label, doc in PLANS.items():
         try:
-            exports.append((label, {"text": export_plan(doc, "torchtitan").text, "num_gpus": doc.cluster.num_gpus}))
+            exports.append((label, {"text": export_plan(doc, "torchtitan").text, "num_gpus": doc.cluster.num_gpus,
+                                    "fp8": doc.training.dtype == "fp8"}))  # the rest build without an fp8 GPU
         except InfeasiblePlan as exc:
             verdicts[label] = f"refused: {exc}"
     texts = dict(exports)

@@ -193,11 +193,16 @@ def _megatron_plan(model: ModelSpec) -> PlanDocument:
                         parallel=ParallelPlan(dp=1, micro_batch_size=1, num_microbatches=8))
 
 
-def run_megatron_core(texts: list, tmp_path: Path) -> list:
+def run_megatron_core(texts: list, tmp_path: Path, release_dir: str = "") -> list:
+    """tests/megatron_core_build.py's verdicts; `release_dir`: a folder holding another megatron-core
+    release, put before the venv's on the path (tests/test_megatron_core_019.py)."""
     path = tmp_path / "megatron_exports.json"
     path.write_text(json.dumps(texts))
+    env = _child_env(MASTER_PORT=str(_free_port()))
+    if release_dir:
+        env["PYTHONPATH"] = f"{release_dir}:{env['PYTHONPATH']}"
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "megatron_core_build.py"), str(path)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600, env=_child_env(MASTER_PORT=str(_free_port())))
+                          capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -2,7 +2,8 @@
 
 Run with the python of the side venv that holds torchtitan 0.3.0 on torch 2.13.0+cpu (`make
 torchtitan-0.3`, default ../side-venvs/tt03 beside the repository):
-`python tests/torchtitan03_check.py EXPORTS.json`. EXPORTS.json is a list of {"text", "num_gpus"}
+`python tests/torchtitan03_check.py EXPORTS.json`. EXPORTS.json is a list of {"text", "num_gpus", "fp8",
+"build_only" (stop once the model is built: no parallelization)}
 (or {"sac_trace": [dim, heads, kv_heads, ffn]}: the matmuls SelectiveAC keeps, `sac_trace`);
 the last line printed is a JSON list with one verdict per export: {"error": "" (taken) or the first
 complaint, "params": parameters of the model built on the meta device, "layers": its blocks,
@@ -60,14 +61,14 @@ from torchtitan.distributed import utils as dist_utils
 from torchtitan.tools import utils
 
 
-def check(text: str, num_gpus: int, workdir: Path, index: int) -> dict:
+def check(text: str, num_gpus: int, workdir: Path, index: int, fp8: bool = False, build_only: bool = False) -> dict:
     """The first complaint of torchtitan 0.3.0 about one exported module, and the model it built."""
     out = {"error": "", "params": 0, "layers": 0, "float8_linears": 0, "compile": False, "async_tp": False,
            "model_parts": 0, "part_params": 0, "local_params": 0}
     said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):
-            out.update(_check(text, num_gpus, workdir, index, out))
+        with contextlib.redirect_stderr(said), gpu_for_fp8(fp8):
+            out.update(_check(text, num_gpus, workdir, index, out, build_only))
     except SystemExit as exc:  # tyro prints its complaint (in a box) to stderr and exits
         lines = [line.strip(" │╭╮╰╯─") for line in said.getvalue().splitlines()]
         out["error"] = f"ConfigManager.parse_args (tyro exit {exc.code}): " + " ".join(filter(None, lines))[-600:]
@@ -76,7 +77,7 @@ def check(text: str, num_gpus: int, workdir: Path, index: int) -> dict:
     return out
 
 
-def _check(text: str, num_gpus: int, workdir: Path, index: int, out: dict) -> dict:
+def _check(text: str, num_gpus: int, workdir: Path, index: int, out: dict, build_only: bool) -> dict:
     module = f"autoplan_job_{index}"
     (workdir / f"{module}.py").write_text(text)
     config = ConfigManager().parse_args(["--module", module, "--config", "autoplan_job", "--training.steps", "7"])
@@ -94,7 +95,7 @@ def _check(text: str, num_gpus: int, workdir: Path, index: int, out: dict) -> di
         model = model_config.build()
     model.verify_module_protocol()
     model_config.get_nparams_and_flops(model, config.training.seq_len)
-    out.update(params=sum(t.numel() for t in model.parameters()), layers=len(model.layers),
+    out.update(params=sum(t.numel() for t in model.parameters()), layers=len(model.layers), facts=model_facts(model),
                float8_linears=sum("Float8" in type(m).__name__ for m in model.modules()),
                compile=config.compile.enable, async_tp=config.compile.enable_async_tensor_parallel)
     loss = config.loss.build(compile_config=config.compile)
@@ -114,7 +115,45 @@ def _check(text: str, num_gpus: int, workdir: Path, index: int, out: dict) -> di
             return {"error": f"{len(parts)} model parts do not hold the {layers} layers in order over pp={dims.pp}"}
         if local % p.pipeline_parallel_microbatch_size:
             return {"error": "local_batch_size must be divisible by pipeline_parallel_microbatch_size"}
-    return parallelize(config, dims, model, loss)
+    return {} if build_only else parallelize(config, dims, model, loss)
+
+
+def model_facts(model) -> dict:
+    """The architecture of the model torchtitan built, read off its modules (the names
+    tests/test_export_fidelity.py compares with the model's config)."""
+    layers = list(model.layers.values()) if isinstance(model.layers, torch.nn.ModuleDict) else list(model.layers)
+    attention = layers[0].attention
+    rope = attention.rope.config
+    norms = [m for m in model.modules() if type(m).__name__ == "RMSNorm"]
+    dense = next((layer.feed_forward for layer in layers if getattr(layer, "feed_forward", None) is not None), None)
+    moe = next((layer.moe for layer in layers if getattr(layer, "moe", None) is not None), None)
+    qkv = getattr(attention, "qkv_linear", None)
+    query = qkv.wqkv if qkv is not None and hasattr(qkv, "wqkv") else getattr(attention, "wq", None)
+    mla = hasattr(attention, "kv_lora_rank")
+    facts = {
+        "hidden": model.tok_embeddings.embedding_dim, "heads": attention.n_heads,
+        "kv_heads": attention.n_heads if mla else attention.n_kv_heads,
+        "head_dim": attention.qk_head_dim if mla else attention.head_dim,
+        "ffn": dense.w1.out_features if dense is not None else 0,
+        "vocab_rows": model.tok_embeddings.num_embeddings,
+        "tied": model.tok_embeddings.weight is model.lm_head.weight,
+        "norm": ["rmsnorm"] if norms else [], "norm_eps": sorted({float(m.eps) for m in norms}),
+        "activation": "swiglu",  # torchtitan's FeedForward and experts: w2(silu(w1 x) * w3 x)
+        "qkv_bias": query is not None and query.bias is not None,
+        "linear_bias": attention.wo.bias is not None,
+        "qk_norm": "head" if getattr(attention, "q_norm", None) is not None else "",
+        "rope_theta": round(float(rope.theta)),
+        "rope_scaling_factor": {"llama": rope.scaling_factor, "yarn": rope.rope_factor}.get(rope.scaling, 1.0),
+    }
+    if mla:
+        facts.update(q_lora_rank=attention.q_lora_rank, kv_lora_rank=attention.kv_lora_rank,
+                     qk_rope_head_dim=attention.qk_rope_head_dim, v_head_dim=attention.v_head_dim)
+    if moe is not None:
+        router, shared = moe.router, getattr(moe, "shared_experts", None)
+        facts.update(experts=router.num_experts, top_k=router.top_k, router_score=router.score_func,
+                     expert_ffn=moe.routed_experts.inner_experts.w1_EFD.shape[1],
+                     shared_ffn=shared.w1.out_features if shared is not None else 0)
+    return facts
 
 
 def parallelize(config, dims: ParallelDims, model, loss) -> dict:
@@ -183,17 +222,30 @@ def sac_trace(dim: int, heads: int, kv_heads: int, ffn: int) -> list:
     return matmuls  # the head runs outside the checkpointed block: the policy never sees it
 
 
+@contextlib.contextmanager
+def gpu_for_fp8(fp8: bool):
+    """The Float8 converter asks the GPU it runs on (components/quantization/float8.py line 85): for an
+    export of an fp8 plan, the H100 the plans are made for (sm90) stands in for the absent CUDA device.
+    Any other export builds as on this CPU, with no fp8: a recipe that constructs a Float8 converter
+    behind the plan's back fails here as on an A100 ("float8 is only supported on NVIDIA SM89 or later")."""
+    saved = float8.has_cuda_capability
+    if fp8:
+        float8.has_cuda_capability = lambda major, minor: (major, minor) <= (9, 0)
+    try:
+        yield
+    finally:
+        float8.has_cuda_capability = saved
+
+
 def main() -> None:
-    # The Float8 converter asks the GPU it runs on (components/quantization/float8.py line 85): here,
-    # the H100 the plans are made for (sm90) stands in for the absent CUDA device.
-    float8.has_cuda_capability = lambda major, minor: (major, minor) <= (9, 0)
     parallel_dims_module.device_type = "cpu"  # the device mesh's type (see the module's docstring)
     exports = json.loads(Path(sys.argv[1]).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         sys.path.insert(0, tmp)
         with contextlib.redirect_stdout(io.StringIO()):  # torchtitan's logger and tyro's help go to stderr
             verdicts = [{"sac_trace": sac_trace(*item["sac_trace"])} if "sac_trace" in item else
-                        check(item["text"], item["num_gpus"], Path(tmp), index) for index, item in enumerate(exports)]
+                        check(item["text"], item["num_gpus"], Path(tmp), index, item.get("fp8", False),
+                              item.get("build_only", False)) for index, item in enumerate(exports)]
     print(json.dumps(verdicts))
 
 

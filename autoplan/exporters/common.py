@@ -16,7 +16,8 @@ _TARGETS = {
     # torchtitan-0.2 (0.2.0: the last TOML release that runs on torch 2.9.0, autoplan's pin).
     "torchtitan": ("torchtitan.v03", ".py", "torchtitan", "torchtitan 0.3.0 (Python config module)"),
     "torchtitan-0.2": ("torchtitan.v02", ".toml", "torchtitan", "torchtitan 0.2.0 (TOML job config)"),
-    "deepspeed": ("deepspeed", ".json", "deepspeed", "DeepSpeed 0.19.8 with Megatron-DeepSpeed"),
+    "deepspeed": ("deepspeed", ".json", "deepspeed",
+                  "DeepSpeed 0.19.8 with deepspeedai/Megatron-DeepSpeed (its flags as of commit 4efb479d)"),
 }
 
 

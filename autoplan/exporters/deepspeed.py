@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from autoplan.exporters.architecture import architecture_facts, unmapped_note
-from autoplan.exporters.common import stages_text, uneven_stages
+from autoplan.exporters.common import stages_text, target_version, uneven_stages
 from autoplan.exporters.launch import launch_script
 from autoplan.specs import PlanDocument
 
@@ -36,6 +36,8 @@ def export(doc: PlanDocument) -> tuple:
     if par.cp > 1:
         notes.append(f"cp={par.cp}: Megatron-DeepSpeed splits the sequence with DeepSpeed-Ulysses "
                      f"(all-to-all over heads, needs num_heads % cp == 0), not ring attention")
+    # A JSON file holds no comment: the release it is written for heads the notes the user reads beside it.
+    notes.insert(0, f"written for {target_version('deepspeed')}")
     notes.append("Megatron-DeepSpeed flags for the rest of the plan: " + " ".join(megatron_deepspeed_flags(doc)))
     if par.tp * par.pp * par.cp > 1:
         # DeepSpeedConfig asserts train_batch_size == micro * accumulation * (world size / model-parallel
@@ -45,8 +47,21 @@ def export(doc: PlanDocument) -> tuple:
                      f"world {par.dp} of {doc.cluster.num_gpus} GPUs; without an mpu it divides by all "
                      f"{doc.cluster.num_gpus} and refuses the config")
     notes += unmapped_note(architecture_facts(doc.model), set(), "DeepSpeed's JSON config")
+    notes += _numerics_note(doc.model)
     notes.append("optimizer: AdamW and its learning-rate schedule are left to the training script")
     return json.dumps(config, indent=2) + "\n", notes
+
+
+def _numerics_note(model) -> list:
+    """The numerics of the model's config the Megatron-DeepSpeed flags below do not set (its model code's
+    defaults apply), in one line."""
+    stated = [f"rope_theta={model.rope_theta:g}"] if model.rope_theta else []
+    stated += [f"rope_scaling {model.rope_scaling} x{model.rope_scaling_factor:g}"] if model.rope_scaling else []
+    stated += [f"norm_eps={model.norm_eps:g}"] if model.norm_eps else []
+    stated += ["q/k/v biases (qkv_bias)"] if model.qkv_bias and not model.linear_bias else []
+    stated += [f"router scoring {model.moe_router_score}"] if model.moe_router_score else []
+    return [f"not set by the Megatron-DeepSpeed model flags (set them in its model code): {', '.join(stated)}"] \
+        if stated else []
 
 
 def launch(doc: PlanDocument, launcher: str, header: list, config_text: str) -> str:
@@ -54,7 +69,8 @@ def launch(doc: PlanDocument, launcher: str, header: list, config_text: str) -> 
     with the model, batch and parallel flags (megatron/arguments.py of deepspeedai/Megatron-DeepSpeed)."""
     par = doc.parallel
     placeholders = {
-        "MEGATRON_DEEPSPEED": "checkout of deepspeedai/Megatron-DeepSpeed (holds pretrain_gpt.py)",
+        "MEGATRON_DEEPSPEED": f"checkout of deepspeedai/Megatron-DeepSpeed (holds pretrain_gpt.py); written for "
+                              f"{target_version('deepspeed')}",
         "DATA_PATH": "prefix of the tokenized dataset (.bin/.idx from tools/preprocess_data.py)",
         "TOKENIZER_MODEL": f"Hugging Face tokenizer (name or path) with {doc.model.vocab_size} ids or fewer",
         "TRAIN_ITERS": "optimizer steps to run",

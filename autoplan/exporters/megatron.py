@@ -10,7 +10,7 @@ import shlex
 from autoplan.exporters.architecture import architecture_facts, moe_layer_pattern, unmapped_note
 from autoplan.exporters.common import comment_block, header_lines, stages_text, uneven_stages
 from autoplan.exporters.launch import launch_script
-from autoplan.specs import PlanDocument, get_framework
+from autoplan.specs import InfeasiblePlan, PlanDocument, get_framework
 
 _NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 _POSITIONS = {"rope": "rope", "learned": "learned_absolute"}
@@ -64,7 +64,7 @@ def environment(doc: PlanDocument) -> dict:
     orders the TP/CP communication before the GEMMs that wait for it); FSDP (--use-megatron-fsdp) must
     not run with 1 -- it takes precedence, and Megatron only warns about tp with FSDP."""
     par = doc.parallel
-    if par.zero_stage == 3:
+    if par.zero_stage in (2, 3):  # both Megatron-FSDP (_parallel_args)
         return {"CUDA_DEVICE_MAX_CONNECTIONS": 8}
     if par.tp > 1 or par.cp > 1:
         return {"CUDA_DEVICE_MAX_CONNECTIONS": 1}
@@ -253,6 +253,47 @@ def _precision_args(doc: PlanDocument, notes: list) -> list:
     return []
 
 
+def numerics_args(model, notes: list) -> list:
+    """RoPE base and scaling, norm epsilon and router scoring, as the model's config states them
+    (arguments.py core_v0.16.1: --rotary-base line 1655 (an int), --use-rope-scaling/--rope-scaling-factor
+    1661-1663 (Llama 3.1's scaling, its other parameters fixed in rope_utils), --rotary-scaling-factor
+    2735 (MLA's YaRN); --norm-epsilon and --moe-router-score-function are TransformerConfig fields).
+    Unstated, Megatron's defaults apply: base 10000, eps 1e-5, softmax."""
+    args = []
+    if model.position == "rope" and model.rope_theta:
+        if model.rope_theta != int(model.rope_theta):
+            raise InfeasiblePlan(f"rope_theta={model.rope_theta:g}: Megatron-LM's --rotary-base takes an integer "
+                                 f"(arguments.py core_v0.16.1 line 1655)", "export_megatron_rope_theta")
+        args.append(("--rotary-base", int(model.rope_theta)))
+    if model.rope_scaling == "llama3":
+        args += [("--use-rope-scaling",), ("--rope-scaling-factor", model.rope_scaling_factor)]
+    elif model.rope_scaling == "yarn" and model.is_mla:
+        # MLA takes YaRN by default (--rope-type); beta_fast/slow 32/1 and the original 4096 positions are
+        # MLATransformerConfig's defaults, which no flag sets (DeepSeek-V2/V3's own values)
+        args.append(("--rotary-scaling-factor", model.rope_scaling_factor))
+        notes.append("rope_scaling yarn: Megatron's YaRN takes beta_fast 32, beta_slow 1, 4096 original positions "
+                     "and mscale 1.0 / mscale_all_dim 0.0 (no flags for the first three; DeepSeek-V3's config "
+                     "has mscale_all_dim 1.0: add --mscale-all-dim 1.0 if yours does)")
+    elif model.rope_scaling:
+        raise InfeasiblePlan(f"rope_scaling={model.rope_scaling!r}: Megatron-LM's GPT flags scale RoPE as Llama 3.1 "
+                             f"does (--use-rope-scaling) or, under MLA, by YaRN only; export another target",
+                             "export_megatron_rope_scaling")
+    if model.norm_eps:
+        args.append(("--norm-epsilon", model.norm_eps))
+    unstated = ([("rope_theta", "--rotary-base 10000")] if model.position == "rope" and not model.rope_theta else []) \
+        + ([("norm_eps", "--norm-epsilon 1e-5")] if not model.norm_eps else [])
+    if unstated:
+        notes.append(f"{' and '.join(name for name, _ in unstated)} not stated by the model's catalog entry or "
+                     f"config.json: Megatron's defaults apply ({', '.join(flag for _, flag in unstated)})")
+    if model.is_moe and model.moe_router_score:
+        args.append(("--moe-router-score-function", model.moe_router_score))
+    if model.moe_router_score == "sigmoid":
+        notes.append("moe_router_score=sigmoid: DeepSeek-V3's router also has a per-expert bias, group-limited "
+                     "top-k and a scaling factor the plan does not carry (--moe-router-enable-expert-bias, "
+                     "--moe-router-num-groups, --moe-router-group-topk, --moe-router-topk-scaling-factor)")
+    return args
+
+
 def _model_args(doc: PlanDocument, notes: list) -> list:
     model, seq_len = doc.model, doc.training.seq_len
     args = [("--num-layers", model.num_layers), ("--hidden-size", model.hidden_size),
@@ -284,6 +325,7 @@ def _model_args(doc: PlanDocument, notes: list) -> list:
     else:
         notes.append(f"position={model.position!r}: Megatron-LM has no such position embedding "
                      f"(it offers rope and learned_absolute)")
+    args += numerics_args(model, notes)
     if not model.tied_embeddings:
         args.append(("--untie-embeddings-and-output-weights",))
     if not model.linear_bias:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from autoplan.inputs.hf_recent import RECENT_FAMILIES, SUPPORTED_RECENT
 from autoplan.specs import AutoplanError, ModelSpec, SchemaError, read_json
+from autoplan.specs.choices import ROPE_SCALING_KINDS, ROUTER_SCORES
 from autoplan.specs.validation import (
     MAX_EXPERTS, MAX_FFN, MAX_HEAD_DIM, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, show,
 )
@@ -219,6 +220,32 @@ _FAMILIES = {
 }
 
 
+_THETA_KEYS = ("rope_theta", "rotary_emb_base")  # Qwen v1 and GPT-NeoX spell the RoPE base rotary_emb_base
+_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
+
+
+def _numerics(data: dict, fields: dict) -> dict:
+    """RoPE base and scaling, norm epsilon and MoE router scoring, where the config states them (the
+    exports hand them to the frameworks; the planner does not use them). Missing or malformed: not stated."""
+    out: dict = {}
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0  # noqa: E731
+    theta = next((data[k] for k in _THETA_KEYS if number(data.get(k))), 0)
+    if theta and fields.get("position", "rope") == "rope":
+        out["rope_theta"] = float(theta)
+    eps = next((data[k] for k in _EPS_KEYS if number(data.get(k))), 0)
+    if eps:
+        out["norm_eps"] = float(eps)
+    scaling = data.get("rope_scaling")
+    if isinstance(scaling, dict):
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind in ROPE_SCALING_KINDS and kind != "default":
+            out["rope_scaling"] = kind
+            out["rope_scaling_factor"] = float(scaling["factor"]) if number(scaling.get("factor")) else 0.0
+    if data.get("scoring_func") in ROUTER_SCORES and fields.get("num_experts", 1) > 1:
+        out["moe_router_score"] = data["scoring_func"]
+    return out
+
+
 def config_path(path: str | Path) -> Path:
     """The config.json itself, given it or the folder that holds it."""
     try:
@@ -258,6 +285,7 @@ def spec_from_hf_dict(data: dict, path: Path) -> ModelSpec:
         raise AutoplanError(f"config.json {str(path)!r}: field 'model_type' is {show(model_type)}; "
                             f"supported: {', '.join(SUPPORTED_TYPES)}")
     fields = _FAMILIES[model_type](f, model_type)
+    fields.update(_numerics(data, fields))
     f.raise_if_any()
     try:
         spec = ModelSpec(name=str(path), family=model_type, **fields)

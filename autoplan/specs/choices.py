@@ -10,6 +10,9 @@ MLP_KINDS = ("swiglu", "geglu", "gelu")
 NORM_KINDS = ("rmsnorm", "layernorm")
 POSITION_KINDS = ("rope", "alibi", "learned")
 QK_NORM_KINDS = ("", "head", "full")
+ROPE_SCALING_KINDS = ("", "linear", "dynamic", "yarn", "llama3", "longrope")
+"""HF rope_scaling rope_type values (transformers modeling_rope_utils ROPE_INIT_FUNCTIONS); "" none."""
+ROUTER_SCORES = ("", "softmax", "sigmoid")
 NORM_PLACEMENTS = ("pre", "post", "sandwich")
 
 # TrainingSpec

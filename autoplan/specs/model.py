@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
-from autoplan.specs.choices import MLP_KINDS, NORM_KINDS, NORM_PLACEMENTS, POSITION_KINDS, QK_NORM_KINDS
+from autoplan.specs.choices import (
+    MLP_KINDS, NORM_KINDS, NORM_PLACEMENTS, POSITION_KINDS, QK_NORM_KINDS, ROPE_SCALING_KINDS, ROUTER_SCORES,
+)
 from autoplan.specs.errors import SchemaError
 from autoplan.specs.schemas import MODEL_INTS, validate_model, validate_model_shape
 from autoplan.specs.validation import Issues, refuse_unknown_fields, require_object, take_int, take_str
@@ -115,6 +117,19 @@ class ModelSpec:
     """Group-limited routing: each token picks its experts from this many groups (DeepSeek-V3 topk_group
     4: with a group per node, "each token will be sent to at most 4 nodes", arXiv 2412.19437 sec. 2.1.2;
     Megatron-Core --moe-router-group-topk)."""
+    # -- numerics the exports hand to the frameworks (0 / "" = not stated: the framework's default) --
+    rope_theta: float = 0.0
+    """RoPE base (HF rope_theta, Qwen v1 / GPT-NeoX rotary_emb_base): Llama 2 10000, Llama 3 500000,
+    Qwen 1000000. Unused by the cost model; the exports set it, or say they cannot."""
+    rope_scaling: str = ""
+    """Kind of RoPE frequency scaling (HF rope_scaling's rope_type/type): "llama3" (Llama 3.1),
+    "yarn" (DeepSeek-V3), "linear", "dynamic", "longrope"; "" none."""
+    rope_scaling_factor: float = 0.0
+    """rope_scaling's factor (Llama 3.1: 8, DeepSeek-V3 YaRN: 40); 0 with rope_scaling "" ."""
+    norm_eps: float = 0.0
+    """Epsilon of every RMSNorm/LayerNorm (HF rms_norm_eps / layer_norm_eps(ilon))."""
+    moe_router_score: str = ""
+    """MoE router scoring (HF scoring_func): "softmax" (Mixtral, Qwen3-MoE) or "sigmoid" (DeepSeek-V3)."""
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -331,10 +346,14 @@ class ModelSpec:
                            ("qk_norm", QK_NORM_KINDS), ("norm_placement", NORM_PLACEMENTS)):
             if getattr(self, key) not in kinds:
                 raise SchemaError(f"model {self.name!r}: {key} must be one of {kinds}, got {getattr(self, key)!r}")
-        for key in ("attn_logit_softcap", "final_logit_softcap"):
+        for key in ("attn_logit_softcap", "final_logit_softcap", "rope_theta", "rope_scaling_factor", "norm_eps"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise SchemaError(f"model {self.name!r}: {key} must be a non-negative number (0 = off), got {value!r}")
+                raise SchemaError(f"model {self.name!r}: {key} must be a non-negative number (0 = "
+                                  f"{'off' if 'softcap' in key else 'not stated'}), got {value!r}")
+        for key, kinds in (("rope_scaling", ROPE_SCALING_KINDS), ("moe_router_score", ROUTER_SCORES)):
+            if getattr(self, key) not in kinds:
+                raise SchemaError(f"model {self.name!r}: {key} must be one of {kinds}, got {getattr(self, key)!r}")
         if self.num_heads % self.num_kv_heads:
             raise SchemaError(
                 f"model {self.name!r}: num_kv_heads must divide num_heads, "

@@ -86,8 +86,16 @@ def qwen3_flavor(model) -> str:
 
 
 def llama3_architecture_notes(model) -> list:
-    """A note when the model's MLP, norm or positions are not llama3's."""
-    if (model.mlp, model.norm, model.position) == LLAMA3_ARCHITECTURE:
-        return []
-    return [f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
-            f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only"]
+    """A note for each of the model's MLP, norm, positions, head width and linear biases that torchtitan's
+    llama3 (both releases) does not build: SwiGLU + RMSNorm + RoPE, heads hidden/heads wide, no biases
+    but the q/k/v ones 0.3.0's module adds."""
+    notes = []
+    if (model.mlp, model.norm, model.position) != LLAMA3_ARCHITECTURE:
+        notes.append(f"architecture mlp={model.mlp} norm={model.norm} position={model.position}: "
+                     f"torchtitan's llama3 is SwiGLU + RMSNorm + RoPE only")
+    if model.head_dim * model.num_heads != model.hidden_size:
+        notes.append(f"head_dim={model.head_dim}: torchtitan's llama3 uses hidden/heads = "
+                     f"{model.hidden_size // model.num_heads}")
+    if model.linear_bias or model.mlp_bias or model.output_bias:
+        notes.append("linear biases (linear_bias/mlp_bias/output_bias): torchtitan's llama3 linears have none")
+    return notes

@@ -86,12 +86,42 @@ def flavor_module(doc: PlanDocument) -> str:
     multiplier = None if base <= model.ffn_hidden_size else model.ffn_hidden_size / base
     return (f"# Registers {model.name!r} as a torchtitan llama3 flavor; written by autoplan for plan {doc.plan_id}.\n"
             "from torchtitan.models.llama3 import llama3_args\n"
-            "from torchtitan.models.llama3.model.args import TransformerModelArgs\n\n"
+            "from torchtitan.models.llama3.model.args import RoPEScalingArgs, TransformerModelArgs\n\n"
             f"llama3_args[{model.name!r}] = TransformerModelArgs(\n"
             f"    dim={model.hidden_size}, n_layers={model.num_layers}, n_heads={model.num_heads}, "
             f"n_kv_heads={model.num_kv_heads},\n"
             f"    vocab_size={model.vocab_size}, multiple_of={model.ffn_hidden_size}, ffn_dim_multiplier={multiplier!r},\n"
-            f"    max_seq_len={max(model.max_seq_len, doc.training.seq_len)},\n)\n")
+            f"    max_seq_len={max(model.max_seq_len, doc.training.seq_len)},{_stated_numerics(model)}\n)\n")
+
+
+def _stated_numerics(model) -> str:
+    """The RoPE base, scaling and norm epsilon of the model's config as TransformerModelArgs fields (0.2.0
+    llama3 model/args.py lines 21-39; unstated base and eps: its defaults 10000 and 1e-5). 0.2.0's llama3
+    applies Llama 3.1's RoPE scaling to every flavor (model.py precompute_freqs_cis, lines 61-80; its
+    RoPEScalingArgs default factor 8): a model without that scaling gets factor 1, which leaves every
+    frequency as it is."""
+    fields = [f"rope_theta={float(model.rope_theta)!r}"] if model.rope_theta and model.position == "rope" else []
+    fields += [f"norm_eps={model.norm_eps!r}"] if model.norm_eps else []
+    factor = model.rope_scaling_factor if model.rope_scaling == "llama3" else 1.0
+    fields.append(f"rope_scaling_args=RoPEScalingArgs(scaling_factor={float(factor)!r})")
+    return "\n    " + ", ".join(fields) + ","
+
+
+def _numerics_notes(model) -> list:
+    """One line naming the numerics of the model's config that the 0.2.0 export does not set."""
+    lost = []
+    if not _needs_flavor_module(model):
+        lost += [f"rope_theta={model.rope_theta:g}"] if model.rope_theta else []
+        lost += [f"norm_eps={model.norm_eps:g}"] if model.norm_eps else []
+    shipped_scaling = _needs_flavor_module(model) or model.rope_scaling_factor == 8  # the flavors' llama3 x8
+    if model.rope_scaling and (model.rope_scaling != "llama3" or not shipped_scaling):
+        lost.append(f"rope_scaling {model.rope_scaling} x{model.rope_scaling_factor:g}")
+    lost += ["q/k/v biases (qkv_bias)"] if model.qkv_bias and not model.linear_bias else []
+    lost += [f"router scoring {model.moe_router_score}"] if model.moe_router_score else []
+    if not lost:
+        return []
+    return ["not set by the torchtitan 0.2.0 export (the shipped flavor's or torchtitan's own apply; export to "
+            "torchtitan 0.3.0 or megatron to carry them): " + ", ".join(lost)]
 
 
 def launch(doc: PlanDocument, launcher: str, header: list, toml_text: str) -> str:
@@ -123,7 +153,7 @@ def _model(doc: PlanDocument, notes: list) -> dict:
     if name in LLAMA3_02_FLAVORS:
         notes.append(f"vocabulary: torchtitan takes it from the tokenizer (hf_assets_path); the plan assumes "
                      f"{model.vocab_size} rows")
-    notes += llama3_architecture_notes(model)
+    notes += llama3_architecture_notes(model) + _numerics_notes(model)
     facts, mapped = architecture_facts(model), set()
     if is_deepseek_v3(model):
         # torchtitan's deepseek_v3 ModelArgs carry MLA, shared experts and the leading dense layers.

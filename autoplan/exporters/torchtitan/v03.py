@@ -21,6 +21,7 @@ from autoplan.exporters.torchtitan.flavors import (
     DEEPSEEK_V3_FLAVORS, LLAMA3_03_FLAVORS, QWEN3_FLAVORS, deepseek_v3_flavor, llama3_03_flavor,
     llama3_architecture_notes, qwen3_flavor,
 )
+from autoplan.exporters.torchtitan.numerics import numerics
 from autoplan.exporters.torchtitan.shared import data_parallel_degrees, pipeline_and_experts, training_section
 from autoplan.specs import InfeasiblePlan, PlanDocument
 
@@ -31,7 +32,10 @@ MODULE = "autoplan_job"
 # torchtitan 0.3.0's recipe per shipped (model, flavor): torchtitan/models/llama3/config_registry.py
 # (llama3_8b line 184, llama3_70b 257, llama3_405b 295) and deepseek_v3/config_registry.py (deepseek_v3_16b
 # 138, deepseek_v3_671b 206; 236B has a flavor, deepseek_v3/__init__.py line 611, but no recipe).
-_RECIPES = {("llama3", "8B"): "llama3_8b", ("llama3", "70B"): "llama3_70b", ("llama3", "405B"): "llama3_405b",
+# The 405B starts from llama3_70b(): llama3_405b() constructs a Float8LinearConverter when called (and turns on
+# compile and async TP), which refuses to build on a GPU older than SM89 or a CPU login node ("float8 is only
+# supported on NVIDIA SM89 or later"); its own learning rate and warm-up are set after (_RECIPE_SETTINGS).
+_RECIPES = {("llama3", "8B"): "llama3_8b", ("llama3", "70B"): "llama3_70b", ("llama3", "405B"): "llama3_70b",
             ("deepseek_v3", "16B"): "deepseek_v3_16b", ("deepseek_v3", "236B"): "deepseek_v3_16b",
             ("deepseek_v3", "671B"): "deepseek_v3_671b"}
 _MODEL_SPEC_IMPORTS = [
@@ -46,8 +50,14 @@ _MODEL_SPEC_IMPORTS = [
     ("torchtitan.protocols.model_spec", "ModelSpec"),
 ]
 """What the model built in the module imports: llama3's own (private) flavor builders of 0.3.0."""
+_RECIPE_SETTINGS = {
+    "405B": ["    # llama3_405b()'s own optimizer settings (models/llama3/config_registry.py lines 326-327), without",
+             "    # the Float8LinearConverter, compile and async TP it constructs",
+             "    config.optimizer = default_adamw(lr=8e-5)",
+             "    config.lr_scheduler = LRSchedulersContainer.Config(warmup_steps=600)"],
+}
+"""What a flavor's own recipe sets beyond the recipe the module starts from."""
 _RECIPE_SWITCHES = {
-    "llama3_405b": "Float8LinearConverter, compile and async TP (models/llama3/config_registry.py line 295)",
     "deepseek_v3_16b": "compile of the loss (models/deepseek_v3/config_registry.py line 169)",
     "deepseek_v3_671b": "compile of the loss (models/deepseek_v3/config_registry.py line 241)",
 }
@@ -86,10 +96,13 @@ def export(doc: PlanDocument) -> tuple:
                (f"torchtitan.models.{name}.config_registry", recipe),
                ("torchtitan.trainer", "Trainer")]
     body = [f"    config = {recipe}()  # torchtitan's own recipe: loss, optimizer, data loader, checkpointing",
-            "    # The plan's precision and switches, whatever the recipe turns on (llama3_405b: Float8Linear,",
-            "    # compile, async TP): the model is rebuilt without converters unless the plan trains in fp8.",
+            "    # The plan's precision and switches, whatever the recipe turns on (deepseek_v3: compile of the",
+            "    # loss): the model is rebuilt without converters unless the plan trains in fp8.",
             "    config.compile = CompileConfig(enable=False, enable_async_tensor_parallel=False)"]
     _switch_notes(recipe, notes)
+    if not custom and shipped in _RECIPE_SETTINGS and name == "llama3":
+        imports.append(("torchtitan.components.optimizer", "LRSchedulersContainer, default_adamw"))
+        body += _RECIPE_SETTINGS[shipped]
     converters = ""
     if doc.training.dtype == "fp8":
         # torchao Float8Linear, rowwise scaling, as in the llama3/deepseek_v3 float8 recipes (eager: the
@@ -104,30 +117,40 @@ def export(doc: PlanDocument) -> tuple:
     else:
         imports.append((f"torchtitan.models.{name}", "model_registry"))
         body.append(f"    config.model_spec = model_registry({shipped!r}{', ' + converters if converters else ''})")
-    if not custom and doc.training.seq_len > FLAVOR_ROPE_POSITIONS[name]:
-        imports.append(("dataclasses", "replace"))
-        notes.append(f"seq_len={doc.training.seq_len}: torchtitan's {name} flavors cache RoPE for "
-                     f"{FLAVOR_ROPE_POSITIONS[name]} positions; the module sizes the cache for the plan")
-        body += [f"    # the flavor's RoPE cache holds {FLAVOR_ROPE_POSITIONS[name]} positions; update_from_config "
-                 "refuses a longer seq_len",
-                 "    for layer in config.model_spec.model.layers:",
-                 f"        layer.attention.rope = replace(layer.attention.rope, max_seq_len={doc.training.seq_len})"]
+    positions = max(model.max_seq_len, doc.training.seq_len) if custom else FLAVOR_ROPE_POSITIONS[name]
+    more_imports, helper, lines = numerics(doc, name, custom, positions, notes)
+    imports += more_imports
+    body += lines
     body += _call("config.parallelism = ParallelismConfig", _parallelism(doc, notes))
     body += _call("config.training = TrainingConfig", _training(doc, notes))
     ac = _activation_checkpoint(doc, notes)
     if ac != "None":
         imports.append(("torchtitan.distributed.activation_checkpoint", ac.split(".")[0]))
     body += [f"    config.activation_checkpoint = {ac}", "    return config"]
-    lines = [f"from {module} import {names}" if len(module + names) < 100 else f"from {module} import (\n    {names},\n)"
-             for module, names in sorted(imports)]
+    lines = _import_lines(imports)
     text = [comment_block(header_lines(doc, "torchtitan") + _usage(), notes), "\n".join(lines), ""]
     if custom:
         text += ["", _model_spec_source(doc), ""]
+    if helper:
+        text += ["", helper, ""]
     text += ["", f"def {CONFIG_FUNCTION}() -> Trainer.Config:",
              # a string literal by repr: quotes, backslashes and \"\"\" in a name cannot end it early
              f"    {f'autoplan plan {doc.plan_id}: {model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}.'!r}",
              *body]
     return "\n".join(text) + "\n", notes
+
+
+def _import_lines(imports: list) -> list:
+    """One import line per module, its names merged (module "" : a plain `import name`)."""
+    merged: dict = {}
+    for module, names in imports:
+        merged.setdefault(module, set()).update(name.strip() for name in names.split(","))
+    lines = []
+    for module, names in sorted(merged.items()):
+        joined = ", ".join(sorted(names, key=lambda n: (n.lstrip("_").lower(), n)))
+        lines.append(f"import {joined}" if not module else f"from {module} import {joined}" if len(module + joined) < 100
+                     else f"from {module} import (\n    {joined},\n)")
+    return lines
 
 
 def _switch_notes(recipe: str, notes: list) -> None:
@@ -156,13 +179,9 @@ def _model_notes(doc: PlanDocument, name: str, custom: bool, notes: list) -> Non
     model = doc.model
     if custom:
         notes.append(f"model shape: torchtitan 0.3.0 ships the llama3 flavors {', '.join(LLAMA3_03_FLAVORS)}; "
-                     f"{model.name!r} is built in this module as llama3's own flavors are (rope theta "
-                     f"10000, torchtitan's default: set yours in _model_spec)")
+                     f"{model.name!r} is built in this module as llama3's own flavors are")
     if name == "llama3":
         notes += llama3_architecture_notes(model)
-    if name == "llama3" and model.head_dim and model.head_dim * model.num_heads != model.hidden_size:
-        notes.append(f"head_dim={model.head_dim}: torchtitan's llama3 uses hidden/heads = "
-                     f"{model.hidden_size // model.num_heads}")
     mapped = {"deepseek_v3": {"mla", "moe_ffn", "shared_experts", "moe_layers"},
               "qwen3": {"qk_norm", "moe_ffn", "moe_layers"}}.get(name, set())
     notes += unmapped_note(architecture_facts(model), mapped, f"torchtitan's {name} model")
@@ -189,7 +208,8 @@ def _model_spec_source(doc: PlanDocument) -> str:
         f"            fuse_qkv=True, n_layers={model.num_layers}, dim=dim, n_heads={heads}, "
         f"n_kv_heads={model.num_kv_heads}, hidden_dim={model.ffn_hidden_size},",
         f"            rope=ComplexRoPE.Config(dim=dim // {heads}, "
-        f"max_seq_len={max(model.max_seq_len, doc.training.seq_len)}, theta=10000.0),",
+        f"max_seq_len={max(model.max_seq_len, doc.training.seq_len)}, theta=10000.0),"
+        "  # the model's: autoplan_job()",
         '            attn_backend="flex",',
         "        ),",
         "    )",
