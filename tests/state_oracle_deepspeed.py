@@ -1,0 +1,78 @@
+"""DeepSpeed 0.19.8's engine on a gloo CPU rank, for the model-state oracle (tests/state_oracle_ranks.py
+runs `run` once per case; tests/test_state_oracle.py compares its counts with the cost model).
+
+A case's "config" is what `autoplan export --to deepspeed` writes for the plan (its ZeRO stage, bf16),
+run as tests/deepspeed_engine_check.py runs it: deepspeed.initialize with the training script's
+AdamW, forward, engine.backward and engine.step per micro-batch, MICRO_BATCHES of them. DeepSpeed's CPU
+accelerator (DS_ACCELERATOR=cpu) allocates on the CPU with the same code paths; nothing is stood in
+for. The gradient holders are not named (DeepSpeed keeps them in several places: param.grad, the
+BF16_Optimizer's fp32_groups_gradients_flat, ZeRO's averaged_gradients and ipg buckets, ZeRO-3's
+partitioned grad buffers), so "grads" is everything alive between micro-batches that is neither a
+weight nor optimizer state.
+"""
+from __future__ import annotations
+
+import torch
+
+from tests.deepspeed_engine_check import TinyLM
+from tests.state_oracle_ranks import MICRO_BATCHES, count, optimizer_tensors
+
+VOCAB, HIDDEN = 1024, 160
+"""About 0.53 M parameters (TinyLM's embedding, MLP and untied head), every matrix above ZeRO-3's
+stage3_param_persistence_threshold (1e5 elements by default: smaller parameters stay whole on every
+rank, deepspeed/runtime/zero/config.py), as a real model's matrices are; only the biases stay whole."""
+
+
+def init_distributed() -> None:
+    import deepspeed
+    import deepspeed.ops
+
+    # As tests/deepspeed_engine_check.py main() does: never build or start the shm all-reduce op.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    deepspeed.init_distributed(dist_backend="gloo")
+
+
+def _weights(engine) -> list:
+    """The module's weights as the rank holds them: ZeRO-3's partition (param.ds_tensor) where the
+    parameter's own data is released between uses."""
+    return [getattr(p, "ds_tensor", p) for p in engine.module.parameters()]
+
+
+def _buckets(engine) -> list:
+    """ZeRO's reduce buckets: reduce_bucket_size elements each, two under overlap_comm
+    (stage_1_and_2.py:3260-3277, stage3.py:779-784): communication buffers, not model states. With
+    ZeRO on, a parameter's own .grad still alive is a gradient waiting in such a bucket for its
+    reduce-scatter into the partition (ZeRO-3 frees it after the reduce, stage3.py
+    __add_grad_to_ipg_bucket), bounded by the bucket size, not the model: counted here too. Without
+    ZeRO, .grad is where the micro-batches accumulate."""
+    zero = hasattr(engine.optimizer, "ipg_buckets")   # not BF16_Optimizer, whose .grad is the micro-batch's
+    out = [p.grad for p in engine.module.parameters() if p.grad is not None] if zero else []
+    for bucket in getattr(engine.optimizer, "ipg_buckets", {}).values():
+        out += bucket.buffer if isinstance(bucket.buffer, list) else [bucket.buffer]
+    return out
+
+
+def run(case: dict, snap) -> dict:
+    import deepspeed
+
+    torch.manual_seed(0)
+    model = TinyLM(vocab=VOCAB, hidden=HIDDEN)
+    numel = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    config = {**case["config"], "gradient_accumulation_steps": MICRO_BATCHES, "train_micro_batch_size_per_gpu": 2}
+    config["train_batch_size"] = 2 * MICRO_BATCHES * torch.distributed.get_world_size()
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    for _ in range(engine.gradient_accumulation_steps()):
+        tokens = torch.randint(0, VOCAB, (engine.train_micro_batch_size_per_gpu(), 33))
+        engine.backward(engine(tokens))
+        snap.grads_held(buckets=_buckets(engine))
+        engine.step()
+    inner = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
+    # ZeRO-3's fp32 master partitions (stage3.py:1118-1151) are the optimizer's parameters only during
+    # its step: named here.
+    masters = list(getattr(engine.optimizer, "fp32_partitioned_groups_flat", []))
+    result = count(snap, numel, params=_weights(engine), optimizer=masters + optimizer_tensors(inner),
+                   buckets=_buckets(engine))
+    result["stage"] = engine.zero_optimization_stage()
+    engine.destroy()
+    return result
