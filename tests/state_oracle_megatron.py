@@ -30,7 +30,6 @@ buffer, shard and optimizer state is megatron-core's own, allocated by its own c
 from __future__ import annotations
 
 import contextlib
-import os
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -99,7 +98,9 @@ def _stand_ins() -> None:
     tensor_type = torch.Tensor.type
 
     def cuda_type_name(self, *args, **kwargs):
-        return tensor_type(self, *args, **kwargs) if args or kwargs else tensor_type(self).replace("torch.", "torch.cuda.", 1)
+        if args or kwargs:
+            return tensor_type(self, *args, **kwargs)
+        return tensor_type(self).replace("torch.", "torch.cuda.", 1)
 
     torch.nn.Parameter.type = cuda_type_name
     tensor_parallel.get_cuda_rng_tracker().fork = lambda *args, **kwargs: contextlib.nullcontext()

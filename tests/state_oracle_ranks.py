@@ -109,9 +109,6 @@ def count(snap: Snapshots, numel: int, params, optimizer, buckets=()) -> dict:
         # named now and then the same storage: alive all along (the baseline's are kept alive)
         then_named = {k for k in live if k in named and (k in snap.baseline or not refs[k].expired())}
         rest = {k: v for k, v in live.items() if k not in then_named and k not in buckets_then}
-        if os.environ.get("STATE_ORACLE_DEBUG"):
-            print("rest", sorted(rest.values())[-8:], "held", None if holders is None else sorted(holders.values())[-8:],
-                  "buckets", sorted(buckets_then.values())[-8:])
         held = rest if holders is None else {k: v for k, v in holders.items() if k not in then_named}
         grads = max(grads, sum(held.values()))
         other = max(other, sum(v for k, v in rest.items() if k not in held))
@@ -140,8 +137,8 @@ def main(framework: str, out_dir: str, cases_path: str) -> None:
             results.append({"case": case["label"], "error": "", **module.run(case, Snapshots())})
         except Exception as exc:  # the framework's complaint, whatever its type, is the result
             where = traceback.extract_tb(exc.__traceback__)[-1]
-            results.append({"case": case["label"], "error": f"{type(exc).__name__}: {str(exc).strip()[:300]} "
-                                                             f"({where.filename.split('site-packages/')[-1]} line {where.lineno})"})
+            place = f"{where.filename.split('site-packages/')[-1]} line {where.lineno}"
+            results.append({"case": case["label"], "error": f"{type(exc).__name__}: {str(exc).strip()[:300]} ({place})"})
         gc.collect()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
     torch.distributed.barrier()
