@@ -52,8 +52,58 @@ def _buckets(engine) -> list:
     return out
 
 
+class _Embed(torch.nn.Embedding):
+    def forward(self, tokens):
+        return super().forward(tokens)
+
+
+class _Residual(torch.nn.Module):
+    """TinyLM's MLP block with its residual, as one pipeline layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(HIDDEN, 4 * HIDDEN), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * HIDDEN, HIDDEN))
+
+    def forward(self, x):
+        return x + self.mlp(x)
+
+
+def _loss(logits, labels):
+    return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+
+
+def run_pipeline(case: dict, snap) -> dict:
+    """TinyLM's layers as a 2-stage PipelineModule (pp = 2, dp = 1) under DeepSpeed's pipeline engine,
+    one train_batch of MICRO_BATCHES micro-batches: which optimizer the engine picks for the exported
+    config, and what it holds after the step (between steps: no snapshot falls between its micro-batches)."""
+    import deepspeed
+    from deepspeed.pipe import PipelineModule
+
+    torch.manual_seed(0)
+    layers = [_Embed(VOCAB, HIDDEN), _Residual(), torch.nn.Linear(HIDDEN, VOCAB, bias=False)]
+    numel = sum(p.numel() for layer in layers for p in layer.parameters())
+    model = PipelineModule(layers=layers, num_stages=2, loss_fn=_loss, partition_method="uniform")
+    config = {**case["config"], "gradient_accumulation_steps": MICRO_BATCHES, "train_micro_batch_size_per_gpu": 2,
+              "train_batch_size": 2 * MICRO_BATCHES}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    batches = [(t[:, :-1], t[:, 1:]) for t in (torch.randint(0, VOCAB, (2, 33)) for _ in range(MICRO_BATCHES))]
+    engine.train_batch(iter(batches))
+    snap.grads_held()
+    inner = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
+    # numel: the whole model's; this rank holds one stage of it
+    stage_numel = sum(p.numel() for p in engine.module.parameters())
+    result = count(snap, stage_numel, params=_weights(engine), optimizer=optimizer_tensors(inner))
+    result.update(optimizer_class=type(engine.optimizer).__name__, model_numel=numel)
+    return result
+
+
 def run(case: dict, snap) -> dict:
     import deepspeed
+
+    if case.get("pipeline"):
+        return run_pipeline(case, snap)
 
     torch.manual_seed(0)
     model = TinyLM(vocab=VOCAB, hidden=HIDDEN)
@@ -73,6 +123,6 @@ def run(case: dict, snap) -> dict:
     masters = list(getattr(engine.optimizer, "fp32_partitioned_groups_flat", []))
     result = count(snap, numel, params=_weights(engine), optimizer=masters + optimizer_tensors(inner),
                    buckets=_buckets(engine))
-    result["stage"] = engine.zero_optimization_stage()
+    result.update(stage=engine.zero_optimization_stage(), optimizer_class=type(engine.optimizer).__name__)
     engine.destroy()
     return result

@@ -69,7 +69,9 @@ def _deepspeed_config(case: str) -> dict:
     return config
 
 
-DEEPSPEED_CASES = {c: _deepspeed_config(c) for c in ("zero0", "zero1", "zero2", "zero3", "zero1 BF16_Optimizer")}
+DEEPSPEED_CASES = {c: {"config": _deepspeed_config(c)} for c in ("zero0", "zero1", "zero2", "zero3", "zero1 BF16_Optimizer")}
+DEEPSPEED_CASES["zero0 pipeline"] = {"config": _deepspeed_config("zero0"), "pipeline": True}
+"""The pipeline case runs pp = 2 on the 2 ranks (dp = 1): it shows which optimizer the engine takes."""
 
 
 TARGETS = {"megatron-core": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
@@ -212,7 +214,8 @@ def launch(framework: str, cases: list, env: dict | None = None) -> list:
     for per_rank in zip(*ranks):
         errors = [r["error"] for r in per_rank if r["error"]]
         assert not errors, f"{framework} {per_rank[0]['case']!r}: {errors[0]}"
-        out.append({k: max(r["bytes"][k] / r["numel"] for r in per_rank) for k in per_rank[0]["bytes"]})
+        out.append({**{k: max(r["bytes"][k] / r["numel"] for r in per_rank) for k in per_rank[0]["bytes"]},
+                    "optimizer_class": per_rank[0].get("optimizer_class", "")})
     return out
 
 
@@ -229,9 +232,7 @@ def run_oracle() -> dict:
     out = {}
     for framework, cases, env in (("megatron", MEGATRON_CASES, None), ("fsdp2", FSDP2_CASES, None),
                                   ("deepspeed", DEEPSPEED_CASES, {"DS_ACCELERATOR": "cpu"})):
-        items = [{"label": label, **({"ddp": c} if framework == "megatron" else
-                                     {"config": c} if framework == "deepspeed" else c)}
-                 for label, c in cases.items()]
+        items = [{"label": label, **({"ddp": c} if framework == "megatron" else c)} for label, c in cases.items()]
         for label, counted in zip(cases, launch(framework, items, env)):
             out[(framework, label)] = counted
     return out
@@ -256,6 +257,9 @@ HAND = {
     ("deepspeed", "zero3"): {"params": 1, "grads": 1, "optimizer": 6},
     # BF16_Optimizer: fp32_groups_gradients_flat, whole, plus the micro-batch's bf16 param.grad.
     ("deepspeed", "zero1 BF16_Optimizer"): {"params": 2, "grads": 6, "optimizer": 6},
+    # the pipeline engine at pp = 2, dp = 1: its optimizer states whole (one rank shares them); its
+    # gradients are not compared (the pipeline's activation buffers outlive the step on a tiny model)
+    ("deepspeed", "zero0 pipeline"): {"params": 2, "optimizer": 12},
     # FSDP2 with bf16 compute: the fp32 sharded parameter is the master (4 / 2), AdamW 8 / 2; fp32
     # gradients whole while sync is off (the executor's ZeRO-1), else reduce-scattered (4 / 2).
     ("fsdp2", "executor ddp"): {"params": 4, "grads": 4, "optimizer": 8},
@@ -270,6 +274,12 @@ HAND = {
 }
 """Bytes per parameter per rank of 2, worked from each framework's code (cited where the case is
 built), not from the counts."""
+DEEPSPEED_OPTIMIZER = {"zero0": "FP16_UnfusedOptimizer", "zero1": "DeepSpeedZeroOptimizer",
+                       "zero2": "DeepSpeedZeroOptimizer", "zero3": "DeepSpeedZeroOptimizer_Stage3",
+                       "zero1 BF16_Optimizer": "BF16_Optimizer", "zero0 pipeline": "BF16_Optimizer"}
+"""The optimizer wrapper DeepSpeed 0.19.8 picks (engine.py _do_optimizer_sanity_check, lines 2294-2321:
+bf16 without fp32 accumulation is DDP_BFLOAT16, which _configure_basic_optimizer wraps in
+FP16_UnfusedOptimizer; the pipeline engine or fp32 accumulation at ZeRO-1, BF16_Optimizer)."""
 
 
 @pytest.mark.slow
@@ -278,6 +288,8 @@ def test_oracle_counts_what_the_frameworks_code_says(oracle):
            for case, by_hand in HAND.items() for category, expected in by_hand.items()
            if abs(oracle[case][category] - expected) > max(ABS_TOL, REL_TOL * expected)]
     assert not off, "\n".join(off)
+    picked = {case: oracle[("deepspeed", case)]["optimizer_class"] for case in DEEPSPEED_OPTIMIZER}
+    assert picked == DEEPSPEED_OPTIMIZER
     # Megatron-Bridge 0.6.2's theoretical-memory estimate, a second reading of Megatron's states
     # (megatron/bridge/training/utils/theoretical_memory_utils.py lines 693-696): 18 B per parameter
     # without the distributed optimizer, 6 + 12 / (dp x cp) with it.
@@ -293,7 +305,7 @@ _DS_BF16_ACCUMULATION = ("the bf16 states (DEEPSPEED_BF16_STATES) hold an fp32 g
                          "(engine.py get_data_types lines 1806-1807) and picks ")
 KNOWN = {
     "deepspeed zero=0 -> deepspeed 'zero0': grads predicted 6.00 B/param, counted 2.00":
-        _DS_BF16_ACCUMULATION + "DDP_BFLOAT16 (engine.py line 2321): bf16 param.grad only",
+        _DS_BF16_ACCUMULATION + "DDP_BFLOAT16 (engine.py line 2321; FP16_UnfusedOptimizer): bf16 param.grad only",
     "deepspeed zero=1 -> deepspeed 'zero1': grads predicted 6.00 B/param, counted 1.00":
         _DS_BF16_ACCUMULATION + "the ZeRO optimizer (line 2311), which keeps the rank's bf16 partition",
     "deepspeed zero=2 -> deepspeed 'zero2': grads predicted 3.00 B/param, counted 1.00":
