@@ -3,7 +3,9 @@ runs `run` once per case; tests/test_state_oracle.py compares its counts with th
 
 A case's "config" is what `autoplan export --to deepspeed` writes for the plan (its ZeRO stage, bf16),
 run as tests/deepspeed_engine_check.py runs it: deepspeed.initialize with the training script's
-AdamW, forward, engine.backward and engine.step per micro-batch, MICRO_BATCHES of them. DeepSpeed's CPU
+AdamW, forward, engine.backward and engine.step per micro-batch, MICRO_BATCHES of them. A case with
+"moe" trains TinyMoE (DeepSpeed's own MoE layer) with the optimizer groups DeepSpeed asks for
+(split_params_into_different_moe_groups_for_optimizer); one with "pipeline", a PipelineModule. DeepSpeed's CPU
 accelerator (DS_ACCELERATOR=cpu) allocates on the CPU with the same code paths; nothing is stood in
 for. The gradient holders are not named (DeepSpeed keeps them in several places: param.grad, the
 BF16_Optimizer's fp32_groups_gradients_flat, ZeRO's averaged_gradients and ipg buckets, ZeRO-3's
@@ -99,6 +101,27 @@ def run_pipeline(case: dict, snap) -> dict:
     return result
 
 
+class TinyMoE(torch.nn.Module):
+    """TinyLM with its MLP replaced by DeepSpeed's own MoE layer (deepspeed/moe/layer.py): `experts`
+    copies of the MLP, top-1 routing, expert parallel over `ep` ranks."""
+
+    def __init__(self, experts: int, ep: int):
+        from deepspeed.moe.layer import MoE
+
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, HIDDEN)
+        mlp = torch.nn.Sequential(torch.nn.Linear(HIDDEN, 4 * HIDDEN), torch.nn.GELU(),
+                                  torch.nn.Linear(4 * HIDDEN, HIDDEN))
+        self.moe = MoE(HIDDEN, mlp, num_experts=experts, ep_size=ep, k=1, capacity_factor=4.0)
+        self.head = torch.nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens[:, :-1])
+        y, aux_loss, _ = self.moe(x)
+        logits = self.head(x + y).float()
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()) + 0.0 * aux_loss
+
+
 def run(case: dict, snap) -> dict:
     import deepspeed
 
@@ -106,9 +129,14 @@ def run(case: dict, snap) -> dict:
         return run_pipeline(case, snap)
 
     torch.manual_seed(0)
-    model = TinyLM(vocab=VOCAB, hidden=HIDDEN)
+    model = TinyMoE(**case["moe"]) if case.get("moe") else TinyLM(vocab=VOCAB, hidden=HIDDEN)
     numel = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    params = model.parameters()
+    if case.get("moe"):
+        from deepspeed.moe.utils import split_params_into_different_moe_groups_for_optimizer
+
+        params = split_params_into_different_moe_groups_for_optimizer({"params": list(params), "name": "all"})
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
     config = {**case["config"], "gradient_accumulation_steps": MICRO_BATCHES, "train_micro_batch_size_per_gpu": 2}
     config["train_batch_size"] = 2 * MICRO_BATCHES * torch.distributed.get_world_size()
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)

@@ -70,8 +70,12 @@ def _deepspeed_config(case: str) -> dict:
 
 
 DEEPSPEED_CASES = {c: {"config": _deepspeed_config(c)} for c in ("zero0", "zero1", "zero2", "zero3", "zero1 BF16_Optimizer")}
+MOE_EXPERTS, MOE_EP = 4, 2
+DEEPSPEED_CASES["zero1 moe"] = {"config": _deepspeed_config("zero1"), "moe": {"experts": MOE_EXPERTS, "ep": MOE_EP}}
+"""DeepSpeed's MoE layer at ep = 2 on the 2 ranks: the experts' data-parallel group is one rank."""
 DEEPSPEED_CASES["zero0 pipeline"] = {"config": _deepspeed_config("zero0"), "pipeline": True}
-"""The pipeline case runs pp = 2 on the 2 ranks (dp = 1): it shows which optimizer the engine takes."""
+"""The pipeline case runs pp = 2 on the 2 ranks (dp = 1): it shows which optimizer the engine takes.
+Last: its engine leaves DeepSpeed's process groups (deepspeed/utils/groups.py) at dp = 1."""
 
 
 TARGETS = {"megatron-core": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
@@ -260,6 +264,9 @@ HAND = {
     # the pipeline engine at pp = 2, dp = 1: its optimizer states whole (one rank shares them); its
     # gradients are not compared (the pipeline's activation buffers outlive the step on a tiny model)
     ("deepspeed", "zero0 pipeline"): {"params": 2, "optimizer": 12},
+    # MoE at ep = 2: 0.444 of the rank's parameters (embedding, head, gate) shard over 2 ranks, 0.556
+    # (its 2 experts) over its one expert data-parallel rank: optimizer 0.444 x 6 + 0.556 x 12
+    ("deepspeed", "zero1 moe"): {"params": 2, "optimizer": 9.34},
     # FSDP2 with bf16 compute: the fp32 sharded parameter is the master (4 / 2), AdamW 8 / 2; fp32
     # gradients whole while sync is off (the executor's ZeRO-1), else reduce-scattered (4 / 2).
     ("fsdp2", "executor ddp"): {"params": 4, "grads": 4, "optimizer": 8},
@@ -276,7 +283,8 @@ HAND = {
 built), not from the counts."""
 DEEPSPEED_OPTIMIZER = {"zero0": "FP16_UnfusedOptimizer", "zero1": "DeepSpeedZeroOptimizer",
                        "zero2": "DeepSpeedZeroOptimizer", "zero3": "DeepSpeedZeroOptimizer_Stage3",
-                       "zero1 BF16_Optimizer": "BF16_Optimizer", "zero0 pipeline": "BF16_Optimizer"}
+                       "zero1 BF16_Optimizer": "BF16_Optimizer", "zero0 pipeline": "BF16_Optimizer",
+                       "zero1 moe": "DeepSpeedZeroOptimizer"}
 """The optimizer wrapper DeepSpeed 0.19.8 picks (engine.py _do_optimizer_sanity_check, lines 2294-2321:
 bf16 without fp32 accumulation is DDP_BFLOAT16, which _configure_basic_optimizer wraps in
 FP16_UnfusedOptimizer; the pipeline engine or fp32 accumulation at ZeRO-1, BF16_Optimizer)."""
@@ -349,6 +357,27 @@ def test_contract_fails_on_grads_sharded_under_the_distributed_optimizer(oracle)
     found = [line for line in disagreements(oracle, {"megatron-core": planted}) if line not in KNOWN]
     assert "megatron-core zero=1 -> megatron 'distributed optimizer': grads predicted 2.00 B/param, counted 4.00" \
         in found, found
+
+
+@pytest.mark.slow
+def test_expert_states_shard_over_the_expert_data_parallel_ranks(oracle):
+    """The cost model shards expert states over expert_dp = dp x tp / (ep x etp) (cost_model/
+    stage_memory.py), DeepSpeed over its expert data-parallel group (deepspeed/utils/groups.py): at
+    dp = ep = 2 the rank's experts keep whole optimizer states while the rest shard over 2. Weights and
+    optimizer state only: the gradients are KNOWN's DeepSpeed line."""
+    from tests.state_oracle_deepspeed import HIDDEN, VOCAB
+
+    dense = 2 * VOCAB * HIDDEN + HIDDEN * MOE_EXPERTS                               # embedding, head, gate
+    expert = MOE_EXPERTS // MOE_EP * (2 * 4 * HIDDEN * HIDDEN + 4 * HIDDEN + HIDDEN)  # the rank's experts
+    states = get_framework("deepspeed").for_dtype("bf16").states
+    predicted = {"params": 0.0, "optimizer": 0.0}
+    for numel, shard in ((dense, RANKS), (expert, RANKS // MOE_EP)):
+        for name, value in model_state_bytes(numel, 1, shard, states).items():
+            if CATEGORY[name] in predicted:
+                predicted[CATEGORY[name]] += value / (dense + expert)
+    counted = oracle[("deepspeed", "zero1 moe")]
+    for category, expected in predicted.items():
+        assert abs(counted[category] - expected) <= REL_TOL * expected, (category, counted[category], expected)
 
 
 def test_every_framework_is_walked_or_says_why():
