@@ -96,16 +96,17 @@ def test_suite_runs_end_to_end_on_a_cpu(tmp_path):
     assert env_stamp["torch"] and env_stamp["git_revision"] and env_stamp["suite_args"]["tiny"]
     records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     cases = {r["suite_case"]: r for r in records}
-    assert {"llama-3.2-1b autoplan", "gpt2-medium autoplan", "moe-1.7b grouped-experts",
-            "moe-1.7b per-expert loop"} <= set(cases)
+    assert {"llama-3.2-1b autoplan", "gpt2-medium autoplan", "moe-1.2b grouped-experts",
+            "moe-1.2b per-expert loop"} <= set(cases)
     assert all(r["status"] == "ok" and len(r["step_times_s"]) == 2 for r in cases.values())
     # One replica on a CPU: no FSDP2 (it would cast nothing and only add its hooks' host time).
     assert cases["llama-3.2-1b autoplan"]["runtime"]["fsdp"] is False
     peers = {(p["target"], p["case"]): p for p in map(json.loads, (tmp_path / "peers.jsonl").read_text().splitlines())}
     for target in ("llama-3.2-1b", "gpt2-medium"):
         mine, loop = cases[f"{target} autoplan"], peers[(target, "torch-eager")]
-        # Same weights, data, recipe and (at steps 0 and 1) learning rate; the clip at 0.1 is active
-        # (the norms are ~0.8), so a wrong clip parts the second losses.
+        # Same weights, data, recipe and (at steps 0 and 1) learning rate, the clip at 0.1 active (the
+        # norms are ~0.8). AdamW's first steps hardly see a gradient's scale, so this holds the
+        # comparison fair, not the clip: tests/test_executor_clip.py holds that.
         assert mine["grad_norms"][0] > 0.1
         assert mine["losses"][:2] == pytest.approx(loop["losses"][:2], rel=1e-5), target
         assert mine["grad_norms"][:2] == pytest.approx(loop["grad_norms"][:2], rel=1e-4), target
