@@ -2,12 +2,13 @@
 process, on one device, with the records committed beside the other GPU runs.
 
     python benchmarks/executor_suite.py --device cuda --gpu h100-80gb --parts peers,profile   # items 1-2
+    python benchmarks/executor_suite.py --device cuda --parts peers,profile --targets llama-3.2-1b   # the first
     python benchmarks/executor_suite.py --device cuda --gpu h100-80gb --parts speedups,fp8,moe,tune,accuracy
     python benchmarks/executor_suite.py --device cpu --tiny                # the smoke test: tiny shapes
 
 How long on a GPU is not measured yet. An estimate from the 2026-11-27 H100 step times (0.8 s per
-Llama-3.2-1B step) and a first per-block compile of ~1 min: peers ~6 min (5 cases of 25 steps on two
-targets, three of them compiled), profile ~3 min, speedups ~8 min (seven variants each, compiled afresh
+Llama-3.2-1B step) and a first per-block compile of ~1 min: peers ~5 min (autoplan, hf-eager, hf-compile:
+25 steps each on two targets), profile ~3 min, speedups ~8 min (seven variants each, compiled afresh
 from inductor's cache), fp8 ~4 min, moe ~2 min, tune ~5 min. That is more than one device session's
 15 minutes: run the first command first; every part prints its wall time for the next split.
 
@@ -100,6 +101,12 @@ class Suite:
         self.docs: dict = {}
         self.lines: list[str] = []
 
+    def chosen(self, role: str) -> tuple:
+        """The targets of the peer parts (peers, profile, speedups) or of the fp8 part, less those
+        --targets leaves out."""
+        names = FP8_TARGETS if role == "fp8" else PEER_TARGETS
+        return tuple(n for n in names if not self.args.targets or n in self.args.targets.split(","))
+
     def say(self, line: str = "") -> None:
         print(line, flush=True)
         self.lines.append(line)
@@ -174,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="h100-80gb", help="built-in GPU type the predictions are made for")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (the CPU smoke test)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {PARTS}")
+    parser.add_argument("--targets", default="", help=f"comma-separated subset of {tuple(GPU_TARGETS)} "
+                                                      "(default: each part's own)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per case (after the warm-up)")
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--speedup-steps", type=int, default=8, help="steps per speed-up variant, warm-up included")
@@ -188,9 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    unknown = sorted(set(parts) - set(PARTS))
+    unknown = sorted(set(parts) - set(PARTS)) + sorted(set(filter(None, args.targets.split(","))) - set(GPU_TARGETS))
     if unknown or args.steps < 1 or args.warmup_steps < 1:
-        sys.stderr.write(f"executor_suite: unknown part(s) {unknown} (choose from {PARTS}) or --steps/--warmup-steps "
+        sys.stderr.write(f"executor_suite: unknown part(s) or target(s) {unknown} (choose from {PARTS} and "
+                         f"{tuple(GPU_TARGETS)}) or --steps/--warmup-steps "
                          f"below 1 (got {args.steps}/{args.warmup_steps})\n")
         return 2
     args.compile_backend = args.compile_backend or ("aot_eager" if args.tiny and args.device == "cpu" else "inductor")

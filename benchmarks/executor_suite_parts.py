@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from executor_suite import FP8_TARGETS, MOE_TARGET, PEER_TARGETS, ROOT, TUNE_TARGET, _release, _stats
+from executor_suite import MOE_TARGET, ROOT, TUNE_TARGET, _release, _stats
 from plain_loop import PlainLoop, build_model, transformers_missing
 from step_profile import CLASSES, HOST, profile_step, table_lines
 
@@ -84,7 +84,7 @@ def peers(suite) -> None:
     missing = transformers_missing()
     if missing:
         suite.say(f"**SKIPPED hf-eager, hf-compile: {missing}**")
-    for name in PEER_TARGETS:
+    for name in suite.chosen("peers"):
         doc = suite.doc(name)
         record = suite.run_executor(name, "autoplan")
         cases = {"autoplan": {**record, "peak_memory_reserved_bytes": record.get("peak_memory_reserved_bytes", 0)}}
@@ -152,7 +152,7 @@ def profile(suite) -> None:
     is built first and they are stepped in turn (a shared machine's load slows them alike), with the
     process CPU time per step beside the profiler's wall time; on CUDA one case at a time."""
     kind = "torch" if transformers_missing() else "hf"
-    for name in PEER_TARGETS:
+    for name in suite.chosen("peers"):
         factories = {"autoplan": lambda: _executor_stepper(suite, name),
                      f"{kind}-eager": lambda: _peer_stepper(suite, name, kind, False),
                      f"{kind}-compile": lambda: _peer_stepper(suite, name, kind, True)}
@@ -214,7 +214,7 @@ def speedups(suite) -> None:
     warmup = min(suite.args.warmup_steps, steps - 2)
     suite.say("`--without` expandable-segments is a process setting (PYTORCH_CUDA_ALLOC_CONF): measured by "
               "`autoplan run --without expandable-segments`, not in this process")
-    for name in PEER_TARGETS:
+    for name in suite.chosen("peers"):
         times, peaks = measure(suite.doc(name), suite.device, steps, None)
         suite.say(f"{name}: median of {steps - warmup} steps after {warmup}")
         suite.lines.extend(["```", *report_lines(times, peaks, warmup), "```"])
@@ -229,7 +229,7 @@ def fp8(suite) -> None:
         return
     suite.say("| target | bf16 step | fp8 step | fp8 / bf16 | bf16 GiB | fp8 GiB |")
     suite.say("|---|---|---|---|---|---|")
-    for name in FP8_TARGETS:
+    for name in suite.chosen("fp8"):
         rows = [suite.run_executor(name, dtype, dtype=dtype) for dtype in ("bf16", "fp8")]
         suite.say(f"| {name} | " + " | ".join(_cell(r) for r in rows) + f" | {_ratio(rows[1], rows[0])} | "
                   + " | ".join(f"{r.get('peak_memory_bytes', 0) / GIB:.2f}" for r in rows) + " |")
