@@ -1,15 +1,15 @@
-"""`autoplan run` against the training loop a user would write by hand: a Hugging Face transformers
-model from the same config.json, in a plain loop with the same recipe, eager and torch.compile'd.
+"""`autoplan run` against the training loop a user would write by hand (benchmarks/plain_loop.py): a
+Hugging Face transformers model from the same config.json, or the executor's own model, in a plain loop
+with the same recipe and data, eager and torch.compile'd. One case per process;
+benchmarks/executor_suite.py runs the same loops in one process, with profiles.
 
     python benchmarks/executor_peers.py                                     # CPU, a tiny Llama
     python benchmarks/executor_peers.py --config CONFIG_DIR --seq-len 2048 --global-batch 16 \\
         --micro-batch 4 --device cuda --out peers.jsonl                     # one GPU
 
-The recipe of both sides: fp32 master weights, bf16 compute on CUDA (fp32 on CPU), AdamW
-(betas 0.9/0.95, weight decay 0.1, lr 3e-4), global-norm clipping at 1.0, gradient accumulation
-over global/micro micro-batches, synthetic tokens, one process, one device. The peer's
-compiled case is `torch.compile(model)` with fused AdamW on CUDA (the H100 peer of
-../shared/data/h100_runs/plain_loop.py). Each case runs in its own process (clean peak memory).
+The recipe of both sides is plain_loop.py's (autoplan run's defaults), one process, one device; the
+compiled peer is `torch.compile(model)` with fused AdamW on CUDA. Each case runs in its own process
+(clean peak memory).
 
 Printed per case: median step time over the steps after --warmup-steps, tokens/s, MFU (executor's
 convention: executor/record.py; n/a on CPU), peak memory (CUDA: max allocated; CPU: the process's
@@ -37,57 +37,41 @@ TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
               "hidden_act": "silu", "attention_bias": False, "rms_norm_eps": 1e-6}
 """The CPU default: a 4-layer Llama with grouped-query attention (8 query heads, 2 K/V heads)."""
 SPEEDUPS_OFF = [*AUTOPLAN_SPEEDUPS, "expandable-segments"]
-LR, BETAS, WEIGHT_DECAY, GRAD_CLIP = 3e-4, (0.9, 0.95), 0.1, 1.0
 
 
 def hf_peer(config_dir: str, seq_len: int, global_batch: int, micro_batch: int, device: str, steps: int,
-            warmup: int, compiled: bool) -> dict:
-    """The plain loop (run inside its own process)."""
+            warmup: int, compiled: bool, kind: str = "hf") -> dict:
+    """The plain loop of benchmarks/plain_loop.py (run inside its own process) on `autoplan run`'s data."""
     import torch
-    import transformers
 
+    from autoplan.inputs.hf_config import load_hf_config
+    from autoplan.specs import ClusterSpec, ParallelPlan, PlanDocument, TrainingSpec
+    from executor.data import batch, open_tokens
     from executor.record import cpu_peak_rss_bytes
+    from plain_loop import PlainLoop, build_model
 
     if device == "cpu":
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    torch.manual_seed(0)
-    config = transformers.AutoConfig.from_pretrained(config_dir)
-    with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa",
-                                                              dtype=torch.float32)
-    model.train()
-    fused = compiled and device == "cuda"
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, weight_decay=WEIGHT_DECAY,
-                            **({"fused": True} if fused else {"foreach": True}))
-    forward = torch.compile(model) if compiled else model
-    accum = global_batch // micro_batch
-    use_bf16 = device == "cuda"
+    doc = PlanDocument(model=load_hf_config(config_dir), training=TrainingSpec(global_batch, seq_len, "bf16"),
+                       cluster=ClusterSpec("h100-80gb", 1, gpus_per_node=1),
+                       parallel=ParallelPlan(micro_batch_size=micro_batch, num_microbatches=global_batch // micro_batch))
+    model, logits_fn = build_model(kind, doc, config_dir, torch.device(device))
+    loop = PlainLoop(model, logits_fn, torch.device(device), compiled, global_batch // micro_batch)
+    source = open_tokens("", "uint16", 0, doc.model.vocab_size)
     times, losses = [], []
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    for _ in range(steps):
-        tokens = torch.randint(0, config.vocab_size, (global_batch, seq_len + 1), device=device)
+    for step in range(steps):
+        inputs, labels = (t.to(device) for t in batch(source, step, 0, global_batch, seq_len))
         if device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for i in range(accum):
-            chunk = tokens[i * micro_batch:(i + 1) * micro_batch]
-            with torch.autocast(device, dtype=torch.bfloat16, enabled=use_bf16):
-                logits = forward(input_ids=chunk[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten()) / accum
-            loss.backward()
-            total += loss.detach()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        opt.step()
-        losses.append(float(total))  # a host sync, as autoplan's loss all-reduce is
+        losses.append(loop.step(inputs, labels))
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else cpu_peak_rss_bytes()
-    return {"step_times_s": times[warmup:], "losses": losses, "peak_memory_bytes": peak,
-            "params": sum(p.numel() for p in model.parameters())}
+    return {"step_times_s": times[warmup:], "losses": losses, "peak_memory_bytes": peak, "params": loop.params()}
 
 
 def autoplan_case(plan_path: str, device: str, steps: int, warmup: int, extra: list[str], tmp: str) -> dict:
@@ -110,8 +94,8 @@ def _env() -> dict:
     return env
 
 
-def peer_case(args, config_dir: str, compiled: bool) -> dict:
-    cmd = [sys.executable, __file__, "--peer", "--config", config_dir, "--seq-len", str(args.seq_len),
+def peer_case(args, config_dir: str, compiled: bool, kind: str = "hf") -> dict:
+    cmd = [sys.executable, __file__, "--peer", kind, "--config", config_dir, "--seq-len", str(args.seq_len),
            "--global-batch", str(args.global_batch), "--micro-batch", str(args.micro_batch), "--device", args.device,
            "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps)] + (["--compiled"] if compiled else [])
     done = subprocess.run(cmd, capture_output=True, text=True, env=_env())
@@ -132,15 +116,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=int, default=2)
     parser.add_argument("--cases", default="autoplan,autoplan-before,hf-eager,hf-compile",
                         help="comma-separated subset of: autoplan, autoplan-eager (--no-compile), autoplan-before "
-                             "(every speed-up off, eager), hf-eager, hf-compile")
+                             "(every speed-up off, eager), hf-eager, hf-compile, torch-eager, torch-compile (the plain "
+                             "loop around the executor's own model, benchmarks/plain_loop.py)")
     parser.add_argument("--out", default="", help="JSONL file to append one record per case to")
-    parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--gpu", default="h100-80gb", help="built-in GPU type the plan file names (`autoplan run` "
+                                                           "refuses a plan without a known one)")
+    parser.add_argument("--peer", default="", help=argparse.SUPPRESS)
     parser.add_argument("--compiled", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
     if args.peer:
         print(json.dumps(hf_peer(args.config, args.seq_len, args.global_batch, args.micro_batch, args.device,
-                                 args.steps, args.warmup_steps, args.compiled)), flush=True)
+                                 args.steps, args.warmup_steps, args.compiled, args.peer)), flush=True)
         return 0
     return compare(args)
 
@@ -151,6 +138,7 @@ def compare(args) -> int:
     from autoplan.specs.flops import mfu
     from autoplan.specs.gpus import datasheet_peak_flops_per_s as peak_flops_per_s
     from executor.record import environment
+    from plain_loop import transformers_missing
 
     with tempfile.TemporaryDirectory(prefix="executor-peers-") as tmp:
         config = args.config
@@ -161,7 +149,7 @@ def compare(args) -> int:
         config_dir = str(Path(config).parent if config.endswith(".json") else config)
         spec = load_hf_config(config)
         doc = PlanDocument(model=spec, training=TrainingSpec(args.global_batch, args.seq_len, "bf16"),
-                           cluster=ClusterSpec("one-device", 1, gpus_per_node=1),
+                           cluster=ClusterSpec(args.gpu, 1, gpus_per_node=1),
                            parallel=ParallelPlan(micro_batch_size=args.micro_batch,
                                                  num_microbatches=args.global_batch // args.micro_batch))
         plan_path = str(Path(tmp) / "plan.json")
@@ -174,13 +162,17 @@ def compare(args) -> int:
                                                      ["--no-compile"] + [f"--without={s}" for s in SPEEDUPS_OFF], tmp),
             "hf-eager": lambda: peer_case(args, config_dir, compiled=False),
             "hf-compile": lambda: peer_case(args, config_dir, compiled=True),
+            "torch-eager": lambda: peer_case(args, config_dir, compiled=False, kind="torch"),
+            "torch-compile": lambda: peer_case(args, config_dir, compiled=True, kind="torch"),
         }
         cases = [c.strip() for c in args.cases.split(",") if c.strip()]
         unknown = sorted(set(cases) - set(runs))
         if unknown:
             sys.stderr.write(f"executor_peers: unknown case(s) {unknown}; choose from {sorted(runs)}\n")
             return 2
-        results = {case: runs[case]() for case in cases}
+        missing = transformers_missing()
+        results = {case: {"error": [f"skipped: {missing}"], "skipped": True} if case.startswith("hf-") and missing
+                   else runs[case]() for case in cases}
     env = environment(args.device, 1, "peers")
     peak = peak_flops_per_s(env["device_name"], "bf16") if args.device == "cuda" else 0.0
     tokens = args.global_batch * args.seq_len
@@ -211,7 +203,7 @@ def compare(args) -> int:
                       "mfu": mfu(spec, args.seq_len, tokens / step, 1, peak), **res, "environment": env}
             previous = Path(args.out).read_text() if Path(args.out).is_file() else ""
             write_text_atomic(args.out, previous + json.dumps(record) + "\n")
-    return 0 if all("error" not in r for r in results.values()) else 1
+    return 0 if all("error" not in r or r.get("skipped") for r in results.values()) else 1
 
 
 if __name__ == "__main__":

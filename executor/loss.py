@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 CHUNK_LOGIT_BYTES = 256 * 2**20
 """Default size of one chunk's fp32 logits (`auto_chunk_tokens`): big enough that the head's
-matmul stays a large GEMM (1046 rows for a 128k vocabulary), small next to a GPU's memory."""
+matmul stays a large GEMM (523 rows for a 128k vocabulary), small next to a GPU's memory."""
 
 
 def auto_chunk_tokens(vocab_size: int) -> int:
@@ -88,8 +88,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             tanh = logits / cap if cap else None
             probs = logits.sub_(lse[start:end, None]).exp_()  # softmax, in place
             local = labels[start:end] - ctx.vocab_start
-            rows = ((local >= 0) & (local < local_vocab)).nonzero().squeeze(1)
-            probs[rows, local[rows]] -= 1.0  # d loss_t / d logits_t = softmax - one-hot
+            mine = ((local >= 0) & (local < local_vocab)).to(probs.dtype)
+            # d loss_t / d logits_t = softmax - one-hot, the one-hot scattered (a row whose target another
+            # rank holds adds -0 to a clamped column): no nonzero(), whose unknown size made the host wait
+            # for the device in every chunk of every micro-batch's backward
+            probs.scatter_add_(1, local.clamp(0, local_vocab - 1)[:, None], mine.neg_()[:, None])
             probs.mul_(scale)
             if cap:
                 probs.mul_(tanh.square_().neg_().add_(1.0))  # through z = cap * tanh(u / cap)

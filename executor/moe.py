@@ -68,18 +68,21 @@ class GroupedExperts(nn.Module):
         """This module's experts out of a full [num_experts, ...] tensor."""
         return full[self.first_expert:self.first_expert + self.num_local_experts]
 
-    def forward(self, x: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        """x: tokens sorted by local expert, counts[e] of them for local expert e."""
+    def forward(self, x: torch.Tensor, counts: list[int] | torch.Tensor) -> torch.Tensor:
+        """x: tokens sorted by local expert, counts[e] of them for local expert e (a list, or a tensor on
+        x's device: the grouped GEMMs take their offsets there, the host never reads the counts)."""
         w1, w3, w2 = (local_shard(w) for w in (self.w1, self.w3, self.w2))   # this tp rank's shards, if split
         if self.grouped and grouped_mm_runs(x):
             return self._grouped_forward(x, counts, w1, w3, w2)
+        if isinstance(counts, torch.Tensor):
+            counts = counts.tolist()  # the loop splits on the host: it waits for the device here
         outputs = []
         for e, x_e in enumerate(torch.split(x, counts)):
             hidden = F.silu(x_e @ w1[e].t()) * (x_e @ w3[e].t())
             outputs.append(hidden @ w2[e].t())
         return torch.cat(outputs)
 
-    def _grouped_forward(self, x: torch.Tensor, counts: list[int], w1, w3, w2) -> torch.Tensor:
+    def _grouped_forward(self, x: torch.Tensor, counts, w1, w3, w2) -> torch.Tensor:
         """The same experts as three grouped GEMMs: group e is rows offs[e-1]:offs[e] of x times expert
         e's weight (Megatron-Core's TEGroupedMLP and torchtitan's GroupedExperts do the same; an expert
         without tokens is an empty group whose weight gradient is zero). Under autocast the operands are
@@ -87,7 +90,7 @@ class GroupedExperts(nn.Module):
         dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
         x = x.to(dtype)
         w1, w3, w2 = (w.to(dtype).transpose(1, 2) for w in (w1, w3, w2))
-        offs = torch.tensor(counts, device=x.device).cumsum(0).to(torch.int32)
+        offs = torch.as_tensor(counts, device=x.device).cumsum(0).to(torch.int32)
         hidden = F.silu(torch._grouped_mm(x, w1, offs=offs)) * torch._grouped_mm(x, w3, offs=offs)
         return torch._grouped_mm(hidden, w2, offs=offs)
 
@@ -144,8 +147,8 @@ class MoEFeedForward(nn.Module):
         token_ids = order // self.num_experts_per_token
         counts = torch.bincount(flat_ids, minlength=self.experts.num_experts)
         routed = tokens[token_ids]
-        if self.dispatcher is None:
-            out = self.experts(routed, counts.tolist())
+        if self.dispatcher is None:  # the counts stay on the device (no wait for it, grouped GEMMs)
+            out = self.experts(routed, counts)
         else:
             out = self.dispatcher(routed, counts, self.experts)
         out = out * weights.flatten()[order].unsqueeze(-1).to(out.dtype)

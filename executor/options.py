@@ -83,6 +83,12 @@ class RunOptions:
     loss_chunk_tokens: int = 0
     """Tokens per chunk of the fused head + cross-entropy; 0 = as many as keep a chunk's fp32
     logits within executor.loss.CHUNK_LOGIT_BYTES."""
+    fsdp_one_replica_on_cpu: bool = False
+    """Wrap FSDP2 over the one-rank mesh at dp*cp = 1 on a CPU too. It is there for the bf16 compute copies
+    of `bf16-params`, which a CPU run (fp32) does not make, so it is off on a CPU by default: there it only
+    added host work (its per-block hooks every micro-batch, the gradients' copy-out): 1.84x and 2.25x the
+    plain loop's CPU time per step against 1.13x without it (docs/executor.md, Host time). The tests turn
+    it on to run the GPU's code path on a CPU."""
     fp8_recipe: str = ""
     """fp8 plans: torchao's scaling, "tensorwise" or "rowwise"; "" = the plan's framework's
     (rowwise for `autoplan+fp8-rowwise`, else tensorwise). Recorded in the run's `runtime`."""

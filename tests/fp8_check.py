@@ -38,7 +38,8 @@ MOE = ModelSpec("tiny-moe", 2, 64, 4, 2, 128, 256, num_experts=4, num_experts_pe
 """The same attention, a MoE MLP in every layer: its 8 attention linears run in fp8, the router and the
 4 experts' grouped weights in the compute dtype (executor/fp8.py)."""
 GLOBAL_BATCH, SEQ_LEN = 8, 32
-OPTIONS = RunOptions(steps=4, warmup_steps=1, lr=1e-2, out="", log_every=100, loss_chunk_tokens=16)
+OPTIONS = RunOptions(steps=4, warmup_steps=1, lr=1e-2, out="", log_every=100, loss_chunk_tokens=16,
+                     fsdp_one_replica_on_cpu=True)  # the GPU's code path at dp*cp = 1, as before
 SINGLE = [("reference", "bf16", "autoplan", {}), ("tensorwise", "fp8", "autoplan", {}),
           ("rowwise", "fp8", "autoplan+fp8-rowwise", {}),
           ("moe-reference", "bf16", "autoplan", {}, MOE), ("moe-tensorwise", "fp8", "autoplan", {}, MOE)]

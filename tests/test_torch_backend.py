@@ -47,7 +47,7 @@ SHARED_MOE = replace(MOE, name="tiny-moe-shared", num_layers=3, shared_expert_ff
 GLOBAL_BATCH, SEQ_LEN = 8, 32
 # 16-token chunks: the fused head + loss runs over 2-16 chunks per micro-batch.
 OPTIONS = RunOptions(steps=3, warmup_steps=1, lr=1e-2, warmup=0, grad_clip=1.0, out="", log_every=100,
-                     loss_chunk_tokens=16)
+                     loss_chunk_tokens=16, fsdp_one_replica_on_cpu=True)  # the GPU's code path at dp*cp = 1
 CPU_SPEEDUPS = ("bf16-params", "chunked-loss", "native-gqa", "rope-compute-dtype")
 """The speed-ups that change what a CPU run executes (the others are CUDA only)."""
 
@@ -393,5 +393,6 @@ def test_compiled_blocks_train_like_eager_ones():
     (compiled,) = run_many([doc], OPTIONS.replace(nproc=1, compile=True))
     assert compiled.status == "ok" and compiled.extra["runtime"]["compiled_blocks"], compiled.error
     assert not eager.extra["runtime"]["compiled_blocks"]
+    assert eager.extra["runtime"]["fsdp"] and compiled.extra["runtime"]["fsdp"]  # fsdp_one_replica_on_cpu
     assert close_enough(compiled.losses, eager.losses, LOSS_RTOL)
     assert grad_norms_close(compiled.extra["grad_norms"], eager.extra["grad_norms"])

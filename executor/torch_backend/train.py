@@ -103,6 +103,8 @@ class PlanRunner:
         self.models = [build_stage(spec, i, layer_counts, kernels) if plan.pp > 1 else build_model(spec, kernels=kernels)
                        for i in self.stage_ids]
         self.fsdp, bf16_copies = compute_mode(plan, spec, options.uses("bf16-params"))
+        if self.fsdp and self.num_replicas == 1 and device.type != "cuda" and not options.fsdp_one_replica_on_cpu:
+            self.fsdp = False  # one replica on a CPU: fp32, so FSDP2 would cast nothing (RunOptions says more)
         self.fp8_recipe = fp8.recipe_for(doc, options)
         self.fp8_all_gather = fp8.float8_all_gather(
             self.fp8_recipe, self.fsdp and plan.zero_stage > 0 and plan.dp * plan.cp > 1)
@@ -222,12 +224,14 @@ class PlanRunner:
             expert_parallel.divide_expert_grads(self.expert_params, self.num_replicas)
         # Always measured (and recorded): unlike the loss under AdamW, it is sensitive to the scale
         # of the gradients, so the tests catch a missing average over replicas with it.
-        self.grad_norm = self._clip_grad_norm(self.options.grad_clip)
+        grad_norm = self._clip_grad_norm(self.options.grad_clip)
         for opt in self._all_optimizers():
             opt.step()
         if self.fp8_all_gather:
             fp8.precompute_scales(self.models)
-        return self._global_loss(loss)
+        mean_loss = self._global_loss(loss)  # the step's one wait for the device
+        self.grad_norm = grad_norm.item()  # computed long before: no second wait
+        return mean_loss
 
     def _all_optimizers(self) -> list:
         return [opt for chunk in self.optimizers for opt in chunk]
@@ -269,10 +273,12 @@ class PlanRunner:
             return torch.zeros((), device=self.device)
         return torch.stack([l.detach().float() for l in losses]).sum()  # each already divided by their count
 
-    def _clip_grad_norm(self, max_norm: float) -> float:
+    def _clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         """Global L2 norm over every rank's gradients (DTensors grouped by mesh, plus plain tensors,
         then summed over pipeline ranks), and every gradient scaled by min(1, max_norm/norm) unless
-        max_norm is 0. Returns the norm before clipping."""
+        max_norm is 0. Returns the norm before clipping, on the device: the scale is applied there
+        (torch.nn.utils.clip_grad_norm_'s rule), so the host queues the optimizer step without
+        waiting for the backward to finish."""
         from torch.distributed.tensor import DTensor
 
         from torch.distributed.tensor import Replicate
@@ -293,11 +299,13 @@ class PlanRunner:
         squared += self._squared_norm([p.grad for p in params if id(p) not in experts])
         if self.dims.pp > 1:
             dist.all_reduce(squared, group=self.mesh["pp"].get_group())
-        total = squared.sqrt().item()
-        if max_norm > 0:
-            coef = min(1.0, max_norm / (total + 1e-6))
-            for g in grads:
-                g.mul_(coef)
+        total = squared.sqrt()
+        if max_norm > 0 and grads:
+            coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+            # One for-each multiply over the local tensors: a shard scales as its whole tensor does,
+            # and a DTensor's own mul_ would pay DTensor's dispatch once per gradient (measured on
+            # CPU: the clip took more host time than the plain loop's whole clip_grad_norm_).
+            torch._foreach_mul_([g.to_local() if isinstance(g, DTensor) else g for g in grads], coef)
         return total
 
     def _squared_norm(self, grads: list) -> torch.Tensor:
@@ -318,7 +326,8 @@ class PlanRunner:
         stage, tp rank 0; equal token counts), divided by dp*cp."""
         owner = self.is_last_stage and self.rank["tp"] == 0
         value = (loss.detach().float() if owner else torch.zeros((), device=self.device)).reshape(1).clone()
-        dist.all_reduce(value)
+        if dist.get_world_size() > 1:  # one rank: nothing to add (gloo would still hand it to a thread)
+            dist.all_reduce(value)
         return value.item() / self.num_replicas
 
     def allocator_peaks(self) -> dict:
