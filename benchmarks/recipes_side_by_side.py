@@ -28,7 +28,8 @@ from recipes_table import RECIPES, Recipe  # noqa: E402
 
 from autoplan.inputs.catalog import resolve_model  # noqa: E402
 from autoplan.inputs.clusters import resolve_cluster  # noqa: E402
-from autoplan.planning.planner import PlanRequest, plan_search, score_one  # noqa: E402
+from autoplan.planning.nearest import nearest_fitting  # noqa: E402
+from autoplan.planning.planner import PlanRequest, make_estimator, plan_search, score_one  # noqa: E402
 from autoplan.planning.space import SearchSpace  # noqa: E402
 from autoplan.planning.training_shape import training_shape  # noqa: E402
 from autoplan.rendering.render import plan_line  # noqa: E402
@@ -90,6 +91,9 @@ class SideBySide:
     pick: object = None
     pick_error: str = ""
     outside: tuple = ()
+    fitted: object = None
+    """For a recipe predicted not to fit: the nearest plan that does (what `autoplan estimate` suggests:
+    its memory levers first, then tp/pp/sp, then vpp), None when none does or the recipe fits."""
 
 
 def compare(recipe: Recipe) -> SideBySide:
@@ -101,6 +105,10 @@ def compare(recipe: Recipe) -> SideBySide:
                                allow_tp_across_nodes=False, framework=recipe.framework)
     except InfeasiblePlan as exc:
         row.refusal = f"{exc.reason}: {exc}"
+    if row.scored is not None and not row.scored.estimate.fits:
+        estimator = make_estimator(problem.model, problem.training, problem.cluster, problem.profile,
+                                   framework=recipe.framework)
+        row.fitted = nearest_fitting(problem.model, problem.training, problem.cluster, estimator, plan)
     try:
         row.pick = plan_search(PlanRequest(model=recipe.model, num_gpus=recipe.num_gpus, gpu=recipe.gpu,
                                            global_batch_size=recipe.global_batch, seq_len=recipe.seq_len,
@@ -145,6 +153,9 @@ def print_text(row: SideBySide) -> None:
     print(f"           {row.refusal or _figures(row.scored.estimate)}")
     if row.outside:
         print(f"           outside the search space: {', '.join(row.outside)}")
+    if row.fitted is not None:
+        print(f"   fitted  {plan_line(row.fitted.scored.plan.to_dict())} (the recipe's nearest plan that fits)")
+        print(f"           {_figures(row.fitted.scored.estimate)}")
     if row.pick is None:
         print(f"   pick    none: {row.pick_error}")
         return
@@ -175,6 +186,9 @@ def markdown(rows: list) -> str:
         recipe_figs = [row.refusal, "", "", ""] if row.refusal else _md_figures(row.scored.estimate)
         lines.append(f"| {r.key} | {problem} | recipe | `{plan_line(row.plan.to_dict())}` | "
                      + " | ".join(recipe_figs) + " |")
+        if row.fitted is not None:
+            lines.append(f"| | | recipe made to fit | `{plan_line(row.fitted.scored.plan.to_dict())}` | "
+                         + " | ".join(_md_figures(row.fitted.scored.estimate)) + " |")
         pick_figs = ([row.pick_error, "", "", ""] if row.pick is None else _md_figures(row.pick.estimate))
         pick_plan = "" if row.pick is None else f"`{plan_line(row.pick.plan.to_dict())}`"
         lines.append(f"| | {verdict(row)} | pick | {pick_plan} | " + " | ".join(pick_figs) + " |")

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autoplan.specs import ParallelPlan
+
+DEFAULT_PLAN = ParallelPlan()
+
 MLM = "NVIDIA/Megatron-LM"
 BRIDGE = "NVIDIA-NeMo/Megatron-Bridge"
 TITAN = "pytorch/torchtitan"
@@ -47,6 +51,23 @@ class Recipe:
     dtype: str = "bf16"
     assumed: str = ""
     """What the source leaves open, or states in terms autoplan has no knob for, and what was taken."""
+
+
+PLAN_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel", "zero_stage", "micro_batch_size",
+              "recompute", "recompute_num_layers", "recompute_modules")
+
+
+def from_published(key: str, family: str, run_id: str, source: str, model: str, framework: str,
+                   assumed: str = "") -> Recipe:
+    """A recipe whose layout is already a row of cost_model/data/published_runs.csv: its GPUs, batch,
+    sequence, precision and knobs read from there (written once), never its measured figures."""
+    from cost_model.published import load_published_runs
+
+    run = next(r for r in load_published_runs() if r.id == run_id)
+    knobs = {k: getattr(run.plan, k) for k in PLAN_KNOBS if getattr(run.plan, k) != getattr(DEFAULT_PLAN, k)}
+    return Recipe(key, family, f"{source} (published_runs.csv {run_id}'s plan columns)", model, run.cluster.name,
+                  run.cluster.num_gpus, run.training.global_batch_size, run.training.seq_len, framework, knobs,
+                  run.training.dtype, assumed)
 
 
 RECIPES = (
@@ -97,13 +118,9 @@ RECIPES = (
            dict(tp=2, pp=16, ep=64, etp=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1),
            assumed="Its hand-written pipeline layout (embedding and MTP as stages of their own) is "
                    "costed as autoplan's even split of the 61 layers; the MTP layer is not modelled."),
-    Recipe("moe-modelzoo-qwen3-235b", "moe",
-           "yanring/Megatron-MoE-ModelZoo best_practice/Qwen3 @b0b92ff329 (H100 layout; "
-           "cost_model/data/published_runs.csv MOEZOO-q3235b-01's plan columns)",
-           "qwen3-235b-a22b", "h100-80gb", 256, 2048, 4096, "megatron-core",
-           dict(tp=2, pp=8, vpp=4, ep=32, etp=1, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
-                recompute="selective"),
-           assumed="Expert TP 1 (parallel folding), as the model zoo runs Qwen3 MoE."),
+    from_published("moe-modelzoo-qwen3-235b", "moe", "MOEZOO-q3235b-01",
+                   "yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md @b0b92ff329 (H100 layout, run_235b.sh)",
+                   "qwen3-235b-a22b", "megatron-core"),
     Recipe("torchtitan-llama3-8b", "dense",
            f"{TITAN} torchtitan/models/llama3/train_configs/llama3_8b.toml @{TITAN_TOML[:10]} (lines 1, 31-59)",
            "llama-3-8b", "a100-80gb", 64, 64, 8192, "torchtitan",
@@ -138,28 +155,27 @@ RECIPES = (
            dict(zero_stage=3, micro_batch_size=4, recompute="full", recompute_num_layers=96), dtype="fp16",
            assumed="NODES=1 in the script (8 GPUs cannot hold 175B under ZeRO-3 without the CPU offload the "
                    "script comments on): 16 nodes of 8 A100 80GB, global batch = GPN x MICRO_BATCH x NODES."),
-    Recipe("bigscience-bloom-176b", "dense",
-           "bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm @003b25057e "
-           "(#SBATCH --nodes=48, TP_SIZE..SEQ_LEN, --checkpoint-activations, ZERO_STAGE)",
-           "bloom-176b", "a100-80gb", 384, 2048, 2048, "megatron-deepspeed",
-           dict(tp=4, pp=12, zero_stage=1, micro_batch_size=2, recompute="full", recompute_num_layers=6),
-           assumed="ZERO_STAGE=0 in the script, whose comment says DeepSpeed's bf16 optimizer 'implements its own "
-                   "zero stage 1 equivalent': ZeRO-1."),
+    from_published("bigscience-bloom-176b", "dense", "BLOOM-176B-prod",
+                   "bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm @003b25057e "
+                   "(#SBATCH --nodes=48, TP_SIZE..SEQ_LEN, --checkpoint-activations, ZERO_STAGE)",
+                   "bloom-176b", "megatron-deepspeed",
+                   assumed="ZERO_STAGE=0 in the script, whose comment says DeepSpeed's bf16 optimizer 'implements "
+                           "its own zero stage 1 equivalent': ZeRO-1."),
     Recipe("deepseek-v3-report", "moe",
-           "DeepSeek-V3 technical report arXiv:2412.19437 sec. 3.2 (16-way PP, 64-way EP over 8 nodes, "
-           "ZeRO-1 DP, no TP) and sec. 4.2 (batch 15,360 sequences of 4,096)",
+           "DeepSeek-V3 technical report arXiv:2412.19437 sec. 3.1 (2,048 H800), 3.2 (16-way PP, 64-way EP "
+           "spanning 8 nodes, ZeRO-1 DP, no TP), 3.2.3 (RMSNorm and MLA up-projections recomputed), 3.3 (FP8 "
+           "training), 4.2 (batch 15,360 sequences of 4K)",
            "deepseek-v3", "h100-80gb", 2048, 15360, 4096, "megatron-core",
            dict(tp=1, pp=16, ep=64, etp=1, zero_stage=1, micro_batch_size=1, recompute="selective",
-                recompute_modules=("layernorm", "mla_up_proj")),
-           assumed="H800 (NVLink 400 GB/s) costed as h100-80gb (900 GB/s); their HAI-LLM with DualPipe costed "
-                   "as Megatron-Core 1F1B; micro-batch not published (1); sec. 3.3.3 recomputes RMSNorm and "
-                   "the MLA up-projections = recompute_modules layernorm mla_up_proj."),
-    Recipe("mlperf-llama31-405b", "dense",
-           "mlcommons/training_results_v5.0 NVIDIA/benchmarks/llama31_405b/implementations/"
-           "eos-dfw_n64_ngc25.01_nemo/config_DGXH100_64x8x288xtp8pp8cp2.sh @0fdc28f013 "
-           "(published_runs.csv MLPERF-v50-nv405-n64-01's plan columns)",
-           "llama-3-405b", "h100-80gb", 512, 1152, 8192, "megatron-core+tp-comm-overlap",
-           dict(tp=8, pp=8, vpp=8, cp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1), dtype="fp8",
-           assumed="Llama 3.1 405B's published layout (the paper's Table 4 is kept aside); MLPerf's 32k "
-                   "vocabulary costed as the catalog's 128k."),
+                recompute_modules=("layernorm", "mla_up_proj")), dtype="fp8",
+           assumed="H800 costed as h100-80gb (same matmul peak; the report's NVLink is 160 GB/s against the "
+                   "profile's 450); their HAI-LLM with DualPipe costed as Megatron-Core 1F1B; their block-wise "
+                   "FP8 as autoplan's fp8; micro-batch not published (1)."),
+    from_published("mlperf-llama31-405b", "dense", "MLPERF-v50-nv405-n64-01",
+                   "mlcommons/training_results_v5.0 NVIDIA/benchmarks/llama31_405b/implementations/"
+                   "eos-dfw_n64_ngc25.01_nemo/config_DGXH100_64x8x288xtp8pp8cp2.sh @0fdc28f013",
+                   "llama-3-405b", "megatron-core+tp-comm-overlap",
+                   assumed="Llama 3.1 405B's published layout (the paper's Table 4 is kept aside); MLPerf's 32k "
+                           "vocabulary costed as the catalog's 128k; FP8_PARAMS=True (weights kept in fp8 only) "
+                           "has no knob in autoplan."),
 )
