@@ -115,6 +115,11 @@ def compare(recipe: Recipe) -> SideBySide:
                                            dtype=recipe.dtype, framework=recipe.framework)).best
     except AutoplanError as exc:
         row.pick_error = str(exc)
+        return row
+    # The pick must run where the recipe runs: the rules every plan obeys and the framework's own
+    # (the search already keeps to both; said here so that a search that stopped would show).
+    row.pick.plan.check(problem.model, problem.training, problem.cluster)
+    get_framework(recipe.framework).check(problem.model, problem.training, row.pick.plan)
     return row
 
 
