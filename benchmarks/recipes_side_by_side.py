@@ -33,7 +33,7 @@ from autoplan.planning.planner import PlanRequest, make_estimator, plan_search, 
 from autoplan.planning.space import SearchSpace  # noqa: E402
 from autoplan.planning.training_shape import training_shape  # noqa: E402
 from autoplan.rendering.render import plan_line  # noqa: E402
-from autoplan.specs import AutoplanError, InfeasiblePlan, ParallelPlan, get_framework  # noqa: E402
+from autoplan.specs import AutoplanError, InfeasiblePlan, ParallelPlan, get_framework, resolve_headroom  # noqa: E402
 
 GIB = 2 ** 30
 NUM_TERMS = 4
@@ -45,6 +45,9 @@ class Problem:
     training: object
     cluster: object
     profile: object
+    headroom_bytes: int
+    """The default memory margin `autoplan search` and `estimate` keep free (autoplan.specs.headroom):
+    the recipe and the pick are judged against the same usable memory."""
 
 
 def problem_of(recipe: Recipe) -> Problem:
@@ -52,7 +55,8 @@ def problem_of(recipe: Recipe) -> Problem:
     model = resolve_model(recipe.model)
     cluster, profile = resolve_cluster(recipe.num_gpus, recipe.gpu)
     training, _ = training_shape(model, cluster, recipe.seq_len, recipe.global_batch, recipe.dtype)
-    return Problem(model, training, cluster, profile)
+    return Problem(model, training, cluster, profile,
+                   resolve_headroom(None, profile.memory_capacity_bytes, cluster.name))
 
 
 def plan_of(recipe: Recipe) -> ParallelPlan:
@@ -102,12 +106,13 @@ def compare(recipe: Recipe) -> SideBySide:
     row = SideBySide(recipe, plan, outside=tuple(outside_space(recipe, problem, plan)))
     try:
         row.scored = score_one(problem.model, problem.training, problem.cluster, problem.profile, plan,
-                               allow_tp_across_nodes=False, framework=recipe.framework)
+                               allow_tp_across_nodes=False, framework=recipe.framework,
+                               memory_headroom_bytes=problem.headroom_bytes)
     except InfeasiblePlan as exc:
         row.refusal = f"{exc.reason}: {exc}"
     if row.scored is not None and not row.scored.estimate.fits:
         estimator = make_estimator(problem.model, problem.training, problem.cluster, problem.profile,
-                                   framework=recipe.framework)
+                                   framework=recipe.framework, memory_headroom_bytes=problem.headroom_bytes)
         row.fitted = nearest_fitting(problem.model, problem.training, problem.cluster, estimator, plan)
     try:
         row.pick = plan_search(PlanRequest(model=recipe.model, num_gpus=recipe.num_gpus, gpu=recipe.gpu,
@@ -144,7 +149,8 @@ def verdict(row: SideBySide) -> str:
 
 def _figures(e) -> str:
     return (f"{e.step_time_s:9.2f} s  {e.tokens_per_s_per_gpu:8,.0f} tok/s/GPU  MFU {e.mfu:5.1%}  "
-            f"{e.peak_memory_bytes / GIB:6.1f} GiB {'fits' if e.fits else 'DOES NOT FIT'}")
+            f"{e.peak_memory_bytes / GIB:6.1f} GiB {'fits' if e.fits else 'DOES NOT FIT'} "
+            f"({e.usable_memory_bytes / GIB:.1f} usable)")
 
 
 def print_text(row: SideBySide) -> None:
@@ -177,7 +183,7 @@ def print_text(row: SideBySide) -> None:
 
 def _md_figures(e) -> list:
     return [f"{e.step_time_s:.2f}", f"{e.tokens_per_s_per_gpu:,.0f}", f"{e.mfu:.1%}",
-            f"{e.peak_memory_bytes / GIB:.1f}" + ("" if e.fits else " (no fit)")]
+            f"{e.peak_memory_bytes / GIB:.1f}" + ("" if e.fits else f" (> {e.usable_memory_bytes / GIB:.1f})")]
 
 
 def markdown(rows: list) -> str:
