@@ -54,6 +54,14 @@ def test_every_recipe_builds_a_plan_the_structural_rules_accept(recipe):
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.key)
+def test_no_framework_rule_refuses_a_published_recipe(recipe):
+    """These layouts ran (or are their framework's own recipes): a framework rule that refused one
+    would keep users from plans their framework runs. (Whether each fits is the script's finding.)"""
+    problem = side.problem_of(recipe)
+    get_framework(recipe.framework).check(problem.model, problem.training, side.plan_of(recipe))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r.key)
 def test_every_recipe_cites_a_file_at_a_commit_or_a_paper(recipe):
     """Where the knobs were read: a repository path with a commit, or an arXiv paper's section."""
     assert re.search(r"@[0-9a-f]{7,40}\b", recipe.source) or re.search(r"arXiv:\d{4}\.\d{4,5} sec\.", recipe.source)
