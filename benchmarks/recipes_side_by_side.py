@@ -218,6 +218,18 @@ def markdown(rows: list) -> str:
     return "\n".join(lines)
 
 
+def summary(rows: list) -> str:
+    """The issue's contract in one line: of the recipes that run (no rule refuses them, they fit), how
+    many the pick is predicted at least as fast as; and the ones that do not fit or are refused."""
+    running = [r for r in rows if r.scored is not None and r.scored.estimate.fits and r.pick is not None]
+    slower = [r.recipe.key for r in running if r.pick.estimate.step_time_s > r.scored.estimate.step_time_s]
+    not_fit = [r.recipe.key for r in rows if r.scored is not None and not r.scored.estimate.fits]
+    refused = [r.recipe.key for r in rows if r.refusal]
+    return (f"pick at least as fast as {len(running) - len(slower)} of the {len(running)} recipes that fit"
+            + (f" (slower than: {', '.join(slower)})" if slower else "")
+            + f"; predicted not to fit: {', '.join(not_fit) or 'none'}; refused by a rule: {', '.join(refused) or 'none'}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("keys", nargs="*", help="recipe keys (default: every recipe)")
@@ -234,9 +246,11 @@ def main(argv=None) -> int:
                                 cwd=Path(__file__).parent).stdout.strip()
         print(f"<!-- benchmarks/recipes_side_by_side.py --markdown at commit {commit} -->")
         print(markdown(rows))
+        print(f"\n{summary(rows)}.")
     else:
         for row in rows:
             print_text(row)
+        print(summary(rows))
     return 0
 
 

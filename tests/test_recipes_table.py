@@ -92,3 +92,16 @@ def test_outside_space_names_the_recompute_modules_the_search_never_tries():
     assert side.outside_space(recipe, problem, plan) == ["recompute_modules=layernorm mla_up_proj"]
     plain = next(r for r in RECIPES if r.key == "torchtitan-llama3-8b")
     assert side.outside_space(plain, side.problem_of(plain), side.plan_of(plain)) == []
+
+
+def test_the_summary_counts_the_recipes_that_fit_and_names_the_rest():
+    """Worked rows: recipes that fit and lose, win, tie (the pick is then as fast), and one that does not fit."""
+    from types import SimpleNamespace as NS
+
+    def row(key, recipe_s, fits, pick_s):
+        return NS(recipe=NS(key=key), refusal="", pick=NS(estimate=NS(step_time_s=pick_s)),
+                  scored=NS(estimate=NS(step_time_s=recipe_s, fits=fits)))
+
+    rows = [row("a", 2.0, True, 1.0), row("b", 1.0, True, 1.5), row("c", 0.5, False, 1.0), row("d", 1.0, True, 1.0)]
+    assert side.summary(rows) == ("pick at least as fast as 2 of the 3 recipes that fit (slower than: b); "
+                                  "predicted not to fit: c; refused by a rule: none")
