@@ -132,7 +132,7 @@ def term_deltas(recipe_terms: dict, pick_terms: dict, scale: float = 1.0) -> lis
     """(term, recipe - pick) for every term, largest magnitude first."""
     names = set(recipe_terms) | set(pick_terms)
     deltas = [(k, (recipe_terms.get(k, 0.0) - pick_terms.get(k, 0.0)) / scale) for k in names]
-    return sorted((d for d in deltas if abs(d[1]) > 0), key=lambda d: -abs(d[1]))
+    return sorted((d for d in deltas if abs(d[1]) > 0), key=lambda d: (-abs(d[1]), d[0]))
 
 
 def verdict(row: SideBySide) -> str:
