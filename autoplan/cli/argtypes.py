@@ -7,6 +7,7 @@ Standard library and autoplan.specs only: every command imports this at start-up
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -256,9 +257,17 @@ def price(text: str) -> float:
 
 def memory_headroom(text: str):
     """--memory-headroom: 2GiB, 512MiB, 3GB, 10% (autoplan.specs.headroom); resolved against the
-    GPU's capacity once the profile is known."""
+    GPU's capacity once the profile is known. A bare number other than 0 is refused: read as GiB it
+    silently gives a user who meant a percentage another plan (issue 53)."""
     from autoplan.specs import AutoplanError, parse_headroom
 
+    try:
+        bare = float(text)  # a number without a unit: GiB to one user, a percentage to another
+    except ValueError:
+        bare = None
+    if bare is not None and math.isfinite(bare) and bare > 0:
+        raise argparse.ArgumentTypeError(f"{text.strip()} has no unit: {text.strip()}GiB or {text.strip()}%? "
+                                         f"write the unit (0 alone means no headroom)")
     try:
         return parse_headroom(text)
     except AutoplanError as exc:

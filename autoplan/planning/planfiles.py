@@ -30,10 +30,47 @@ def load_plan(path, score_missing: bool = True, own_profile: bool = True, framew
         cluster_for_plan_file(doc.cluster, Path(path).parent)
     for line in doc.assumed:
         sys.stderr.write(f"note: {line}\n")
-    if score_missing and not doc.prediction:
+    if score_missing and (not doc.prediction or not doc.prediction_current):
         from autoplan.planning.planner import estimate_document
 
+        why = _why_rescored(doc, path)
         doc, _ = estimate_document(doc, base_dir=Path(path).parent)
-        sys.stderr.write(f"note: plan file {str(path)!r} carries no prediction: scored with today's cost model "
+        sys.stderr.write(f"note: plan file {str(path)!r} {why}: scored with today's cost model "
                          f"(`autoplan estimate {path} -o FILE` writes it down)\n")
+    if score_missing:
+        _rescore_alternatives(doc, path)
     return doc
+
+
+def _why_rescored(doc, path) -> str:
+    """Why the file's own prediction is not used: none, none known to belong, or made for another plan."""
+    if not doc.prediction:
+        return "carries no prediction"
+    if not doc.prediction_for:
+        return "carries a prediction without the hash of the plan it was made for (written before autoplan checked it)"
+    return ("carries a prediction made for another plan (its model, training, cluster, parallel or framework "
+            "section was changed after it was predicted)")
+
+
+def _rescore_alternatives(doc, path) -> None:
+    """The alternatives whose stored prediction is not theirs, re-scored the way the chosen plan is; one
+    that today's rules refuse keeps no prediction (a command that picks it scores or refuses it)."""
+    from dataclasses import replace
+
+    from autoplan.planning.planner import estimate_document
+    from autoplan.specs import AutoplanError, ParallelPlan
+
+    stale = [i for i, alt in enumerate(doc.alternatives) if isinstance(alt, dict) and not doc.alternative_current(alt)]
+    for i in stale:
+        alt = doc.alternatives[i]
+        try:
+            parallel = ParallelPlan.from_dict(alt.get("parallel"), f"alternative {i + 1} parallel")
+            scored, _ = estimate_document(replace(doc, parallel=parallel, alternatives=[]),
+                                          base_dir=Path(path).parent)
+            prediction = scored.prediction
+        except AutoplanError:
+            prediction = {}
+        doc.alternatives[i] = {k: v for k, v in alt.items() if k != "prediction_for"} | {"prediction": prediction}
+    if stale:
+        sys.stderr.write(f"note: plan file {str(path)!r}: {len(stale)} alternative(s) carry a prediction not "
+                         f"known to be theirs: re-scored with today's cost model\n")

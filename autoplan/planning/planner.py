@@ -314,7 +314,7 @@ def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = 
     scored = score_one(doc.model, doc.training, cluster, profile, doc.parallel, allow_tp_across_nodes=True,
                        framework=name, calibration=calibration, memory_headroom_bytes=headroom)
     doc.cluster, doc.framework = cluster, name
-    doc.prediction = scored.estimate.to_prediction()
+    doc.prediction, doc.prediction_for = scored.estimate.to_prediction(), None  # made now, for this plan
     doc.provenance = {**doc.provenance, "cost_model": scored.estimate.cost_model,
                       **({"calibration": calibration_path} if calibration is not None else {})}
     return doc, scored
