@@ -32,7 +32,7 @@ def test_a_mistyped_gpu_gets_a_did_you_mean(capsys, typed, suggested):
 def test_search_counts_add_up_and_every_line_fits_120_columns(capsys):
     assert main(["search", *SMALL]) == 0
     out = capsys.readouterr().out
-    tally = re.search(r"([\d,]+) distinct plans tried = ([\d,]+) run \+ ([\d,]+) rejected:(.*)", out, re.S)
+    tally = re.search(r"([\d,]+) distinct plans tried = ([\d,]+) scored and fit \+ ([\d,]+) rejected:(.*)", out, re.S)
     tried, ran, rejected = (int(tally.group(i).replace(",", "")) for i in (1, 2, 3))
     reasons = sum(int(n.replace(",", "")) for n in re.findall(r"([\d,]+) [a-z_]+", tally.group(4)))
     assert tried == ran + rejected and rejected == reasons and ran > 0

@@ -27,6 +27,9 @@ MAX_SEED = 2**32 - 1  # numpy's RandomState, which Optuna's samplers seed, takes
 # day count or "$inf".
 MAX_TRAIN_TOKENS = 1e15
 """Tokens of one training run: the largest published runs train on ~4e13 (Llama 4, Qwen3: 30-40T)."""
+MIN_TRAIN_TOKENS = 1e6
+"""A quarter of one optimizer step at the default ~4M-token global batch (training_shape): fewer is no
+training run, and its days and GPU-hours print as 0.0 (`cluster --train-tokens 2` answered "0.0 days")."""
 MAX_GPU_HOUR_PRICE = 1e4
 """USD per GPU-hour: cloud H100/B200 list prices are ~2-10."""
 MAX_BUDGET = 1e12
@@ -247,7 +250,12 @@ def _amount(text: str, what: str, upper: float, currency: bool = False) -> float
 
 def token_count(text: str) -> float:
     """--train-tokens: 2e12, 2T, 300B, 15M (base 10), at most MAX_TRAIN_TOKENS."""
-    return _amount(text, "a token count such as 2e12, 2T or 300B", MAX_TRAIN_TOKENS)
+    tokens = _amount(text, "a token count such as 2e12, 2T or 300B", MAX_TRAIN_TOKENS)
+    if tokens < MIN_TRAIN_TOKENS:
+        raise argparse.ArgumentTypeError(f"{text.strip()} tokens is far less than any training run (one optimizer "
+                                         f"step of the default batch is ~4M tokens); give the run's tokens such as "
+                                         f"2T or 300B")
+    return tokens
 
 
 def price(text: str) -> float:
@@ -318,6 +326,13 @@ def framework_name(text: str) -> str:
 
 def days(text: str) -> float:
     """--deadline-days: a positive number of days, whole or not, at most MAX_DAYS."""
+    try:
+        past = ascii_float(text.strip()) <= 0
+    except (ValueError, OverflowError):
+        past = False
+    if past:
+        raise argparse.ArgumentTypeError(f"a deadline of {text.strip()} days from now is already past; give the days "
+                                         f"the run may take, such as 30 or 7.5")
     return _positive(text.strip(), ascii_float, "a positive number of days such as 30 or 7.5", MAX_DAYS, lower=MIN_DAYS)
 
 

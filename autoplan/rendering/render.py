@@ -181,7 +181,8 @@ def pareto_lines(front: list) -> list:
 
 def search_lines(search: dict, width: int = 120) -> list:
     """How the search went, in lines of at most `width` columns; the counts add up: distinct plans
-    tried = plans that run + plans rejected (the rejected ones by reason)."""
+    tried = plans scored that fit (break no rule, within memory) + plans rejected (by reason: a rule,
+    checked before scoring, or out_of_memory, scored)."""
     counts = search.get("rejected", {})
     seed = f", seed {search['seed']}" if search.get("seed") is not None else ""
     extra = "".join(f" + {search[k]} {what}" for k, what in (("num_polish_moves", "polish moves"),
@@ -192,7 +193,7 @@ def search_lines(search: dict, width: int = 120) -> list:
            f"exhaustive, every one of {search['num_trials']:,} plans scored (exact)" if search["sampler"] == "exhaustive"
            else f"{search['sampler']}, {search['num_trials']} trials{extra}{seed}")
     lines = [f"search   {how}, {search['wall_time_s']:.2f} s",
-             f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} run + "
+             f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} scored and fit + "
              f"{sum(counts.values()):,} rejected" + (":" if counts else "")]
     items = [f"{n:,} {tag}" for tag, n in counts.items()]
     for i, item in enumerate(items):  # wrap between reasons, never inside one
