@@ -81,7 +81,9 @@ def headline_lines(prediction: dict) -> list:
 def setup_lines(doc) -> list:
     m, t, c = doc.model, doc.training, doc.cluster
     moe = f", {m.num_experts} experts top-{m.num_experts_per_token}" if m.is_moe else ""
-    return [f"model    {m.name}: {human_count(m.num_params)} params, {m.num_layers} layers, hidden {m.hidden_size}, "
+    # MoE users compare active parameters per token (what a token's FLOPs follow) beside the total.
+    active = f" ({human_count(m.num_active_params)} active)" if m.is_moe else ""
+    return [f"model    {m.name}: {human_count(m.num_params)} params{active}, {m.num_layers} layers, hidden {m.hidden_size}, "
             f"{m.num_heads} heads ({m.num_kv_heads} kv){moe}",
             f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} node{'s' if c.num_nodes > 1 else ''} of {c.gpus_per_node}), profile {c.profile}",
             f"training global batch {t.global_batch_size} x seq {t.seq_len} = {human_count(t.tokens_per_step)} tokens/step, "

@@ -87,7 +87,9 @@ def accuracy_sections(data, out_dir: Path, calibration=None, measurement_paths=(
                 ["Each successful run next to the prediction its plan carried: step time (median of the timed "
                  "steps, warm-up excluded) and peak memory per device, with the signed error "
                  "(predicted - measured) / measured. The last column says whether the run's device and backend "
-                 "are the ones the prediction was made for."], [], rows))
+                 "are the ones the prediction was made for. The tables below re-score each run with today's cost "
+                 "model and score throughput, not step time (a step time predicted 30% short is a throughput "
+                 "43% high); a run whose step time is not compared here is left out of them."], [], rows))
     return sections + [
         Section("Measured vs predicted step time, all rows", notes + [
             "The scatter shows measured (x) against predicted (y) step time; the table scores the predicted "
@@ -232,7 +234,8 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
         if not len(data):
             first = f", the first: {data.skipped[0]}" if data.skipped else ""
             raise AutoplanError(f"no usable measured rows in {', '.join(map(str, measurement_paths))}; "
-                                f"{len(data.skipped)} skipped (failed runs or malformed lines){first}")
+                                f"{len(data.skipped)} skipped (failed runs, malformed lines or step times not "
+                                f"compared){first}")
         if doc is None and data.origins.count("measured"):
             doc, doc_dir = _first_measured_plan(measurement_paths)
     scratch = staging_folder(out)
