@@ -235,3 +235,18 @@ def test_pareto_front_keeps_fitting_undominated_plans():
         {"tokens_per_s": 150, "peak_memory_bytes": 35, "fits": True},   # same speed, more memory
     ]
     assert [(p["tokens_per_s"], p["peak_memory_bytes"]) for p in pareto_front(points)] == [(100, 10), (150, 30)]
+
+
+def test_the_scaling_section_shows_why_its_mfu_moves(built_report):
+    """Issue 53: MFU rising with the GPU count at a fixed batch is the prediction (less recompute once
+    sharding frees memory), so the page lists each count's plan, MFU, HFU and recompute share."""
+    from tests.report_page import Tables
+
+    parser = Tables()
+    parser.feed((built_report / "index.html").read_text())
+    header, *rows = parser.tables["Predicted scaling"]
+    assert header == ["GPUs", "best plan", "predicted tokens/s", "MFU", "HFU", "recompute share of the step"]
+    assert len(rows) >= 2 and [int(r[0]) for r in rows] == sorted(int(r[0]) for r in rows)
+    for row in rows:
+        mfu, hfu = (float(x.rstrip("%")) for x in row[3:5])
+        assert hfu >= mfu and ("recompute=none" not in row[1] or row[5] == "0%"), row

@@ -95,6 +95,13 @@ def _interrupted(command: str) -> int:
     return 130
 
 
+def _drop_plan_notes() -> None:
+    """A refusal is one line: the notes of the plan files it read go unsaid."""
+    planfiles = sys.modules.get("autoplan.planning.planfiles")
+    if planfiles is not None:
+        planfiles.flush_notes(write=False)
+
+
 def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
     """Run one command; returns its exit code (0, 1 for a failed run, 2 for bad input, 130 for Ctrl-C).
 
@@ -119,14 +126,19 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
             parser.print_help()
             return 2
         from autoplan.cli.argtypes import check_command_paths
+        from autoplan.planning.planfiles import flush_notes
 
+        flush_notes(write=False)  # an earlier in-process call's
         check_command_paths(args)  # outputs refused before any work: devices, folders, inputs
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        flush_notes()  # what reading its plan files assumed or re-scored, now that it has answered
+        return code
     except KeyboardInterrupt:
         return _interrupted(command)
     except AutoplanError as exc:
         if _Interrupt.seen:
             return _interrupted(command)
+        _drop_plan_notes()
         sys.stderr.write(one_line(f"autoplan {command}: error: {exc}") + "\n")
         return 2
     except BrokenPipeError:

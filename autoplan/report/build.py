@@ -170,7 +170,8 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
     pareto = plots.pareto_plot(out_dir / "pareto.png", points, chosen.memory_capacity_bytes, _point(chosen),
                                title=f"Predicted, {result.sampler} search: {len(points):,} plans of {_model_name(doc)} on "
                                      f"{doc.cluster.num_gpus} x {doc.cluster.name}")
-    counts, tps, mfu = [], [], []
+    counts, tps, mfu, scaled = [], [], [], [["GPUs", "best plan", "predicted tokens/s", "MFU", "HFU",
+                                              "recompute share of the step"]]
     for factor in scaling_factors:
         n = doc.cluster.num_gpus * factor
         if n < 1 or n != int(n):
@@ -179,7 +180,10 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
         stage(f"scaling: the best plan on {n} GPUs")
         best = search_plans(doc, profile, calibration, n).best
         if best is not None:
-            counts.append(n), tps.append(best.estimate.tokens_per_s), mfu.append(best.estimate.mfu)
+            e = best.estimate
+            counts.append(n), tps.append(e.tokens_per_s), mfu.append(e.mfu)
+            scaled.append([n, plan_line(best.plan.to_dict()), tables.count(e.tokens_per_s), f"{e.mfu:.1%}",
+                           f"{e.hfu:.1%}", f"{e.time_breakdown_s.get('recompute', 0.0) / e.step_time_s:.0%}"])
     sections = [
         Section("Predicted: chosen plan and alternatives", ["The plan and its alternatives (the plan file's, else the search's "
                                                  "next best), scored by the cost model used for this report. Time "
@@ -194,9 +198,12 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
     if len(counts) >= 2:
         curve = plots.scaling_curve(out_dir / "scaling.png", counts, tps, mfu,
                                     title=f"Predicted best plan of {_model_name(doc)} (global batch {doc.training.global_batch_size})")
-        sections.append(Section("Predicted scaling", ["The fastest plan that fits at each GPU count, same global batch "
-                                            "(strong scaling); dotted: linear scaling from the smallest count."],
-                                [Path(curve).name]))
+        sections.append(Section("Predicted scaling", [
+            "The fastest plan that fits at each GPU count, same global batch (strong scaling); dotted: linear "
+            "scaling from the smallest count. MFU may rise with the count at a fixed batch, and that is the "
+            "prediction, not the plot: sharding over more GPUs frees memory, so the best plan recomputes fewer "
+            "layers, and recomputation takes step time without counting as model FLOPs (HFU counts it)."],
+            [Path(curve).name], scaled))
     return sections
 
 
