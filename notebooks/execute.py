@@ -1,0 +1,71 @@
+"""Execute the shipped notebooks top to bottom on this interpreter and save them with their outputs,
+so a reader on the web sees the figures and tables (issue 53). `make test` does it (tests/
+test_notebooks.py); by hand:
+
+    PYTHONPATH=. python notebooks/execute.py [NAME.ipynb ...]
+
+Cell timings are not recorded, so a notebook whose results did not change is rewritten unchanged.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+NOTEBOOKS = Path(__file__).resolve().parent
+NAMES = ("predicted_vs_measured.ipynb", "plan_report.ipynb")
+KERNEL = "autoplan-notebook-python"
+
+
+def kernel_spec(folder: Path) -> str:
+    """A kernelspec under `folder` that runs *this* interpreter (the venv's), whatever kernels the
+    machine has; JUPYTER_PATH must name `folder` while it is used."""
+    spec_dir = folder / "kernels" / KERNEL
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "autoplan notebook python", "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    return KERNEL
+
+
+def execute(name: str, kernel_name: str, timeout_s: int = 300):
+    """The notebook `name` executed (its outputs filled in), not yet saved."""
+    import nbclient
+    import nbformat
+
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    client = nbclient.NotebookClient(notebook, kernel_name=kernel_name, timeout=timeout_s, record_timing=False,
+                                     resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.execute()
+    return notebook
+
+
+def save(notebook, name: str) -> None:
+    """Written through a temporary file and a rename: an interrupted save leaves the old notebook."""
+    import nbformat
+
+    path = NOTEBOOKS / name
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        nbformat.write(notebook, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def main(argv=None) -> int:
+    names = (argv if argv is not None else sys.argv[1:]) or list(NAMES)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    with tempfile.TemporaryDirectory(prefix="autoplan-jupyter-") as folder:
+        os.environ["JUPYTER_PATH"] = folder
+        kernel = kernel_spec(Path(folder))
+        for name in names:
+            save(execute(name, kernel), name)
+            print(f"executed and saved notebooks/{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
