@@ -250,3 +250,23 @@ def test_the_scaling_section_shows_why_its_mfu_moves(built_report):
     for row in rows:
         mfu, hfu = (float(x.rstrip("%")) for x in row[3:5])
         assert hfu >= mfu and ("recompute=none" not in row[1] or row[5] == "0%"), row
+
+
+@pytest.mark.slow  # a second process, killed
+def test_sigterm_during_a_report_leaves_no_temporary_folder(runs, tmp_path):
+    """Issue 53: a scheduler's TERM ends the report through its cleanup (before: `.report.*.tmp` stayed)."""
+    import signal
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "autoplan", "report", str(runs), "-o", str(tmp_path / "report")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not list(tmp_path.glob(".report.*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".report.*")), "the report never started drawing"
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not list(tmp_path.glob(".report.*")) and not (tmp_path / "report").exists(), err

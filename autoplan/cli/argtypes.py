@@ -290,8 +290,9 @@ def add_memory_headroom(group) -> None:
                             "counts the CUDA context and allocator overhead; a plan file: its own)")
 
 
-def check_storage_url(url: str) -> None:
-    """An Optuna storage URL that SQLAlchemy can parse and, for SQLite, whose folder exists."""
+def check_storage_url(url: str) -> str:
+    """An Optuna storage URL that SQLAlchemy can parse and, for SQLite, whose folder exists; returned
+    with a SQLite file's `~` expanded (sqlite:///~/s.db: SQLite itself would look for a folder "~")."""
     from autoplan.specs import AutoplanError
 
     if not url.strip():
@@ -300,17 +301,20 @@ def check_storage_url(url: str) -> None:
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
     except ImportError:  # Optuna will say what it needs
-        return
+        return url
     try:
         parsed = make_url(url)
     except ArgumentError:
         raise AutoplanError(f"--storage {url!r} is not a database URL; use e.g. sqlite:///plans.db "
                             f"(a file next to you) or postgresql://user@host/db") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        folder = Path(parsed.database).expanduser().parent
-        if not folder.is_dir():
-            raise AutoplanError(f"--storage {url!r}: the folder {str(folder)!r} does not exist; create it "
+        database = Path(parsed.database).expanduser()
+        if not database.parent.is_dir():
+            raise AutoplanError(f"--storage {url!r}: the folder {str(database.parent)!r} does not exist; create it "
                                 f"or point the URL at an existing folder")
+        if str(database) != parsed.database:
+            return parsed.set(database=str(database)).render_as_string(hide_password=False)
+    return url
 
 
 def framework_name(text: str) -> str:

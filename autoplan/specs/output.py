@@ -230,10 +230,31 @@ def append_output(path, text: str, inputs=(), flag: str | None = None) -> None:
         sys.stdout.flush()
         return
     try:
-        with open(resolve_target(path), "a", encoding="utf-8") as f:
-            f.write(text)
+        _append_whole(resolve_target(path), text.encode("utf-8"))
     except OSError as exc:
-        raise AutoplanError(f"cannot append to {_quote(path)}: {exc.strerror or exc}") from None
+        raise AutoplanError(f"cannot append to {_quote(path)}: {exc.strerror or exc}; nothing was appended") from None
+
+
+def _append_whole(target: Path, data: bytes) -> None:
+    """All or nothing: one write() at the end of the file (O_APPEND), and a short one (a full disk, a
+    file-size limit) cut back off, so a JSONL file never keeps half a line; a file this call created
+    and left empty is removed."""
+    existed = target.exists()
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        written = 0
+        try:
+            written = os.write(fd, data)
+        finally:
+            if written < len(data):  # short (or raised after part of it): remove our part, at the end
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
+        if written < len(data):
+            raise OSError(f"only {written} of {len(data)} bytes could be written (a full disk or a file-size "
+                          f"limit)")
+    finally:
+        os.close(fd)
+        if not existed and target.exists() and target.stat().st_size == 0:
+            target.unlink()
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
