@@ -617,6 +617,21 @@ def stale_cases(base: dict) -> list:
     return cases
 
 
+# -- a stored study reused (issue 53) -------------------------------------------------------------------------
+def storage_cases(base: dict) -> list:
+    """A study stored by a TPE search of the small model, resumed with another sampler or framework:
+    one line naming --study-name (before: an Optuna traceback, and a silent resume)."""
+    storage = ["--storage", "sqlite:///{d}/s.db", "--study-name", "x"]
+    bad = [("storage_other_sampler", ["search", *SMALL, "--trials", "5", "--sampler", "nsga2", *storage],
+            ("--study-name",)),
+           ("storage_other_framework", ["search", *SMALL, "--trials", "5", "--framework", "deepspeed", *storage],
+            ("--study-name",))]
+    cases = [H("storage", label, argv, "bad", words, files={"s.db": base["study_db"]}) for label, argv, words in bad]
+    cases.append(H("storage", "storage_same_problem", ["search", *SMALL, "--trials", "5", *storage], "edge",
+                   files={"s.db": base["study_db"]}))
+    return cases
+
+
 # -- running and classifying -------------------------------------------------------------------------------
 def _check_file(case: H, folder: Path) -> bool:
     language, name = case.check
@@ -684,12 +699,15 @@ def base_documents(folder: Path) -> dict:
                "-o", str(big)])
     assert rc == 1, rc
     base["big"] = json.loads(big.read_text())
+    study = folder / "study.db"
+    assert main(["search", *SMALL, "--trials", "5", "--storage", f"sqlite:///{study}", "--study-name", "x"]) == 0
+    base["study_db"] = study.read_bytes()
     return base
 
 
 def all_cases(base: dict) -> list:
     return (reader_cases(base) + field_cases(base) + output_cases(base) + number_cases(base) + name_cases(base)
-            + rule_cases(base) + stale_cases(base))
+            + rule_cases(base) + stale_cases(base) + storage_cases(base))
 
 
 CLEAN = ("clear", "accepted")
@@ -778,7 +796,8 @@ def census(only: str | None = None, per_class: int | None = None) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", default=None, help="write the full result here")
-    p.add_argument("--only", default=None, help="one class: readers, fields, outputs, numbers, names, rules, stale")
+    p.add_argument("--only", default=None, help="one class: readers, fields, outputs, numbers, names, rules, stale, "
+                                                       "storage")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds before a case counts as a hang")
     p.add_argument("--per-class", type=int, default=None, help="run at most this many cases of each class")
     args = p.parse_args(argv)

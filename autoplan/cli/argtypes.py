@@ -286,7 +286,7 @@ def add_memory_headroom(group) -> None:
     """The --memory-headroom flag, one help text for every command that judges "fits"."""
     group.add_argument("--memory-headroom", type=memory_headroom, default=None, metavar="SIZE|PCT",
                        help="GPU memory to keep free: a plan fits when its peak <= capacity - headroom; a size "
-                            "(2GiB, 512MiB, 3GB) or a share of the capacity (10%%) (default: 0, the peak already "
+                            "(2GiB, 512MiB, 3GB) or a share of the capacity (10%%), with its unit (default: 0, the peak already "
                             "counts the CUDA context and allocator overhead; a plan file: its own)")
 
 
