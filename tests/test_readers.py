@@ -232,3 +232,18 @@ def test_the_plan_checker_is_the_reader_of_alternatives_too(good):
     bad["prediction"]["mfu"] = 1.5
     with pytest.raises(AutoplanError, match="mfu"):
         PlanDocument.from_dict(bad)
+
+
+def test_a_symlink_loop_or_a_dangling_link_is_not_called_missing(capsys, tmp_path):
+    """Issue 53: the reader says what is wrong with the path, not "does not exist" for a link loop."""
+    (tmp_path / "a.json").symlink_to(tmp_path / "b.json")
+    (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "gone.json")
+    line = refusal(*run(capsys, "estimate", tmp_path / "a.json")[::2])
+    assert "symbolic links" in line and "does not exist" not in line, line
+    line = refusal(*run(capsys, "compare", tmp_path / "dangling.json", tmp_path / "a.json")[::2])
+    assert "is a symbolic link to" in line and "gone.json" in line, line
+    (tmp_path / "c.jsonl").symlink_to(tmp_path / "d.jsonl")
+    (tmp_path / "d.jsonl").symlink_to(tmp_path / "c.jsonl")
+    line = refusal(*run(capsys, "report", tmp_path / "c.jsonl", "-o", tmp_path / "report")[::2])
+    assert "symbolic links" in line, line  # before: a RuntimeError traceback from the output check
