@@ -280,5 +280,5 @@ def skipped_lines(skipped: list) -> str:
     text = (f"skipped {len(skipped)} rows whose plan breaks a rule of ours, by reason (--rows or --json lists "
             f"each):\n")
     for reason, ids in sorted(by_reason.items(), key=lambda item: -len(item[1])):
-        text += f"  {len(ids):3d} rows: {reason}\n"
+        text += f"  {len(ids):3d} row{'' if len(ids) == 1 else 's'}: {reason}\n"
     return text
