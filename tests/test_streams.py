@@ -32,11 +32,11 @@ def test_a_name_the_locale_cannot_encode_is_escaped(tmp_path):
     (before: UnicodeEncodeError)."""
     plan = tmp_path / "plan.json"
     made = shell(f"'{sys.executable}' -m autoplan estimate --model llama-2-7b --gpus 8 --tp 2 -o plan.json", tmp_path)
-    assert made.returncode == 0, made.stderr
+    assert made.returncode in (0, 1), made.stderr  # 1: answered, does not fit (the file is written)
     doc = json.loads(plan.read_text())
     doc["model"]["name"] = "modèle中"
     plan.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
     done = shell(f"'{sys.executable}' -m autoplan estimate plan.json", tmp_path, LC_ALL="C", LANG="C",
                  PYTHONUTF8="0", PYTHONCOERCECLOCALE="0", PYTHONIOENCODING="")
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
     assert "mod\\xe8le\\u4e2d" in done.stdout
