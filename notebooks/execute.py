@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -42,10 +43,23 @@ def execute(name: str, kernel_name: str, timeout_s: int = 300):
     return notebook
 
 
+def _stable_table_ids(notebook) -> None:
+    """pandas' Styler names each HTML table with a random id (`T_d787f`); number them in order
+    instead, so that a notebook whose results did not change is saved unchanged."""
+    found: dict = {}
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            html = output.get("data", {}).get("text/html")
+            if isinstance(html, str):
+                output["data"]["text/html"] = re.sub(
+                    r"\bT_[0-9a-f]{5}(?![0-9a-f])", lambda m: found.setdefault(m.group(0), f"T_table{len(found)}"), html)
+
+
 def save(notebook, name: str) -> None:
     """Written through a temporary file and a rename: an interrupted save leaves the old notebook."""
     import nbformat
 
+    _stable_table_ids(notebook)
     path = NOTEBOOKS / name
     tmp = path.with_name(f".{path.name}.tmp")
     try:
