@@ -626,6 +626,9 @@ def storage_cases(base: dict) -> list:
             ("--study-name",)),
            ("storage_other_framework", ["search", *SMALL, "--trials", "5", "--framework", "deepspeed", *storage],
             ("--study-name",))]
+    bad += [("storage_missing_folder", ["search", *SMALL, "--trials", "5", "--storage", "sqlite:///{d}/no/s.db"],
+             ("folder",)),
+            ("storage_not_a_url", ["search", *SMALL, "--trials", "5", "--storage", "s.db"], ("storage", "URL"))]
     cases = [H("storage", label, argv, "bad", words, files={"s.db": base["study_db"]}) for label, argv, words in bad]
     cases.append(H("storage", "storage_same_problem", ["search", *SMALL, "--trials", "5", *storage], "edge",
                    files={"s.db": base["study_db"]}))

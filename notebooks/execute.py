@@ -43,23 +43,28 @@ def execute(name: str, kernel_name: str, timeout_s: int = 300):
     return notebook
 
 
-def _stable_table_ids(notebook) -> None:
-    """pandas' Styler names each HTML table with a random id (`T_d787f`); number them in order
-    instead, so that a notebook whose results did not change is saved unchanged."""
+def _stable_outputs(notebook) -> None:
+    """What changes from run to run without the results changing, made stable so that a notebook
+    whose results did not change is saved unchanged: pandas' Styler names each HTML table with a
+    random id (`T_d787f`, numbered in order instead), and an object's plain-text stand-in holds its
+    memory address (`<...Styler at 0x7f88...>`, dropped)."""
     found: dict = {}
     for cell in notebook.cells:
         for output in cell.get("outputs", []):
-            html = output.get("data", {}).get("text/html")
-            if isinstance(html, str):
-                output["data"]["text/html"] = re.sub(
-                    r"\bT_[0-9a-f]{5}(?![0-9a-f])", lambda m: found.setdefault(m.group(0), f"T_table{len(found)}"), html)
+            data = output.get("data", {})
+            if isinstance(data.get("text/html"), str):
+                data["text/html"] = re.sub(r"\bT_[0-9a-f]{5}(?![0-9a-f])",
+                                           lambda m: found.setdefault(m.group(0), f"T_table{len(found)}"),
+                                           data["text/html"])
+            if isinstance(data.get("text/plain"), str):
+                data["text/plain"] = re.sub(r" at 0x[0-9a-f]+>", ">", data["text/plain"])
 
 
 def save(notebook, name: str) -> None:
     """Written through a temporary file and a rename: an interrupted save leaves the old notebook."""
     import nbformat
 
-    _stable_table_ids(notebook)
+    _stable_outputs(notebook)
     path = NOTEBOOKS / name
     tmp = path.with_name(f".{path.name}.tmp")
     try:
