@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 ARGS   ?= --model qwen-72b --gpus 128
 
-.PHONY: plan test test-fast bench clean browser torchtitan-0.3 megatron-core-0.19 bytecode
+.PHONY: plan test test-fast bench clean browser torchtitan-0.3 megatron-core-0.19 bytecode notebooks
 
 # Core install: planning needs numpy, pandas, scikit-learn and optuna only (no torch).
 $(VENV)/.core: pyproject.toml
@@ -74,6 +74,10 @@ browser:
 
 test: $(VENV)/.all $(VENV)/.export-test $(TT03_VENV)/.installed $(MCORE019_DIR)/.installed browser bytecode
 	AUTOPLAN_TORCHTITAN_03_VENV=$(TT03_VENV) AUTOPLAN_MCORE_019=$(MCORE019_DIR) $(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The notebooks run top to bottom and saved with their outputs (the slow test does it too, in `make test`).
+notebooks: $(VENV)/.all
+	$(BIN)/python notebooks/execute.py
 
 test-fast: $(VENV)/.all bytecode
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"

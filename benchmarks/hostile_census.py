@@ -389,6 +389,11 @@ def number_cases(base: dict) -> list:
          ("headroom", "capacity")),
         ("headroom_unit", ["search", *SMALL, "--memory-headroom", "5XB"], ("5XB",)),
         ("headroom_bare_unit", ["search", *SMALL, "--memory-headroom", "GiB"], ("GiB", "headroom")),
+        # issue 53: a bare number is GiB to one user and a percentage to another; magnitudes of no real run
+        ("headroom_bare_number", ["search", *SMALL, "--memory-headroom", "10"], ("10GiB or 10%",)),
+        ("headroom_bare_decimal", ["estimate", *SMALL, "--tp", "2", "--memory-headroom", "4.5"], ("4.5GiB",)),
+        ("tokens_tiny", [*cluster, "--train-tokens", "2", "--deadline-days", "30"], ("tokens", "training run")),
+        ("deadline_past", [*cluster, "--train-tokens", "1T", "--deadline-days=-3"], ("past",)),
         ("gpus_zero", ["search", "--model", "llama-2-7b", "--gpus", "0"], ("gpus",)),
         ("gpus_float", ["search", "--model", "llama-2-7b", "--gpus", "8.0"], ("8.0", "gpus")),
         ("gpus_absurd", ["search", "--model", "llama-2-7b", "--gpus", "10000000000"], ("gpus",)),
@@ -584,6 +589,52 @@ def rule_cases(base: dict) -> list:
     return cases
 
 
+# -- stale predictions (issue 53) ---------------------------------------------------------------------------
+UNSHARDED = {"tp": 1, "pp": 1, "cp": 1, "vpp": 1, "dp": 16, "zero_stage": 0, "micro_batch_size": 1,
+             "num_microbatches": 4, "recompute": "none", "recompute_num_layers": 0, "sequence_parallel": False}
+"""The base plan (llama-2-7b on 16 GPUs, global batch 64) edited by hand to keep every state on every
+GPU: ~128 GiB per GPU, while the stored prediction still says the searched plan's ~40 GiB fits."""
+
+
+def stale_cases(base: dict) -> list:
+    """Plan files whose stored prediction no longer belongs to them: a hand-edited parallel section
+    (and a file written before the hash, the same edit); exported to the file's own framework, where
+    no re-score for another framework catches it, a plan that does not fit must be refused."""
+    def edited(framework: str, legacy: bool = False) -> str:
+        doc = json.loads(json.dumps(base["plan"]))
+        doc["framework"] = framework
+        doc["parallel"].update(UNSHARDED)
+        if legacy:
+            doc.pop("prediction_for", None)
+        return _j(doc)
+
+    cases = []
+    for target, framework in (("megatron", "megatron-core"), ("torchtitan", "torchtitan"), ("deepspeed", "deepspeed")):
+        for legacy in (False, True):
+            label = f"stale_export_{target}" + ("_legacy" if legacy else "")
+            cases.append(H("stale", label, ["export", "{d}/p.json", "--to", target], "bad", ("fit",),
+                           files={"p.json": edited(framework, legacy)}, keep=("p.json",)))
+    return cases
+
+
+# -- a stored study reused (issue 53) -------------------------------------------------------------------------
+def storage_cases(base: dict) -> list:
+    """A study stored by a TPE search of the small model, resumed with another sampler or framework:
+    one line naming --study-name (before: an Optuna traceback, and a silent resume)."""
+    storage = ["--storage", "sqlite:///{d}/s.db", "--study-name", "x"]
+    bad = [("storage_other_sampler", ["search", *SMALL, "--trials", "5", "--sampler", "nsga2", *storage],
+            ("--study-name",)),
+           ("storage_other_framework", ["search", *SMALL, "--trials", "5", "--framework", "deepspeed", *storage],
+            ("--study-name",))]
+    bad += [("storage_missing_folder", ["search", *SMALL, "--trials", "5", "--storage", "sqlite:///{d}/no/s.db"],
+             ("folder",)),
+            ("storage_not_a_url", ["search", *SMALL, "--trials", "5", "--storage", "s.db"], ("storage", "URL"))]
+    cases = [H("storage", label, argv, "bad", words, files={"s.db": base["study_db"]}) for label, argv, words in bad]
+    cases.append(H("storage", "storage_same_problem", ["search", *SMALL, "--trials", "5", *storage], "edge",
+                   files={"s.db": base["study_db"]}))
+    return cases
+
+
 # -- running and classifying -------------------------------------------------------------------------------
 def _check_file(case: H, folder: Path) -> bool:
     language, name = case.check
@@ -651,12 +702,15 @@ def base_documents(folder: Path) -> dict:
                "-o", str(big)])
     assert rc == 1, rc
     base["big"] = json.loads(big.read_text())
+    study = folder / "study.db"
+    assert main(["search", *SMALL, "--trials", "5", "--storage", f"sqlite:///{study}", "--study-name", "x"]) == 0
+    base["study_db"] = study.read_bytes()
     return base
 
 
 def all_cases(base: dict) -> list:
     return (reader_cases(base) + field_cases(base) + output_cases(base) + number_cases(base) + name_cases(base)
-            + rule_cases(base))
+            + rule_cases(base) + stale_cases(base) + storage_cases(base))
 
 
 CLEAN = ("clear", "accepted")
@@ -745,7 +799,8 @@ def census(only: str | None = None, per_class: int | None = None) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", default=None, help="write the full result here")
-    p.add_argument("--only", default=None, help="one class: readers, fields, outputs, numbers, names, rules")
+    p.add_argument("--only", default=None, help="one class: readers, fields, outputs, numbers, names, rules, stale, "
+                                                       "storage")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds before a case counts as a hang")
     p.add_argument("--per-class", type=int, default=None, help="run at most this many cases of each class")
     args = p.parse_args(argv)

@@ -102,7 +102,9 @@ def test_nothing_meets_the_deadline_exit_1_with_the_miss_and_no_plan_file(tmp_pa
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--deadline-days", "-3"], "must be a positive number of days"),
+    (["--deadline-days", "-3"], "a deadline of -3 days from now is already past"),
+    (["--deadline-days", "0"], "already past"),  # issue 53: absurd magnitudes say so
+    (["--deadline-days", "5", "--train-tokens", "2"], "2 tokens is far less than any training run"),
     (["--deadline-days", "5", "--gpu", "h100"], "did you mean h100-80gb"),
     (["--deadline-days", "5", "--gpu", "a100-80gb", "--gpu-hour-price", "h200=3"], "h200, which is not searched"),
     (["--deadline-days", "5", "--gpu", "a100-80gb,h200", "--gpu-hour-price", "h200=3"], "no price for a100-80gb"),

@@ -22,7 +22,9 @@ def test_run_and_profile_write_with_o_and_keep_out_as_a_hidden_alias(command, ex
     assert "-o PATH, --output PATH" in help_text and "--out " not in help_text
 
 
-@pytest.mark.parametrize("typed,suggested", [("H100", "h100-80gb"), ("a100", "a100-80gb"), ("h10-80gb", "h100-80gb")])
+@pytest.mark.parametrize("typed,suggested", [("H100", "h100-80gb"), ("a100", "a100-80gb"), ("h10-80gb", "h100-80gb"),
+                                             ("h100-sxm", "h100-80gb"), ("H100 SXM5", "h100-80gb"),
+                                             ("a100-sxm4-40gb", "a100-40gb")])
 def test_a_mistyped_gpu_gets_a_did_you_mean(capsys, typed, suggested):
     assert main(["search", *SMALL, "--gpu", typed]) == 2
     err = capsys.readouterr().err.strip()
@@ -32,7 +34,7 @@ def test_a_mistyped_gpu_gets_a_did_you_mean(capsys, typed, suggested):
 def test_search_counts_add_up_and_every_line_fits_120_columns(capsys):
     assert main(["search", *SMALL]) == 0
     out = capsys.readouterr().out
-    tally = re.search(r"([\d,]+) distinct plans tried = ([\d,]+) run \+ ([\d,]+) rejected:(.*)", out, re.S)
+    tally = re.search(r"([\d,]+) distinct plans tried = ([\d,]+) scored and fit \+ ([\d,]+) rejected:(.*)", out, re.S)
     tried, ran, rejected = (int(tally.group(i).replace(",", "")) for i in (1, 2, 3))
     reasons = sum(int(n.replace(",", "")) for n in re.findall(r"([\d,]+) [a-z_]+", tally.group(4)))
     assert tried == ran + rejected and rejected == reasons and ran > 0
@@ -79,3 +81,18 @@ def test_run_steps_1_measures_its_one_step_without_a_warmup_flag():
     assert options_from_args(parser.parse_args(["run", "plan.json", "--steps", "1"])).warmup_steps == 0
     assert options_from_args(parser.parse_args(["run", "plan.json", "--steps", "2"])).warmup_steps == 1
     assert options_from_args(parser.parse_args(["run", "plan.json"])).warmup_steps == 2
+
+
+@pytest.mark.parametrize("model,total_b,active_b", [
+    ("qwen3-235b-a22b", 235, 22),  # the name: 235B total, 22B activated ("A22B")
+    ("deepseek-v3", 671, 37),  # DeepSeek-V3 technical report (arXiv 2412.19437): 671B total, 37B activated per token
+])
+def test_a_moe_header_gives_active_parameters_beside_the_total(capsys, model, total_b, active_b):
+    """Issue 53: what MoE users compare is the parameters a token passes through."""
+    assert main(["estimate", "--model", model, "--gpus", "256", "--ep", "8"]) in (0, 1)
+    header = capsys.readouterr().out.splitlines()[0]
+    found = re.search(r": ([\d.]+)B params \(([\d.]+)B active\),", header)
+    assert found and len(header) <= 120, header
+    assert abs(float(found.group(1)) - total_b) < 1 and abs(float(found.group(2)) - active_b) < 1, header
+    assert main(["estimate", *SMALL, "--tp", "2"]) in (0, 1)
+    assert "active" not in capsys.readouterr().out.splitlines()[0]  # a dense model: every parameter is active

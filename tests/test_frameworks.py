@@ -204,7 +204,14 @@ def test_model_features_a_framework_lacks_are_refused_first(capsys):
 
 
 def test_frameworks_command_lists_every_framework_and_one_with_sources(capsys):
+    from autoplan.specs.frameworks import HISTORICAL_FRAMEWORKS
+
     assert main(["frameworks"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split()[0] for line in out.splitlines()[1:] if line[:2] == "  " and line[2:3].strip()]
+    assert set(rows) == set(FRAMEWORKS) - set(HISTORICAL_FRAMEWORKS)  # issue 53: a commit hash is no framework
+    assert "autoplan-91ee867 = autoplan as of 2026-11-21" in out and "--all" in out
+    assert main(["frameworks", "--all"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in FRAMEWORKS)
     assert main(["frameworks", "torchtitan"]) == 0

@@ -145,7 +145,8 @@ def test_headroom_round_trips_through_the_plan_file(capsys, tmp_path):
 @pytest.mark.parametrize("value,message", [("abc", "must be a size or a percentage"),
                                            ("-2GiB", "must be zero or more"),
                                            ("90GiB", "not less than the 79.1 GiB"),
-                                           ("100%", "less than 100%")])
+                                           ("100%", "less than 100%"),
+                                           ("10", "10GiB or 10%?")])  # issue 53: no unit, no guess
 @pytest.mark.parametrize("command", [["search", "--trials", 5], ["estimate"], ["memory", "--tp", 8]])
 def test_bad_headroom_is_one_line_and_exit_2(capsys, value, message, command):
     code, out, err = run(capsys, [command[0], *MODEL_32, *command[1:], f"--memory-headroom={value}"])
@@ -187,3 +188,13 @@ def test_the_default_margin_covers_every_gpu_records_reserved_peak():
     assert max(gaps) <= DEFAULT_HEADROOM_FRACTION, gaps
     # the margin is the evidence rounded up, not a guess far above it
     assert DEFAULT_HEADROOM_FRACTION - max(gaps) < 0.01, gaps
+
+
+def test_headroom_with_a_unit_is_read_and_zero_alone_means_none(capsys):
+    """Issue 53: sizes and shares with their unit are accepted (a decimal too); a bare 0 is no margin."""
+    expected = {"10GiB": 10 * 2**30, "4.5GiB": round(4.5 * 2**30), "0": 0}
+    for text, headroom_bytes in expected.items():
+        code, doc = _estimate_json(capsys, "--memory-headroom", text)
+        assert code in (0, 1) and doc["prediction"]["memory_headroom_bytes"] == headroom_bytes, text
+    code, doc = _estimate_json(capsys, "--memory-headroom", "10%")
+    assert doc["prediction"]["memory_headroom_bytes"] == round(0.10 * doc["prediction"]["memory_capacity_bytes"])

@@ -155,3 +155,37 @@ def test_a_failed_write_is_one_line_and_leaves_no_temporary_file(capsys, tmp_pat
     refused(code, err, "No space left on device")
     assert out.read_text() == "previous\n"
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+APPEND_UNDER_A_SIZE_LIMIT = r"""
+import resource, signal, sys
+from pathlib import Path
+from autoplan.specs import AutoplanError, append_output
+path, limit = Path(sys.argv[1]), int(sys.argv[2])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the limit then fails the write (EFBIG) instead of killing
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    append_output(path, '{"line": "' + "x" * 1000 + '"}\n')
+except AutoplanError as exc:
+    print(exc)
+"""
+
+
+def test_an_append_past_a_file_size_limit_is_all_or_nothing(tmp_path):
+    """Issue 53: a records file at its size limit (a full disk writes short the same way) keeps whole
+    lines only: the first 100 bytes of a 1,000-byte line fit and are cut back off, and the command
+    says so in one line."""
+    import subprocess
+    import sys
+
+    records = tmp_path / "runs.jsonl"
+    records.write_text('{"line": 1}\n')
+    before = records.read_bytes()
+    done = subprocess.run([sys.executable, "-c", APPEND_UNDER_A_SIZE_LIMIT, str(records), str(len(before) + 100)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "nothing was appended" in done.stdout, done.stdout + done.stderr
+    assert records.read_bytes() == before
+    fresh = tmp_path / "new.jsonl"  # a file the append created: not left behind empty
+    done = subprocess.run([sys.executable, "-c", APPEND_UNDER_A_SIZE_LIMIT, str(fresh), "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert "nothing was appended" in done.stdout and not fresh.exists(), done.stdout + done.stderr

@@ -235,3 +235,38 @@ def test_pareto_front_keeps_fitting_undominated_plans():
         {"tokens_per_s": 150, "peak_memory_bytes": 35, "fits": True},   # same speed, more memory
     ]
     assert [(p["tokens_per_s"], p["peak_memory_bytes"]) for p in pareto_front(points)] == [(100, 10), (150, 30)]
+
+
+def test_the_scaling_section_shows_why_its_mfu_moves(built_report):
+    """Issue 53: MFU rising with the GPU count at a fixed batch is the prediction (less recompute once
+    sharding frees memory), so the page lists each count's plan, MFU, HFU and recompute share."""
+    from tests.report_page import Tables
+
+    parser = Tables()
+    parser.feed((built_report / "index.html").read_text())
+    header, *rows = parser.tables["Predicted scaling"]
+    assert header == ["GPUs", "best plan", "predicted tokens/s", "MFU", "HFU", "recompute share of the step"]
+    assert len(rows) >= 2 and [int(r[0]) for r in rows] == sorted(int(r[0]) for r in rows)
+    for row in rows:
+        mfu, hfu = (float(x.rstrip("%")) for x in row[3:5])
+        assert hfu >= mfu and ("recompute=none" not in row[1] or row[5] == "0%"), row
+
+
+@pytest.mark.slow  # a second process, killed
+def test_sigterm_during_a_report_leaves_no_temporary_folder(runs, tmp_path):
+    """Issue 53: a scheduler's TERM ends the report through its cleanup (before: `.report.*.tmp` stayed)."""
+    import signal
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "autoplan", "report", str(runs), "-o", str(tmp_path / "report")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not list(tmp_path.glob(".report.*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".report.*")), "the report never started drawing"
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not list(tmp_path.glob(".report.*")) and not (tmp_path / "report").exists(), err

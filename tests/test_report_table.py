@@ -12,6 +12,7 @@ from tests.report_page import per_run_rows
 
 DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data"
 MIB = 2**20
+PAGE = {}  # the fixture's report page, for the tests that read its other tables
 
 
 def _record(base: dict, plan_id: str, growth_bytes, wait_share=None) -> dict:
@@ -46,7 +47,8 @@ def table(tmp_path_factory):
             _record(base, "quietcpu0003", 40 * MIB, wait_share=0.05), _record(base, "sharedcpu004", 40 * MIB, wait_share=0.5)]
     (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
     assert main(["report", str(folder / "runs.jsonl"), "-o", str(folder / "report")]) == 0
-    return base, per_run_rows(folder / "report" / "index.html")
+    PAGE["index"] = folder / "report" / "index.html"
+    return base, per_run_rows(PAGE["index"])
 
 
 def test_cpu_memory_is_the_allocated_peak_against_the_rss_growth(table):
@@ -87,3 +89,15 @@ def test_a_cpu_step_time_is_compared_only_when_the_ranks_had_the_cpu(table):
     shared = rows[3]
     assert shared["step time error"] == "n/a" and shared["step time measured (median)"].endswith("of 3")
     assert shared["time compared"].startswith("not compared: the run's ranks waited for a CPU other processes held 50%")
+
+
+def test_a_run_whose_step_time_is_not_compared_is_left_out_of_the_scores(table):
+    """Issue 53: the per-run table said "not compared" and the accuracy table then scored the same run.
+    The four runs: three compared (median 1.25x the prediction), one on a shared CPU left out."""
+    from tests.report_page import Tables
+
+    parser = Tables()
+    parser.feed(PAGE["index"].read_text())
+    header, *rows = parser.tables["Measured vs predicted step time, all rows"]
+    analytical = dict(zip(header, next(r for r in rows if r[0] == "analytical")))
+    assert analytical["rows"] == "3", analytical

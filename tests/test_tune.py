@@ -33,17 +33,17 @@ def made(tmp_path_factory) -> Path:
     for i, layout in enumerate(LAYOUTS):
         assert main(["estimate", *TINY, *layout, "-o", str(tmp_path / f"layout{i}.json")]) == 0
         docs.append(json.loads((tmp_path / f"layout{i}.json").read_text()))
-    plan = docs[0]
-    plan["alternatives"] = [{"parallel": d["parallel"], "prediction": d["prediction"], "why_not": "slower"}
-                            for d in docs[1:]]
+    plan = PlanDocument.load(tmp_path / "layout0.json")
+    plan.alternatives = [{"parallel": d["parallel"], "prediction": d["prediction"], "why_not": "slower"}
+                         for d in docs[1:]]
     # predicted fastest, but does not fit (consistently: the breakdown sums to the step time, and the
     # headroom leaves less than the peak, as a plan file scored with --memory-headroom would say)
     base = docs[1]["prediction"]
     unfit = dict(base, fits=False, step_time_s=1e-6, time_breakdown_s={"compute": 1e-6},
                  memory_headroom_bytes=base["memory_capacity_bytes"] - 1)
-    plan["alternatives"].append({"parallel": dict(docs[1]["parallel"], zero_stage=1), "prediction": unfit})
+    plan.alternatives.append({"parallel": dict(docs[1]["parallel"], zero_stage=1), "prediction": unfit})
     path = tmp_path / "tiny.json"
-    path.write_text(json.dumps(plan))
+    plan.save(path)  # the writer stamps each alternative's prediction as made for it
     return path
 
 

@@ -217,3 +217,16 @@ def test_moe_errors_are_told_by_source_and_gpu_from_the_rows_themselves():
         weighted = sum(p["num_rows"] * p["mape"] for p in parts.values()) / moe["all"]["num_rows"]
         assert abs(weighted - moe["all"]["mape"]) < 1e-9, axis
     assert {"megatron-moe-modelzoo", "kempnerforge-moe", "flagperf"} <= set(moe["per_source"])
+
+
+def test_skipped_rows_are_summarised_by_reason():
+    """Issue 53: validate listed 61 skipped rows one by one; now one line per reason with its count."""
+    from autoplan.cli.validate_cmd import skipped_lines
+
+    skipped = [{"id": f"N{i}", "reason": "no_framework_facts: nanotron has no built-in framework entry"}
+               for i in range(4)] + [{"id": "M0", "reason": "no_framework_facts: maxtext has no built-in entry"}]
+    lines = skipped_lines(skipped).splitlines()
+    assert lines[0].startswith("skipped 5 rows") and "by reason" in lines[0]
+    assert lines[1:] == ["    4 rows: no_framework_facts: nanotron has no built-in framework entry",
+                         "    1 row: no_framework_facts: maxtext has no built-in entry"]
+    assert skipped_lines([]) == ""

@@ -7,6 +7,7 @@ Standard library and autoplan.specs only: every command imports this at start-up
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 
@@ -26,6 +27,9 @@ MAX_SEED = 2**32 - 1  # numpy's RandomState, which Optuna's samplers seed, takes
 # day count or "$inf".
 MAX_TRAIN_TOKENS = 1e15
 """Tokens of one training run: the largest published runs train on ~4e13 (Llama 4, Qwen3: 30-40T)."""
+MIN_TRAIN_TOKENS = 1e6
+"""A quarter of one optimizer step at the default ~4M-token global batch (training_shape): fewer is no
+training run, and its days and GPU-hours print as 0.0 (`cluster --train-tokens 2` answered "0.0 days")."""
 MAX_GPU_HOUR_PRICE = 1e4
 """USD per GPU-hour: cloud H100/B200 list prices are ~2-10."""
 MAX_BUDGET = 1e12
@@ -246,7 +250,12 @@ def _amount(text: str, what: str, upper: float, currency: bool = False) -> float
 
 def token_count(text: str) -> float:
     """--train-tokens: 2e12, 2T, 300B, 15M (base 10), at most MAX_TRAIN_TOKENS."""
-    return _amount(text, "a token count such as 2e12, 2T or 300B", MAX_TRAIN_TOKENS)
+    tokens = _amount(text, "a token count such as 2e12, 2T or 300B", MAX_TRAIN_TOKENS)
+    if tokens < MIN_TRAIN_TOKENS:
+        raise argparse.ArgumentTypeError(f"{text.strip()} tokens is far less than any training run (one optimizer "
+                                         f"step of the default batch is ~4M tokens); give the run's tokens such as "
+                                         f"2T or 300B")
+    return tokens
 
 
 def price(text: str) -> float:
@@ -256,9 +265,17 @@ def price(text: str) -> float:
 
 def memory_headroom(text: str):
     """--memory-headroom: 2GiB, 512MiB, 3GB, 10% (autoplan.specs.headroom); resolved against the
-    GPU's capacity once the profile is known."""
+    GPU's capacity once the profile is known. A bare number other than 0 is refused: read as GiB it
+    silently gives a user who meant a percentage another plan (issue 53)."""
     from autoplan.specs import AutoplanError, parse_headroom
 
+    try:
+        bare = float(text)  # a number without a unit: GiB to one user, a percentage to another
+    except ValueError:
+        bare = None
+    if bare is not None and math.isfinite(bare) and bare > 0:
+        raise argparse.ArgumentTypeError(f"{text.strip()} has no unit: {text.strip()}GiB or {text.strip()}%? "
+                                         f"write the unit (0 alone means no headroom)")
     try:
         return parse_headroom(text)
     except AutoplanError as exc:
@@ -269,12 +286,13 @@ def add_memory_headroom(group) -> None:
     """The --memory-headroom flag, one help text for every command that judges "fits"."""
     group.add_argument("--memory-headroom", type=memory_headroom, default=None, metavar="SIZE|PCT",
                        help="GPU memory to keep free: a plan fits when its peak <= capacity - headroom; a size "
-                            "(2GiB, 512MiB, 3GB) or a share of the capacity (10%%) (default: 0, the peak already "
+                            "(2GiB, 512MiB, 3GB) or a share of the capacity (10%%), with its unit (default: 0, the peak already "
                             "counts the CUDA context and allocator overhead; a plan file: its own)")
 
 
-def check_storage_url(url: str) -> None:
-    """An Optuna storage URL that SQLAlchemy can parse and, for SQLite, whose folder exists."""
+def check_storage_url(url: str) -> str:
+    """An Optuna storage URL that SQLAlchemy can parse and, for SQLite, whose folder exists; returned
+    with a SQLite file's `~` expanded (sqlite:///~/s.db: SQLite itself would look for a folder "~")."""
     from autoplan.specs import AutoplanError
 
     if not url.strip():
@@ -283,17 +301,20 @@ def check_storage_url(url: str) -> None:
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
     except ImportError:  # Optuna will say what it needs
-        return
+        return url
     try:
         parsed = make_url(url)
     except ArgumentError:
         raise AutoplanError(f"--storage {url!r} is not a database URL; use e.g. sqlite:///plans.db "
                             f"(a file next to you) or postgresql://user@host/db") from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        folder = Path(parsed.database).expanduser().parent
-        if not folder.is_dir():
-            raise AutoplanError(f"--storage {url!r}: the folder {str(folder)!r} does not exist; create it "
+        database = Path(parsed.database).expanduser()
+        if not database.parent.is_dir():
+            raise AutoplanError(f"--storage {url!r}: the folder {str(database.parent)!r} does not exist; create it "
                                 f"or point the URL at an existing folder")
+        if str(database) != parsed.database:
+            return parsed.set(database=str(database)).render_as_string(hide_password=False)
+    return url
 
 
 def framework_name(text: str) -> str:
@@ -309,6 +330,13 @@ def framework_name(text: str) -> str:
 
 def days(text: str) -> float:
     """--deadline-days: a positive number of days, whole or not, at most MAX_DAYS."""
+    try:
+        past = ascii_float(text.strip()) <= 0
+    except (ValueError, OverflowError):
+        past = False
+    if past:
+        raise argparse.ArgumentTypeError(f"a deadline of {text.strip()} days from now is already past; give the days "
+                                         f"the run may take, such as 30 or 7.5")
     return _positive(text.strip(), ascii_float, "a positive number of days such as 30 or 7.5", MAX_DAYS, lower=MIN_DAYS)
 
 

@@ -41,11 +41,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from autoplan.cli.progress import Progress
     from autoplan.specs import is_stdout
     from cost_model.learned.calibrate import build_calibration
 
-    calibration, lines = build_calibration(args.measurements, args.published, args.profile, args.kind,
-                                           args.framework, args.include_mismatched)
+    with Progress("calibrate") as progress:  # the published rows' fit and cross-validation take seconds
+        progress.stage("re-scoring the measured plans and fitting the corrections")
+        calibration, lines = build_calibration(args.measurements, args.published, args.profile, args.kind,
+                                               args.framework, args.include_mismatched)
     calibration.save(args.output)
     out = sys.stderr if is_stdout(args.output) else sys.stdout  # `-o -`: stdout holds the calibration only
     for line in lines:  # warnings reach the user in --json mode too

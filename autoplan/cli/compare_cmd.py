@@ -4,7 +4,9 @@ Reads the predictions the files carry, through the plan reader every command use
 one is scored with today's cost model, a file the checker refuses is refused here too (re-score
 either first with `autoplan estimate PLAN -o` to compare them under today's cost model or another
 framework/GPU). Tokens/s per GPU decides between plans on different GPU counts; step time between
-plans of the same job.
+plans of the same job. Plans that answer different problems (another model, GPU count, GPU type or
+training shape) are still compared, with a warning that names each field that differs: the verdict
+then weighs two different jobs, not two plans for one job.
 """
 from __future__ import annotations
 
@@ -33,6 +35,27 @@ def _rows(a: dict, b: dict, scale: float, fmt: str) -> list:
 def _terms(prediction: dict, key: str) -> dict:
     """A breakdown of a prediction; a hand-edited file may leave it out (the plan checker allows it)."""
     return prediction.get(key) or {}
+
+
+def problem_differences(a, b) -> list:
+    """Each field of the problem (model, GPUs, training shape) on which plans A and B differ, as
+    'field A vs B'; empty when both answer the same question."""
+    diffs = []
+    ma, mb = a.model.to_dict(), b.model.to_dict()
+    if ma["name"] != mb["name"]:
+        diffs.append(f"model {ma['name']} vs {mb['name']}")
+    elif ma != mb:  # one name, an edited architecture
+        edited = "; ".join(f"{k} {ma[k]} vs {mb.get(k)}" for k in ma if ma[k] != mb.get(k))
+        diffs.append(f"model {ma['name']} edited: {edited}")
+    ca, cb = a.cluster.to_dict(), b.cluster.to_dict()
+    for key, words in (("num_gpus", "GPU count"), ("name", "GPU type"), ("gpus_per_node", "GPUs per node"),
+                       ("profile", "hardware profile")):
+        if ca.get(key) != cb.get(key):
+            diffs.append(f"{words} {ca.get(key)} vs {cb.get(key)}")
+    ta, tb = a.training.to_dict(), b.training.to_dict()
+    diffs += [f"training {key} {ta.get(key)} vs {tb.get(key)}" for key in list(ta) + [k for k in tb if k not in ta]
+              if ta.get(key) != tb.get(key)]
+    return diffs
 
 
 def verdict(a, b) -> str:
@@ -87,5 +110,9 @@ def run(args) -> int:
                           _rows(_terms(pa, "memory_breakdown_bytes"), _terms(pb, "memory_breakdown_bytes"), m_scale,
                                 ".2f"), "lrrr")]
     lines += ["", verdict(a, b)]
+    differences = problem_differences(a, b)
+    if differences:
+        lines.append(f"warning: A and B answer different problems ({'; '.join(differences)}): the verdict "
+                     f"weighs two different jobs, not two plans for one job")
     print("\n".join(lines))
     return 0

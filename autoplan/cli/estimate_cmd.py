@@ -66,9 +66,11 @@ def _plan_from_file(args):
     if args.gpu is not None and args.profile is not None:
         raise AutoplanError(f"pass either --gpu {args.gpu} or --profile {args.profile}, not both "
                             f"(a measured profile already names its GPU)")
-    doc = load_plan(args.plan, score_missing=False,  # re-scored below
+    doc = load_plan(args.plan, score_missing=False, rescore_stale=False,  # re-scored below
                     own_profile=args.gpu is None and args.profile is None)
-    before = {"framework": doc.framework, "profile": doc.cluster.profile, **doc.prediction}
+    # The file's own figures to compare with, when they were made for its plan (a hand edit voids them).
+    before = {"framework": doc.framework, "profile": doc.cluster.profile, **doc.prediction} \
+        if doc.prediction_current else None
     doc.extra.pop("nearest_fitting", None)  # a suggestion made for the old prediction
     if args.moe_load_imbalance is not None:
         # Re-score the file's plan with a measured routing load (like --framework, another way to cost it).

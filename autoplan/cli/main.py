@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 
+from autoplan.cli import streams
 from autoplan.specs import AutoplanError
 
 # Order is the order `autoplan --help` lists them in.
@@ -95,6 +96,13 @@ def _interrupted(command: str) -> int:
     return 130
 
 
+def _drop_plan_notes() -> None:
+    """A refusal is one line: the notes of the plan files it read go unsaid."""
+    planfiles = sys.modules.get("autoplan.planning.planfiles")
+    if planfiles is not None:
+        planfiles.flush_notes(write=False)
+
+
 def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
     """Run one command; returns its exit code (0, 1 for a failed run, 2 for bad input, 130 for Ctrl-C).
 
@@ -109,6 +117,7 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
         signal.signal(signal.SIGINT, _Interrupt.handler)
         sys.unraisablehook = _Interrupt.unraisable
     try:
+        streams.prepare()
         words = sys.argv[1:] if argv is None else argv
         parser = build_parser(words[0] if words else None)  # a command's own parser, or all of them
         args, extra = parser.parse_known_args(argv)
@@ -119,18 +128,28 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
             parser.print_help()
             return 2
         from autoplan.cli.argtypes import check_command_paths
+        from autoplan.planning.planfiles import flush_notes
 
+        flush_notes(write=False)  # an earlier in-process call's
         check_command_paths(args)  # outputs refused before any work: devices, folders, inputs
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        flush_notes()  # what reading its plan files assumed or re-scored, now that it has answered
+        return code
     except KeyboardInterrupt:
         return _interrupted(command)
     except AutoplanError as exc:
         if _Interrupt.seen:
             return _interrupted(command)
+        _drop_plan_notes()
         sys.stderr.write(one_line(f"autoplan {command}: error: {exc}") + "\n")
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # Not a file's (the one writer says those as AutoplanError): standard output closed or full.
+        _drop_plan_notes()
+        streams.say(one_line(f"autoplan {command}: error: cannot write the output: {exc.strerror or exc}"))
+        return 2
     except BaseException:
         if _Interrupt.seen:
             return _interrupted(command)
@@ -141,10 +160,17 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
             sys.unraisablehook = previous_unraisable
 
 
+def _command_word() -> str:
+    words = sys.argv[1:]
+    return words[0] if words and words[0] in COMMANDS else ""
+
+
 def entry() -> None:
     """Run the command of sys.argv and exit; called by autoplan.cli.start.entry (the `autoplan`
     executable and `python -m autoplan`) once Ctrl-C is handled."""
     code = main(_exiting=True)
+    if code != 130:
+        code = streams.flush_at_exit(_command_word()) or code
     if code == 130:
         # Interrupted: everything written was written atomically and cleaned up while unwinding.
         # Leave now, without interpreter finalization, which would turn a KeyboardInterrupt that a

@@ -187,7 +187,7 @@ def run(args) -> int:
     if args.exhaustive and args.storage:
         raise AutoplanError("--exhaustive scores every plan without a study; drop --storage (or --exhaustive)")
     if args.storage is not None:
-        check_storage_url(args.storage)
+        args.storage = check_storage_url(args.storage)
     if args.recompute_layers is not None:
         if args.recompute not in (None, "full"):
             raise AutoplanError(f"--recompute-layers needs --recompute full, got --recompute {args.recompute}")
@@ -211,9 +211,25 @@ def run(args) -> int:
     except Exception as exc:
         # A storage that parsed but cannot be opened (locked, read-only, server down) fails inside
         # SQLAlchemy; anything else is a bug and keeps its traceback.
-        if args.storage is None or not type(exc).__module__.startswith("sqlalchemy"):
+        if args.storage is None or not _from_the_storage(exc):
             raise
-        raise AutoplanError(f"cannot use --storage {args.storage!r}: {str(exc).splitlines()[0]}") from None
+        raise AutoplanError(f"cannot use --storage {args.storage!r} (study {args.study_name or 'named by the problem'}): "
+                            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; start afresh with another "
+                            f"--study-name or a new --storage file") from None
     set_budget(outcome.document, args)
     emit(outcome.document, render_document(outcome.document, outcome.defaults), args)
     return 0
+
+
+def _from_the_storage(exc: BaseException) -> bool:
+    """An error raised inside SQLAlchemy or Optuna's storage and study code (a locked or read-only
+    database, a schema another process is creating, a study whose stored trials do not fit this
+    search): said in one line that names what to change. Anything else is a bug and keeps its
+    traceback."""
+    if type(exc).__module__.startswith(("sqlalchemy", "optuna.storages", "optuna.exceptions")):
+        return True
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = frame.tb_frame.f_globals.get("__name__", "") if frame is not None else ""
+    return where.startswith(("optuna.storages", "optuna.study", "optuna.trial", "optuna.distributions"))

@@ -215,6 +215,8 @@ def memory_lines(memory: dict) -> str:
 
 
 def run(args) -> int:
+    from autoplan.cli.progress import Progress
+    from autoplan.specs.frameworks import HISTORICAL_FRAMEWORKS
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.measured_runs import h100_summary
     from cost_model.splits import validation_only
@@ -225,17 +227,22 @@ def run(args) -> int:
         raise AutoplanError(f"--calibrated scores the learned correction on the shipped published runs only, "
                             f"not on --runs {args.runs!r}; drop one of the two")
     runs = load_runs(args.runs) if args.runs else load_published_runs(PUBLISHED_RUNS_PATH)
-    results = predict_runs(runs, framework=args.framework)
-    # In sample means the rows the constants were fitted on; the MoE rows are validation-only
-    # (out_of_sample's split "moe").
-    summary = summarize([r for r in results if not validation_only(r.run)])
-    summary["held_out"] = summarize(held_out_results(runs, framework=args.framework))["analytical"]
-    summary["out_of_sample"] = out_of_sample(runs, framework=args.framework)
-    summary["row_derived_facts"] = row_derived_provenance()
-    summary["h100_runs"] = h100_summary()
-    if args.calibrated:
-        from cost_model.learned import calibrated_validation
-        summary["calibrated"] = calibrated_validation()
+    with Progress("validate") as progress:  # several seconds: say which part is being predicted
+        progress.stage(f"predicting {len(runs)} published runs")
+        results = predict_runs(runs, framework=args.framework)
+        # In sample means the rows the constants were fitted on; the MoE rows are validation-only
+        # (out_of_sample's split "moe").
+        summary = summarize([r for r in results if not validation_only(r.run)])
+        progress.stage("predicting each held-out group with the constants refitted without it")
+        summary["held_out"] = summarize(held_out_results(runs, framework=args.framework))["analytical"]
+        summary["out_of_sample"] = out_of_sample(runs, framework=args.framework)
+        summary["row_derived_facts"] = row_derived_provenance()
+        progress.stage("predicting the H100 runs of the project's executor")
+        summary["h100_runs"] = h100_summary()
+        if args.calibrated:
+            from cost_model.learned import calibrated_validation
+            progress.stage("cross-validating the learned correction")
+            summary["calibrated"] = calibrated_validation()
     if args.markdown:
         sys.stdout.write(markdown_table(summary))
         return 0
@@ -292,14 +299,27 @@ def run(args) -> int:
     if "calibrated" in summary:
         c = summary["calibrated"]
         out.write(f"  {'learned (CV)':16s} {_fmt(c)}  ({c['estimator']}, {c['rows']})\n")
-    out.write("\nstep time, framework autoplan-91ee867: the project's executor before its speed-ups, on one H100 "
-              "SXM (cost_model/data/h100_runs; no step time fitted)\n")
+    out.write(f"\nstep time, {HISTORICAL_FRAMEWORKS['autoplan-91ee867']} (framework autoplan-91ee867, the "
+              f"project's executor before its speed-ups), on one H100 SXM (cost_model/data/h100_runs; no step time "
+              f"fitted)\n")
     for ref, h in summary["h100_runs"].items():
         out.write(f"  {ref:28s} {h['num_runs']:3d} runs  MAPE {h['mape']:6.1%}  mean {h['mean_error']:+6.1%}  "
                   f"max {h['max']:6.1%}  out-of-memory runs predicted to fit: {h['oom_predicted_to_fit']}\n")
         out.write(f"  {'':28s} {memory_lines(h.get('memory', {}))}\n")
-    if summary["skipped"]:
-        out.write(f"skipped {len(summary['skipped'])} rows whose plan breaks a rule of ours:\n")
-        for s in summary["skipped"]:
-            out.write(f"  {s['id']}: {s['reason']}\n")
+    out.write(skipped_lines(summary["skipped"]))
     return 0
+
+
+def skipped_lines(skipped: list) -> str:
+    """The rows left out, one line per reason (most rows first) with its count; `--rows` lists every
+    row, `--json` every id with its reason."""
+    if not skipped:
+        return ""
+    by_reason: dict = {}
+    for s in skipped:
+        by_reason.setdefault(s["reason"], []).append(s["id"])
+    text = (f"skipped {len(skipped)} rows whose plan breaks a rule of ours, by reason (--rows or --json lists "
+            f"each):\n")
+    for reason, ids in sorted(by_reason.items(), key=lambda item: -len(item[1])):
+        text += f"  {len(ids):3d} row{'' if len(ids) == 1 else 's'}: {reason}\n"
+    return text

@@ -44,14 +44,16 @@ def check_dtype(profile: HardwareProfile, dtype: str) -> None:
 
 def suggest_gpu(name: str, known) -> list:
     """Known GPU types a mistyped one probably meant: those it starts ("h100" -> h100-80gb,
-    h100-96gb-500w), else the closest spellings ("h10-80gb" -> h100-80gb)."""
+    h100-96gb-500w), else those of its chip ("h100-sxm", "H100 SXM5" -> the h100 ones), else the
+    closest spellings ("h10-80gb" -> h100-80gb)."""
     import difflib
 
-    key = name.strip().lower().replace(" ", "-")
+    key = name.strip().lower().replace(" ", "-").replace("_", "-")
     if not key:
         return []
-    starts = [k for k in known if k.startswith(key)]
-    return starts or difflib.get_close_matches(key, known, n=2, cutoff=0.6)
+    chip = key.split("-")[0]
+    return ([k for k in known if k.startswith(key)] or [k for k in known if len(chip) >= 3 and k.split("-")[0] == chip]
+            or difflib.get_close_matches(key, known, n=2, cutoff=0.6))
 
 
 def resolve_cluster(num_gpus: int, gpu: str | None = None, gpus_per_node: int | None = None,

@@ -323,6 +323,7 @@ def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = 
     doc.cluster, doc.framework = cluster, name
     doc.prediction = prediction_block(scored.estimate, doc.model, doc.training, cluster, name,
                                       calibrated=calibration is not None)
+    doc.prediction_for = None  # made now, for this plan
     doc.provenance = {**doc.provenance, "cost_model": scored.estimate.cost_model,
                       **({"calibration": calibration_path} if calibration is not None else {})}
     return doc, scored

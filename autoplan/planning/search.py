@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from autoplan.planning.space import KNOBS, SearchSpace
-from autoplan.specs import AutoplanError, CostEstimate, InfeasiblePlan, ParallelPlan
+from autoplan.specs import DEFAULT_FRAMEWORK, AutoplanError, CostEstimate, InfeasiblePlan, ParallelPlan
 
 GIB = 2**30
 SAMPLERS = ("tpe", "nsga2")
@@ -213,14 +213,33 @@ def _make_study(optuna, sampler: str, seed: int, directions: list):
     return optuna.create_study(sampler=s, directions=directions)
 
 
+STORAGE_OPEN_ATTEMPTS = 10
+STORAGE_RETRY_S = 0.5
+"""Opening a stored study is tried this often, this far apart: another search creating the same new
+database's tables takes well under a second (measured: two searches started together on 2 cores)."""
+
+
 def _open_stored_study(optuna, storage: str, study_name: str | None, directions: list, key: str):
     """The stored study to resume, checked to be about the same problem."""
-    try:
-        stored = optuna.create_study(storage=storage, study_name=study_name, directions=directions,
-                                     load_if_exists=True)
-    except (ValueError, ImportError, RuntimeError) as exc:
-        raise AutoplanError(f"cannot open the Optuna study (storage {storage!r}, name {study_name!r}): "
-                            f"{str(exc).splitlines()[0]}") from None
+    for attempt in range(STORAGE_OPEN_ATTEMPTS):
+        try:
+            stored = optuna.create_study(storage=storage, study_name=study_name, directions=directions,
+                                         load_if_exists=True)
+            break
+        except (ValueError, ImportError, RuntimeError) as exc:
+            raise AutoplanError(f"cannot open the Optuna study (storage {storage!r}, name {study_name!r}): "
+                                f"{str(exc).splitlines()[0]}") from None
+        except Exception as exc:
+            # Two searches starting on one new database: while one creates the tables, the other's
+            # creation fails ("table ... already exists", "UNIQUE constraint failed: alembic_version").
+            # Once they exist, opening succeeds; anything still failing then goes to the caller.
+            if attempt == STORAGE_OPEN_ATTEMPTS - 1 or not type(exc).__module__.startswith(("sqlalchemy", "optuna")):
+                raise
+            time.sleep(STORAGE_RETRY_S)
+    if len(stored.directions) != len(directions):  # NSGA-II's two objectives against TPE's one
+        raise AutoplanError(f"study {stored.study_name!r} in {storage} was searched with "
+                            f"{'--sampler nsga2 (two objectives)' if len(stored.directions) == 2 else 'one objective (tpe)'}; "
+                            f"resume it with that sampler, or use another --study-name to start a new one")
     found = stored.user_attrs.get("autoplan_space")
     if found is None:
         stored.set_user_attr("autoplan_space", key)
@@ -431,8 +450,11 @@ def space_key(space: SearchSpace, memory_headroom_bytes: int = 0) -> str:
     m, t, c = space.model, space.training, space.cluster
     pins = space.pins.describe() or "no pins"
     headroom = f" headroom={memory_headroom_bytes}B" if memory_headroom_bytes else ""
+    # another framework scores every plan differently (named unless the default: older studies resume)
+    name = getattr(space.framework, "name", None)
+    framework = f" framework={name}" if name and name != DEFAULT_FRAMEWORK else ""
     return (f"{m.name} gb={t.global_batch_size} seq={t.seq_len} {t.dtype} {c.num_gpus}x{c.name}"
-            f"/{c.gpus_per_node} ({c.profile}) {pins}{headroom}")
+            f"/{c.gpus_per_node} ({c.profile}) {pins}{headroom}{framework}")
 
 
 def search(space: SearchSpace, scorer: PlanScorer, sampler: str = "tpe", num_trials: int | None = None,

@@ -90,7 +90,9 @@ def headline_lines(prediction: dict) -> list:
 def setup_lines(doc) -> list:
     m, t, c = doc.model, doc.training, doc.cluster
     moe = f", {m.num_experts} experts top-{m.num_experts_per_token}" if m.is_moe else ""
-    return [f"model    {m.name}: {human_count(m.num_params)} params, {m.num_layers} layers, hidden {m.hidden_size}, "
+    # MoE users compare active parameters per token (what a token's FLOPs follow) beside the total.
+    active = f" ({human_count(m.num_active_params)} active)" if m.is_moe else ""
+    return [f"model    {m.name}: {human_count(m.num_params)} params{active}, {m.num_layers} layers, hidden {m.hidden_size}, "
             f"{m.num_heads} heads ({m.num_kv_heads} kv){moe}",
             f"cluster  {c.num_gpus} x {c.name} ({c.num_nodes} node{'s' if c.num_nodes > 1 else ''} of {c.gpus_per_node}), profile {c.profile}",
             f"training global batch {t.global_batch_size} x seq {t.seq_len} = {human_count(t.tokens_per_step)} tokens/step, "
@@ -190,7 +192,8 @@ def pareto_lines(front: list) -> list:
 
 def search_lines(search: dict, width: int = 120) -> list:
     """How the search went, in lines of at most `width` columns; the counts add up: distinct plans
-    tried = plans that run + plans rejected (the rejected ones by reason)."""
+    tried = plans scored that fit (break no rule, within memory) + plans rejected (by reason: a rule,
+    checked before scoring, or out_of_memory, scored)."""
     counts = search.get("rejected", {})
     seed = f", seed {search['seed']}" if search.get("seed") is not None else ""
     extra = "".join(f" + {search[k]} {what}" for k, what in (("num_polish_moves", "polish moves"),
@@ -201,7 +204,7 @@ def search_lines(search: dict, width: int = 120) -> list:
            f"exhaustive, every one of {search['num_trials']:,} plans scored (exact)" if search["sampler"] == "exhaustive"
            else f"{search['sampler']}, {search['num_trials']} trials{extra}{seed}")
     lines = [f"search   {how}, {search['wall_time_s']:.2f} s",
-             f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} run + "
+             f"         {search['num_plans_scored']:,} distinct plans tried = {search['num_feasible']:,} scored and fit + "
              f"{sum(counts.values()):,} rejected" + (":" if counts else "")]
     items = [f"{n:,} {tag}" for tag, n in counts.items()]
     for i, item in enumerate(items):  # wrap between reasons, never inside one

@@ -98,13 +98,11 @@ def time_comparison(m, profile) -> tuple:
     wall time of the timed steps, unless on a CPU the run's ranks (`cpu_wait_share`) or the
     profile's processes (environment `cpu_wait_share`) waited for a CPU other processes held more
     than CPU_WAIT_SHARE_LIMIT of the time: then the wall time measures the other processes too."""
-    from autoplan.specs.host_process import CPU_WAIT_SHARE_LIMIT
+    from autoplan.specs.host_process import time_not_comparable
 
-    for whose, share in (("the run's ranks", m.extra.get("cpu_wait_share")),
-                         ("the profile's processes", (profile.environment if profile else {}).get("cpu_wait_share"))):
-        if share is not None and share > CPU_WAIT_SHARE_LIMIT:
-            return None, (f"not compared: {whose} waited for a CPU other processes held {share:.0%} of the time "
-                          f"(over {CPU_WAIT_SHARE_LIMIT:.0%}); run again on a quiet machine")
+    why = time_not_comparable(m.extra.get("cpu_wait_share"), profile.environment if profile else None)
+    if why:
+        return None, f"not compared: {why}"
     if m.extra.get("peak_memory_kind") == "cpu_rss_high_water" and m.extra.get("cpu_wait_share") is None:
         return m.median_step_time_s, "median wall step; CPU contention not recorded"
     return m.median_step_time_s, "median wall step"

@@ -139,7 +139,8 @@ _AUTOPLAN = Framework(
 
 _AUTOPLAN_91EE867 = replace(
     _AUTOPLAN, name="autoplan-91ee867",
-    version="autoplan executor at 91ee867 (2026-11-22), torch backend: the shipped H100 records",
+    version="autoplan executor at 91ee867 (committed 2026-11-21, measured 2026-11-22), torch backend: the shipped "
+            "H100 records",
     description="historical: autoplan's executor before its speed-ups (fp32 weights under bf16 autocast, "
                 "K/V repeated, whole fp32 logits, for-each AdamW) = `autoplan run --without "
                 + ",".join(AUTOPLAN_SPEEDUPS) + "`",
@@ -451,6 +452,11 @@ FRAMEWORKS = {f.name: f for f in (
     _AUTOPLAN_91EE867,
 )}
 FRAMEWORK_NAMES = tuple(FRAMEWORKS)
+
+
+HISTORICAL_FRAMEWORKS = {"autoplan-91ee867": "autoplan as of 2026-11-21 (commit 91ee867)"}
+"""Frameworks kept to read and re-score old records, not to plan new runs, with what each is (the date
+is the commit's in git log); the `autoplan frameworks` list leaves them out unless asked (--all)."""
 
 
 def get_framework(name: str) -> Framework:

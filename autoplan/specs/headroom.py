@@ -1,6 +1,6 @@
 """`--memory-headroom`: a safety margin of GPU memory the plan must leave free.
 
-Given as a size (`2GiB`, `512MiB`, `3GB`; a bare number is GiB) or a share of the GPU's capacity
+Given as a size (`2GiB`, `512MiB`, `3GB`; the CLI refuses a bare number other than 0) or a share of the GPU's capacity
 (`10%`). "Fits" then means peak <= capacity - headroom. Without the flag, search, estimate and
 cluster keep DEFAULT_HEADROOM_FRACTION of each GPU free; `--memory-headroom 0` opts out. Sizes are
 base-2 (GiB, MiB) or base-10 (GB, MB) as written.

@@ -59,6 +59,19 @@ time runs 1/(1-w) slower than alone (at 0.10: 11%), and a shared 2-core machine 
 (measured: the tour's 1.1 s steps held 0.06 s of CPU and 1.0 s of run-queue wait at load 15)."""
 
 
+def time_not_comparable(run_cpu_wait_share: float | None, profile_environment: dict | None) -> str:
+    """Why a run's wall step time is not compared with a prediction, '' when it is: the run's ranks
+    (its record's `cpu_wait_share`) or the processes that measured its profile (the profile's
+    environment) waited for a CPU over CPU_WAIT_SHARE_LIMIT of the time, so the wall time measures
+    other processes too. The one rule for every reader of measured step times (report, calibrate)."""
+    for whose, share in (("the run's ranks", run_cpu_wait_share),
+                         ("the profile's processes", (profile_environment or {}).get("cpu_wait_share"))):
+        if share is not None and share > CPU_WAIT_SHARE_LIMIT:
+            return (f"{whose} waited for a CPU other processes held {share:.0%} of the time "
+                    f"(over {CPU_WAIT_SHARE_LIMIT:.0%}); run again on a quiet machine")
+    return ""
+
+
 def cpu_wait_s() -> float | None:
     """Seconds the calling thread has spent runnable but waiting on a run queue for a CPU since it
     started (Linux /proc/thread-self/schedstat, second field, in ns): time other processes held

@@ -78,6 +78,19 @@ def check_input_file(path: str | os.PathLike, what: str) -> None:
                             f"only (save it to a file first)")
 
 
+def check_exists(p: Path, what: str) -> None:
+    """AutoplanError when there is no file at `p`, saying whether a symbolic link points nowhere;
+    any other failure to find it (a symlink loop, a name too long) is the OSError it is, for the
+    caller to say with its reason (not as "does not exist")."""
+    try:
+        p.stat()
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise AutoplanError(f"{what} {_short(p)} is a symbolic link to {os.readlink(p)!r}, which does not "
+                                f"exist") from None
+        raise AutoplanError(f"{what} {_short(p)} does not exist") from None
+
+
 def read_json(path: str | os.PathLike, what: str) -> Any:
     """Load a JSON file, turning every I/O or parse failure into one clear AutoplanError.
 
@@ -85,8 +98,7 @@ def read_json(path: str | os.PathLike, what: str) -> Any:
     """
     p = Path(path)
     try:
-        if not p.exists():
-            raise AutoplanError(f"{what} file {_short(p)} does not exist")
+        check_exists(p, f"{what} file")
         if p.is_dir():
             raise AutoplanError(f"{what} path {_short(p)} is a folder, expected a JSON file")
         check_input_file(p, f"{what} file")

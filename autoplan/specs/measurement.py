@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autoplan.specs.choices import STATUSES
 from autoplan.specs.errors import AutoplanError, SchemaError
-from autoplan.specs.jsonio import check_input_file, check_schema
+from autoplan.specs.jsonio import check_exists, check_input_file, check_schema
 from autoplan.specs.output import append_output
 from autoplan.specs.schemas import validate_measurement
 from autoplan.specs.validation import MAX_JSONL_BYTES, Issues, parse_json_text
@@ -85,9 +85,8 @@ def read_measurements(path) -> tuple[list[Measurement], list[str]]:
     if p.is_dir():
         raise AutoplanError(f"measurements path {str(p)!r} is a folder, expected a JSONL file written by `autoplan run`")
     check_input_file(p, "measurements file")
-    if not p.is_file():
-        raise AutoplanError(f"measurements file {str(p)!r} does not exist")
     try:
+        check_exists(p, "measurements file")
         size = p.stat().st_size
         if size > MAX_JSONL_BYTES:
             raise AutoplanError(f"measurements file {str(p)!r} is {size / 2**20:.0f} MiB, above the "

@@ -115,6 +115,16 @@ def check_output(path, inputs=(), flag: str | None = None, example: str = "out.j
                                 f"writing it would destroy what is read: give another output file")
 
 
+def _resolved_input(source) -> Path:
+    """An input's path with its links followed; a symlink loop (or an unreadable step on the way) as
+    written: it cannot be the output, and its reader says what is wrong with it."""
+    path = Path(str(source)).expanduser()
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
+
+
 def check_output_folder(path, inputs=(), flag: str | None = None) -> Path:
     """The folder a command fills (`report -o DIR`), resolved, after the same refusals as a file's:
     standard output, a FIFO, device, socket or regular file where the folder should be, a missing or
@@ -135,7 +145,7 @@ def check_output_folder(path, inputs=(), flag: str | None = None) -> Path:
     for source in inputs:
         if source is None or is_stdout(source) or not str(source).strip() or "\x00" in str(source):
             continue
-        other = Path(str(source)).expanduser().resolve()
+        other = _resolved_input(source)
         if other == target or _same_file(target, source) or target in other.parents:
             raise AutoplanError(f"{head}the output folder {_quote(text)} is also an input of this command, or holds "
                                 f"one ({_quote(source)}); give another folder")
@@ -205,7 +215,7 @@ def publish_folder(staged: Path, target: Path, last: str | None = None) -> list[
 
 def _same_file(target: Path, source) -> bool:
     try:
-        other = Path(str(source)).expanduser().resolve()
+        other = _resolved_input(source)
         return other == target or (target.exists() and other.exists() and os.path.samefile(target, other))
     except (OSError, RuntimeError, ValueError):
         return False
@@ -230,10 +240,31 @@ def append_output(path, text: str, inputs=(), flag: str | None = None) -> None:
         sys.stdout.flush()
         return
     try:
-        with open(resolve_target(path), "a", encoding="utf-8") as f:
-            f.write(text)
+        _append_whole(resolve_target(path), text.encode("utf-8"))
     except OSError as exc:
-        raise AutoplanError(f"cannot append to {_quote(path)}: {exc.strerror or exc}") from None
+        raise AutoplanError(f"cannot append to {_quote(path)}: {exc.strerror or exc}; nothing was appended") from None
+
+
+def _append_whole(target: Path, data: bytes) -> None:
+    """All or nothing: one write() at the end of the file (O_APPEND), and a short one (a full disk, a
+    file-size limit) cut back off, so a JSONL file never keeps half a line; a file this call created
+    and left empty is removed."""
+    existed = target.exists()
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        written = 0
+        try:
+            written = os.write(fd, data)
+        finally:
+            if written < len(data):  # short (or raised after part of it): remove our part, at the end
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
+        if written < len(data):
+            raise OSError(f"only {written} of {len(data)} bytes could be written (a full disk or a file-size "
+                          f"limit)")
+    finally:
+        os.close(fd)
+        if not existed and target.exists() and target.stat().st_size == 0:
+            target.unlink()
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -8,6 +8,13 @@ A plan `autoplan tune` chose by running candidates carries the optional `tuning`
 (schemas.validate_tuning): `chosen_by: "measurement"`, the run settings and each candidate's
 predicted and measured step time and peak memory.
 
+A prediction is the plan's only while it belongs to it: `prediction_for` (written beside it, and in
+each alternative that carries one) is prediction_hash() of the sections it was computed from (model,
+training, cluster, parallel, framework). A reader compares it with the hash of what the file says now;
+a hand edit of any of those sections, or a file written before the hash existed, leaves the stored
+prediction not current (`prediction_current` False), and `autoplan.planning.planfiles.load_plan`
+re-scores it with a note, as it scores a plan without one.
+
 v1 files still read: they name no framework, so they are read as made for "autoplan" (the executor
 that runs plan files) and `assumed` says so; their prediction was made with Megatron-Core's facts,
 which `autoplan estimate` re-scores.
@@ -51,6 +58,25 @@ class PlanDocument:
     """The framework the plan was made for (its rules and facts were applied)."""
     assumed: list = field(default_factory=list)
     """What reading an older file assumed (one line each), for the CLI to say; not written."""
+    prediction_for: str | None = None
+    """prediction_hash() of the plan the prediction was made for, as the file stored it ("" when it
+    stored none); None for a prediction made in this process, which belongs to the plan it holds."""
+
+    @property
+    def prediction_current(self) -> bool:
+        """Whether `prediction` was made for this plan (an empty one is trivially current)."""
+        if not self.prediction or self.prediction_for is None:
+            return True
+        return self.prediction_for == prediction_hash(self.model.to_dict(), self.training.to_dict(),
+                                                      self.cluster.to_dict(), self.parallel.to_dict(), self.framework)
+
+    def alternative_current(self, alternative: dict) -> bool:
+        """Whether an alternative's stored prediction was made for it (and this file's other sections)."""
+        stored = alternative.get("prediction_for")
+        if not alternative.get("prediction") or stored is None:
+            return True
+        return stored == prediction_hash(self.model.to_dict(), self.training.to_dict(), self.cluster.to_dict(),
+                                         alternative.get("parallel"), self.framework)
 
     @property
     def plan_id(self) -> str:
@@ -66,11 +92,28 @@ class PlanDocument:
             "cluster": self.cluster.to_dict(),
             "parallel": self.parallel.to_dict(),
             "prediction": self.prediction,
-            "alternatives": self.alternatives,
+            **({"prediction_for": self._prediction_for()} if self.prediction else {}),
+            "alternatives": [self._stamped(alternative) for alternative in self.alternatives],
             "search": self.search,
             "provenance": self.provenance,
             **self.extra,
         }
+
+    def _prediction_for(self) -> str:
+        """The hash written beside the prediction: the file's own when it was read from one (a stale
+        prediction stays detectably stale when the document is written back), else this plan's."""
+        if self.prediction_for is not None:
+            return self.prediction_for
+        return prediction_hash(self.model.to_dict(), self.training.to_dict(), self.cluster.to_dict(),
+                               self.parallel.to_dict(), self.framework)
+
+    def _stamped(self, alternative):
+        """An alternative made in this process, with the hash of the plan its prediction was made for."""
+        if not isinstance(alternative, dict) or not alternative.get("prediction") or "prediction_for" in alternative:
+            return alternative
+        return {**alternative, "prediction_for": prediction_hash(
+            self.model.to_dict(), self.training.to_dict(), self.cluster.to_dict(), alternative.get("parallel"),
+            self.framework)}
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "plan file") -> "PlanDocument":
@@ -88,18 +131,20 @@ class PlanDocument:
         validate_plan(data, issues, get_framework(framework))  # every field and cross-section rule, at once
         issues.raise_if_any()
         known = {"schema", "plan_id", "framework", "model", "training", "cluster", "parallel", "prediction",
-                 "alternatives", "search", "provenance"}
+                 "prediction_for", "alternatives", "search", "provenance"}
+        stored_for = data.get("prediction_for")
         doc = cls(
             model=ModelSpec.from_dict(require(data, "model", dict, what), f"{what} model"),
             training=TrainingSpec.from_dict(require(data, "training", dict, what), f"{what} training"),
             cluster=ClusterSpec.from_dict(require(data, "cluster", dict, what), f"{what} cluster"),
             parallel=ParallelPlan.from_dict(require(data, "parallel", dict, what), f"{what} parallel"),
             prediction=data.get("prediction") or {},
-            alternatives=list(data.get("alternatives") or []),
+            alternatives=[_read_alternative(a) for a in data.get("alternatives") or []],
             search=dict(data.get("search") or {}),
             provenance=dict(data.get("provenance") or {}),
             extra={k: v for k, v in data.items() if k not in known},
             framework=framework, assumed=assumed,
+            prediction_for=stored_for if isinstance(stored_for, str) else "",  # none stored: not known to belong
         )
         if not isinstance(doc.prediction, dict):
             raise SchemaError(f"{what} field 'prediction' must be a JSON object")
@@ -113,8 +158,25 @@ class PlanDocument:
         write_json_atomic(path, self.to_dict())
 
 
+def _read_alternative(alternative):
+    """An alternative as read: one with a prediction but no hash (a file written before it existed)
+    gets "" so that writing it back does not stamp it as current."""
+    if isinstance(alternative, dict) and alternative.get("prediction") and "prediction_for" not in alternative:
+        return {**alternative, "prediction_for": ""}
+    return alternative
+
+
+def _digest(parts: list) -> str:
+    key = json.dumps(parts, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 def plan_id(model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, parallel: ParallelPlan) -> str:
     """A stable 12-hex-digit id of (model, training, cluster, parallel): same plan, same id."""
-    key = json.dumps([model.to_dict(), training.to_dict(), cluster.to_dict(), parallel.to_dict()],
-                     sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(key.encode()).hexdigest()[:12]
+    return _digest([model.to_dict(), training.to_dict(), cluster.to_dict(), parallel.to_dict()])[:12]
+
+
+def prediction_hash(model: dict, training: dict, cluster: dict, parallel, framework: str) -> str:
+    """A 16-hex-digit hash of every section a prediction is computed from (the sections as their
+    to_dict() writes them, and the framework's name): equal hashes, same inputs to the cost model."""
+    return _digest([model, training, cluster, parallel, framework])[:16]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from autoplan.specs import AutoplanError, HardwareProfile, InfeasiblePlan, PlanDocument
 from autoplan.specs.compat import measurement_mismatch, record_framework
+from autoplan.specs.host_process import time_not_comparable
 from cost_model.learned.features import plan_record
 from cost_model.learned.memory_correction import MemoryRow
 
@@ -120,7 +121,10 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
         row = _memory_row(m, record, group)
         if row is not None:
             data.memory_rows.append(row)
-        if timed:
+        not_comparable = time_not_comparable(m.extra.get("cpu_wait_share"), profile.environment) if timed else ""
+        if not_comparable:  # its memory still counts; its wall time measures other processes too
+            data.skipped.append(f"{where}: step time not compared: {not_comparable}")
+        elif timed:
             data.add(record, m.median_step_time_s, group, "measured", mismatch=bool(mismatch))
     return data
 
