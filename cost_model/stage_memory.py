@@ -176,7 +176,7 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
     if executor_on_cpu:
         # The executor on a CPU runs fp32 (no autocast, no mixed precision off CUDA): no cast cache;
         # where FSDP2 wraps the model (ZeRO over several replicas) it keeps its gathered fp32
-        # weights from forward to backward at ZeRO 1/2 (train.py compute_mode, parallelize.py).
+        # weights from forward to backward at ZeRO 1/2 (specs.plan compute_mode, parallelize.py).
         copies = eager.FP32 * (dense + expert) if 0 < plan.zero_stage < 3 and shard > 1 else 0.0
     without_grads = sum(v for k, v in states.items() if k != "grads")
     return _RankWeights(dense, expert, states, fp8_params, copies, executor_on_cpu, sum(states.values()),

@@ -6,6 +6,7 @@ whether a plan fits in memory is the cost model's answer, not a rule.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 from autoplan.specs.choices import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
 from autoplan.specs.errors import InfeasiblePlan, SchemaError
@@ -296,3 +297,23 @@ class ParallelPlan:
         if "mla_up_proj" in self.recompute_modules and not model.is_mla:
             raise InfeasiblePlan("recompute_modules names mla_up_proj, which needs multi-latent attention "
                                  f"(an MLA model), got model {model.name!r}", "recompute_modules")
+
+
+class ComputeMode(NamedTuple):
+    fsdp: bool
+    """FSDP2 wraps the model (else DDP, or nothing at one replica)."""
+    bf16_weight_copies: bool
+    """FSDP2's mixed precision hands the forward bf16 copies of the fp32 weights; else fp32 weights
+    run under bf16 autocast."""
+
+
+def compute_mode(plan: ParallelPlan, model: ModelSpec, bf16_params: bool = True) -> ComputeMode:
+    """How autoplan's executor computes `plan`: the rule the executor applies
+    (executor/torch_backend/train.py PlanRunner) and the cost model prices
+    (cost_model/eager_activations.py autocast_for). FSDP2 wraps where ZeRO shards over several
+    replicas (dp * cp), and, for its mixed precision (fp32 master, bf16 compute copies), at one
+    replica too; MoE at one replica keeps autocast, and MoE without ZeRO runs on fp32 weights.
+    `bf16_params`: the executor's bf16-params speed-up is on (its default)."""
+    replicas = plan.dp * plan.cp
+    fsdp = (plan.zero_stage > 0 and replicas > 1) or (replicas == 1 and bf16_params and not model.is_moe)
+    return ComputeMode(fsdp, fsdp and bf16_params and (not model.is_moe or plan.zero_stage > 0))
