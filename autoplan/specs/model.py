@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
 from autoplan.specs.schemas import validate_model, validate_model_shape
-from autoplan.specs.validation import Issues, refuse_unknown_fields, require_object
+from autoplan.specs.validation import Issues, check_spec_fields, spec_from_dict
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -281,21 +281,13 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "model") -> "ModelSpec":
-        issues = Issues(what)
-        validate_model(require_object(data, what), issues, prefix="")
-        issues.raise_if_any()
-        refuse_unknown_fields(data, [f.name for f in fields(cls)] + ["num_params"], what)  # num_params: derived
-        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        spec = cls(**kwargs)
-        spec.check()
-        return spec
+        return spec_from_dict(cls, data, what, validate_model, derived=("num_params",))
 
     def check(self) -> None:
         """Raise SchemaError naming every field out of range, then every rule across fields broken
         (autoplan.specs.schemas): for a catalog entry, a config.json and a plan file alike."""
+        check_spec_fields(self, f"model {self.name!r}", validate_model)
         issues = Issues(f"model {self.name!r}")
-        validate_model({f.name: getattr(self, f.name) for f in fields(self)}, issues, "")
-        issues.raise_if_any()
         validate_model_shape(issues, self)
         issues.raise_if_any()
 
