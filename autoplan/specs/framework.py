@@ -333,7 +333,9 @@ class Framework(DataParallelFacts):
     def for_dtype(self, dtype: str) -> "Framework":
         """The framework as a run in `dtype` uses it: its `by_dtype` facts for that dtype, if any."""
         facts = self.by_dtype.get(dtype)
-        return replace(self, **facts) if facts else self
+        if not facts or all(getattr(self, key) == value for key, value in facts.items()):
+            return self  # nothing for this dtype, or already applied: the same object
+        return replace(self, **facts)
 
     def default_etp(self, model: ModelSpec, ep: int) -> int:
         """The expert TP a plan gets when nobody names one (ParallelPlan.etp; 0 = tp): 1 under expert
