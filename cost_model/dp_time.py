@@ -13,7 +13,7 @@ import math
 
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import memory_time_s
-from cost_model.memory import BYTES_WEIGHT
+from cost_model.memory import BYTES_WEIGHT, grads_accumulate_unsharded
 from cost_model.stage_memory import fp8_gathered_fraction, fp8_linear_share
 
 
@@ -41,9 +41,17 @@ def _gathers_every_backward(plan: ParallelPlan, sw) -> bool:
     return plan.pp > 1 and sw.pp_reshard_after_forward
 
 
+def reduces_every_microbatch_at_zero2(plan: ParallelPlan, sw) -> bool:
+    """ZeRO-2 whose framework reduce-scatters each micro-batch's gradients into their shard
+    (Framework.zero2_reduce_every_microbatch), unless a pipeline over FSDP keeps the sync off until the
+    last backward (grads_accumulate_unsharded)."""
+    return plan.zero_stage == 2 and sw.zero2_reduce_every_microbatch and not grads_accumulate_unsharded(sw, plan)
+
+
 def dp_rounds(plan: ParallelPlan, m: int, sw, regathered_share: float = 0.0) -> tuple:
     """(weight all-gathers, gradient reductions) of the sharded states per step: ZeRO 0-2 reduce
-    once and (ZeRO 1-2) gather the updated weights once; ZeRO-3 gathers for forward and again for
+    once (ZeRO-2 every micro-batch where the framework does, reduces_every_microbatch_at_zero2) and
+    (ZeRO 1-2) gather the updated weights once; ZeRO-3 gathers for forward and again for
     backward and reduces every micro-batch (or once, Framework.zero3_reduce_every_microbatch), or
     does each once per step with a pipeline (weights stay gathered across micro-batches: torchtitan
     does not reshard after forward under PP). A pipeline whose FSDP reshards after each forward
@@ -52,7 +60,7 @@ def dp_rounds(plan: ParallelPlan, m: int, sw, regathered_share: float = 0.0) -> 
     if plan.zero_stage == 0:
         return 0, 1
     if plan.zero_stage in (1, 2):
-        return (m + 1 if _gathers_every_backward(plan, sw) else 1), 1
+        return (m + 1 if _gathers_every_backward(plan, sw) else 1), (m if reduces_every_microbatch_at_zero2(plan, sw) else 1)
     rounds = 1 if plan.pp > 1 else m
     return (2 + regathered_share) * rounds, rounds if sw.zero3_reduce_every_microbatch else 1
 
@@ -122,9 +130,9 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         stalled_s = collectives_s("all_gather", weight_bytes, group)
         wire = grad_bytes + weight_bytes
     elif plan.zero_stage in (1, 2):
-        gathers, _ = dp_rounds(plan, m, sw)
-        total = collectives_s("reduce_scatter", grad_bytes) + gathers * collectives_s("all_gather", weight_bytes)
-        wire = grad_bytes + gathers * weight_bytes
+        gathers, reductions = dp_rounds(plan, m, sw)
+        total = reductions * collectives_s("reduce_scatter", grad_bytes) + gathers * collectives_s("all_gather", weight_bytes)
+        wire = reductions * grad_bytes + gathers * weight_bytes
     else:
         gathers, reductions = dp_rounds(plan, m, sw, recompute_regathered_share(est.model, plan, sw, per_stage))
         # One call per layer, or per parameter tensor where the framework issues them so.
@@ -153,8 +161,9 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     if plan.zero_stage >= 3:
         window = m * compute_mb
     else:
-        # The last micro-batch's backward, or every backward where each gathers the weights again.
-        backwards = m if _gathers_every_backward(plan, sw) else 1
+        # The last micro-batch's backward, or every backward where each gathers the weights again or
+        # reduces its own gradients.
+        backwards = m if _gathers_every_backward(plan, sw) or reduces_every_microbatch_at_zero2(plan, sw) else 1
         window = backwards * per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
         if sw.dp_param_gather_overlap and plan.zero_stage >= 1:
             # The weights' all-gather hides under the next step's first forward, layer by layer

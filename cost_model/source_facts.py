@@ -42,6 +42,7 @@ KEMPNERFORGE_FACTS = {
     # FSDP2's gradient sync off on every micro-batch but the last (kempnerforge/training/grad.py
     # maybe_no_sync, called by scripts/train.py at the measured commits 01b461a, 601aba9, 3ad9d9a).
     "zero3_reduce_every_microbatch": False,
+    "zero2_reduce_every_microbatch": False,
     # Its pipeline path shards each stage with apply_fsdp2's default reshard_after_forward=True
     # (scripts/train.py and kempnerforge/distributed/parallel.py at 601aba9, the config-validation
     # commit), under torch.distributed.pipelining, which keeps the weights gathered from a backward

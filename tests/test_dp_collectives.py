@@ -233,11 +233,14 @@ def test_a_pipeline_whose_fsdp_reshards_after_forward_gathers_once_more_than_its
     # follows a forward gather (B1, B2, B3): 5 = m + 1. The last stage (F1 B1 F2 B2 ...) gathers at F1
     # and at each backward: 5 too. One reduce-scatter, at the last backward.
     plan = ParallelPlan(dp=4, tp=4, pp=2, zero_stage=2, num_microbatches=4)
-    kempnerforge = get_framework("torchtitan").with_overrides(pp_reshard_after_forward=True)
+    kempnerforge = get_framework("torchtitan").with_overrides(pp_reshard_after_forward=True,
+                                                              zero2_reduce_every_microbatch=False)
     torchtitan = get_framework("torchtitan")
     assert dp_rounds(plan, 4, kempnerforge) == (5, 1)
     assert dp_rounds(plan, 4, torchtitan) == (1, 1)
     assert dp_rounds(plan.replace(pp=1), 4, kempnerforge) == (1, 1)        # no pipeline, no re-gathers
+    # torchtitan keeps FSDP2's gradient sync on: without a pipeline each of the 4 backwards reduces
+    assert dp_rounds(plan.replace(pp=1), 4, torchtitan) == (1, 4)
 
     # In the step, nothing hidden: one reduce-scatter (fp32 gradients, 4 B) and 5 all-gathers (bf16
     # weights, 2 B) of 4 layers' 2^24 parameters over 4 ranks, each per layer (FSDP's unit).

@@ -91,10 +91,18 @@ def test_megatron_launch_line_matches_the_cluster():
     assert "torchrun --nnodes 1 --nproc-per-node 4 pretrain_gpt.py" in single
 
 
-def test_megatron_notes_what_does_not_map():
-    export = export_plan(_with(FSDP, zero_stage=2), "megatron")
-    assert any("zero_stage=2" in n and "gradient buffer" in n for n in export.notes)
-    assert all(f"#  - {n}" in export.text for n in export.notes)
+def test_megatron_exports_the_zero_stage_it_costs():
+    # Megatron's distributed optimizer keeps the whole fp32 main-grad buffer on every rank: ZeRO-1's memory.
+    # A ZeRO-2 plan (costed with sharded gradients) is Megatron-FSDP optim_grads, never the distributed
+    # optimizer alone (out of memory on the cluster, issue 47).
+    zero1 = export_plan(_with(FSDP, zero_stage=1), "megatron")
+    assert "--use-distributed-optimizer" in zero1.text and "--use-megatron-fsdp" not in zero1.text
+    for stage, strategy in ((2, "optim_grads"), (3, "optim_grads_params")):
+        export = export_plan(_with(FSDP, zero_stage=stage), "megatron")
+        assert "--use-megatron-fsdp" in export.text
+        assert f"--data-parallel-sharding-strategy {strategy} " in export.text.replace("\\\n", " ")
+        assert any(f"zero_stage={stage} maps to Megatron-FSDP" in n for n in export.notes)
+        assert all(f"#  - {n}" in export.text for n in export.notes)
 
 
 def test_torchtitan_toml():

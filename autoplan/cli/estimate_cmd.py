@@ -90,6 +90,7 @@ def _plan_from_flags(args):
     from autoplan.planning.planner import score_one
     from autoplan.planning.training_shape import training_shape
     from autoplan.specs import AUTOPLAN_VERSION, AutoplanError, ParallelPlan, PlanDocument, resolve_headroom
+    from autoplan.specs.headroom import headroom_default_line
 
     if args.model is None or args.gpus is None:
         raise AutoplanError("give a plan file (autoplan estimate plan.json) or --model and --gpus with the plan's pins")
@@ -100,6 +101,7 @@ def _plan_from_flags(args):
     headroom = resolve_headroom(args.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, dtype,
                                         args.moe_load_imbalance or 0.0)
+    defaults += headroom_default_line(args.memory_headroom, profile.memory_capacity_bytes)
     tp, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     if args.dp is None and cluster.num_gpus % (tp * pp * cp):
         raise AutoplanError(f"tp*pp*cp must divide --gpus, got tp={tp} * pp={pp} * cp={cp} = {tp * pp * cp}, "

@@ -89,6 +89,7 @@ def run(args) -> int:
     from autoplan.planning.planner import make_estimator
     from autoplan.planning.training_shape import training_shape
     from autoplan.specs import DEFAULT_FRAMEWORK, RECOMPUTE_POLICIES, AutoplanError, is_stdout, resolve_headroom
+    from autoplan.specs.headroom import headroom_default_line
 
     if args.output is not None and not is_stdout(args.output) and not args.output.lower().endswith((".csv", ".md")):
         raise AutoplanError(f"-o {args.output}: give a file ending in .csv or .md (the table's format follows the "
@@ -99,6 +100,7 @@ def run(args) -> int:
     headroom = resolve_headroom(args.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     training, defaults = training_shape(model, cluster, args.seq_len, args.global_batch, args.dtype or "bf16",
                                         args.moe_load_imbalance or 0.0)
+    defaults += headroom_default_line(args.memory_headroom, profile.memory_capacity_bytes)
     with Progress("memory") as progress:
         progress.stage(f"choosing the layout of {model.name} on {cluster.num_gpus} GPUs")
         layout, where = _layout(args, model, training, cluster, profile, framework)

@@ -82,27 +82,28 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
             # A plan made for megatron-core+tp-comm-overlap was costed with the TP collectives
             # pipelined with the GEMMs (Transformer Engine userbuffers), which Megatron runs only with this flag.
             args.append(("--tp-comm-overlap",))
-    if par.zero_stage in (1, 2):
+    if par.zero_stage == 1:
         # The distributed optimizer shards optimizer state and reduce-scatters gradients, but keeps
-        # the whole gradient buffer on every rank: ZeRO-2 communication with ZeRO-1 memory. The
+        # the whole gradient buffer on every rank: ZeRO-1 memory, as megatron-core's states cost it
+        # (its ZeRO-2, sharded gradients, is Megatron-FSDP below: an export never changes the plan's memory). The
         # plan's costs overlap both collectives with compute, as these two flags make Megatron do.
         args += [("--use-distributed-optimizer",), ("--overlap-grad-reduce",), ("--overlap-param-gather",)]
         if par.zero_shard:
             # Partial distributed optimizer: one instance per shard group of consecutive dp-cp ranks.
             args.append(("--num-distributed-optimizer-instances", par.zero_replicas))
-        if par.zero_stage == 2:
-            notes.append("zero_stage=2: Megatron's distributed optimizer reduce-scatters gradients but "
-                         "keeps the full gradient buffer per rank, so gradient memory is not sharded")
-    elif par.zero_stage == 3:
-        # Megatron-FSDP shards optimizer state, gradients and weights (optim_grads_params) with pipeline
-        # and expert parallelism too, which --use-torch-fsdp2 refuses; validate_args (core_v0.16.1
-        # lines 671-690) wants CUDA_DEVICE_MAX_CONNECTIONS > 1 and the fsdp_dtensor checkpoint format.
-        args += [("--use-megatron-fsdp",), ("--data-parallel-sharding-strategy", "optim_grads_params"),
+    elif par.zero_stage in (2, 3):
+        # Megatron-FSDP shards optimizer state and gradients (optim_grads: ZeRO-2, reduce-scattered every
+        # micro-batch as Framework.zero2_reduce_every_microbatch costs it) and the weights too
+        # (optim_grads_params: ZeRO-3), with pipeline and expert parallelism, which --use-torch-fsdp2
+        # refuses; validate_args (core_v0.16.1 lines 671-690) wants CUDA_DEVICE_MAX_CONNECTIONS > 1 and
+        # the fsdp_dtensor checkpoint format.
+        strategy = "optim_grads" if par.zero_stage == 2 else "optim_grads_params"
+        args += [("--use-megatron-fsdp",), ("--data-parallel-sharding-strategy", strategy),
                  ("--ckpt-format", "fsdp_dtensor"), ("--use-distributed-optimizer",), ("--overlap-grad-reduce",),
                  ("--overlap-param-gather",)]
-        notes.append("zero_stage=3 maps to Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy "
-                     "optim_grads_params, --ckpt-format fsdp_dtensor) with CUDA_DEVICE_MAX_CONNECTIONS > 1, as "
-                     "validate_args requires")
+        notes.append(f"zero_stage={par.zero_stage} maps to Megatron-FSDP (--use-megatron-fsdp "
+                     f"--data-parallel-sharding-strategy {strategy}, --ckpt-format fsdp_dtensor) with "
+                     f"CUDA_DEVICE_MAX_CONNECTIONS > 1, as validate_args requires")
     if model.is_moe:
         # The dispatcher the plan was costed with (Framework.moe_dispatch "alltoall"); Megatron's default
         # is the allgather dispatcher (transformer_config.py core_v0.16.1 line 675).

@@ -12,6 +12,7 @@ from typing import Callable
 
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import check_dtype, cluster_for_plan_file, resolve_cluster
+from autoplan.planning.blame import NOT_A_PLAN, rule_that_broke
 from autoplan.planning.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
 from autoplan.planning.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
 from autoplan.planning.training_shape import training_shape
@@ -19,6 +20,7 @@ from autoplan.specs import (
     AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, Framework, InfeasiblePlan, PlanDocument,
     MemoryHeadroom, get_framework, resolve_headroom,
 )
+from autoplan.specs.headroom import headroom_default_line
 
 NUM_ALTERNATIVES = 4
 MAX_NODES_TRIED = 4096
@@ -51,7 +53,7 @@ class PlanRequest:
     framework: str = DEFAULT_FRAMEWORK
     """The framework the plan is made for: its facts are costed, its rules bound the search."""
     memory_headroom: MemoryHeadroom | None = None
-    """GPU memory to keep free (`--memory-headroom`); None: no margin beyond the predicted peak."""
+    """GPU memory to keep free (`--memory-headroom`); None: the default margin (autoplan.specs.headroom)."""
     recompute_layers: int | None = None
     """`--recompute-layers N`: full recompute of N layers per pipeline stage (capped at the stage's
     layers, so a Megatron user's "every layer" is any N at least that); None: the fewest that fit."""
@@ -183,51 +185,6 @@ def smallest_fitting_gpus(model, training, cluster, profile, framework: str | Fr
     return None
 
 
-# Which rules (InfeasiblePlan reason tags) a pinned knob can break, to blame the pin for them:
-# the structural rules of ParallelPlan.check, then the framework's (Framework.check, "framework_*").
-_PIN_RULES = {
-    "dp": ("degree_product", "batch_product", "framework_microbatches_per_stage"),
-    "tp": ("tp_divides_heads", "tp_across_nodes", "tp_divides_node", "degree_product", "framework_tp_limit",
-           "framework_zero0_mixed", "framework_sp_always", "framework_moe_tp_pp", "framework_tied_embeddings"),
-    "pp": ("pp_divides_layers", "degree_product", "framework_pp_limit", "framework_zero_with_pp",
-           "framework_microbatches_per_stage", "framework_uneven_stages", "framework_uneven_interleaved",
-           "framework_moe_tp_pp", "framework_tied_embeddings", "framework_zero0_mixed"),
-    "cp": ("cp_divides_seq", "degree_product", "framework_cp_limit", "framework_learned_positions",
-           "framework_zero0_mixed"),
-    "vpp": ("pp_divides_layers", "vpp_needs_pp", "vpp_microbatches", "framework_vpp_limit",
-            "framework_uneven_interleaved"),
-    "ep": ("ep_needs_moe", "ep_divides", "etp_divides_ffn", "framework_zero_with_ep", "framework_expert_tp"),
-    "micro_batch_size": ("micro_batch_product", "vpp_microbatches", "framework_microbatches_per_stage"),
-    "zero_stage": ("zero_stage", "framework_zero_stage", "framework_zero_with_moe", "framework_zero_with_pp",
-                   "framework_zero_with_ep", "framework_zero0_mixed"),
-    "sequence_parallel": ("sp_needs_tp", "sp_divides_seq", "framework_sp_always", "framework_sp_never",
-                          "framework_learned_positions"),
-    "recompute": ("recompute_policy", "recompute_layers"),
-}
-
-
-_NOT_A_PLAN = ("degree_product", "micro_batch_product")
-"""Knob combinations of the search grid, never a plan the problem could have had: degrees that do
-not multiply to the GPU count, a micro-batch size larger than dp's share of the batch allows. Never
-the rule to blame while another rule broke."""
-
-
-_PROBLEM_RULES = ("out_of_memory", "sp_divides_seq", "cp_divides_seq", "batch_product", "tp_divides_heads")
-"""Rules a plan breaks because of the problem (memory; seq_len, global batch, heads), whatever the
-search chose for the knob the rule names; the others (pp_divides_layers, vpp_microbatches, ...)
-reject one value of a knob that other values avoid."""
-
-
-def _rule_that_broke(result: SearchResult, pins: Pins) -> str:
-    """The tag to blame when no plan runs: one a pinned knob can break (the most specific), else
-    the problem's rule that rejected the most distinct plans, "out_of_memory" (plans that break no
-    rule but do not fit) competing like the rest; not whichever rule a search tried last."""
-    blamable = {tag for knob in pins.pinned() for tag in _PIN_RULES.get(knob, ())}
-    counts = {tag: count for tag, (count, _) in result.rejections.items()}
-    return min(counts, key=lambda tag: (tag not in blamable, tag in _NOT_A_PLAN, tag not in _PROBLEM_RULES,
-                                        -counts[tag], tag))
-
-
 def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cluster, profile,
                    framework: Framework, memory_headroom_bytes: int = 0) -> AutoplanError:
     pins = space.pins.describe()
@@ -235,12 +192,12 @@ def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cl
         leanest = min(result.unfit, key=lambda s: s.peak_memory_bytes)
         return InfeasiblePlan(f"no plan with {pins} fits on {cluster.num_gpus} GPUs; the leanest "
                               f"{leanest.reason}; relax the pins", "out_of_memory")
-    tag = _rule_that_broke(result, space.pins)
+    tag = rule_that_broke(result.rejections, set(space.pins.pinned()))
     if tag != "out_of_memory":
         count, first = result.rejections[tag]
         if pins:
             return InfeasiblePlan(f"{pins} cannot work: {first}", tag)
-        plans = sum(c for t, (c, _) in result.rejections.items() if t not in _NOT_A_PLAN)
+        plans = sum(c for t, (c, _) in result.rejections.items() if t not in NOT_A_PLAN)
         # Counted as rejected for memory: scored (result.unfit) or known without scoring (bounded search).
         num_unfit = result.rejections.get("out_of_memory", (0, ""))[0]
         unfit = f"; {num_unfit} others break no rule but do not fit in memory" if num_unfit else ""
@@ -274,6 +231,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     # search, not whichever plan rule each candidate happened to break first.
     framework.check_problem(model, training)
     headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
+    defaults += headroom_default_line(request.memory_headroom, profile.memory_capacity_bytes)
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,
                                        framework, headroom),
                         keep_full_recompute=request.pins.recompute == "full",
@@ -362,7 +320,7 @@ def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = 
         calibration = load_calibration(calibration_path)
     facts = resolve_framework(framework or doc.framework, doc.training.dtype)
     headroom = resolve_headroom(memory_headroom, profile.memory_capacity_bytes, cluster.name,
-                                int(doc.prediction.get("memory_headroom_bytes", 0)))
+                                doc.prediction.get("memory_headroom_bytes"))
     if headroom >= profile.memory_capacity_bytes:  # the file's margin on another, smaller GPU
         raise AutoplanError(f"the plan file keeps {headroom / GIB:.1f} GiB free, not less than the "
                             f"{profile.memory_capacity_bytes / GIB:.1f} GiB of each {cluster.name} GPU; "

@@ -47,14 +47,17 @@ def breakdown_lines(prediction: dict) -> list:
     rows = [[k, f"{v / GIB:.2f}", f"{100 * v / total_b:.1f}", term_meaning(k, memory=True)] for k, v in mem.items() if v > 0]
     rows.append(["total (peak per GPU)", f"{total_b / GIB:.2f}", "100.0", "the sum of the terms above"])
     cap, headroom = prediction.get("memory_capacity_bytes"), prediction.get("memory_headroom_bytes", 0)
-    margin = f", {headroom / GIB:.1f} GiB headroom kept free" if cap and headroom else ""
-    lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB{margin}" if cap else ""),
+    if cap and headroom:
+        # Not part of the peak (nothing allocates it): the margin "fits" keeps beside it.
+        rows.append(["kept free (headroom)", f"{headroom / GIB:.2f}", "", "--memory-headroom: not allocated; "
+                     "fits means total + this <= capacity (0 for none)"])
+    lines += ["", "memory per GPU (worst pipeline stage)" + (f", capacity {cap / GIB:.1f} GiB" if cap else ""),
               *text_table(["term", "GiB", "%", "what it is"], rows, "lrrl")]
     return lines
 
 
 def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float = 0) -> str:
-    """'fits (68.1 of 77.1 GiB usable, 2.0 GiB headroom), margin 11.0 GiB = 13.9% of the device left free'
+    """'fits (68.1 of 77.1 GiB usable, 2.0 GiB headroom), 11.0 GiB = 13.9% of the device free'
     or 'does NOT fit (... 12.3 GiB over)': "fits" judged against the capacity less the user's
     --memory-headroom, both shown, and the margin the plan leaves of the whole device."""
     usable = capacity_bytes - headroom_bytes
@@ -62,8 +65,8 @@ def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float 
             else f"{capacity_bytes / GIB:.1f} GiB")
     if peak_bytes <= usable:
         margin = capacity_bytes - peak_bytes
-        return (f"fits ({peak_bytes / GIB:.1f} of {room}), margin {margin / GIB:.1f} GiB = "
-                f"{margin / capacity_bytes:.1%} of the device left free")
+        return (f"fits ({peak_bytes / GIB:.1f} of {room}), {margin / GIB:.1f} GiB = "
+                f"{margin / capacity_bytes:.1%} of the device free")
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
 
 

@@ -57,6 +57,11 @@ class DataParallelFacts:
     partition_parameters.py `_allgather_param`, one torch.distributed.all_gather per parameter, and
     `_reduce_scatter_gradients`, one reduce_scatter per parameter), each paying the collective's
     latency; else one of each per layer."""
+    zero2_reduce_every_microbatch: bool = False
+    """ZeRO-2 reduce-scatters the gradients of every micro-batch into their shard (FSDP2 with gradient
+    sync on, Megatron-FSDP optim_grads); False: once per step, after the last micro-batch (a framework
+    that keeps whole gradients until then). Either way a pipeline over FSDP2 syncs once
+    (cost_model.memory.grads_accumulate_unsharded)."""
     zero3_reduce_every_microbatch: bool = True
     """ZeRO-3 reduce-scatters the gradients of every micro-batch (FSDP2 as torchtitan and OLMo-core run
     it: neither turns gradient sync off between micro-batches). False: sync is off until the last

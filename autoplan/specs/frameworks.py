@@ -68,9 +68,11 @@ _AUTOPLAN = Framework(
     cp_with_masked_attention=False, mla_padded_values=True,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
-    fused_adamw_on_cuda=True,
+    fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True,
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
+        "zero2_reduce_every_microbatch": "executor/torch_backend/train.py _set_grad_sync: FSDP2's gradient sync is "
+                                         "turned off between micro-batches at ZeRO 0-1 only",
         "fused_adamw_on_cuda": "executor/torch_backend/train.py _optimizers: torch.optim.AdamW(fused=True) on CUDA "
                                "(for-each on a CPU); the H200 allocator history of plan l1-s2k-m4-full "
                                "(cost_model/data/h100_runs/2026-11-28) holds no optimizer temporary",
@@ -179,7 +181,8 @@ FRAMEWORKS = {f.name: f for f in (
         expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
         moe_dispatch="alltoall", moe_tp_needs_sequence_parallel=True,
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
-        dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1, 2), by_dtype={"fp16": MEGATRON_FP16},
+        dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1,), zero2_reduce_every_microbatch=True,
+        by_dtype={"fp16": MEGATRON_FP16},
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
         sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
@@ -198,6 +201,17 @@ FRAMEWORKS = {f.name: f for f in (
                                      "fused attention on Hopper and later, flash-attn before (NeMo docs, "
                                      "memory_optimizations.rst, NVIDIA/NeMo PR 9188); the built-in Ampere profiles "
                                      "hold FlashAttention-2 only, so an A100 plan gets flash-attn",
+                 "zero_stages": "ZeRO-1 is the distributed optimizer (--use-distributed-optimizer): it shards the fp32 "
+                                "main parameters and Adam state over dp x cp and keeps the whole fp32 main-grad buffer "
+                                "on every rank (megatron/core/distributed/param_and_grad_buffer.py core_v0.16.1: each "
+                                "bucket's grad_data spans the buffer; the reduce-scatter writes this rank's slice of it). "
+                                "ZeRO-2 and 3 are Megatron-FSDP, data_parallel_sharding_strategy optim_grads and "
+                                "optim_grads_params (megatron/core/distributed/fsdp/src/megatron_fsdp/"
+                                "param_and_grad_buffer.py _init_each_parameter_group_buffers: grad buffer distributed "
+                                "from optim_grads, model weights from optim_grads_params)",
+                 "zero2_reduce_every_microbatch": "megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py "
+                                                  "core_v0.16.1 lines 770-775: grad_reduce_every_bprop for optim_grads "
+                                                  "and optim_grads_params, whatever the micro-batch",
                  "hsdp_zero_stages": "Megatron-LM core_v0.16.1 megatron/training/arguments.py line 2333 "
                                      "--num-distributed-optimizer-instances; megatron/core/parallel_state.py lines "
                                      "833-840: each instance shards the distributed optimizer over consecutive dp-cp "
@@ -272,6 +286,7 @@ FRAMEWORKS = {f.name: f for f in (
         states=fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0, fp8_rowwise=True,
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
         zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
+        zero2_reduce_every_microbatch=True,
         tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
         experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep", fp8_expert_gemms=False,
         sources={"fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
@@ -326,6 +341,11 @@ FRAMEWORKS = {f.name: f for f in (
                                 "(models/llama3/config_registry.py line 187) and of autoplan's export",
                  "dtypes": "torchtitan 0.3.0 config/configs.py TrainingConfig: mixed_precision_param is bfloat16 "
                            "or float32, no fp16 with loss scaling",
+                 "zero2_reduce_every_microbatch": "torchtitan 0.3.0 train.py: the micro-batches of a step run "
+                                                  "forward and backward with FSDP2's gradient sync on (only the "
+                                                  "chunked loss's lm_head turns it off, components/loss.py line "
+                                                  "731), so each backward reduce-scatters; under a pipeline "
+                                                  "torch.distributed.pipelining keeps it off until the last",
                  "zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py line 70: every data-parallel layout "
                                 "is fully_shard over (dp_replicate, dp_shard), so ZeRO-0 is dp_replicate with tp/pp/cp "
                                 "too (0.2.0's DDP was one-dimensional: its exporter refuses that)",
