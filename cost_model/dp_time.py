@@ -31,7 +31,9 @@ def fp8_gathered_params(est, plan: ParallelPlan, per_stage: int) -> float:
     cost_model.stage_memory.fp8_gathered_fraction); the norms, the embedding and the head stay bf16."""
     if est.training.dtype != "fp8":
         return 0.0
-    share = fp8_linear_share(est) if est.framework.fp8_param_gather else fp8_gathered_fraction(est, plan)
+    linears = fp8_linear_share(est.model, est.params.dense_per_layer)
+    fw = est.framework
+    share = linears if fw.fp8_param_gather else fp8_gathered_fraction(fw, "fp8", plan, linears)
     return share * per_stage * est.params.dense_per_layer / plan.tp
 
 
