@@ -29,6 +29,7 @@ search moe-deepseek-v3 --model deepseek-v3 --gpus 512
 search gemma3-27b --model gemma-3-27b --gpus 32
 search tpe-llama3-405b --model llama-3-405b --gpus 1024 --sampler tpe --trials 300 --seed 7
 for fw in $($PY -m autoplan frameworks | awk 'NR>1 && $1 ~ /^[a-z]/ && $2 ~ /^[0-9]+\+[0-9]+$/ {print $1}'); do
+  $PY -m autoplan frameworks "$fw" > "$OUT/fw-$fw.txt"
   search fw-$fw-llama2-7b --model llama-2-7b --gpus 16 --framework "$fw"
   search fw-$fw-mixtral --model mixtral-8x7b --gpus 32 --framework "$fw"
 done

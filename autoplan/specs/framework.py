@@ -65,8 +65,6 @@ class Framework(DataParallelFacts):
     its backward (autocast over fp32 weights caches its bf16 casts for backward; FSDP2 at ZeRO 1/2
     keeps the gathered bf16 weights unsharded between forward and backward). 0 when the kernels read
     the stored weights directly."""
-    activation_bytes: int = 2
-    """Bytes per saved activation element (bf16)."""
     activation_recipe: str = "megatron"
     """Which tensors a layer saves for backward: "megatron" (Korthikanti et al. 2022 Table 2, named
     tensors in bf16 with fused kernels; cost_model/memory.py), "eager" (autoplan's executor today:
