@@ -25,7 +25,7 @@ from cost_model.constants import Constants, load_constants
 from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
 from cost_model.layer_mix import layer_seconds, mixes_dense_and_moe, pacing_layer_kinds
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
-from cost_model.memory import activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
+from cost_model.memory import BYTES_ACT, activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
 from cost_model.stage_memory import (
     allocated_peak_bytes, min_full_recompute_layers, plan_memory_key, stage_breakdown, stage_peak,
 )
@@ -213,6 +213,11 @@ class Estimator:
                     working += share * sum(activation_bytes_per_layer(model, b, s_local, tp, False, flash,
                                                                       moe=moe, etp=etp, fp8_inputs=fp8_inputs,
                                                                       weighted_outputs_saved=weighted).values())
+            if sp and tp > 1 and self.framework.sp_regathers_in_backward:
+                # Under sequence parallelism the backward keeps the layer's tensors sharded and gathers
+                # a linear's input again only for its own backward (Korthikanti et al. 2022 sec. 4.2.2):
+                # the working set is the sharded layer and one gathered input with its gradient.
+                working = min(working, stored + 2 * BYTES_ACT * b * s_local * model.hidden_size)
             hit = self.cache[key] = (stored, selective,
                                             full_recompute_layer_bytes(model, b, s_local, tp, sp), working)
         return hit

@@ -18,7 +18,7 @@ from autoplan.specs import (
 from cost_model.constants import Constants, load_constants
 from cost_model.moe_time import moe_run_facts
 from cost_model.profiles import builtin_profile
-from cost_model.source_facts import FRAMEWORK_FACTS, MODEL_FACTS, MSAMP_O3_STATES, SOURCES
+from cost_model.source_facts import FRAMEWORK_FACTS, MODEL_FACTS, MSAMP_O3_STATES, NEMO2_MLPERF_LLAMA31, SOURCES
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
 _PEAK_MEMORY = re.compile(r"(?:peak mem|max GPU mem|mem) ([0-9.]+) ?(GiB|GB)")
@@ -116,6 +116,10 @@ class PublishedRun:
     reported_memory_is_allocated: bool = False
     """The reported peak is torch.cuda.max_memory_allocated (what tensors held: no allocator slack, no
     CUDA context), so it is compared with the predicted allocated peak; else with the whole peak."""
+    recompute_unstated: bool = False
+    """How many layers the run recomputed, the source does not say: it is priced with the fewest fully
+    recomputed layers that fit (Estimator.min_full_recompute_layers, the planner's own rule), never with
+    a count solved from its throughput (`recompute_for`)."""
     reported_memory_of_rank0: bool = False
     """The reported peak is rank 0's, the first pipeline stage's, not the largest rank's."""
     assumptions: tuple = ()
@@ -141,6 +145,16 @@ class PublishedRun:
         # The scaling the run states (tensorwise unless it says rowwise), not the framework's default.
         overrides["fp8_rowwise"] = self.fp8_rowwise
         return framework.with_overrides(**overrides)
+
+    def recompute_for(self, est) -> ParallelPlan:
+        """The plan to price: the row's, or where its recompute count is unstated (recompute_unstated)
+        the fewest fully recomputed layers per stage that fit on `est` (none if it fits without)."""
+        if not self.recompute_unstated:
+            return self.plan
+        layers = est.min_full_recompute_layers(self.plan.replace(recompute="full"))
+        if layers is None:
+            return self.plan
+        return self.plan.replace(recompute="full" if layers else "none", recompute_num_layers=layers)
 
     def profile(self) -> HardwareProfile:
         """The built-in profile of the run's GPU, on the run's network."""
@@ -292,6 +306,8 @@ def row_to_run(row: dict) -> PublishedRun:
         # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer
         # all-gathers the linears' weights in fp8 (Framework.fp8_param_gather).
         then["fp8_param_gather"] = True
+    if prefix == "MLPERF" and "MLPerf llama31" in row["model_name"]:
+        then.update(NEMO2_MLPERF_LLAMA31)       # bf16 main gradients (grad_reduce_in_fp32=False)
     if row["precision"] == "fp8" and _FSDP_FLOAT8_GATHER.search(stated):
         # torchao's float8 all-gather (torchtitan [float8] enable_fsdp_float8_all_gather): FSDP2
         # gathers the linears' weights as fp8 tensors, 1 B each on the wire and in the gathered copy.
@@ -337,6 +353,7 @@ def row_to_run(row: dict) -> PublishedRun:
         reported_peak_memory_bytes=reported_memory,
         reported_memory_is_allocated=facts.get("memory_is_allocated", False),
         reported_memory_of_rank0=facts.get("memory_of_rank0", False),
+        recompute_unstated=_recompute_unstated(prefix, row),
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         assumptions=tuple(assumptions), notes=notes,
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
@@ -344,6 +361,17 @@ def row_to_run(row: dict) -> PublishedRun:
         framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
                               **then, **(moe_run_facts(notes) if moe else {})}.items()),
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
+
+
+def _recompute_unstated(prefix: str, row: dict) -> bool:
+    """Rows whose activation checkpointing the source leaves open. fms-fsdp's "Selective AC" is full
+    checkpointing of a fraction of the blocks (fms_fsdp/config/training.py selective_checkpointing,
+    "percentage of blocks to apply ac"), the fraction of its README's runs not stated. The
+    FlashAttention-2 paper's 8k baselines without FlashAttention: "implementation not detailed" (their
+    notes); a standard attention's saved scores at 8k leave no room without checkpointing."""
+    if prefix == "FMS" and row["recompute"].strip() == "selective":
+        return True
+    return prefix == "FA2" and "no flashattention" in row["model_name"].lower() and int(row["seq_len"]) >= 8192
 
 
 def _stated_flash_attention(prefix: str, row: dict) -> bool | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from autoplan.specs import StateTerm
+from autoplan.specs.framework import megatron_states
 
 KEMPNERFORGE_FACTS = {
     # bf16 master weights: the model is cast to the mixed-precision dtype before and after
@@ -58,6 +59,16 @@ MSAMP_O3_STATES = {
 """What FP8-LM's own rows keep per parameter: MS-AMP's O3 level, the one for ZeRO / Megatron training
 (Azure/MS-AMP docs/user-tutorial/optimization-level.md table: weight FP8, master weight FP16, weight
 gradient FP8, optimizer states FP8 + FP16)."""
+NEMO2_MLPERF_LLAMA31 = {
+    "states": {**megatron_states(), "grads": StateTerm(2, 2, "bf16 main-grad buffer (grad_reduce_in_fp32=False)")},
+    "main_grad_reduce_bytes": 2.0,
+}
+"""NVIDIA's MLPerf llama31 implementation (NeMo 2 over Megatron-Core: training_results_v5.0
+NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n64_ngc25.01_nemo/pretrain.py, which builds the
+8b, 70b and 405b configs): MegatronMixedPrecision(grad_reduce_in_fp32=False) and
+DistributedDataParallelConfig(grad_reduce_in_fp32=False), so the distributed optimizer's main-grad
+buffer and its reduce-scatter are bf16 (megatron/core/distributed/distributed_data_parallel.py: the
+buffer takes the parameters' dtype unless grad_reduce_in_fp32), not Megatron-LM's fp32 of --bf16."""
 KEMPNERFORGE_MEMORY_LOG = dict(memory_gb_is_gib=True, memory_is_allocated=True, memory_of_rank0=True)
 """What KempnerForge's "Mem/GPU ... GB" is: torch.cuda.max_memory_allocated / 1024**3 (GiB of allocated
 bytes: kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py), of rank 0 only
@@ -120,8 +131,10 @@ SOURCES = {
     "ZB": dict(source="zero-bubble"),
     # The flash-attention repo's GPT trainer takes its own fused loss (training/configs/experiment/pile/
     # base.yaml: train.loss_fn flash_attn.losses.cross_entropy.CrossEntropyLoss, inplace_backward: True,
-    # "faster and uses less memory than torch.nn.CrossEntropyLoss").
-    "FA2": dict(source="flash-attention-2", framework_then={"fused_cross_entropy": True}),
+    # "faster and uses less memory than torch.nn.CrossEntropyLoss"): its kernel keeps the bf16 logits and
+    # a per-row log-sum-exp, and its backward writes the logits' gradient over them (in place): 2 B per
+    # logit at the loss's peak, not Megatron's 6.
+    "FA2": dict(source="flash-attention-2", framework_then={"fused_cross_entropy": True, "loss_bytes_per_logit": 2.0}),
     "MDS": dict(source="megatron-deepspeed-examples"),
     "NEOX": dict(source="gpt-neox-20b"),
     # BloombergGPT trained on 64 AWS p4d.24xlarge, 400 Gb/s of EFA per node (arXiv 2303.17564 Sec. 3.3-3.4, as

@@ -228,9 +228,13 @@ def stage_peak(est, plan, stage: int, recompute: str, num_recompute: int, per_st
         stored += held.first_rank_saved
     activations = stored * held.in_flight
     # Backward of one layer: its activation gradients (about its saved tensors), plus the
-    # recomputed layer itself under full recompute.
+    # recomputed layer itself under full recompute. Where sequence-parallel linears gather their input
+    # again in backward (Framework.sp_regathers_in_backward), the recomputed layer holds what it stores
+    # without recompute (saved.full, sharded), not a second unsharded working set.
     doubled = kept < per_stage if held.eager else recompute == "full"
-    phases = [Phase(activations, held.working_layer * (2 if doubled else 1), held.logits, False)]
+    regathers = est.framework.sp_regathers_in_backward and not held.eager
+    recomputed = (saved.full if regathers else held.working_layer) if doubled else 0.0
+    phases = [Phase(activations, held.working_layer + recomputed, held.logits, False)]
     if held.loss_phase is not None:
         phases.append(Phase(activations, *held.loss_phase))
     # The phase with the largest total, as max(candidates, key=sum) would pick it, first one on a tie,
@@ -388,7 +392,8 @@ def _megatron_shape(est, plan, last: bool, b: int, s: int) -> ActivationShape:
     """The rank's activations as Korthikanti et al. 2022 name their tensors (cost_model/memory.py)."""
     full_layer, selective_layer, input_only, working_layer = est.layer_activation_bytes(
         b, s, plan.tp, plan.sequence_parallel, plan.expert_tp, plan.recompute_modules)
-    # The backward working set holds the SP-gathered inputs at full length.
+    # The backward working set holds the SP-gathered inputs at full length (one at a time where the
+    # framework gathers them again in backward: Framework.sp_regathers_in_backward).
     fw = est.framework
     fused_loss = fw.fused_cross_entropy and plan.tp <= fw.fused_cross_entropy_max_tp
     per_logit = fw.loss_bytes_per_logit or (BYTES_LOGITS if fused_loss else BYTES_LOGITS_UNFUSED)

@@ -8,21 +8,18 @@ from cost_model.published import load_published_runs
 from cost_model.validation import predict_runs
 
 KNOWN_NOT_FITTING = {
-    # The flash-attention repo's GPT runs (Dao 2023 Table 1): micro-batch 4 at 8k context is the
-    # training config's rule for an 80 GB GPU, which no count of its tensors fits; the baselines
-    # "without FlashAttention" materialize s x s scores at that micro-batch. The rows' micro-batch is
-    # inferred (their notes), not stated.
-    "FA2-1.3B-04", "FA2-2.7B-10", "FA2-2.7B-11", "FA2-2.7B-12", "FA2-355M-14",
-    # fms-fsdp "Selective AC" checkpoints a fraction of the blocks, not stated for these rows; they are
-    # counted as torchtitan's op-level selective checkpointing, which keeps more.
-    "FMS-v4c-70b-a100", "FMS-v4c-70b-h100",
-    # Megatron-DeepSpeed at 256k tokens, TP 32 across 4 nodes: the backward working set counts the
-    # tensors outside the TP region at full length (cost_model/estimator.py), 26 GiB here.
-    "MDS-30B-10",
-    # MLPerf's NeMo rows with fp8 parameters: 0.7% over on 141 GB (Nebius, 64 nodes), 7.5% over
-    # (Cisco, Llama 3.1 8B at TP 1): what else fp8 parameters save is not counted.
-    "MLPERF-v50-nebius405-n64-01", "MLPERF-v51-cisco8b-n8-01",
+    # The flash-attention repo's GPT-3 2.7B at 8k with FlashAttention (Dao 2023 Table 1): its config
+    # states micro-batch 4 on an 80 GB GPU (training/configs/experiment/pile/gpt3-2.7B-flash-8k.yaml) and
+    # mlp_checkpoint_lvl 0, its README no activation checkpointing; the count of the saved tensors
+    # (32 B per token and hidden unit and layer: 80 GiB) does not fit that.
+    "FA2-2.7B-11", "FA2-2.7B-12",
 }
+"""Fixed in issue 47, each by its fact: the MLPerf llama31 rows keep bf16 main gradients
+(NEMO2_MLPERF_LLAMA31); Megatron-DeepSpeed's 256k row holds one gathered input in backward
+(Framework.sp_regathers_in_backward); fms-fsdp's "Selective AC" and the FlashAttention-2 paper's 8k
+baselines state no checkpointed-layer count, so they are priced with the fewest that fit
+(PublishedRun.recompute_unstated); the flash-attention repo's loss is 2 B per logit in place
+(source_facts "FA2")."""
 
 
 def test_no_other_published_run_is_predicted_not_to_fit():

@@ -277,6 +277,10 @@ class Framework(DataParallelFacts):
     (ParallelPlan.virtual_stage_num_layers), e.g. 126 layers at pp=8, vpp=8."""
     sequence_parallel: str = "optional"
     """"optional", "always" (every tp > 1 plan shards norms/dropout on the sequence) or "never"."""
+    sp_regathers_in_backward: bool = False
+    """Under sequence parallelism a linear saves its sharded input and all-gathers it again for its
+    backward (Megatron's linear layers), so a layer's backward and recompute hold the sharded layer and
+    one gathered input; False: autograd keeps the gathered inputs (DTensor sequence parallelism)."""
     moe: bool = True
     moe_with_tp_pp: bool = True
     """Mixture-of-experts layers under tensor or pipeline parallelism."""

@@ -182,6 +182,7 @@ FRAMEWORKS = {f.name: f for f in (
         moe_dispatch="alltoall", moe_tp_needs_sequence_parallel=True,
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
         dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1,), zero2_reduce_every_microbatch=True,
+        sp_regathers_in_backward=True,
         by_dtype={"fp16": MEGATRON_FP16},
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True}},
@@ -209,6 +210,10 @@ FRAMEWORKS = {f.name: f for f in (
                                 "optim_grads_params (megatron/core/distributed/fsdp/src/megatron_fsdp/"
                                 "param_and_grad_buffer.py _init_each_parameter_group_buffers: grad buffer distributed "
                                 "from optim_grads, model weights from optim_grads_params)",
+                 "sp_regathers_in_backward": "megatron/core/tensor_parallel/layers.py "
+                                             "LinearWithGradAccumulationAndAsyncCommunication: with sequence_parallel "
+                                             "the forward saves the sharded input and the backward all-gathers it again "
+                                             "(Korthikanti et al. 2022, arXiv 2205.05198, sec. 4.2.2)",
                  "zero2_reduce_every_microbatch": "megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py "
                                                   "core_v0.16.1 lines 770-775: grad_reduce_every_bprop for optim_grads "
                                                   "and optim_grads_params, whatever the micro-batch",
@@ -367,8 +372,11 @@ FRAMEWORKS = {f.name: f for f in (
         zero3_recompute_reuse_params=1e9,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         dp_overlap_zero_stages=(3,), grad_accumulation_bytes=DEEPSPEED_GRAD_ACCUMULATION,
-        by_dtype={"bf16": {"states": DEEPSPEED_BF16_STATES}},
+        by_dtype={"bf16": {"states": DEEPSPEED_BF16_STATES}}, sp_regathers_in_backward=True,
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
+                 "sp_regathers_in_backward": "Megatron-DeepSpeed megatron/core/tensor_parallel/layers.py: Megatron's "
+                                             "sequence-parallel linears, which all-gather their saved sharded input "
+                                             "again in backward",
                  "by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
                  "grad_accumulation_bytes": "deepspeed/runtime/bf16_optimizer.py update_hp_grads; torch autograd "
                                             "AccumulateGrad (fp16)",
