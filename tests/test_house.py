@@ -21,9 +21,6 @@ LONG_FUNCTIONS = {  # "path:function" -> the most lines it may have; split them 
     "autoplan/specs/plan.py:check": 100,
     "autoplan/planning/bounded.py:bounded_scores": 95,
     "cost_model/learned/calibrate.py:build_calibration": 94,
-    "cost_model/dp_time.py:dp_time": 89,
-    "autoplan/cli/validate_cmd.py:run": 87,
-    "autoplan/cli/tune_cmd.py:run": 84,
 }
 
 FRAMEWORK_READERS = ("cost_model", "autoplan/exporters", "autoplan/planning", "autoplan/specs/framework.py",

@@ -175,6 +175,21 @@ def memory_lines(memory: dict) -> str:
     return "; ".join(parts)
 
 
+def write_rows(out, results: list) -> None:
+    """`validate --rows`: every published run, measured against predicted tokens/s/GPU."""
+    out.write(f"{'id':48s} {'dtype':5s} {'measured':>10s} {'predicted':>10s} {'error':>8s}\n")
+    for r in results:
+        if r.skipped:
+            out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
+                      f"{'skipped':>10s}\n")
+            continue
+        err = (r.predicted_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu) / r.run.measured_tokens_per_s_per_gpu
+        out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
+                  f"{r.predicted_tokens_per_s_per_gpu:10.1f} {err:+8.1%}{'' if r.fits else '  (predicted OOM)'}"
+                  f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
+    out.write("\n")
+
+
 def run(args) -> int:
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.measured_runs import h100_summary
@@ -205,17 +220,7 @@ def run(args) -> int:
         return 0
     out = sys.stdout
     if args.rows:
-        out.write(f"{'id':48s} {'dtype':5s} {'measured':>10s} {'predicted':>10s} {'error':>8s}\n")
-        for r in results:
-            if r.skipped:
-                out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
-                          f"{'skipped':>10s}\n")
-                continue
-            err = (r.predicted_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu) / r.run.measured_tokens_per_s_per_gpu
-            out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
-                      f"{r.predicted_tokens_per_s_per_gpu:10.1f} {err:+8.1%}{'' if r.fits else '  (predicted OOM)'}"
-                      f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
-        out.write("\n")
+        write_rows(out, results)
     out.write(split_table(summary["out_of_sample"]))
     moe = summary["out_of_sample"]["moe"]
     for axis, title in (("per_source", "source"), ("per_gpu_generation", "GPU")):
