@@ -31,10 +31,11 @@ class Constants:
     "provenance": ...}: the constants refitted without that group's rows (benchmarks/fit_constants.py),
     for `autoplan validate`'s out-of-sample figures."""
 
-    def framework(self, name: str, **overrides) -> Framework:
-        """The named framework (autoplan.specs.frameworks) with its fitted efficiency values and
-        per-run overrides (e.g. torch.compile on) merged over its documented facts."""
-        framework = get_framework(name)
+    def framework(self, name: str | Framework, **overrides) -> Framework:
+        """The named framework (autoplan.specs.frameworks; or that Framework, already looked up) with
+        its fitted efficiency values and per-run overrides (e.g. torch.compile on) merged over its
+        documented facts."""
+        framework = name if isinstance(name, Framework) else get_framework(name)
         # Fitted values belong to the built-in framework, options or not ("megatron-core+tp-comm-overlap").
         fitted = self.frameworks.get(base_framework_name(framework.name), {})
         return framework.with_overrides(**{**fitted, **overrides})

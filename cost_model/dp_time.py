@@ -31,7 +31,9 @@ def fp8_gathered_params(est, plan: ParallelPlan, per_stage: int) -> float:
     cost_model.stage_memory.fp8_gathered_fraction); the norms, the embedding and the head stay bf16."""
     if est.training.dtype != "fp8":
         return 0.0
-    share = fp8_linear_share(est) if est.framework.fp8_param_gather else fp8_gathered_fraction(est, plan)
+    linears = fp8_linear_share(est.model, est.params.dense_per_layer)
+    fw = est.framework
+    share = linears if fw.fp8_param_gather else fp8_gathered_fraction(fw, "fp8", plan, linears)
     return share * per_stage * est.params.dense_per_layer / plan.tp
 
 
@@ -156,20 +158,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         total += reductions * calls * tables.collective_time_s("all_reduce", grad_bytes / group / calls,
                                                                plan.zero_replicas, replica_rpn)
         wire += reductions * 2.0 * grad_bytes / group
-    # Overlap: ZeRO 0-2 reduce during the last micro-batch's backward; ZeRO-3 prefetches during
-    # all forward and backward compute. One layer's share always stays exposed (the last bucket).
-    if plan.zero_stage >= 3:
-        window = m * compute_mb
-    else:
-        # The last micro-batch's backward, or every backward where each gathers the weights again or
-        # reduces its own gradients.
-        backwards = m if _gathers_every_backward(plan, sw) or reduces_every_microbatch_at_zero2(plan, sw) else 1
-        window = backwards * per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
-        if sw.dp_param_gather_overlap and plan.zero_stage >= 1:
-            # The weights' all-gather hides under the next step's first forward, layer by layer
-            # (NeMo docs, "Communication Overlap": one chunk stays exposed).
-            window += per_stage * (lt.gemm_fwd_s + lt.attn_fwd_s)
-        window *= interleaved_window_factor(sw, plan.pp, plan.vpp, m)
+    window = overlap_window_s(plan, sw, lt, per_stage, compute_mb, m)
     total = total / sw.dp_bandwidth_scale + hidden_copies_s
     stalled_s = stalled_s / sw.dp_bandwidth_scale + stalled_copies_s
     tail = total / calls
@@ -179,6 +168,23 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     # so a fitted fraction of the overlapped time still lands on the step.
     exposed = max(total - hidden, tail) + sw.overlap_contention * hidden + stalled_s
     return exposed, total + stalled_s, wire
+
+
+def overlap_window_s(plan: ParallelPlan, sw, lt, per_stage: int, compute_mb: float, m: int) -> float:
+    """The compute the data-parallel collectives can hide under: ZeRO 0-2 reduce during the last
+    micro-batch's backward; ZeRO-3 prefetches during all forward and backward compute. One layer's
+    share always stays exposed (the last bucket, dp_time's tail)."""
+    if plan.zero_stage >= 3:
+        return m * compute_mb
+    # The last micro-batch's backward, or every backward where each gathers the weights again or
+    # reduces its own gradients.
+    backwards = m if _gathers_every_backward(plan, sw) or reduces_every_microbatch_at_zero2(plan, sw) else 1
+    window = backwards * per_stage * (lt.gemm_bwd_s + lt.attn_bwd_s)
+    if sw.dp_param_gather_overlap and plan.zero_stage >= 1:
+        # The weights' all-gather hides under the next step's first forward, layer by layer
+        # (NeMo docs, "Communication Overlap": one chunk stays exposed).
+        window += per_stage * (lt.gemm_fwd_s + lt.attn_fwd_s)
+    return window * interleaved_window_factor(sw, plan.pp, plan.vpp, m)
 
 
 def list_copies_s(tables, num_bytes: float, calls: int, group: int) -> float:

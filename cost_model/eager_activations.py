@@ -14,7 +14,7 @@ these sums to 3%. Why they differ from Megatron's 34*s*b*h (Korthikanti et al. 2
   autocast: the embedding and the residual stream stay fp32 (4 B per element), and autocast casts a
   non-leaf input once per consuming op, so wq, wk and wv each save their own bf16 copy of the norm
   output (3 x 2h), w1 and w3 theirs (2 x 2h). Which mode a plan runs in is
-  `executor/torch_backend/train.py` `compute_mode`, restated in `autocast_for` and tied to it by a test.
+  `autoplan.specs.plan.compute_mode`, which the executor applies and `autocast_for` reads.
 - A norm saves its input and fp32 statistics (rstd; LayerNorm also the mean). A composite RMSNorm
   (torch 2.9 on the CPU) also upcasts and saves its fp32 normalized output; the fused CUDA kernel
   (`_fused_rms_norm`) does not (`fused_norm`).
@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autoplan.specs import ModelSpec
+from autoplan.specs.plan import compute_mode
 from cost_model.memory import mlp_activation_elems
 
 FP32, BF16, INT64 = 4, 2, 8
@@ -95,12 +96,8 @@ class EagerRecipe:
 
 def autocast_for(model: ModelSpec, plan) -> bool:
     """Whether today's executor runs `plan` under autocast over fp32 weights rather than on FSDP2's
-    bf16 weight copies (executor/torch_backend/train.py `compute_mode`): FSDP2 wraps the model where
-    ZeRO shards over several replicas, and at one replica (not for MoE); MoE keeps autocast unless
-    ZeRO shards it."""
-    replicas = plan.dp * plan.cp
-    fsdp = (plan.zero_stage > 0 and replicas > 1) or (replicas == 1 and not model.is_moe)
-    return not (fsdp and (not model.is_moe or plan.zero_stage > 0))
+    bf16 weight copies (the rule: autoplan.specs.plan.compute_mode)."""
+    return not compute_mode(plan, model).bf16_weight_copies
 
 
 def recipe_for(name: str, model: ModelSpec, plan, fused_norm: bool = True, on_cpu: bool = False,

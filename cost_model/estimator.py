@@ -124,7 +124,9 @@ class Estimator:
                                   embedding=model.embedding_params(), head=model.output_params(),
                                   tied=model.tied_embeddings, embedding_tp_sharded=fw.embedding_tp_sharded)
         self._moe_layer_share = model.num_moe_layers / model.num_layers
-        self._layer_cache: dict = {}
+        self.cache: dict = {}
+        """Results any cost-model function keeps for this estimator's model, training, profile and
+        framework, keyed by a tuple that starts with what it is and names all it depends on."""
         self._layer_kind_cache: dict = {}  # mean_layer_times' memo: one layer of each kind, per shape
         uncounted = uncounted_features(model) if self.framework.activation_recipe in RECIPES else []
         self._memory_notes = (f"activation memory of {', '.join(uncounted)} not counted tensor by tensor "
@@ -137,7 +139,7 @@ class Estimator:
         mixed = plan.pp > 1 and mixes_dense_and_moe(self.model)
         key = (plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel, plan.expert_tp,
                (plan.pp, plan.vpp) if mixed else None, plan.moe_capacity_factor)
-        lt = self._layer_cache.get(key)
+        lt = self.cache.get(key)
         if lt is None:
             def times(kinds: tuple = ()) -> LayerTimes:
                 return mean_layer_times(
@@ -145,19 +147,19 @@ class Estimator:
                     plan.tp, plan.cp, plan.ep, plan.sequence_parallel, self.gpus_per_node, plan.expert_tp, kinds,
                     plan.moe_capacity_factor, self._layer_kind_cache)
             kinds = pacing_layer_kinds(self.model, plan, lambda k: layer_seconds(times(k))) if mixed else None
-            lt = self._layer_cache[key] = times(kinds or ())
+            lt = self.cache[key] = times(kinds or ())
         return lt
 
     def _extras(self, plan: ParallelPlan) -> tuple:
         # The eager recipe's chunked loss recomputes the head's logits in its backward.
         recomputed = self.framework.activation_recipe == "eager" and self.eager_recipe(plan).chunked_loss
         key = ("extras", plan.micro_batch_size, plan.tp, plan.cp, recomputed)
-        ex = self._layer_cache.get(key)
+        ex = self.cache.get(key)
         if ex is None:
             tokens = plan.micro_batch_size * (self.training.seq_len // plan.cp)
             head_compute_s, head_memory_s = head_times(self.model, self.tables, self.rates, tokens, plan.tp,
                                                        recomputed, self.framework.loss_gathers_logits)
-            ex = self._layer_cache[key] = (head_compute_s, head_memory_s,
+            ex = self.cache[key] = (head_compute_s, head_memory_s,
                                            embedding_time_s(self.model, self.tables, self.rates, tokens))
         return ex
 
@@ -165,20 +167,20 @@ class Estimator:
         """eager_activations.recipe_for the framework's eager recipe as `plan` runs it, cached per
         what it reads of the plan (tp, cp and the replicas and ZeRO stage that decide autocast)."""
         key = ("recipe", plan.tp, plan.cp, plan.dp, plan.zero_stage)
-        hit = self._layer_cache.get(key)
+        hit = self.cache.get(key)
         if hit is None:
             on_cpu = getattr(self.profile, "device_kind", "gpu") == "cpu"
-            hit = self._layer_cache[key] = recipe_for(self.framework.activation_recipe, self.model, plan, on_cpu=on_cpu)
+            hit = self.cache[key] = recipe_for(self.framework.activation_recipe, self.model, plan, on_cpu=on_cpu)
         return hit
 
     def stage_costs(self, plan: ParallelPlan) -> StageCosts:
         """The per-micro-batch costs of this plan's shapes (cached per shape), for the step time."""
         key = ("costs", plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel, plan.expert_tp,
                plan.pp, plan.vpp, plan.moe_capacity_factor, plan.dp, plan.zero_stage)  # all _layer, _extras read
-        hit = self._layer_cache.get(key)
+        hit = self.cache.get(key)
         if hit is None:
             head_compute_s, head_memory_s, embed_s = self._extras(plan)
-            hit = self._layer_cache[key] = StageCosts(self._layer(plan), head_compute_s, head_memory_s, embed_s,
+            hit = self.cache[key] = StageCosts(self._layer(plan), head_compute_s, head_memory_s, embed_s,
                                                       self.params)
         return hit
 
@@ -188,13 +190,13 @@ class Estimator:
         """The profile's capacity less the user's headroom: what "fits" is judged against."""
         return self.profile.memory_capacity_bytes - self.memory_headroom_bytes
 
-    def _layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool, etp: int = 0,
+    def layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool, etp: int = 0,
                                 modules: tuple = ()) -> tuple:
         """Per layer and micro-batch, cached: (stored without recompute, stored under selective
         recompute, stored under full recompute, backward working set). `etp`: the expert TP degree;
         `modules`: ParallelPlan.recompute_modules."""
         key = ("act", b, s_local, tp, sp, etp, modules)
-        hit = self._layer_cache.get(key)
+        hit = self.cache.get(key)
         if hit is None:
             flash, model = self.framework.flash_attention, self.model
             fp8_inputs = self.training.dtype == "fp8" and self.framework.fp8_linear_inputs_saved_in_fp8
@@ -216,7 +218,7 @@ class Estimator:
                 # a linear's input again only for its own backward (Korthikanti et al. 2022 sec. 4.2.2):
                 # the working set is the sharded layer and one gathered input with its gradient.
                 working = min(working, stored + 2 * BYTES_ACT * b * s_local * model.hidden_size)
-            hit = self._layer_cache[key] = (stored, selective,
+            hit = self.cache[key] = (stored, selective,
                                             full_recompute_layer_bytes(model, b, s_local, tp, sp), working)
         return hit
 
@@ -227,18 +229,18 @@ class Estimator:
         stand for (the search prices one plan under several policies and layer counts)."""
         plan_key = plan_memory_key(plan)
         key = ("memory", recompute, num_recompute, plan_key)
-        hit = self._layer_cache.get(key)
+        hit = self.cache.get(key)
         if hit is None:
-            hit = self._layer_cache[key] = self._worst_stage_memory(plan, recompute, num_recompute, plan_key)
+            hit = self.cache[key] = self._worst_stage_memory(plan, recompute, num_recompute, plan_key)
         return dict(hit[0]), hit[1]
 
     def _worst_stage_memory(self, plan: ParallelPlan, recompute: str, num_recompute: int, plan_key: tuple) -> tuple:
         split = stage_split(plan, self.model.num_layers)
         worst = stage_peak(self, plan, 0, recompute, num_recompute, split.num_layers[0], plan_key)
-        first_total = worst[0]
+        first_total = worst.total_bytes
         for rank in split.memory_ranks[1:]:
             peak = stage_peak(self, plan, rank, recompute, num_recompute, split.num_layers[rank], plan_key)
-            if peak[0] > worst[0]:
+            if peak.total_bytes > worst.total_bytes:
                 worst = peak
         return stage_breakdown(worst), first_total
 
@@ -269,11 +271,11 @@ class Estimator:
         terms instead of pricing them again (and lets them go: an exhaustive search holds nothing).
         A held result is shared until then: read it, do not change it."""
         key = ("time", plan)
-        hit = self._layer_cache.get(key) if keep else self._layer_cache.pop(key, None)
+        hit = self.cache.get(key) if keep else self.cache.pop(key, None)
         if hit is None:
             hit = step_time_terms(self, plan, self.stage_costs(plan))
             if keep:
-                self._layer_cache[key] = hit
+                self.cache[key] = hit
         return hit
 
     def _estimate(self, plan: ParallelPlan) -> CostEstimate:

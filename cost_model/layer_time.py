@@ -9,19 +9,21 @@ estimator, so a search pays for each shape once.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
 
 from autoplan.specs import ModelSpec
-from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO
-from cost_model.flops import Gemm, attention_core_fwd_flops, backward_shapes, layer_gemms, logits_gemm
-from cost_model.memory import mlp_activation_elems
+from cost_model.flops import backward_shapes, layer_gemms, logits_gemm
+from cost_model.layer_terms import (  # noqa: F401 (Rates, memory_time_s: read from here by the estimator and steps)
+    MemoryBoundTimes, Rates, attention_core_times, cp_times, fp8_cast_times, gemm_time_s, memory_bound_times,
+    memory_time_s,
+)
+from cost_model.memory import BYTES_ACT
 from cost_model.moe_time import flex_dispatch_time_s, moe_layer_times
 from cost_model.tables import ProfileTables
 
-BYTES_ACT = 2
 EXPERT_GEMMS = ("mlp_in", "mlp_out")
 """The routed experts' GEMMs in a MoE layer's `layer_gemms` (the router and shared experts run on every token)."""
 SHARED_GEMMS = ("shared_in", "shared_out")
-ATTN_BWD_FLOPS_RATIO = ATTENTION_BACKWARD_FLOPS_RATIO
 
 
 @dataclass(frozen=True)
@@ -59,43 +61,8 @@ class LayerTimes:
     mla_up_fwd_s: float = 0.0
 
 
-@dataclass(frozen=True)
-class Rates:
-    """What the estimator fixed: the GEMM dtype and the framework's efficiencies against the
-    profile's tables (matmul_scale = Framework.gemm_efficiency, the same for built-in and measured
-    profiles; memory_scale = elementwise_bytes_factor x fused_elementwise)."""
-    gemm_dtype: str
-    matmul_scale: float
-    fp8_scale: float
-    attention_scale: float
-    memory_scale: float
-    flash_attention: bool
-    attention_kernel: str = "sdpa"
-    """Framework.attention_kernel: which of the profile's attention tables prices the attention core."""
-    moe_load_imbalance: float = 0.0
-    """Framework.moe_load_imbalance (cost_model/moe_time.py)."""
-    moe_a2a_overlap: bool = False
-    """Framework.moe_a2a_overlap (cost_model/moe_time.py)."""
-    moe_padded_expert_gemm: bool = False
-    """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
-    moe_dispatch: str = "tp-gathered"
-    """Framework.moe_dispatch: how a MoE layer's tokens reach its experts (its collectives below)."""
-    mla_padded_values: bool = False
-    """Framework.mla_padded_values: MLA's attention core at the q/k head width for the values too."""
-    fp8_rowwise: bool = False
-    """Framework.fp8_rowwise: torchao's row-wise (axis-wise) scaled fp8, whose backward casts more."""
-    fp8_expert_gemms: bool = True
-    """Framework.fp8_expert_gemms: an fp8 plan's routed experts run their GEMMs in fp8 too."""
-    tp_backward_input_reductions: int = 0
-    """Framework.tp_backward_input_reductions (0: one per block)."""
-
-
 GEMM_TIMES_MEMO_SIZE = 1 << 18
 """Entries gemms_time_s keeps per table before it starts over (a few hundred bytes each)."""
-
-
-def gemm_time_s(tables: ProfileTables, gemm, dtype: str, scale: float) -> float:
-    return gemm.flops / (tables.matmul_flops_per_s(gemm.m, gemm.n, gemm.k, dtype) * scale)
 
 
 def gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
@@ -112,11 +79,6 @@ def gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
             tables.gemm_times_memo.clear()
         times = tables.gemm_times_memo[key] = (fwd, bwd)
     return times
-
-
-def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> float:
-    """Memory-bound traffic of `num_bytes` in ops of about `op_bytes` each."""
-    return num_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))
 
 
 def mean_layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_batch: int, seq_len: int,
@@ -151,109 +113,84 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
                 capacity_factor: float = 0.0) -> LayerTimes:
     """One layer of the given kind (`moe`: MoE MLP or dense; `window`: sliding-window keys or 0;
     `etp`: the expert tensor-parallel degree, 0 = tp; `capacity_factor`: the plan's
-    moe_capacity_factor, 0 = dropless)."""
-    s_local = seq_len // cp
-    tokens = micro_batch * s_local
-    h = model.hidden_size
+    moe_capacity_factor, 0 = dropless): each concern priced by its own function below."""
+    tokens = micro_batch * (seq_len // cp)
     moe = model.is_moe if moe is None else moe
     etp = etp or tp
-    gemms = layer_gemms(model, tokens, tp, ep, moe, etp)
-    # An fp8 plan whose framework keeps the routed experts' GEMMs in the compute dtype
-    # (Framework.fp8_expert_gemms False) prices them, and casts nothing for them, in bf16.
-    bf16_experts = moe and rates.gemm_dtype == "fp8" and not rates.fp8_expert_gemms
-    expert_rates = replace(rates, gemm_dtype="bf16") if bf16_experts else rates
-
-    def times_of(names=None) -> tuple:
-        """(forward, backward) seconds of the layer's GEMMs named (all without `names`), each at its rates."""
-        chosen = [g for g in gemms if names is None or g.name in names]
-        experts = [g for g in chosen if g.name in EXPERT_GEMMS]
-        rest = gemms_time_s(tables, [g for g in chosen if g.name not in EXPERT_GEMMS], rates)
-        routed = gemms_time_s(tables, experts, expert_rates)
-        return rest[0] + routed[0], rest[1] + routed[1]
-    gemm_fwd_s, gemm_bwd_s = times_of()
-    fp8_gemms = [g for g in gemms if not (bf16_experts and g.name in EXPERT_GEMMS)]
-
-    # Attention core (QK^T, softmax, AV).
-    heads_local = model.num_heads // tp
-    # The work the kernel does: MLA's values padded to head_dim run A·V at that width.
-    core_model = replace(model, v_head_dim=0) if rates.mla_padded_values and model.is_mla else model
-    attn_flops = attention_core_fwd_flops(core_model, micro_batch, seq_len, tp, cp, causal=rates.flash_attention,
-                                          window=window)
-    if rates.flash_attention:
-        fwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
-                                                rates.gemm_dtype, "fwd", rates.attention_kernel)
-        bwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
-                                                rates.gemm_dtype, "bwd", rates.attention_kernel)
-        attn_fwd_s = attn_flops / (fwd_rate * rates.attention_scale)
-        attn_bwd_s = ATTN_BWD_FLOPS_RATIO * attn_flops / (bwd_rate * rates.attention_scale)
-    else:
-        # Unfused (Megatron 2021): batched GEMMs over the full square + a fused softmax that
-        # reads and writes every score (fp16: 4 B forward, 6 B backward per score).
-        dtype = "bf16" if rates.gemm_dtype == "fp8" else rates.gemm_dtype
-        per_head = gemm_time_s(tables, Gemm("scores", s_local, seq_len, model.head_dim), dtype, rates.matmul_scale)
-        scores = micro_batch * heads_local * s_local * seq_len
-        gemm_s = 2 * per_head * micro_batch * heads_local
-        # Soft-capping (Gemma 2) is one more elementwise pass over the scores each way (+4 B fwd, +6 B bwd).
-        cap = 2.0 if model.attn_logit_softcap else 1.0
-        attn_fwd_s = gemm_s + memory_time_s(tables, cap * 4.0 * scores * rates.memory_scale, 2.0 * s_local * seq_len)
-        attn_bwd_s = 2 * gemm_s + memory_time_s(tables, cap * 6.0 * scores * rates.memory_scale,
-                                                2.0 * s_local * seq_len)
-
-    # Memory-bound ops (per token): the layer's norms (read+write h each: 2 pre-norm, 4 sandwich, 1
-    # shared by a parallel block), 2 residual adds (2 reads + 1 write), the MLP activation (gated
-    # reads 2f writes f; GeLU reads f writes f), q/k norms (read+write q and k), RoPE on the rotated
-    # part of q and k. Tensors outside the TP region are split by tp only under sequence parallelism.
-    outside = tp if sequence_parallel else 1
-    elems = (model.num_layer_norms * 2 * h + 2 * 3 * h) / outside + mlp_activation_elems(model, moe) / tp
-    if model.qk_norm:
-        elems += 2 * (model.q_size + model.kv_size) / tp
-    if model.rope_dim:
-        elems += 2 * (model.q_size + model.kv_size) / tp * model.rope_dim / model.head_dim
-    fwd_bytes = BYTES_ACT * elems * tokens * rates.memory_scale
-    op_bytes = BYTES_ACT * tokens * h / outside
-    memory_fwd_s = memory_time_s(tables, fwd_bytes, op_bytes)
-    def mem_s(per_token_elems: float) -> float:
-        return memory_time_s(tables, BYTES_ACT * per_token_elems * tokens * rates.memory_scale, op_bytes)
-    norm_fwd_s = mem_s(model.num_layer_norms * 2 * h / outside)
-    per_width = 2 if model.mlp == "gelu" else 3
-    routed_act_s = mem_s(per_width * model.expert_ffn_size * model.num_experts_per_token / tp) if moe else 0.0
-    act_s = mem_s(mlp_activation_elems(model, moe) / tp)
-
-    def fwd_of(names) -> float:
-        return times_of(names)[0]
-    memory_bwd_s = 2.0 * memory_fwd_s
-    fp8_weight_cast_s = 0.0
+    gemms = LayerGemms(tables, rates, layer_gemms(model, tokens, tp, ep, moe, etp), moe)
+    gemm_fwd_s, gemm_bwd_s = gemms.times()
+    attn = attention_core_times(model, tables, rates, micro_batch, seq_len, tp, cp, window)
+    mem = memory_bound_times(model, tables, rates, tokens, tp, sequence_parallel, moe)
+    memory_fwd_s, memory_bwd_s, fp8_weight_cast_s = mem.fwd_s, 2.0 * mem.fwd_s, 0.0
     if rates.gemm_dtype == "fp8":
-        # Float8 scaling (Micikevicius et al. 2022, arXiv 2209.05433): each GEMM's input is read in
-        # bf16 and written in fp8 (3 B per element) in forward, each output gradient in backward
-        # (the wgrad GEMM reuses the forward's fp8 input). Weights: fp8_weight_cast_s, per cast.
-        memory_fwd_s += memory_time_s(tables, sum(3.0 * g.m * g.k * g.count for g in fp8_gemms), op_bytes)
-        memory_bwd_s += memory_time_s(tables, sum(3.0 * g.m * g.n * g.count for g in fp8_gemms), op_bytes)
-        if rates.fp8_rowwise:
-            # Row-wise scales run along one axis, and the weight-gradient GEMM contracts the other: its
-            # output gradient is cast again along dim 1 and the saved bf16 input re-cast along dim 1
-            # (torchao float8/float8_linear.py matmul_with_hp_or_float8_args.backward: four casts,
-            # none shared with the data-gradient GEMM's; tensor-wise, one scale serves both axes).
-            memory_bwd_s += memory_time_s(tables, sum(3.0 * (g.m * g.n + g.m * g.k) * g.count for g in fp8_gemms),
-                                          op_bytes)
-            # torchao runs its two backward GEMMs (slow accumulation) in cuBLAS's tensor-wise kernel with unit
-            # scales and rescales their bf16 outputs in one more kernel per GEMM (float8/float8_ops.py
-            # addmm_float8_unwrapped, `output *= post_inverse_scale`; pytorch/ao issue 2184): 2 B read and
-            # 2 B written per element of the data gradient (m x k) and of the weight gradient (n x k).
-            memory_bwd_s += memory_time_s(tables, sum(4.0 * (g.m * g.k + g.n * g.k) * g.count for g in fp8_gemms),
-                                          op_bytes)
-        weight_bytes = sum(3.0 * g.k * g.n * g.count for g in fp8_gemms)
-        fp8_weight_cast_s = memory_time_s(tables, weight_bytes, weight_bytes / max(1, len(fp8_gemms)))
-
-    # TP: two all-reduces per pass, or with SP an all-gather + reduce-scatter pair in their place
-    # (Korthikanti 2022 section 4.2.2: same bytes on the wire). Narayanan 2021 section 3.2. A
-    # parallel block sums attention and MLP outputs before one reduction (GPT-NeoX gpt_j_residual,
-    # PaLM sec. 2): one collective per pass.
-    # Backward mirrors the forward (each gather's gradient is a reduction and vice versa), with one
-    # input-gradient reduction per block unless the framework reduces each projection's apart.
-    tp_rpn = min(tp, gpus_per_node)
-    buffer = BYTES_ACT * tokens * h
+        memory_fwd_s, memory_bwd_s, fp8_weight_cast_s = fp8_cast_times(tables, rates, gemms.fp8_gemms, mem.op_bytes,
+                                                                       memory_fwd_s, memory_bwd_s)
     dispatch = dispatch_in_effect(rates.moe_dispatch, ep)
+    tp_comm = tp_times(model, tables, rates, tokens, tp, moe, dispatch, sequence_parallel, gpus_per_node)
+    cp_fwd_s, cp_bwd_s = cp_times(model, tables, micro_batch, seq_len, tp, cp, window, gpus_per_node, attn)
+    ep_fwd_s = ep_bwd_s = moe_fwd_s = 0.0
+    if moe:
+        a2a_s, gathered_s = dispatch_times_s(model, tables, dispatch, tokens, tp, ep, etp, gpus_per_node)
+        # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
+        expert_fwd_s, expert_bwd_s = gemms.times(EXPERT_GEMMS)
+        mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn.fwd_s,
+                             gemm_bwd_s + attn.bwd_s, tokens, tp, ep, etp, rates.memory_scale,
+                             rates.moe_load_imbalance, rates.moe_a2a_overlap, capacity_factor,
+                             rates.moe_padded_expert_gemm)
+        gemm_fwd_s, gemm_bwd_s = gemm_fwd_s + mt.imbalance_gemm_fwd_s, gemm_bwd_s + mt.imbalance_gemm_bwd_s
+        memory_fwd_s, memory_bwd_s = memory_fwd_s + mt.permute_fwd_s, memory_bwd_s + mt.permute_bwd_s
+        ep_fwd_s, ep_bwd_s = mt.a2a_fwd_s + gathered_s, mt.a2a_bwd_s + gathered_s
+        moe_fwd_s = (gemms.fwd_of(("router", *EXPERT_GEMMS, *SHARED_GEMMS)) + mt.imbalance_gemm_fwd_s + mem.act_s
+                     + mt.permute_fwd_s + mt.a2a_fwd_s + gathered_s)
+    return LayerTimes(
+        gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn.fwd_s, attn_bwd_s=attn.bwd_s,
+        memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_comm.fwd_s, tp_bwd_s=tp_comm.bwd_s,
+        cp_fwd_s=cp_fwd_s, cp_bwd_s=cp_bwd_s, ep_fwd_s=ep_fwd_s, ep_bwd_s=ep_bwd_s,
+        gemm_fwd_flops=sum(g.flops for g in gemms.gemms), attn_fwd_flops=attn.flops, tp_bytes=tp_comm.wire_bytes,
+        fp8_weight_cast_s=fp8_weight_cast_s, moe_fwd_s=moe_fwd_s, **recompute_module_times(gemms, mem, moe))
+
+
+class LayerGemms:
+    """A layer's GEMMs, each priced at its rates: an fp8 plan whose framework keeps the routed
+    experts' GEMMs in the compute dtype (Framework.fp8_expert_gemms False) prices them, and casts
+    nothing for them, in bf16."""
+
+    def __init__(self, tables: ProfileTables, rates: Rates, gemms: list, moe: bool):
+        self.tables, self.rates, self.gemms = tables, rates, gemms
+        bf16_experts = moe and rates.gemm_dtype == "fp8" and not rates.fp8_expert_gemms
+        self.expert_rates = replace(rates, gemm_dtype="bf16") if bf16_experts else rates
+        self.fp8_gemms = [g for g in gemms if not (bf16_experts and g.name in EXPERT_GEMMS)]
+        """The GEMMs whose inputs an fp8 plan casts (fp8_cast_times)."""
+
+    def times(self, names=None) -> tuple:
+        """(forward, backward) seconds of the GEMMs named (all without `names`), each at its rates."""
+        chosen = [g for g in self.gemms if names is None or g.name in names]
+        experts = [g for g in chosen if g.name in EXPERT_GEMMS]
+        rest = gemms_time_s(self.tables, [g for g in chosen if g.name not in EXPERT_GEMMS], self.rates)
+        routed = gemms_time_s(self.tables, experts, self.expert_rates)
+        return rest[0] + routed[0], rest[1] + routed[1]
+
+    def fwd_of(self, names) -> float:
+        return self.times(names)[0]
+
+
+class TpTimes(NamedTuple):
+    fwd_s: float
+    bwd_s: float
+    wire_bytes: float
+    """Bytes one rank puts on the wire for the layer's TP/SP collectives (forward + backward)."""
+
+
+def tp_times(model: ModelSpec, tables: ProfileTables, rates: Rates, tokens: int, tp: int, moe: bool, dispatch: str,
+             sequence_parallel: bool, gpus_per_node: int) -> TpTimes:
+    """TP: two all-reduces per pass, or with SP an all-gather + reduce-scatter pair in their place
+    (Korthikanti 2022 section 4.2.2: same bytes on the wire). Narayanan 2021 section 3.2. A parallel
+    block sums attention and MLP outputs before one reduction (GPT-NeoX gpt_j_residual, PaLM sec. 2):
+    one collective per pass. Backward mirrors the forward (each gather's gradient is a reduction and
+    vice versa), with one input-gradient reduction per block unless the framework reduces each
+    projection's apart."""
+    tp_rpn = min(tp, gpus_per_node)
+    buffer = BYTES_ACT * tokens * model.hidden_size
     reductions = 1 if model.parallel_block or not mlp_block_tp_pair(model, moe, dispatch, sequence_parallel) else 2
     bwd_reductions = rates.tp_backward_input_reductions or reductions
     if tp == 1:
@@ -269,45 +206,16 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         tp_bwd_s = bwd_reductions * all_reduce_s
     # On the wire per rank: (tp-1)/tp of the buffer per all-gather or reduce-scatter, twice that per all-reduce.
     collectives = (3 * reductions + bwd_reductions) if sequence_parallel else 2 * (reductions + bwd_reductions)
-    tp_bytes = 0.0 if tp == 1 else collectives * (tp - 1) / tp * buffer
+    return TpTimes(tp_pass_s, tp_bwd_s, 0.0 if tp == 1 else collectives * (tp - 1) / tp * buffer)
 
-    # CP: ring exchange of K/V chunks (fwd), and of K/V plus their gradients (bwd), overlapped
-    # with the attention compute of the same step where it fits (Liu et al. 2023, Ring Attention).
-    # A sliding-window layer needs only the keys within the window before its own chunk. MLA
-    # exchanges K and V after the up-projection (per head, d_qk and d_v wide).
-    cp_rpn = max(1, min(cp, gpus_per_node // tp)) if tp <= gpus_per_node else 1
-    kv_tokens = min(seq_len, s_local + window) if window else seq_len
-    kv_buffer = BYTES_ACT * micro_batch * kv_tokens * (model.kv_size + model.v_size) / tp
-    cp_fwd = tables.collective_time_s("all_gather", kv_buffer, cp, cp_rpn)
-    cp_fwd_s = max(0.0, cp_fwd - attn_fwd_s)
-    cp_bwd_s = max(0.0, 2 * cp_fwd - attn_bwd_s)
 
-    # MoE: the dispatch and combine of the routed tokens, forward and backward, as the framework's
-    # dispatcher moves them (dispatch_times_s): the part that follows the routing goes through the
-    # imbalance and the overlap of cost_model/moe_time.py, the allgather dispatcher's fixed gathers not.
-    ep_fwd_s = ep_bwd_s = moe_fwd_s = 0.0
-    if moe:
-        a2a_s, gathered_s = dispatch_times_s(model, tables, dispatch, tokens, tp, ep, etp, gpus_per_node)
-        # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
-        expert_fwd_s, expert_bwd_s = times_of(EXPERT_GEMMS)
-        mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn_fwd_s,
-                             gemm_bwd_s + attn_bwd_s, tokens, tp, ep, etp, rates.memory_scale,
-                             rates.moe_load_imbalance, rates.moe_a2a_overlap, capacity_factor,
-                             rates.moe_padded_expert_gemm)
-        gemm_fwd_s, gemm_bwd_s = gemm_fwd_s + mt.imbalance_gemm_fwd_s, gemm_bwd_s + mt.imbalance_gemm_bwd_s
-        memory_fwd_s, memory_bwd_s = memory_fwd_s + mt.permute_fwd_s, memory_bwd_s + mt.permute_bwd_s
-        ep_fwd_s, ep_bwd_s = mt.a2a_fwd_s + gathered_s, mt.a2a_bwd_s + gathered_s
-        moe_fwd_s = (fwd_of(("router", *EXPERT_GEMMS, *SHARED_GEMMS)) + mt.imbalance_gemm_fwd_s + act_s
-                     + mt.permute_fwd_s + mt.a2a_fwd_s + gathered_s)
-    return LayerTimes(
-        gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn_fwd_s, attn_bwd_s=attn_bwd_s,
-        memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_pass_s, tp_bwd_s=tp_bwd_s,
-        cp_fwd_s=cp_fwd_s, cp_bwd_s=cp_bwd_s, ep_fwd_s=ep_fwd_s, ep_bwd_s=ep_bwd_s,
-        gemm_fwd_flops=sum(g.flops for g in gemms), attn_fwd_flops=attn_flops, tp_bytes=tp_bytes,
-        fp8_weight_cast_s=fp8_weight_cast_s, norm_fwd_s=norm_fwd_s, moe_act_fwd_s=routed_act_s,
-        mlp_fwd_s=0.0 if moe else fwd_of(EXPERT_GEMMS) + act_s, moe_fwd_s=moe_fwd_s,
-        shared_fwd_s=fwd_of(SHARED_GEMMS) + act_s - routed_act_s if moe else 0.0,
-        mla_up_fwd_s=fwd_of(("q_up", "kv_up")))
+def recompute_module_times(gemms: LayerGemms, mem: MemoryBoundTimes, moe: bool) -> dict:
+    """LayerTimes' forward seconds of the submodules Megatron-Core's --recompute-modules names (but
+    the whole MoE block, which layer_times adds from its dispatch)."""
+    return dict(norm_fwd_s=mem.norm_fwd_s, moe_act_fwd_s=mem.routed_act_s,
+                mlp_fwd_s=0.0 if moe else gemms.fwd_of(EXPERT_GEMMS) + mem.act_s,
+                shared_fwd_s=gemms.fwd_of(SHARED_GEMMS) + mem.act_s - mem.routed_act_s if moe else 0.0,
+                mla_up_fwd_s=gemms.fwd_of(("q_up", "kv_up")))
 
 
 def dispatch_in_effect(dispatch: str, ep: int) -> str:

@@ -25,6 +25,7 @@ import dataclasses
 import math
 import operator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoplan.specs import ParallelPlan
 from cost_model import eager_activations as eager
@@ -143,9 +144,9 @@ def _rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _RankWe
     parallelism, interleaving) share a rank's weights. Read-only to its callers."""
     key = ("weights", per_stage, first, last, plan.tp, plan.expert_tp, plan.ep, plan.zero_stage,
            plan.zero_shard_group, plan.expert_dp, plan.dp * plan.cp)  # all _count_rank_weights reads
-    weights = est._layer_cache.get(key)
+    weights = est.cache.get(key)
     if weights is None:
-        weights = est._layer_cache[key] = _count_rank_weights(est, plan, per_stage, first, last)
+        weights = est.cache[key] = _count_rank_weights(est, plan, per_stage, first, last)
     return weights
 
 
@@ -162,7 +163,7 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
     # FSDP2's gathered weights at ZeRO 1/2), the fp8-gathered linears at their own bytes; at ZeRO 3
     # only the layers in flight, in comm_buffers.
     layer_params = per_stage * est.params.dense_per_layer / plan.tp    # the rank's layers' dense parameters
-    fp8_params = fp8_gathered_fraction(est, plan) * layer_params
+    fp8_params = _fp8_gathered_fraction(est, plan) * layer_params
     # Where ZeRO 1/2 shards the weights themselves (FSDP2 without resharding after forward, as torchtitan
     # runs ZeRO-2), the gathered compute-dtype weights are that copy even without autocast.
     copy_bytes = max(fw.compute_weight_copy_bytes, BYTES_WEIGHT if shards_weights(fw, plan) else 0.0)
@@ -171,12 +172,13 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
     if est.training.dtype == "fp8" and fw.fp8_weight_workspace_bytes and not fw.fp8_param_gather:
         # Transformer Engine's fp8 weight workspaces: every dense linear's weight cast (and transposed)
         # once per step and kept for the later micro-batches and the backward.
-        copies += fw.fp8_weight_workspace_bytes * fp8_linear_share(est) * layer_params
-    executor_on_cpu = _on_cpu(est) and fw.activation_recipe in eager.RECIPES
+        linears = fp8_linear_share(est.model, est.params.dense_per_layer)
+        copies += fw.fp8_weight_workspace_bytes * linears * layer_params
+    executor_on_cpu = _on_cpu(est.profile) and fw.activation_recipe in eager.RECIPES
     if executor_on_cpu:
         # The executor on a CPU runs fp32 (no autocast, no mixed precision off CUDA): no cast cache;
         # where FSDP2 wraps the model (ZeRO over several replicas) it keeps its gathered fp32
-        # weights from forward to backward at ZeRO 1/2 (train.py compute_mode, parallelize.py).
+        # weights from forward to backward at ZeRO 1/2 (specs.plan compute_mode, parallelize.py).
         copies = eager.FP32 * (dense + expert) if 0 < plan.zero_stage < 3 and shard > 1 else 0.0
     without_grads = sum(v for k, v in states.items() if k != "grads")
     return _RankWeights(dense, expert, states, fp8_params, copies, executor_on_cpu, sum(states.values()),
@@ -189,59 +191,77 @@ def stage_memory(est, plan, stage: int, recompute: str, num_recompute: int, per_
     return stage_breakdown(stage_peak(est, plan, stage, recompute, num_recompute, per_stage, plan_key))
 
 
+class Phase(NamedTuple):
+    """A phase of the step other than the optimizer's, by what it holds besides the rank's states."""
+    activations: float
+    working: float
+    """The backward working set: a layer's activation gradients, or the loss's."""
+    logits: float
+    grads_absent: bool
+    """The gradients are not yet allocated (the first micro-batch's backward of a one-micro-batch step)."""
+
+
+class StagePeak(NamedTuple):
+    total_bytes: float
+    """The peak phase's breakdown summed, bit for bit (stage_breakdown builds it)."""
+    held: "_Held"
+    phase: Phase | None
+    """The peak phase, or None for the optimizer step."""
+
+
 def stage_peak(est, plan, stage: int, recompute: str, num_recompute: int, per_stage: int,
-               plan_key: tuple | None = None) -> tuple:
-    """(total bytes, the peak phase) of pipeline rank `stage` (holding `per_stage` layers): the total is
-    its breakdown's sum, bit for bit (stage_breakdown builds the breakdown; a caller comparing ranks
-    builds only the worst one's). What the rank holds whatever its recompute policy is worked out once
-    per plan and rank (`plan_key`: plan_memory_key(plan), when the caller has it) and kept in the
-    estimator's cache: the search prices one plan under several policies and layer counts."""
+               plan_key: tuple | None = None) -> StagePeak:
+    """The peak of pipeline rank `stage` (holding `per_stage` layers): its total and its phase, from
+    which stage_breakdown builds the breakdown (a caller comparing ranks builds only the worst one's).
+    What the rank holds whatever its recompute policy is worked out once per plan and rank
+    (`plan_key`: plan_memory_key(plan), when the caller has it) and kept in the estimator's cache:
+    the search prices one plan under several policies and layer counts."""
     key = ("stage", stage, per_stage, plan_key if plan_key is not None else plan_memory_key(plan))
-    held = est._layer_cache.get(key)
+    held = est.cache.get(key)
     if held is None:
-        held = est._layer_cache[key] = _held_whatever_recompute(est, plan, stage, per_stage)
+        held = est.cache[key] = _held_whatever_recompute(est, plan, stage, per_stage)
     kept = per_stage - (min(num_recompute, per_stage) if recompute == "full" else 0)
-    full_layer, selective_layer, input_only = held.layer_bytes
-    stored = kept * (selective_layer if recompute == "selective" else full_layer) + (per_stage - kept) * input_only
+    saved = held.layer_bytes
+    stored = (kept * (saved.selective if recompute == "selective" else saved.full)
+              + (per_stage - kept) * saved.input_only)
     if held.first_rank_saved:
         stored += held.first_rank_saved
     activations = stored * held.in_flight
     # Backward of one layer: its activation gradients (about its saved tensors), plus the
     # recomputed layer itself under full recompute. Where sequence-parallel linears gather their input
     # again in backward (Framework.sp_regathers_in_backward), the recomputed layer holds what it stores
-    # without recompute (full_layer, sharded), not a second unsharded working set.
+    # without recompute (saved.full, sharded), not a second unsharded working set.
     doubled = kept < per_stage if held.eager else recompute == "full"
     regathers = est.framework.sp_regathers_in_backward and not held.eager
-    recomputed = (full_layer if regathers else held.working_layer) if doubled else 0.0
-    phases = [(activations, held.working_layer + recomputed, held.logits, False)]
+    recomputed = (saved.full if regathers else held.working_layer) if doubled else 0.0
+    phases = [Phase(activations, held.working_layer + recomputed, held.logits, False)]
     if held.loss_phase is not None:
-        phases.append((activations, *held.loss_phase))
+        phases.append(Phase(activations, *held.loss_phase))
     # The phase with the largest total, as max(candidates, key=sum) would pick it, first one on a tie,
     # each total summed in its breakdown's key order (so bit for bit that sum) without building the
     # breakdowns that lose.
     best, best_total = None, -math.inf
-    for activations, working, logits, grads_absent in phases:
-        total = held.states_total_without_grads if grads_absent or held.accumulating else held.states_total
-        total = total + held.weight_copies + activations + working + logits + held.comm + 0.0
+    for phase in phases:
+        total = held.states_total_without_grads if phase.grads_absent or held.accumulating else held.states_total
+        total = total + held.weight_copies + phase.activations + phase.working + phase.logits + held.comm + 0.0
         for value in held.device.values():
             total += value
         if total > best_total:
-            best, best_total = (activations, working, logits, grads_absent), total
+            best, best_total = phase, total
     if held.optimizer is not None and held.optimizer_total > best_total:
-        return held.optimizer_total, (held, None)
-    return best_total, (held, best)
+        return StagePeak(held.optimizer_total, held, None)
+    return StagePeak(best_total, held, best)
 
 
-def stage_breakdown(peak: tuple) -> dict:
-    """The breakdown (bytes per term) of a stage_peak's phase: the optimizer step's, or the one whose
-    (activations, backward working set, logits, grads not yet allocated) it names."""
-    held, phase = peak[1]
+def stage_breakdown(peak: StagePeak) -> dict:
+    """The breakdown (bytes per term) of a stage_peak's phase: the optimizer step's, or the one it names."""
+    held, phase = peak.held, peak.phase
     if phase is None:
         return dict(held.optimizer)
-    activations, working, logits, grads_absent = phase
-    return {**held.states, **({"grads": 0.0} if (grads_absent or held.accumulating) and "grads" in held.states else {}),
-            **_ZERO_TERMS, "weight_copies": held.weight_copies, "activations": activations,
-            "activation_working": working, "logits": logits, "comm_buffers": held.comm, **held.device}
+    return {**held.states,
+            **({"grads": 0.0} if (phase.grads_absent or held.accumulating) and "grads" in held.states else {}),
+            **_ZERO_TERMS, "weight_copies": held.weight_copies, "activations": phase.activations,
+            "activation_working": phase.working, "logits": phase.logits, "comm_buffers": held.comm, **held.device}
 
 
 _ZERO_TERMS = {"weight_copies": 0.0, "activations": 0.0, "activation_working": 0.0, "logits": 0.0,
@@ -249,9 +269,39 @@ _ZERO_TERMS = {"weight_copies": 0.0, "activations": 0.0, "activation_working": 0
 """Every phase's breakdown has these keys, in this order, whether the phase holds them or not."""
 
 
-@dataclass(slots=True)
+class LayerSaved(NamedTuple):
+    """What one layer saves per micro-batch, by recompute policy."""
+    full: float
+    """Without recompute."""
+    selective: float
+    """Under selective recompute."""
+    input_only: float
+    """Under full recompute: the layer's input alone."""
+
+
+class LossPhase(NamedTuple):
+    """The last rank's loss backward (eager recipes), besides the stored activations."""
+    working: float
+    logits: float
+    grads_absent: bool
+
+
+class ActivationShape(NamedTuple):
+    """What a rank's activations look like under its framework's recipe, whatever the recompute policy."""
+    layer_bytes: LayerSaved
+    first_rank_saved: float
+    """The embedding's saved tensors per micro-batch on the first rank of an eager recipe (else 0)."""
+    working_layer: float
+    """One layer's backward working set (doubled where the layer is recomputed first)."""
+    logits: float
+    loss_phase: LossPhase | None
+    largest_block: float
+    """The largest transient allocation of any phase: the allocator's headroom (allocator_overhead)."""
+
+
+@dataclass(slots=True, kw_only=True)
 class _Held:
-    """What one pipeline rank holds whatever its recompute policy (stage_memory adds the saved
+    """What one pipeline rank holds whatever its recompute policy (stage_peak adds the saved
     activations that the policy decides)."""
     states: dict
     weight_copies: float
@@ -260,15 +310,11 @@ class _Held:
     """The device terms, the allocator's block the largest transient of any phase."""
     accumulating: bool
     in_flight: float
-    layer_bytes: tuple
-    """(saved without recompute, saved under selective recompute, the input alone) per layer and micro-batch."""
+    layer_bytes: LayerSaved
     first_rank_saved: float
-    """The embedding's saved tensors per micro-batch on the first rank of an eager recipe (else 0)."""
     working_layer: float
-    """One layer's backward working set (doubled where the layer is recomputed first)."""
     logits: float
-    loss_phase: tuple | None
-    """The last rank's loss backward (eager recipes): (working set, logits, grads not yet allocated)."""
+    loss_phase: LossPhase | None
     optimizer: dict | None
     """The optimizer step's breakdown (eager recipes): activations and the autocast cache gone."""
     eager: bool
@@ -284,54 +330,50 @@ def _held_whatever_recompute(est, plan, stage: int, per_stage: int) -> _Held:
     first, last = stage == 0, stage == p - 1
     weights = _rank_weights(est, plan, per_stage, first, last)
     dense, expert, states, shard = weights.dense, weights.expert, weights.states, plan.zero_shard_group
-    fp8_params, weight_copies, executor_on_cpu = weights.fp8_params, weights.copies, weights.executor_on_cpu
-    fw = est.framework
+    fw, on_cpu = est.framework, _on_cpu(est.profile)
     b, s_local = plan.micro_batch_size, est.training.seq_len // plan.cp
-    gathered_bytes = eager.FP32 if executor_on_cpu else BYTES_WEIGHT
-    comm = _comm_buffers(est, plan, dense + expert, shard, fp8_params, gathered_bytes)
+    gathered_bytes = eager.FP32 if weights.executor_on_cpu else BYTES_WEIGHT
+    comm = _comm_buffers(est, plan, dense + expert, shard, weights.fp8_params, gathered_bytes)
     in_flight = in_flight_microbatches(p, plan.vpp, m, stage,
                                        stage_split(plan, est.model.num_layers).chunk_layers[stage])
     is_eager = fw.activation_recipe in eager.RECIPES
-    if is_eager:
-        layer_bytes, first_saved, working_layer, loss_phase, block = _eager_shape(est, plan, first, last, b, s_local)
-        logits = 0.0
-    else:
-        layer_bytes, working_layer, logits, block = _megatron_shape(est, plan, last, b, s_local)
-        first_saved, loss_phase = 0.0, None
-    device = {"allocator_overhead": block, "cuda_context": fw.runtime_bytes}
-    if _on_cpu(est):
+    shape = _eager_shape(est, plan, first, last, b, s_local) if is_eager else _megatron_shape(est, plan, last, b,
+                                                                                               s_local)
+    device = {"allocator_overhead": shape.largest_block, "cuda_context": fw.runtime_bytes}
+    if on_cpu:
         device = {"allocator_overhead": CPU_DEVICE_TERM_BYTES, "cuda_context": CPU_DEVICE_TERM_BYTES,
                   "cpu_runtime": float(est.profile.runtime_memory_bytes)}
     optimizer = None
     if is_eager:
         # The optimizer step: activations and the autocast cache are gone by then.
         local = (dense + expert) / (shard if plan.zero_stage >= 1 else 1)
-        temp = 0.0 if fw.fused_adamw_on_cuda and not _on_cpu(est) else FOREACH_ADAMW_TEMP_BYTES
+        temp = 0.0 if fw.fused_adamw_on_cuda and not on_cpu else FOREACH_ADAMW_TEMP_BYTES
         optimizer = {**states, **_ZERO_TERMS, "optimizer_working": temp * local, **device}
-    return _Held(states, weight_copies, comm, device, accumulates_unsharded_grads(fw, plan), in_flight, layer_bytes,
-                 first_saved, working_layer, logits, loss_phase, optimizer, is_eager, weights.states_total,
-                 weights.states_total_without_grads, sum(optimizer.values()) if optimizer is not None else 0.0)
+    return _Held(states=states, weight_copies=weights.copies, comm=comm, device=device,
+                 accumulating=accumulates_unsharded_grads(fw, plan), in_flight=in_flight,
+                 layer_bytes=shape.layer_bytes, first_rank_saved=shape.first_rank_saved,
+                 working_layer=shape.working_layer, logits=shape.logits, loss_phase=shape.loss_phase,
+                 optimizer=optimizer, eager=is_eager, states_total=weights.states_total,
+                 states_total_without_grads=weights.states_total_without_grads,
+                 optimizer_total=sum(optimizer.values()) if optimizer is not None else 0.0)
 
 
-def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> tuple:
-    """((saved per layer without recompute, under selective, input only), the embedding's saved
-    tensors on the first rank, one layer's backward working set, the last rank's loss-backward
-    phase (working set, logits, grads not yet allocated) or None, the largest transient block) for
-    the eager recipes (cost_model/eager_activations.py)."""
+def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> ActivationShape:
+    """The rank's activations under the eager recipes (cost_model/eager_activations.py)."""
     model, tp, sp = est.model, plan.tp, plan.sequence_parallel
     # One micro-batch: grads are set to None each step and first written in its backward.
     grads_absent = plan.num_microbatches == 1 and plan.pp == 1
     # All it reads: the recipe's own inputs (Estimator.eager_recipe) rather than the recipe, whose hash
     # costs more than the rest of a lookup.
     shape_key = ("eager shape", tp, plan.cp, plan.dp, plan.zero_stage, b, s, sp, first, last, grads_absent)
-    shape = est._layer_cache.get(shape_key)
+    shape = est.cache.get(shape_key)
     if shape is not None:   # per shape and rank, as the search asks for the same ones many times
         return shape
     recipe = est.eager_recipe(plan)
     key = ("eager", recipe, b, s, tp, sp)
-    sizes = est._layer_cache.get(key)
+    sizes = est.cache.get(key)
     if sizes is None:
-        sizes = est._layer_cache[key] = tuple(sum(f(model, b, s, tp, sp, recipe).values()) for f in (
+        sizes = est.cache[key] = tuple(sum(f(model, b, s, tp, sp, recipe).values()) for f in (
             eager.layer_saved, eager.selective_layer_saved, eager.full_layer_saved, eager.head_saved))
     full_layer, selective_layer, input_only, head = sizes
     first_saved = sum(eager.embedding_saved(model, b, s).values()) if first else 0.0
@@ -339,18 +381,16 @@ def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> tuple:
     block = BYTES_ACT * b * s * model.ffn_hidden_size / tp   # the MLP's widest activation
     loss_phase = None
     if last:
-        loss_phase = (eager.loss_backward_working(model, b, s, recipe), head, grads_absent)
+        loss_phase = LossPhase(eager.loss_backward_working(model, b, s, recipe), head, grads_absent)
         block = max(block, eager.largest_transient_block(model, b, s, recipe))
-    shape = est._layer_cache[shape_key] = ((full_layer, selective_layer, input_only), first_saved, full_layer,
-                                           loss_phase, block)
+    shape = est.cache[shape_key] = ActivationShape(LayerSaved(full_layer, selective_layer, input_only), first_saved,
+                                                   full_layer, 0.0, loss_phase, block)
     return shape
 
 
-def _megatron_shape(est, plan, last: bool, b: int, s: int) -> tuple:
-    """((saved per layer without recompute, under selective, input only), one layer's backward
-    working set, the logits, the largest transient block): Korthikanti et al. 2022 named tensors,
-    cost_model/memory.py."""
-    full_layer, selective_layer, input_only, working_layer = est._layer_activation_bytes(
+def _megatron_shape(est, plan, last: bool, b: int, s: int) -> ActivationShape:
+    """The rank's activations as Korthikanti et al. 2022 name their tensors (cost_model/memory.py)."""
+    full_layer, selective_layer, input_only, working_layer = est.layer_activation_bytes(
         b, s, plan.tp, plan.sequence_parallel, plan.expert_tp, plan.recompute_modules)
     # The backward working set holds the SP-gathered inputs at full length (one at a time where the
     # framework gathers them again in backward: Framework.sp_regathers_in_backward).
@@ -363,33 +403,37 @@ def _megatron_shape(est, plan, last: bool, b: int, s: int) -> tuple:
     hidden_grad = BYTES_GRAD * b * s * est.model.hidden_size if fw.loss_chunks > 1 else 0.0
     logits = per_logit * logit_elems + hidden_grad if last else 0.0
     block = max(BYTES_ACT * logit_elems if last else 0.0, BYTES_ACT * b * s * est.model.ffn_hidden_size / plan.tp)
-    return (full_layer, selective_layer, input_only), working_layer, logits, block
+    return ActivationShape(LayerSaved(full_layer, selective_layer, input_only), 0.0, working_layer, logits, None,
+                           block)
 
 
-def fp8_gathered_fraction(est, plan) -> float:
+def fp8_gathered_fraction(fw, dtype: str, plan, linear_share: float) -> float:
     """Share of a layer's dense parameters whose gathered compute copy is fp8
-    (Framework.fp8_weight_copy_bytes): the block linears, all but the norms (executor/fp8.py), where
+    (Framework.fp8_weight_copy_bytes): the block linears (`linear_share`, fp8_linear_share), where
     an fp8 plan's ZeRO shards the weights over several replicas (torchao's float8 all-gather under
     FSDP2); 0 otherwise."""
-    fw = est.framework
-    if est.training.dtype != "fp8" or not fw.fp8_weight_copy_bytes or plan.zero_stage == 0 \
-            or plan.dp * plan.cp == 1:
+    if dtype != "fp8" or not fw.fp8_weight_copy_bytes or plan.zero_stage == 0 or plan.dp * plan.cp == 1:
         return 0.0
-    return fp8_linear_share(est)
+    return linear_share
 
 
-def fp8_linear_share(est) -> float:
+def fp8_linear_share(model, dense_params_per_layer: float) -> float:
     """Share of a layer's dense parameters in its linears (all but the norms and a MoE layer's router,
     which stays in the compute dtype: executor/fp8.py; Megatron-Core's router is no Transformer Engine
     module), on average over the model's layers: the weights an fp8 run computes, and may gather, in
     fp8. The routed experts are not dense parameters (Framework.fp8_expert_gemms says where they run)."""
-    model = est.model
     routers = model.num_moe_layers * model.hidden_size * model.num_experts / model.num_layers
-    return 1.0 - (model.num_layer_norms * model.norm_params() + routers) / est.params.dense_per_layer
+    return 1.0 - (model.num_layer_norms * model.norm_params() + routers) / dense_params_per_layer
 
 
-def _on_cpu(est) -> bool:
-    return getattr(est.profile, "device_kind", "gpu") == "cpu"
+def _fp8_gathered_fraction(est, plan) -> float:
+    """fp8_gathered_fraction of the estimator's framework, dtype and model."""
+    return fp8_gathered_fraction(est.framework, est.training.dtype, plan,
+                                 fp8_linear_share(est.model, est.params.dense_per_layer))
+
+
+def _on_cpu(profile) -> bool:
+    return getattr(profile, "device_kind", "gpu") == "cpu"
 
 
 def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float = 0.0,
@@ -417,7 +461,7 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
         gathered = min(gathered, fw.zero3_max_live_params)
     if fw.zero3_reduce_bucket_params:
         grads = min(grads, fw.zero3_reduce_bucket_params)
-    fp8_gathered = gathered * fp8_gathered_fraction(est, plan) * est.params.dense_per_layer / plan.tp / layer
+    fp8_gathered = gathered * _fp8_gathered_fraction(est, plan) * est.params.dense_per_layer / plan.tp / layer
     held = gathered_bytes * gathered - fp8_saving * fp8_gathered + BYTES_GRAD * grads
     if accumulates_unsharded_grads(fw, plan):
         # Every local parameter's unsharded gradient, in the reduce dtype, from the first backward on.

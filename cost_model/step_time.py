@@ -42,127 +42,52 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     `costs` (estimator.StageCosts) holds the per-micro-batch costs of the plan's shapes; `est` gives
     the problem (model, training, framework, constants, tables, gpus_per_node, model FLOPs)."""
     lt = costs.layer
-    head_compute_s, head_memory_s, embed_s = costs.head_compute_s, costs.head_memory_s, costs.embed_s
+    extras = (costs.head_compute_s, costs.head_memory_s, costs.embed_s)
     p, v, m = plan.pp, plan.vpp, plan.num_microbatches
     split = stage_split(plan, est.model.num_layers)
-    tables, sw = est.tables, est.framework
-    gpn = est.gpus_per_node
+    sw = est.framework
 
     layer_compute = lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
     layer_memory = lt.memory_fwd_s + lt.memory_bwd_s
     tp_exposed = tp_exposed_s(plan, sw, lt)
     cp_exposed = lt.cp_fwd_s + lt.cp_bwd_s
     ep_exposed = lt.ep_fwd_s + lt.ep_bwd_s
-
     # Layer overhead: host time per layer; torch.compile fuses kernels, so it launches fewer of them too.
     layer_overhead_s = sw.layer_overhead_s
-
-    # The slowest rank sets the pace. 1F1B's fill and drain run every other rank's forward and
-    # backward of one micro-batch once, so with per-rank micro-batch times t_i the step is
-    # (m-1)·max t + sum t (Narayanan et al. 2021 sec. 2.2; with equal t_i it is the familiar
-    # (p-1) bubble): the bubble is sum t - max t, for even and uneven splits alike (the head and
-    # the embedding make the ranks unequal even when their layers are not).
     even = len(split.layer_groups) == 1
-    bubble_ranks = 0.0
-    slowest = 0
+    bubble_ranks, slowest = 0.0, 0
     if p > 1:
         per_layer_s = (layer_compute + layer_memory + tp_exposed + cp_exposed + ep_exposed
                        + layer_overhead_s * sw.fused_elementwise)
-
-        def rank_time_s(rank: int) -> float:
-            layers = split.num_layers[rank]
-            return (layers * per_layer_s + sum(_rank_extras(p, rank, head_compute_s, head_memory_s, embed_s))
-                    + _recompute_terms(plan, sw, lt, layers)[0])
-
-        times = {rank: rank_time_s(rank) for rank in split.time_ranks}
-        slowest = max(reversed(split.time_ranks), key=times.__getitem__)
-        # Every rank's time, summed by layer count; the first and last add their extras.
-        total_s = sum(num_ranks * (layers * per_layer_s + _recompute_terms(plan, sw, lt, layers)[0])
-                      for layers, num_ranks in split.layer_groups)
-        total_s += sum(_rank_extras(p, 0, head_compute_s, head_memory_s, embed_s))
-        total_s += sum(_rank_extras(p, p - 1, head_compute_s, head_memory_s, embed_s))
-        # sum - max over all ranks, with every rank's time summed by layer count above.
-        bubble_ranks = bubble_in_slowest_rank_times(times[slowest], total_s)
+        bubble_ranks, slowest = _bubble_ranks(plan, sw, lt, split, per_layer_s, extras)
     per_stage = split.num_layers[slowest]
-    extra_compute, extra_memory = _rank_extras(p, slowest, head_compute_s, head_memory_s, embed_s)
+    extra_compute, extra_memory = _rank_extras(p, slowest, *extras)
     recompute_s, recompute_flops_mb = _recompute_terms(plan, sw, lt, per_stage)
-
-    # Pipeline point-to-point: one activation forward and one gradient backward per micro-batch
-    # and virtual stage, b*s*h/t bytes with the scatter/gather optimisation (Narayanan sec. 4.1).
-    pp_s = 0.0
-    if p > 1:
-        p2p_bytes = BYTES_ACT * plan.micro_batch_size * (est.training.seq_len // plan.cp) * est.model.hidden_size
-        if sw.pp_scatter_gather:
-            p2p_bytes /= plan.tp
-        inside = plan.tp * plan.cp * plan.dp * p <= gpn
-        pp_rpn = 2 if inside else 1
-        send_s = tables.collective_time_s("send_recv", p2p_bytes, 2, pp_rpn)
-        if sw.pp_p2p_overlap and v > 1:
-            # Each virtual stage's send runs under the next virtual stage's compute.
-            chunk_s = per_stage / v * (layer_compute + layer_memory)
-            send_s = max(0.0, send_s - chunk_s)
-        pp_s = 2 * v * send_s
+    pp_s = pp_p2p_s(est, plan, per_stage, layer_compute, layer_memory) if p > 1 else 0.0
 
     compute_mb = per_stage * layer_compute + extra_compute
     memory_mb = per_stage * layer_memory + extra_memory
     comm_mb = per_stage * (tp_exposed + cp_exposed + ep_exposed) + pp_s
     overhead_mb = per_stage * layer_overhead_s * sw.fused_elementwise + (sw.microbatch_overhead_s if p > 1 else 0.0)
     t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb
-    bubble_fraction = bubble_ranks / (v * m)
     bubble_s = bubble_ranks / v * t_mb
 
-    # Data-parallel traffic and the optimizer step: the rank with the most parameters, the last
-    # (head) or, when uneven, the largest middle rank; the first never holds more layers than the
-    # last, and its embedding is the head's size. The last wins ties.
-    state_layers = per_stage if even else split.num_layers[p - 1]
-    dense, expert = costs.params.local(plan, state_layers, first=(p == 1), last=True)
-    if not even and len(split.time_ranks) > 2:
-        middle_layers = split.num_layers[split.time_ranks[2]]
-        middle = costs.params.local(plan, middle_layers, first=False, last=False)
-        if sum(middle) > dense + expert:
-            (dense, expert), state_layers = middle, middle_layers
+    dense, expert, state_layers = _state_rank_params(plan, costs, split, per_stage, even)
     dp_s, dp_total_s, dp_bytes = dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
     # Optimizer: memory-bound AdamW over the local shard of the stage's parameters, moving the
     # framework's bytes per parameter (fused vs for-each implementation).
     shard = plan.zero_shard_group if plan.zero_stage >= 1 else 1
     local = dense / shard + expert / (plan.expert_dp if plan.zero_stage >= 1 else 1)
     opt_bytes = sw.optimizer_bytes_per_param * local
-    optimizer_s = memory_time_s(tables, opt_bytes, opt_bytes)
-    # Weight casts and gradient accumulation per micro-batch over the rank's unsharded parameters
-    # (autocast over fp32 weights), a memory-bound term of every micro-batch (left out of the bubble:
-    # the frameworks that pay it here run without a pipeline in every measured run).
-    cast_bytes = sw.weight_cast_bytes_per_param * (dense + expert)
-    cast_mb_s = memory_time_s(tables, cast_bytes, cast_bytes / max(1, state_layers)) if cast_bytes else 0.0
-    # Gradient accumulation outside the weight-gradient GEMM (DeepSpeed), in every micro-batch's
-    # backward, so in the pipeline's fill and drain too (added to the bubble below).
-    first_mb_bytes, later_mb_bytes = grad_accumulation_bytes_per_param(sw, plan, est.training.dtype)
-    accum_bytes = (first_mb_bytes + (m - 1) * later_mb_bytes) / m * (dense + expert)
-    accum_mb_s = memory_time_s(tables, accum_bytes, accum_bytes / max(1, state_layers)) if accum_bytes else 0.0
-    cast_mb_s += accum_mb_s
+    optimizer_s = memory_time_s(est.tables, opt_bytes, opt_bytes)
+    cast_mb_s, accum_mb_s = _microbatch_casts_s(est, plan, dense + expert, state_layers, per_stage, lt)
     bubble_s += bubble_ranks / v * accum_mb_s
-    # fp8 weights: cast for forward and again for backward in every micro-batch (torchao), or once
-    # per step with the transpose written too (Transformer Engine: 3 B + 1 B per weight).
-    if sw.fp8_weight_cast_per_microbatch:
-        cast_mb_s += 2.0 * per_stage * lt.fp8_weight_cast_s
-    else:
-        cast_mb_s += (4.0 / 3.0) * per_stage * lt.fp8_weight_cast_s / m
-
-    # Sharded-state copies on the compute stream around each gather and reduction (FSDP2: all-gather
-    # output into the parameters, gradients into the reduce-scatter input), over the rank's
-    # unsharded parameters, a layer at a time.
-    copies_s = 0.0
-    if plan.zero_stage >= 1 and plan.dp * plan.cp > 1:
-        gathers, reductions = dp_rounds(plan, m, sw, recompute_regathered_share(est.model, plan, sw, per_stage))
-        copy_bytes = (gathers * sw.gather_copy_bytes_per_param + reductions * sw.reduce_copy_bytes_per_param
-                      + unsharded_accumulation_bytes_per_param(plan, m, sw)) * (dense + expert)
-        if copy_bytes:
-            copies_s = memory_time_s(tables, copy_bytes, copy_bytes / max(1, state_layers * (gathers + reductions)))
 
     time = {
         "compute": m * compute_mb,
         "memory_bound": m * memory_mb,
         "weight_casts": m * cast_mb_s,
-        "sharded_copies": copies_s,
+        "sharded_copies": _sharded_copies_s(est, plan, dense + expert, state_layers, per_stage),
         "recompute": m * recompute_s,
         "tp_comm": m * per_stage * tp_exposed,
         "cp_comm": m * per_stage * cp_exposed,
@@ -173,15 +98,118 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
         "optimizer": optimizer_s,
         "overhead": m * overhead_mb,
     }
-    tokens_mb = plan.micro_batch_size * est.training.seq_len
-    # Recomputed FLOPs of every rank (each recomputes on its own layers), for hardware FLOPs.
-    if even:
-        hw_flops = est.model_flops_per_step + recompute_flops_mb * m * plan.dp * plan.tp * plan.cp * p
+    details = _details(est, plan, lt, per_stage, slowest, bubble_ranks / (v * m), t_mb, dp_total_s, dp_bytes, pp_s)
+    return time, details, _hardware_flops(est, plan, lt, split, even, recompute_flops_mb)
+
+
+def _bubble_ranks(plan: ParallelPlan, sw, lt, split, per_layer_s: float, extras: tuple) -> tuple:
+    """(the bubble in micro-batch times of the slowest rank, the slowest rank). The slowest rank sets
+    the pace. 1F1B's fill and drain run every other rank's forward and backward of one micro-batch
+    once, so with per-rank micro-batch times t_i the step is (m-1)·max t + sum t (Narayanan et al.
+    2021 sec. 2.2; with equal t_i it is the familiar (p-1) bubble): the bubble is sum t - max t, for
+    even and uneven splits alike (the head and the embedding make the ranks unequal even when their
+    layers are not)."""
+    p = plan.pp
+
+    def rank_time_s(rank: int) -> float:
+        layers = split.num_layers[rank]
+        return layers * per_layer_s + sum(_rank_extras(p, rank, *extras)) + _recompute_terms(plan, sw, lt, layers)[0]
+
+    times = {rank: rank_time_s(rank) for rank in split.time_ranks}
+    slowest = max(reversed(split.time_ranks), key=times.__getitem__)
+    # Every rank's time, summed by layer count; the first and last add their extras.
+    total_s = sum(num_ranks * (layers * per_layer_s + _recompute_terms(plan, sw, lt, layers)[0])
+                  for layers, num_ranks in split.layer_groups)
+    total_s += sum(_rank_extras(p, 0, *extras))
+    total_s += sum(_rank_extras(p, p - 1, *extras))
+    # sum - max over all ranks, with every rank's time summed by layer count above.
+    return bubble_in_slowest_rank_times(times[slowest], total_s), slowest
+
+
+def pp_p2p_s(est, plan: ParallelPlan, per_stage: int, layer_compute_s: float, layer_memory_s: float) -> float:
+    """Pipeline point-to-point per micro-batch: one activation forward and one gradient backward per
+    virtual stage, b*s*h/t bytes with the scatter/gather optimisation (Narayanan sec. 4.1)."""
+    sw, v = est.framework, plan.vpp
+    p2p_bytes = BYTES_ACT * plan.micro_batch_size * (est.training.seq_len // plan.cp) * est.model.hidden_size
+    if sw.pp_scatter_gather:
+        p2p_bytes /= plan.tp
+    inside = plan.tp * plan.cp * plan.dp * plan.pp <= est.gpus_per_node
+    pp_rpn = 2 if inside else 1
+    send_s = est.tables.collective_time_s("send_recv", p2p_bytes, 2, pp_rpn)
+    if sw.pp_p2p_overlap and v > 1:
+        # Each virtual stage's send runs under the next virtual stage's compute.
+        chunk_s = per_stage / v * (layer_compute_s + layer_memory_s)
+        send_s = max(0.0, send_s - chunk_s)
+    return 2 * v * send_s
+
+
+def _state_rank_params(plan: ParallelPlan, costs, split, per_stage: int, even: bool) -> tuple:
+    """(dense, expert, layers) of the rank whose data-parallel traffic and optimizer step are priced:
+    the rank with the most parameters, the last (head) or, when uneven, the largest middle rank; the
+    first never holds more layers than the last, and its embedding is the head's size. The last wins ties."""
+    p = plan.pp
+    state_layers = per_stage if even else split.num_layers[p - 1]
+    dense, expert = costs.params.local(plan, state_layers, first=(p == 1), last=True)
+    if not even and len(split.time_ranks) > 2:
+        middle_layers = split.num_layers[split.time_ranks[2]]
+        middle = costs.params.local(plan, middle_layers, first=False, last=False)
+        if sum(middle) > dense + expert:
+            (dense, expert), state_layers = middle, middle_layers
+    return dense, expert, state_layers
+
+
+def _microbatch_casts_s(est, plan: ParallelPlan, params: float, state_layers: int, per_stage: int, lt) -> tuple:
+    """(weight casts and gradient accumulation per micro-batch, the accumulation alone) over the rank's
+    `params` unsharded parameters: memory-bound terms of every micro-batch."""
+    sw, tables, m = est.framework, est.tables, plan.num_microbatches
+    # Weight casts (autocast over fp32 weights), left out of the bubble: the frameworks that pay it
+    # here run without a pipeline in every measured run.
+    cast_bytes = sw.weight_cast_bytes_per_param * params
+    cast_mb_s = memory_time_s(tables, cast_bytes, cast_bytes / max(1, state_layers)) if cast_bytes else 0.0
+    # Gradient accumulation outside the weight-gradient GEMM (DeepSpeed), in every micro-batch's
+    # backward, so in the pipeline's fill and drain too (step_time_terms adds it to the bubble).
+    first_mb_bytes, later_mb_bytes = grad_accumulation_bytes_per_param(sw, plan, est.training.dtype)
+    accum_bytes = (first_mb_bytes + (m - 1) * later_mb_bytes) / m * params
+    accum_mb_s = memory_time_s(tables, accum_bytes, accum_bytes / max(1, state_layers)) if accum_bytes else 0.0
+    cast_mb_s += accum_mb_s
+    # fp8 weights: cast for forward and again for backward in every micro-batch (torchao), or once
+    # per step with the transpose written too (Transformer Engine: 3 B + 1 B per weight).
+    if sw.fp8_weight_cast_per_microbatch:
+        cast_mb_s += 2.0 * per_stage * lt.fp8_weight_cast_s
     else:
-        hw_flops = est.model_flops_per_step + sum(
-            _recompute_terms(plan, sw, lt, layers)[1] * m * plan.dp * plan.tp * plan.cp * num_ranks
-            for layers, num_ranks in split.layer_groups)
-    details = {
+        cast_mb_s += (4.0 / 3.0) * per_stage * lt.fp8_weight_cast_s / m
+    return cast_mb_s, accum_mb_s
+
+
+def _sharded_copies_s(est, plan: ParallelPlan, params: float, state_layers: int, per_stage: int) -> float:
+    """Sharded-state copies on the compute stream around each gather and reduction (FSDP2: all-gather
+    output into the parameters, gradients into the reduce-scatter input), over the rank's `params`
+    unsharded parameters, a layer at a time."""
+    if plan.zero_stage < 1 or plan.dp * plan.cp <= 1:
+        return 0.0
+    sw, m = est.framework, plan.num_microbatches
+    gathers, reductions = dp_rounds(plan, m, sw, recompute_regathered_share(est.model, plan, sw, per_stage))
+    copy_bytes = (gathers * sw.gather_copy_bytes_per_param + reductions * sw.reduce_copy_bytes_per_param
+                  + unsharded_accumulation_bytes_per_param(plan, m, sw)) * params
+    if not copy_bytes:
+        return 0.0
+    return memory_time_s(est.tables, copy_bytes, copy_bytes / max(1, state_layers * (gathers + reductions)))
+
+
+def _hardware_flops(est, plan: ParallelPlan, lt, split, even: bool, recompute_flops_mb: float) -> float:
+    """The model's FLOPs per step plus what every rank recomputes (each on its own layers)."""
+    m, sw = plan.num_microbatches, est.framework
+    if even:
+        return est.model_flops_per_step + recompute_flops_mb * m * plan.dp * plan.tp * plan.cp * plan.pp
+    return est.model_flops_per_step + sum(
+        _recompute_terms(plan, sw, lt, layers)[1] * m * plan.dp * plan.tp * plan.cp * num_ranks
+        for layers, num_ranks in split.layer_groups)
+
+
+def _details(est, plan: ParallelPlan, lt, per_stage: int, slowest: int, bubble_fraction: float, t_mb: float,
+             dp_total_s: float, dp_bytes: float, pp_s: float) -> dict:
+    m = plan.num_microbatches
+    return {
         "bubble_fraction": bubble_fraction,
         "microbatch_time_s": t_mb,
         "layer_fwd_s": lt.gemm_fwd_s + lt.attn_fwd_s + lt.memory_fwd_s,
@@ -196,12 +224,11 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
         "dp_comm_total_s": dp_total_s,
         "dp_bytes_per_step": dp_bytes,
         "pp_p2p_s_per_microbatch": pp_s,
-        "tokens_per_microbatch": tokens_mb,
+        "tokens_per_microbatch": plan.micro_batch_size * est.training.seq_len,
         "layers_per_stage": per_stage,
         "slowest_stage": slowest,
-        "software": sw.name,
+        "software": est.framework.name,
     }
-    return time, details, hw_flops
 
 
 def tp_exposed_s(plan: ParallelPlan, sw, lt) -> float:

@@ -39,15 +39,18 @@ def main(argv: list[str] | None = None) -> int:
                                 "start the xla backend with `autoplan run --backend xla`")
         from executor.torch_backend import check
 
-        for path in args.plans:
-            check(PlanDocument.load(path), options)
+        # Each rank reads and checks the plan files once (torchrun starts the ranks: no process
+        # holds a checked plan to hand them), and trains those very documents.
+        docs = [PlanDocument.load(path) for path in args.plans]
+        for doc in docs:
+            check(doc, options)
     except AutoplanError as exc:
         if os.environ.get("RANK", "0") == "0":  # every rank finds the same problem; say it once
             sys.stderr.write(f"python -m executor: error: {exc}\n")
         return 2
     from executor.torch_backend.worker import run_plans
 
-    return run_plans(args.plans, options, result_path=None)
+    return run_plans(docs, options, result_path=None)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ def count_plan(spec, plan, policy: str, b: int, s: int, device) -> dict:
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     from executor.torch_backend.parallelize import apply_fsdp, apply_recompute, apply_tp
-    from executor.torch_backend.train import compute_mode, kernels_for
+    from autoplan.specs.plan import compute_mode
+    from executor.torch_backend.train import kernels_for
 
     doc = PlanDocument(model=spec, training=TrainingSpec(b * plan.dp, s, "bf16"),
                        cluster=ClusterSpec("cpu", plan.num_gpus, gpus_per_node=8), parallel=plan)

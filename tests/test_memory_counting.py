@@ -171,21 +171,30 @@ def test_cost_model_counts_what_the_executor_saves_on_a_cpu(spec, policy):
     _assert_counts_agree(spec, counted, predicted(spec, b, s, policy, recipe), (policy, "fp32"))
 
 
+COMPUTE_MODES = {  # (MoE, dp, cp, zero) -> autocast over fp32 weights, from the rule's sentences (not its code)
+    # dense: FSDP2 wraps at one replica (any ZeRO) and where ZeRO shards over several; DDP at ZeRO 0 does not
+    (False, 1, 1, 0): False, (False, 1, 1, 3): False, (False, 2, 1, 0): True, (False, 2, 1, 1): False,
+    (False, 2, 1, 3): False, (False, 1, 2, 0): True, (False, 1, 2, 2): False,
+    # MoE: autocast at one replica and without ZeRO; bf16 copies only where ZeRO shards over replicas
+    (True, 1, 1, 0): True, (True, 1, 1, 3): True, (True, 2, 1, 0): True, (True, 2, 1, 1): False,
+    (True, 2, 1, 3): False, (True, 1, 2, 0): True, (True, 1, 2, 2): False,
+}
+
+
 def test_cost_model_knows_which_compute_mode_a_plan_runs_in():
-    """cost_model/eager_activations.autocast_for restates executor/torch_backend/train.compute_mode."""
+    """The cost model prices the compute mode the executor runs (autoplan.specs.plan.compute_mode, read
+    by both): FSDP2's bf16 weight copies or autocast over fp32 weights, per docs of the rule."""
     from autoplan.specs import ParallelPlan
-    from executor.torch_backend.train import compute_mode
+    from autoplan.specs.plan import compute_mode
 
     moe = ModelSpec(name="moe-like", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=8,
                     ffn_hidden_size=512, vocab_size=1000, num_experts=4, num_experts_per_token=2)
-    seen = set()
-    for spec in (LLAMA_LIKE, moe):
-        for dp, cp, zero in ((1, 1, 0), (1, 1, 3), (2, 1, 0), (2, 1, 1), (2, 1, 3), (1, 2, 0), (1, 2, 2)):
-            plan = ParallelPlan(dp=dp, cp=cp, zero_stage=zero)
-            _, bf16_copies = compute_mode(plan, spec, bf16_params=True)
-            assert eager.autocast_for(spec, plan) == (not bf16_copies), (spec.name, dp, cp, zero)
-            seen.add(bf16_copies)
-    assert seen == {True, False}
+    for (is_moe, dp, cp, zero), autocast in COMPUTE_MODES.items():
+        spec, plan = (moe if is_moe else LLAMA_LIKE), ParallelPlan(dp=dp, cp=cp, zero_stage=zero)
+        assert eager.autocast_for(spec, plan) == autocast, (spec.name, dp, cp, zero)
+        assert compute_mode(plan, spec).fsdp == (zero > 0 and dp * cp > 1 or dp * cp == 1 and not is_moe)
+    # without the bf16-params speed-up FSDP2 wraps only where ZeRO shards, and never hands bf16 copies
+    assert compute_mode(ParallelPlan(), LLAMA_LIKE, bf16_params=False) == (False, False)
 
 
 def test_recompute_policies_save_less_in_order():
@@ -211,7 +220,7 @@ RANK_B, RANK_S = 2, 128
 LLAMA_UNTIED = dataclasses.replace(LLAMA_LIKE, name="llama-untied", tied_embeddings=False)
 GEGLU_UNTIED = dataclasses.replace(GEGLU_LIKE, name="geglu-untied", tied_embeddings=False)
 MLA_UNTIED = dataclasses.replace(MLA_LIKE, name="mla-untied", tied_embeddings=False)
-RANK_PLANS = {  # nproc -> [(model, plan)]; the compute mode follows from the plan (train.compute_mode)
+RANK_PLANS = {  # nproc -> [(model, plan)]; the compute mode follows from the plan (specs.plan.compute_mode)
     2: [(LLAMA_UNTIED, dict(tp=2)),                                      # FSDP2 bf16 copies
         (LLAMA_UNTIED, dict(tp=2, sequence_parallel=True)),
         (LLAMA_LIKE, dict(cp=2)),                                        # DDP: autocast
@@ -337,7 +346,7 @@ def rank_counts():
 def test_cost_model_counts_what_each_rank_saves(case, rank_counts):
     """Recipe "eager" per rank under TP, TP+SP and CP, in 2- and 4-process gloo runs: every rank's
     saved bytes against eager_activations at the plan's tp, sp and s / cp, in the compute mode
-    train.compute_mode gives the plan."""
+    autoplan.specs.plan.compute_mode gives the plan."""
     nproc, model, parallel, policy = case
     plan = _rank_plan(model, parallel, policy)
     # the counting runs are eager (no torch.compile on a CPU)

@@ -7,7 +7,8 @@ import pytest
 from autoplan.planning.planner import PlanRequest, plan_search
 from autoplan.planning.search import PlanScorer, optuna_search
 from autoplan.planning.space import Pins, SearchSpace
-from autoplan.specs import AutoplanError, InfeasiblePlan, PlanDocument
+from autoplan.specs import AutoplanError, InfeasiblePlan, PlanDocument, get_framework
+from cost_model import load_constants
 
 SMALL = dict(model="llama-2-7b", num_gpus=8, global_batch_size=32, seq_len=2048)
 MOE = dict(model="mixtral-8x7b", num_gpus=16, global_batch_size=32, seq_len=2048)
@@ -220,3 +221,24 @@ def test_when_nothing_runs_the_rule_that_rejected_the_most_plans_is_named():
     rejected, tried = map(int, msg.split("this rule rejected ")[1].split(" plans tried")[0].split(" of the "))
     unfit = int(msg.split("; ")[-1].split(" others")[0])
     assert tried > rejected > unfit > 0, msg
+
+
+@pytest.mark.parametrize("framework, dtype", [("megatron-core", "bf16"), ("torchtitan", "fp8")])
+def test_one_search_holds_one_framework(monkeypatch, framework, dtype):
+    """The search space, the framework's rules and the estimator read one Framework object: the
+    documented facts with the fitted values, for the dtype (planner.resolve_framework), not two copies
+    of which only one carries the fitted values."""
+    import autoplan.planning.planner as planner
+
+    seen, real_search = [], planner.search
+
+    def spy(space, scorer, *args, **kwargs):
+        seen.append((space.framework, scorer.estimator.framework))
+        return real_search(space, scorer, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "search", spy)
+    planner.plan_search(PlanRequest(framework=framework, dtype=dtype, **SMALL))
+    expected = load_constants().framework(framework).for_dtype(dtype)
+    assert expected != get_framework(framework)  # fitted values or dtype facts: a second copy would differ
+    assert seen and all(space_fw is est_fw for space_fw, est_fw in seen)
+    assert seen[0][0] == expected

@@ -57,10 +57,40 @@ def _scored(plan, plan_path: str):
     return estimate_document(plan, base_dir=Path(plan_path).parent)[0]
 
 
+def _write_calibration(args, timed: list, minimum: int, records: str, report) -> int:
+    """Fit and write --calibration-out from the timed runs (at least `minimum`), printing calibrate's
+    report; 1 when it cannot be written."""
+    from autoplan.cli.progress import Progress
+    from autoplan.planning import tune
+    from autoplan.specs import AutoplanError
+
+    if len(timed) < minimum:
+        sys.stderr.write(f"autoplan tune: calibration not written: {len(timed)} plan(s) ran to the end, calibrate "
+                         f"needs at least {minimum}\n")
+        return 1
+    with Progress("tune") as progress:
+        progress.stage("fitting the calibration")
+        try:
+            calibration, lines = tune.fit_calibration([c.record for c in timed], Path(args.plan).parent,
+                                                      f"autoplan tune {args.plan}: {len(timed)} runs in {records}")
+        except AutoplanError as exc:
+            sys.stderr.write(f"autoplan tune: calibration not written: {exc}\n")
+            return 1
+    calibration.save(args.calibration_out)
+    from autoplan.rendering.text import wrap_line
+
+    for line in lines:  # calibrate's report, wrapped to the output's 120 columns
+        warning = line.startswith("warning:")
+        text = "\n".join(wrap_line(f"autoplan tune: {line}" if warning else line, 2))
+        (sys.stderr if warning else report).write(text + "\n")
+    print(f"wrote {args.calibration_out} (use it with `autoplan search --calibration {args.calibration_out}`)",
+          file=report)
+    return 0
+
+
 def run(args) -> int:
     from autoplan.planning import tune
     from autoplan.planning.planfiles import load_plan
-    from autoplan.cli.progress import Progress
     from autoplan.cli.run_cmd import check_paths, check_plan, run_and_record
     from autoplan.specs import AutoplanError, is_stdout
     from executor.backends import get_backend
@@ -118,26 +148,7 @@ def run(args) -> int:
         tune.winner_document(doc, rows, skipped, options, options.out).save(args.output)
         say(f"wrote {args.output} (the winner, chosen by measurement: `autoplan run` takes it)")
     if args.calibration_out:
-        if len(timed) < minimum:
-            sys.stderr.write(f"autoplan tune: calibration not written: {len(timed)} plan(s) ran to the end, calibrate "
-                             f"needs at least {minimum}\n")
-            return 1
-        with Progress("tune") as progress:
-            progress.stage("fitting the calibration")
-            try:
-                calibration, lines = tune.fit_calibration([c.record for c in timed], Path(args.plan).parent,
-                                                          f"autoplan tune {args.plan}: {len(timed)} runs in {options.out}")
-            except AutoplanError as exc:
-                sys.stderr.write(f"autoplan tune: calibration not written: {exc}\n")
-                return 1
-        calibration.save(args.calibration_out)
-        from autoplan.rendering.text import wrap_line
-
-        for line in lines:  # calibrate's report, wrapped to the output's 120 columns
-            warning = line.startswith("warning:")
-            text = "\n".join(wrap_line(f"autoplan tune: {line}" if warning else line, 2))
-            (sys.stderr if warning else report).write(text + "\n")
-        say(f"wrote {args.calibration_out} (use it with `autoplan search --calibration {args.calibration_out}`)")
+        return _write_calibration(args, timed, minimum, options.out, report)
     elif len(timed) >= minimum:
         say(f"({len(timed)} timed runs: --calibration-out CAL.json would fit a calibration from them)")
     return 0

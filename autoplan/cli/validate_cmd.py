@@ -214,6 +214,21 @@ def memory_lines(memory: dict) -> str:
     return "; ".join(parts)
 
 
+def write_rows(out, results: list) -> None:
+    """`validate --rows`: every published run, measured against predicted tokens/s/GPU."""
+    out.write(f"{'id':48s} {'dtype':5s} {'measured':>10s} {'predicted':>10s} {'error':>8s}\n")
+    for r in results:
+        if r.skipped:
+            out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
+                      f"{'skipped':>10s}\n")
+            continue
+        err = (r.predicted_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu) / r.run.measured_tokens_per_s_per_gpu
+        out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
+                  f"{r.predicted_tokens_per_s_per_gpu:10.1f} {err:+8.1%}{'' if r.fits else '  (predicted OOM)'}"
+                  f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
+    out.write("\n")
+
+
 def run(args) -> int:
     from autoplan.cli.progress import Progress
     from autoplan.specs.frameworks import HISTORICAL_FRAMEWORKS
@@ -252,17 +267,7 @@ def run(args) -> int:
         return 0
     out = sys.stdout
     if args.rows:
-        out.write(f"{'id':48s} {'dtype':5s} {'measured':>10s} {'predicted':>10s} {'error':>8s}\n")
-        for r in results:
-            if r.skipped:
-                out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
-                          f"{'skipped':>10s}\n")
-                continue
-            err = (r.predicted_tokens_per_s_per_gpu - r.run.measured_tokens_per_s_per_gpu) / r.run.measured_tokens_per_s_per_gpu
-            out.write(f"{r.run.id:48s} {r.run.training.dtype:5s} {r.run.measured_tokens_per_s_per_gpu:10.1f} "
-                      f"{r.predicted_tokens_per_s_per_gpu:10.1f} {err:+8.1%}{'' if r.fits else '  (predicted OOM)'}"
-                      f"{'  [assumed: ' + '; '.join(r.run.assumptions) + ']' if r.run.assumptions else ''}\n")
-        out.write("\n")
+        write_rows(out, results)
     out.write(split_table(summary["out_of_sample"]))
     out.write(provenance_lines(summary["row_derived_facts"]))
     moe = summary["out_of_sample"]["moe"]

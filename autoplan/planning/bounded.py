@@ -198,21 +198,9 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
     at the layers the scorer will recompute, so one that must recompute many layers to fit is not
     scored in vain) and is scored when reached again. The time terms a bound prices are held for
     the estimate that scores the same plan."""
-    est, rejections, heap, tick = scorer.estimator, {}, [], itertools.count()  # tick: heap order among equal bounds
+    est, rejections, tick = scorer.estimator, {}, itertools.count()  # tick: heap order among equal bounds
     framework_rules = _framework_rules(est)
-    for knobs, zeros, recomputes in plan_groups(space, rejections):
-        first = broken = None
-        try:
-            first = space.plan({**knobs, "zero_stage": zeros[0], "recompute": "none"})
-            framework_rules(est.model, est.training, first)
-        except InfeasiblePlan as exc:
-            broken = exc
-        if broken is not None and broken.reason not in MENDABLE_RULES:  # every plan of the group breaks it
-            _reject(rejections, broken.reason, len(zeros) * len(recomputes), str(broken))
-            continue
-        bound = _loose_bound(est, first) if first is not None else 0.0
-        heap.append((bound, next(tick), _GROUP, (knobs, zeros, recomputes, first if broken is None else None)))
-    heapq.heapify(heap)
+    heap = _group_heap(space, est, framework_rules, rejections, tick)
     best_by_layout, threshold, scored, seen, pruned = {}, math.inf, [], set(), 0
     while heap:
         key, _, kind, entry = heapq.heappop(heap)
@@ -221,18 +209,7 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
             break
         bound = key  # a plan's entry carries its stage's bound besides its own key
         if kind == _GROUP:  # open into its ZeRO stages, each at its sharper bound
-            knobs, zeros, recomputes, checked = entry  # checked: the first ZeRO stage's plan, if it passed
-            for zero in zeros:
-                plan = checked if checked is not None and zero == zeros[0] else \
-                    _rule_checked(space, est, framework_rules, knobs, zero, rejections, len(recomputes))
-                if plan is None:
-                    continue
-                over = plan and _weights_over(est, plan)
-                if over:  # no plan of the stage fits: no bound needed
-                    _reject(rejections, "out_of_memory", len(recomputes), over)
-                    continue
-                sharper = _tight_bound(est, plan) if plan else 0.0
-                heapq.heappush(heap, (max(bound, sharper), next(tick), _STAGE, (knobs, zero, recomputes, plan)))
+            _open_group(space, est, framework_rules, entry, bound, heap, tick, rejections)
             continue
         if kind == _STAGE:  # score its plan without recompute; queue the others at their own bounds
             knobs, zero, recomputes, first = entry
@@ -279,6 +256,44 @@ def bounded_scores(space: SearchSpace, scorer, keep_layouts: int = KEEP_LAYOUTS)
                     if len(best_by_layout) >= keep_layouts:
                         threshold = heapq.nsmallest(keep_layouts, best_by_layout.values())[-1]
     return scored, rejections, pruned
+
+
+def _group_heap(space: SearchSpace, est, framework_rules, rejections: dict, tick) -> list:
+    """A heap of the plan groups whose rules can pass, each at its loose bound; a group whose first
+    plan breaks a rule no knob of the group mends is counted rejected, all of its plans."""
+    heap = []
+    for knobs, zeros, recomputes in plan_groups(space, rejections):
+        first = broken = None
+        try:
+            first = space.plan({**knobs, "zero_stage": zeros[0], "recompute": "none"})
+            framework_rules(est.model, est.training, first)
+        except InfeasiblePlan as exc:
+            broken = exc
+        if broken is not None and broken.reason not in MENDABLE_RULES:  # every plan of the group breaks it
+            _reject(rejections, broken.reason, len(zeros) * len(recomputes), str(broken))
+            continue
+        bound = _loose_bound(est, first) if first is not None else 0.0
+        heap.append((bound, next(tick), _GROUP, (knobs, zeros, recomputes, first if broken is None else None)))
+    heapq.heapify(heap)
+    return heap
+
+
+def _open_group(space: SearchSpace, est, framework_rules, entry: tuple, bound: float, heap: list, tick,
+                rejections: dict) -> None:
+    """Push a group's ZeRO stages that pass the rules and whose model states alone fit, each at its
+    sharper bound (never below the group's)."""
+    knobs, zeros, recomputes, checked = entry  # checked: the first ZeRO stage's plan, if it passed
+    for zero in zeros:
+        plan = checked if checked is not None and zero == zeros[0] else \
+            _rule_checked(space, est, framework_rules, knobs, zero, rejections, len(recomputes))
+        if plan is None:
+            continue
+        over = plan and _weights_over(est, plan)
+        if over:  # no plan of the stage fits: no bound needed
+            _reject(rejections, "out_of_memory", len(recomputes), over)
+            continue
+        sharper = _tight_bound(est, plan) if plan else 0.0
+        heapq.heappush(heap, (max(bound, sharper), next(tick), _STAGE, (knobs, zero, recomputes, plan)))
 
 
 _GROUP, _STAGE, _PLAN = 0, 1, 2

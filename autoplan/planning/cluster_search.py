@@ -29,7 +29,7 @@ from typing import Callable
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_cluster
 from cost_model.budget import training_run
-from autoplan.planning.planner import leanest_fitting_knobs, make_estimator, plan_document
+from autoplan.planning.planner import leanest_fitting_knobs, make_estimator, plan_document, resolve_framework
 from autoplan.planning.prediction import prediction_block
 from autoplan.planning.training_shape import training_shape
 from autoplan.planning.search import PlanScorer, SearchResult, search
@@ -229,13 +229,14 @@ def _search_point(option: GpuOption, n: int, model, training, request: ClusterRe
         point.status = f"no {training.dtype} matmuls"
         return point
     headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
-    leanest = leanest_fitting_knobs(model, training, cluster, profile, request.framework, headroom)
+    framework = resolve_framework(request.framework, training.dtype)
+    leanest = leanest_fitting_knobs(model, training, cluster, profile, framework, headroom)
     if leanest is None:
         point.status = "does not fit"
         return point
-    scorer = PlanScorer(make_estimator(model, training, cluster, profile, framework=request.framework,
+    scorer = PlanScorer(make_estimator(model, training, cluster, profile, framework=framework,
                                        memory_headroom_bytes=headroom))
-    space = SearchSpace(model, training, cluster, framework=get_framework(request.framework))
+    space = SearchSpace(model, training, cluster, framework=framework)
     point.result = search(space, scorer, num_trials=request.num_trials, seed=request.seed,
                           polish_starts=CLUSTER_POLISH_STARTS, first_knobs=(leanest,))
     if point.best is None:

@@ -18,7 +18,7 @@ from autoplan.planning.search import GIB, PlanScorer, Scored, SearchResult, out_
 from autoplan.planning.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
 from autoplan.planning.training_shape import training_shape
 from autoplan.specs import (
-    AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, InfeasiblePlan, PlanDocument,
+    AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, Framework, InfeasiblePlan, PlanDocument,
     MemoryHeadroom, get_framework, resolve_headroom,
 )
 from autoplan.specs.headroom import headroom_default_line
@@ -71,13 +71,25 @@ class PlanOutcome:
     best: Scored
 
 
-def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False, calibration=None,
-                   framework: str = DEFAULT_FRAMEWORK, memory_headroom_bytes: int = 0):
-    """The estimator for `framework` (its facts with its fitted efficiency values), calibrated or not;
-    "fits" is judged against the capacity less `memory_headroom_bytes`."""
-    from cost_model import Estimator, load_constants
+def resolve_framework(framework: str | Framework, dtype: str) -> Framework:
+    """The one Framework a search or an estimate uses, from its name: the documented facts with the
+    fitted efficiency values (cost_model/data/constants.json) merged in, as a run in `dtype` uses
+    them. A Framework passes through (already resolved). The search space, the framework's rules and
+    the estimator all read this object."""
+    if isinstance(framework, Framework):
+        return framework
+    from cost_model import load_constants
 
-    facts = load_constants().framework(get_framework(framework).name)
+    return load_constants().framework(get_framework(framework)).for_dtype(dtype)
+
+
+def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False, calibration=None,
+                   framework: str | Framework = DEFAULT_FRAMEWORK, memory_headroom_bytes: int = 0):
+    """The estimator for `framework` (a name, or the Framework `resolve_framework` gave), calibrated or
+    not; "fits" is judged against the capacity less `memory_headroom_bytes`."""
+    from cost_model import Estimator
+
+    facts = resolve_framework(framework, training.dtype)
     if calibration is not None:
         from cost_model.learned.calibration import CalibratedEstimator
 
@@ -130,12 +142,13 @@ def alternative_entry(alt: Scored, best: Scored, predict=None) -> dict:
     return entry
 
 
-def leanest_fitting_knobs(model, training, cluster, profile, framework: str,
+def leanest_fitting_knobs(model, training, cluster, profile, framework: str | Framework,
                           memory_headroom_bytes: int = 0) -> dict | None:
     """The knobs of a plan that fits in memory on this cluster, or None when no plan does. Asks only
     the leanest memory plan of each layout (ZeRO-3, sequence parallel, micro-batch 1, full recompute
     of the fewest layers that fit), smallest model-parallel degrees first."""
-    space = SearchSpace(model, training, cluster, framework=get_framework(framework))
+    framework = resolve_framework(framework, training.dtype)
+    space = SearchSpace(model, training, cluster, framework=framework)
     est = make_estimator(model, training, cluster, profile, framework=framework,
                          memory_headroom_bytes=memory_headroom_bytes)
     for tp in space.domains["tp"]:
@@ -154,12 +167,13 @@ def leanest_fitting_knobs(model, training, cluster, profile, framework: str,
     return None
 
 
-def fits_somewhere(model, training, cluster, profile, framework: str, memory_headroom_bytes: int = 0) -> bool:
+def fits_somewhere(model, training, cluster, profile, framework: str | Framework,
+                   memory_headroom_bytes: int = 0) -> bool:
     """Does any plan fit in memory on this cluster? (`leanest_fitting_knobs` finds one.)"""
     return leanest_fitting_knobs(model, training, cluster, profile, framework, memory_headroom_bytes) is not None
 
 
-def smallest_fitting_gpus(model, training, cluster, profile, framework: str = DEFAULT_FRAMEWORK,
+def smallest_fitting_gpus(model, training, cluster, profile, framework: str | Framework = DEFAULT_FRAMEWORK,
                           memory_headroom_bytes: int = 0) -> int | None:
     """The fewest GPUs (whole nodes, upwards from the current count) on which some plan fits."""
     per_node = cluster.gpus_per_node
@@ -175,7 +189,7 @@ def smallest_fitting_gpus(model, training, cluster, profile, framework: str = DE
 
 
 def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cluster, profile,
-                   framework: str, memory_headroom_bytes: int = 0) -> AutoplanError:
+                   framework: Framework, memory_headroom_bytes: int = 0) -> AutoplanError:
     pins = space.pins.describe()
     if pins and result.unfit:
         leanest = min(result.unfit, key=lambda s: s.peak_memory_bytes)
@@ -209,17 +223,16 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     check_dtype(profile, request.dtype)
     training, defaults = training_shape(model, cluster, request.seq_len, request.global_batch_size, request.dtype,
                                         request.moe_load_imbalance)
-    space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes,
-                        framework=get_framework(request.framework))
+    framework = resolve_framework(request.framework, training.dtype)
+    space = SearchSpace(model, training, cluster, request.pins, request.allow_tp_across_nodes, framework=framework)
     calibration = None
     if request.calibration_path:
         from cost_model.learned.calibration import load_calibration
 
         calibration = load_calibration(request.calibration_path)
-    framework = get_framework(request.framework).name
     # An architecture, dtype or seq_len the framework cannot take rejects every plan: name it before the
     # search, not whichever plan rule each candidate happened to break first.
-    get_framework(framework).check_problem(model, training)
+    framework.check_problem(model, training)
     headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     defaults += headroom_default_line(request.memory_headroom, profile.memory_capacity_bytes)
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,
@@ -236,7 +249,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     if result.best is None:
         raise _no_plan_error(space, result, model, training, cluster, profile, framework, headroom)
     result.capacity_bests = _capacity_bests(space, scorer, result.best, request)
-    doc = plan_document(model, training, cluster, framework, result, defaults,
+    doc = plan_document(model, training, cluster, framework.name, result, defaults,
                         request.calibration_path if calibration is not None else None)
     return PlanOutcome(doc, result, defaults, result.best)
 
@@ -283,8 +296,9 @@ def plan_document(model, training, cluster, framework: str, result: SearchResult
 
 
 def score_one(model, training, cluster, profile, plan, allow_tp_across_nodes: bool = False,
-              framework: str = DEFAULT_FRAMEWORK, calibration=None, memory_headroom_bytes: int = 0) -> Scored:
-    """Score one given plan for `framework`; a broken rule raises InfeasiblePlan, a plan that does
+              framework: str | Framework = DEFAULT_FRAMEWORK, calibration=None,
+              memory_headroom_bytes: int = 0) -> Scored:
+    """Score one given plan for `framework` (a name or a resolved Framework); a broken rule raises InfeasiblePlan, a plan that does
     not fit (in the capacity less the headroom) comes back with its reason."""
     plan.check(model, training, cluster, allow_tp_across_nodes=allow_tp_across_nodes)
     estimate = make_estimator(model, training, cluster, profile, allow_tp_across_nodes, calibration,
@@ -311,7 +325,7 @@ def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = 
         from cost_model.learned.calibration import load_calibration
 
         calibration = load_calibration(calibration_path)
-    name = get_framework(framework or doc.framework).name
+    facts = resolve_framework(framework or doc.framework, doc.training.dtype)
     headroom = resolve_headroom(memory_headroom, profile.memory_capacity_bytes, cluster.name,
                                 doc.prediction.get("memory_headroom_bytes"))
     if headroom >= profile.memory_capacity_bytes:  # the file's margin on another, smaller GPU
@@ -319,9 +333,9 @@ def estimate_document(doc: PlanDocument, base_dir=None, framework: str | None = 
                             f"{profile.memory_capacity_bytes / GIB:.1f} GiB of each {cluster.name} GPU; "
                             f"pass --memory-headroom with a smaller margin")
     scored = score_one(doc.model, doc.training, cluster, profile, doc.parallel, allow_tp_across_nodes=True,
-                       framework=name, calibration=calibration, memory_headroom_bytes=headroom)
-    doc.cluster, doc.framework = cluster, name
-    doc.prediction = prediction_block(scored.estimate, doc.model, doc.training, cluster, name,
+                       framework=facts, calibration=calibration, memory_headroom_bytes=headroom)
+    doc.cluster, doc.framework = cluster, facts.name
+    doc.prediction = prediction_block(scored.estimate, doc.model, doc.training, cluster, facts.name,
                                       calibrated=calibration is not None)
     doc.prediction_for = None  # made now, for this plan
     doc.provenance = {**doc.provenance, "cost_model": scored.estimate.cost_model,

@@ -11,6 +11,7 @@ from autoplan.rendering.text import WIDTH, human_count, text_table, wrap_line
 from autoplan.specs import get_framework
 from autoplan.specs.schemas import PREDICTION_INTERVAL_KEY, PREDICTION_INTERVAL_LEVEL
 from cost_model.budget import training_run
+from cost_model.memory import BYTES_ACT
 from cost_model.terms import meaning as term_meaning
 
 GIB = 2**30
@@ -365,7 +366,7 @@ def render_framework(f, fitted: dict | None = None) -> str:
         others = [f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in facts.items() if k != "states"]
         if others:
             lines += [f"  in {dtype} also: {', '.join(others)}"]
-    lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {f.activation_bytes} B "
+    lines += [f"  compute-weight copy: {f.compute_weight_copy_bytes:g} B/param, activations {BYTES_ACT} B "
               f"per element, loss {_loss_kind(f) if f.fused_cross_entropy else 'unfused (fp32 logit gradient kept)'}"
               f"{f' over {f.loss_chunks} sequence chunks, one at a time' if f.loss_chunks > 1 else ''}, "
               f"selective recompute = {f.selective_recompute}",

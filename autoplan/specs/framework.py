@@ -65,8 +65,6 @@ class Framework(DataParallelFacts):
     its backward (autocast over fp32 weights caches its bf16 casts for backward; FSDP2 at ZeRO 1/2
     keeps the gathered bf16 weights unsharded between forward and backward). 0 when the kernels read
     the stored weights directly."""
-    activation_bytes: int = 2
-    """Bytes per saved activation element (bf16)."""
     activation_recipe: str = "megatron"
     """Which tensors a layer saves for backward: "megatron" (Korthikanti et al. 2022 Table 2, named
     tensors in bf16 with fused kernels; cost_model/memory.py), "eager" (autoplan's executor today:
@@ -339,7 +337,9 @@ class Framework(DataParallelFacts):
     def for_dtype(self, dtype: str) -> "Framework":
         """The framework as a run in `dtype` uses it: its `by_dtype` facts for that dtype, if any."""
         facts = self.by_dtype.get(dtype)
-        return replace(self, **facts) if facts else self
+        if not facts or all(getattr(self, key) == value for key, value in facts.items()):
+            return self  # nothing for this dtype, or already applied: the same object
+        return replace(self, **facts)
 
     def default_etp(self, model: ModelSpec, ep: int) -> int:
         """The expert TP a plan gets when nobody names one (ParallelPlan.etp; 0 = tp): 1 under expert

@@ -91,25 +91,35 @@ def check_exists(p: Path, what: str) -> None:
         raise AutoplanError(f"{what} {_short(p)} does not exist") from None
 
 
+def read_input_text(path: str | os.PathLike, what: str, expected: str = "a JSON file",
+                    max_bytes: int = MAX_JSON_BYTES, too_big: str = "") -> str:
+    """The one read of an input file autoplan parses: it exists, is a regular file (not a folder, FIFO
+    or device), holds at most `max_bytes` (autoplan.specs.validation) and is UTF-8; every failure is
+    one AutoplanError naming `what` file and what was `expected`. `too_big`: what to do with a larger
+    one (default: it is not a `what` file)."""
+    p = Path(path)
+    try:
+        check_exists(p, f"{what} file")
+        if p.is_dir():
+            raise AutoplanError(f"{what} path {_short(p)} is a folder, expected {expected}")
+        check_input_file(p, f"{what} file")
+        size = p.stat().st_size
+        if size > max_bytes:
+            raise AutoplanError(f"{what} file {_short(p)} is {size / 2**20:.0f} MiB, above the {max_bytes // 2**20} "
+                                f"MiB autoplan reads; {too_big or f'it is not a {what} file'}")
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise AutoplanError(f"cannot read {what} file {_short(p)}: {reason}; expected {expected}") from None
+
+
 def read_json(path: str | os.PathLike, what: str) -> Any:
     """Load a JSON file, turning every I/O or parse failure into one clear AutoplanError.
 
     The file's size and nesting are bounded (autoplan.specs.validation) before and while parsing.
     """
     p = Path(path)
-    try:
-        check_exists(p, f"{what} file")
-        if p.is_dir():
-            raise AutoplanError(f"{what} path {_short(p)} is a folder, expected a JSON file")
-        check_input_file(p, f"{what} file")
-        size = p.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise AutoplanError(f"{what} file {_short(p)} is {size / 2**20:.0f} MiB, above the {MAX_JSON_BYTES // 2**20} "
-                                f"MiB autoplan reads; it is not a {what} file")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise AutoplanError(f"cannot read {what} file {_short(p)}: {reason}") from None
+    text = read_input_text(p, what)
     try:
         return parse_json_text(text, f"{what} file {_short(p)}")
     except json.JSONDecodeError as exc:

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autoplan.specs.choices import STATUSES
-from autoplan.specs.errors import AutoplanError, SchemaError
-from autoplan.specs.jsonio import check_exists, check_input_file, check_schema
+from autoplan.specs.errors import SchemaError
+from autoplan.specs.jsonio import check_schema, read_input_text
 from autoplan.specs.output import append_output
 from autoplan.specs.schemas import validate_measurement
 from autoplan.specs.validation import MAX_JSONL_BYTES, Issues, parse_json_text
@@ -82,19 +82,8 @@ def append_measurement(path, record: Measurement) -> None:
 def read_measurements(path) -> tuple[list[Measurement], list[str]]:
     """Read a JSONL file; returns (records, problems) where each malformed line is one problem."""
     p = Path(path)
-    if p.is_dir():
-        raise AutoplanError(f"measurements path {str(p)!r} is a folder, expected a JSONL file written by `autoplan run`")
-    check_input_file(p, "measurements file")
-    try:
-        check_exists(p, "measurements file")
-        size = p.stat().st_size
-        if size > MAX_JSONL_BYTES:
-            raise AutoplanError(f"measurements file {str(p)!r} is {size / 2**20:.0f} MiB, above the "
-                                f"{MAX_JSONL_BYTES // 2**20} MiB autoplan reads; split it into several files")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AutoplanError(f"cannot read measurements file {str(p)!r} as JSONL text ({exc}); "
-                            f"pass a file written by `autoplan run`") from None
+    text = read_input_text(p, "measurements", "a JSONL file written by `autoplan run`", MAX_JSONL_BYTES,
+                           "split it into several files")
     records, problems = [], []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():

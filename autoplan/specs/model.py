@@ -17,15 +17,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
-from autoplan.specs.choices import (
-    MLP_KINDS, NORM_KINDS, NORM_PLACEMENTS, POSITION_KINDS, QK_NORM_KINDS, ROPE_SCALING_KINDS, ROUTER_SCORES,
-)
-from autoplan.specs.errors import SchemaError
-from autoplan.specs.schemas import MODEL_INTS, validate_model, validate_model_shape
-from autoplan.specs.validation import Issues, refuse_unknown_fields, require_object, take_int, take_str
-
-_REQUIRED = ("name", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
-
+from autoplan.specs.schemas import validate_model, validate_model_shape
+from autoplan.specs.validation import Issues, check_spec_fields, spec_from_dict
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -308,85 +301,15 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: dict, what: str = "model") -> "ModelSpec":
-        issues = Issues(what)
-        validate_model(require_object(data, what), issues, prefix="")
-        issues.raise_if_any()
-        refuse_unknown_fields(data, [f.name for f in fields(cls)] + ["num_params"], what)  # num_params: derived
-        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        spec = cls(**kwargs)
-        spec.check()
-        return spec
+        return spec_from_dict(cls, data, what, validate_model, derived=("num_params",))
 
     def check(self) -> None:
-        """Raise SchemaError naming every field out of range and every rule across fields broken
+        """Raise SchemaError naming every field out of range, then every rule across fields broken
         (autoplan.specs.schemas): for a catalog entry, a config.json and a plan file alike."""
+        check_spec_fields(self, f"model {self.name!r}", validate_model)
         issues = Issues(f"model {self.name!r}")
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        take_str(values, "name", issues, "", name=True)  # it is written into generated scripts
-        for key, (high, _) in MODEL_INTS.items():
-            take_int(values, key, issues, "", 1, high)
-        for key, kinds in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
-            take_str(values, key, issues, "", kinds)
+        validate_model_shape(issues, self)
         issues.raise_if_any()
-        validate_model_shape(issues, values)
-        issues.raise_if_any()
-        # The architecture fields of the recent families (types, ranges, MLA and MoE consistency).
-        for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-                    "vocab_size", "max_seq_len", "head_dim", "num_experts", "num_experts_per_token", "moe_layer_freq"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise SchemaError(f"model {self.name!r}: {key} must be a positive integer, got {value!r}")
-        for key in ("v_head_dim", "rotary_dim", "sliding_window", "global_attention_every", "moe_ffn_hidden_size",
-                    "shared_expert_ffn_size", "num_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                    "moe_router_num_groups", "moe_router_group_topk"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise SchemaError(f"model {self.name!r}: {key} must be a non-negative integer, got {value!r}")
-        for key, kinds in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS),
-                           ("qk_norm", QK_NORM_KINDS), ("norm_placement", NORM_PLACEMENTS)):
-            if getattr(self, key) not in kinds:
-                raise SchemaError(f"model {self.name!r}: {key} must be one of {kinds}, got {getattr(self, key)!r}")
-        for key in ("attn_logit_softcap", "final_logit_softcap", "rope_theta", "rope_scaling_factor", "norm_eps"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise SchemaError(f"model {self.name!r}: {key} must be a non-negative number (0 = "
-                                  f"{'off' if 'softcap' in key else 'not stated'}), got {value!r}")
-        for key, kinds in (("rope_scaling", ROPE_SCALING_KINDS), ("moe_router_score", ROUTER_SCORES)):
-            if getattr(self, key) not in kinds:
-                raise SchemaError(f"model {self.name!r}: {key} must be one of {kinds}, got {getattr(self, key)!r}")
-        if self.num_heads % self.num_kv_heads:
-            raise SchemaError(
-                f"model {self.name!r}: num_kv_heads must divide num_heads, "
-                f"got num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}")
-        if self.num_experts_per_token > self.num_experts:
-            raise SchemaError(
-                f"model {self.name!r}: num_experts_per_token={self.num_experts_per_token} "
-                f"exceeds num_experts={self.num_experts}")
-        groups, picked = self.moe_router_num_groups, self.moe_router_group_topk
-        if (groups or picked) and not (0 < picked <= groups and self.num_experts % groups == 0):
-            raise SchemaError(f"model {self.name!r}: group-limited routing needs 0 < moe_router_group_topk <= "
-                              f"moe_router_num_groups and the groups to divide num_experts={self.num_experts}, got "
-                              f"moe_router_num_groups={groups}, moe_router_group_topk={picked}")
-        if self.rotary_dim > self.head_dim or self.rotary_dim % 2:
-            raise SchemaError(f"model {self.name!r}: rotary_dim must be even and at most head_dim={self.head_dim}, "
-                              f"got {self.rotary_dim}")
-        if self.is_mla and not 0 < self.qk_rope_head_dim < self.head_dim:
-            raise SchemaError(
-                f"model {self.name!r}: multi-head latent attention needs 0 < qk_rope_head_dim < head_dim "
-                f"(head_dim = qk_nope_head_dim + qk_rope_head_dim), got qk_rope_head_dim={self.qk_rope_head_dim}, "
-                f"head_dim={self.head_dim}")
-        if not self.is_mla and (self.q_lora_rank or self.qk_rope_head_dim):
-            raise SchemaError(f"model {self.name!r}: q_lora_rank and qk_rope_head_dim are MLA facts; they need "
-                              f"kv_lora_rank > 0, got kv_lora_rank=0")
-        if self.is_moe and self.num_moe_layers == 0:
-            raise SchemaError(
-                f"model {self.name!r}: num_experts={self.num_experts} but no layer is MoE (num_dense_layers="
-                f"{self.num_dense_layers}, moe_layer_freq={self.moe_layer_freq}, num_layers={self.num_layers})")
-        if self.shared_block_norm and not self.parallel_block:
-            raise SchemaError(f"model {self.name!r}: shared_block_norm needs parallel_block=true")
-        if self.parallel_block and self.norm_placement != "pre":
-            raise SchemaError(f"model {self.name!r}: a parallel block is pre-norm, got norm_placement="
-                              f"{self.norm_placement!r}")
 
 
 _LATER_FIELDS = frozenset(f.name for f in fields(ModelSpec)

@@ -6,6 +6,7 @@ whether a plan fits in memory is the cost model's answer, not a rule.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 from autoplan.specs.choices import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
 from autoplan.specs.errors import InfeasiblePlan, SchemaError
@@ -182,7 +183,18 @@ class ParallelPlan:
 
     def check(self, model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec,
               allow_tp_across_nodes: bool = False) -> None:
-        """Raise InfeasiblePlan (with a reason tag) for the first rule this plan breaks."""
+        """Raise InfeasiblePlan (with a reason tag) for the first rule this plan breaks, in this order:
+        the degrees, the pipeline, ZeRO's shard group, the sequence splits, the batch and recompute,
+        the experts."""
+        self._check_degrees(model, cluster, allow_tp_across_nodes)
+        self._check_pipeline(model)
+        if self.zero_shard:
+            self._check_zero_shard()
+        self._check_sequence_splits(training)
+        self._check_batch_and_recompute(model, training)
+        self._check_experts(model, training)
+
+    def _check_degrees(self, model: ModelSpec, cluster: ClusterSpec, allow_tp_across_nodes: bool) -> None:
         if self.etp < 0:
             raise InfeasiblePlan(f"etp must be a positive integer (or 0 for etp = tp), got etp={self.etp}",
                                  "non_positive")
@@ -206,6 +218,8 @@ class ParallelPlan:
             raise InfeasiblePlan(
                 f"tp must divide gpus_per_node so TP groups stay inside a node, got tp={self.tp}, "
                 f"gpus_per_node={cluster.gpus_per_node}", "tp_divides_node")
+
+    def _check_pipeline(self, model: ModelSpec) -> None:
         if self.pp > model.num_layers:
             raise InfeasiblePlan(
                 f"every pipeline stage needs a layer, got pp={self.pp} > num_layers={model.num_layers}",
@@ -221,8 +235,8 @@ class ParallelPlan:
             raise InfeasiblePlan(
                 f"interleaved 1F1B needs num_microbatches divisible by pp, got "
                 f"num_microbatches={self.num_microbatches}, pp={self.pp}", "vpp_microbatches")
-        if self.zero_shard:
-            self._check_zero_shard()
+
+    def _check_sequence_splits(self, training: TrainingSpec) -> None:
         if self.sequence_parallel and self.tp == 1:
             raise InfeasiblePlan("sequence_parallel needs tp > 1 (it shards along the TP group)", "sp_needs_tp")
         if self.sequence_parallel and (training.seq_len // self.cp) % self.tp:
@@ -235,6 +249,8 @@ class ParallelPlan:
             raise InfeasiblePlan(
                 f"cp needs seq_len divisible by 2*cp (load-balanced causal chunks), got seq_len="
                 f"{training.seq_len}, cp={self.cp}", "cp_divides_seq")
+
+    def _check_batch_and_recompute(self, model: ModelSpec, training: TrainingSpec) -> None:
         if not 0 <= self.zero_stage <= 3:
             raise InfeasiblePlan(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}", "zero_stage")
         if self.dp * self.micro_batch_size * self.num_microbatches != training.global_batch_size:
@@ -255,6 +271,8 @@ class ParallelPlan:
                 f"recompute_num_layers counts fully recomputed layers; it must be 0 with "
                 f"recompute={self.recompute!r}, got {self.recompute_num_layers}", "recompute_layers")
         self._check_recompute_modules(model)
+
+    def _check_experts(self, model: ModelSpec, training: TrainingSpec) -> None:
         if self.moe_capacity_factor < 0 or (self.moe_capacity_factor and not model.is_moe):
             raise InfeasiblePlan(f"moe_capacity_factor must be 0 (dropless) or positive, for a mixture-of-experts "
                                  f"model only, got {self.moe_capacity_factor}", "moe_capacity_factor")
@@ -296,3 +314,23 @@ class ParallelPlan:
         if "mla_up_proj" in self.recompute_modules and not model.is_mla:
             raise InfeasiblePlan("recompute_modules names mla_up_proj, which needs multi-latent attention "
                                  f"(an MLA model), got model {model.name!r}", "recompute_modules")
+
+
+class ComputeMode(NamedTuple):
+    fsdp: bool
+    """FSDP2 wraps the model (else DDP, or nothing at one replica)."""
+    bf16_weight_copies: bool
+    """FSDP2's mixed precision hands the forward bf16 copies of the fp32 weights; else fp32 weights
+    run under bf16 autocast."""
+
+
+def compute_mode(plan: ParallelPlan, model: ModelSpec, bf16_params: bool = True) -> ComputeMode:
+    """How autoplan's executor computes `plan`: the rule the executor applies
+    (executor/torch_backend/train.py PlanRunner) and the cost model prices
+    (cost_model/eager_activations.py autocast_for). FSDP2 wraps where ZeRO shards over several
+    replicas (dp * cp), and, for its mixed precision (fp32 master, bf16 compute copies), at one
+    replica too; MoE at one replica keeps autocast, and MoE without ZeRO runs on fp32 weights.
+    `bf16_params`: the executor's bf16-params speed-up is on (its default)."""
+    replicas = plan.dp * plan.cp
+    fsdp = (plan.zero_stage > 0 and replicas > 1) or (replicas == 1 and bf16_params and not model.is_moe)
+    return ComputeMode(fsdp, fsdp and bf16_params and (not model.is_moe or plan.zero_stage > 0))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from autoplan.specs.choices import (
-    ATTENTION_KERNELS, COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, POSITION_KINDS, RECOMPUTE_MODULES,
-    RECOMPUTE_POLICIES, SCOPES, STATUSES,
+    ATTENTION_KERNELS, COLLECTIVE_OPS, DTYPES, MEMORY_OPS, MLP_KINDS, NORM_KINDS, NORM_PLACEMENTS, POSITION_KINDS,
+    QK_NORM_KINDS, RECOMPUTE_MODULES, RECOMPUTE_POLICIES, ROPE_SCALING_KINDS, ROUTER_SCORES, SCOPES, STATUSES,
 )
 from autoplan.specs.validation import (
     MAX_BYTES_PER_S, MAX_EXPERTS, MAX_FFN, MAX_FLOPS_PER_S, MAX_GLOBAL_BATCH, MAX_GPUS_PER_NODE, MAX_HEAD_DIM,
@@ -26,7 +26,17 @@ MODEL_INTS = {  # field -> (upper bound, required)
     "num_kv_heads": (MAX_HEADS, True), "ffn_hidden_size": (MAX_FFN, True), "vocab_size": (MAX_VOCAB, True),
     "max_seq_len": (MAX_SEQ_LEN, False), "head_dim": (MAX_HEAD_DIM, False),
     "num_experts": (MAX_EXPERTS, False), "num_experts_per_token": (MAX_EXPERTS, False),
+    "moe_layer_freq": (MAX_LAYERS, False),
 }
+MODEL_SIZES_OR_OFF = ("v_head_dim", "rotary_dim", "sliding_window", "global_attention_every", "moe_ffn_hidden_size",
+                      "shared_expert_ffn_size", "num_dense_layers", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
+                      "moe_router_num_groups", "moe_router_group_topk")
+"""The model fields of the 2024-2025 families that are a size or 0 (off)."""
+MODEL_CHOICES = (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS), ("qk_norm", QK_NORM_KINDS),
+                 ("norm_placement", NORM_PLACEMENTS), ("rope_scaling", ROPE_SCALING_KINDS),
+                 ("moe_router_score", ROUTER_SCORES))
+MODEL_BOOLS = ("tied_embeddings", "qkv_bias", "linear_bias", "parallel_block", "shared_block_norm", "mlp_bias",
+               "output_bias")
 PARALLEL_INTS = {  # field -> (low, high, required)
     "dp": (1, MAX_NUM_GPUS, True), "tp": (1, MAX_NUM_GPUS, True), "pp": (1, MAX_NUM_GPUS, True),
     "cp": (1, MAX_NUM_GPUS, False), "vpp": (1, MAX_LAYERS, False), "ep": (1, MAX_NUM_GPUS, False),
@@ -56,17 +66,25 @@ MAX_SAMPLE_TIME_S = 3600.0
 
 
 def validate_model(data: dict, issues: Issues, prefix: str = "model") -> None:
+    """Every field of a model, alone: its type and range. The one place a model's fields are checked,
+    for a plan's model section, a ModelSpec read from JSON and ModelSpec.check alike."""
     if take_str(data, "name", issues, prefix, name=True) == "":
-        issues.add(f"{prefix}.name", "must name the model (it names the exports and launch scripts)", "")
+        issues.add(f"{prefix}.name" if prefix else "name",
+                   "must name the model (it names the exports and launch scripts)", "")
     # derived from the shape (ModelSpec.num_params) and not read back, but never a nonsense count
     take_int(data, "num_params", issues, prefix, 1, None, required=False)
     for key, (high, required) in MODEL_INTS.items():
         take_int(data, key, issues, prefix, 1, high, required)
-    for key, choices in (("mlp", MLP_KINDS), ("norm", NORM_KINDS), ("position", POSITION_KINDS)):
+    for key in MODEL_SIZES_OR_OFF:
+        take_int(data, key, issues, prefix, 0, None, required=False)
+    for key, choices in MODEL_CHOICES:
         take_str(data, key, issues, prefix, choices, required=False)
     take_str(data, "family", issues, prefix, required=False, name=True)
-    for key in ("tied_embeddings", "qkv_bias", "linear_bias"):
+    for key in MODEL_BOOLS:
         take_bool(data, key, issues, prefix, required=False)
+    # 0 = off (the soft-caps) or not stated (the numerics the exports hand over: the framework's default)
+    for key in ("attn_logit_softcap", "final_logit_softcap", "rope_theta", "rope_scaling_factor", "norm_eps"):
+        take_float(data, key, issues, prefix, 0.0, None, positive=False, required=False)
 
 
 def validate_training(data: dict, issues: Issues, prefix: str = "training") -> None:
@@ -281,11 +299,11 @@ def _finite_numbers(*values) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
-def validate_model_shape(issues: Issues, name_values: dict) -> None:
-    """Rules across a model's fields (used by ModelSpec.check for every source: catalog, config.json,
-    plan file). `name_values` holds the spec's fields; each broken rule is one issue."""
-    v = name_values
-    heads, kv, hidden, head_dim = v["num_heads"], v["num_kv_heads"], v["hidden_size"], v["head_dim"]
+def validate_model_shape(issues: Issues, model) -> None:
+    """Rules across a model's fields (ModelSpec.check, for every source: catalog, config.json, plan
+    file), once each field alone passed `validate_model`. `model` is the ModelSpec; each broken rule
+    is one issue."""
+    heads, kv, hidden, head_dim = model.num_heads, model.num_kv_heads, model.hidden_size, model.head_dim
     if heads % kv:
         issues.add("num_kv_heads", f"must divide num_heads, got num_heads={heads}, num_kv_heads={kv}",
                    show_value=False)
@@ -293,11 +311,39 @@ def validate_model_shape(issues: Issues, name_values: dict) -> None:
         # head_dim was derived (hidden // heads, rounded down): the heads cannot split the hidden size.
         issues.add("num_heads", f"must divide hidden_size unless head_dim is given, got hidden_size={hidden}, "
                    f"num_heads={heads} ({hidden / heads:g} per head)", show_value=False)
-    if v["position"] == "rope" and head_dim % 2:
+    if model.position == "rope" and head_dim % 2:
         issues.add("head_dim", "must be even with rotary position embeddings (RoPE rotates pairs of channels)",
                    head_dim)
-    if v["num_experts_per_token"] > v["num_experts"]:
-        issues.add("num_experts_per_token", f"exceeds num_experts={v['num_experts']}", v["num_experts_per_token"])
+    if model.num_experts_per_token > model.num_experts:
+        issues.add("num_experts_per_token", f"exceeds num_experts={model.num_experts}", model.num_experts_per_token)
+    if model.rotary_dim > head_dim or model.rotary_dim % 2:
+        issues.add("rotary_dim", f"must be even and at most head_dim={head_dim}", model.rotary_dim)
+    _mla_rules(issues, model)
+    groups, picked = model.moe_router_num_groups, model.moe_router_group_topk
+    if (groups or picked) and not (0 < picked <= groups and model.num_experts % groups == 0):
+        issues.add("moe_router_group_topk", f"group-limited routing needs 0 < moe_router_group_topk <= "
+                   f"moe_router_num_groups and the groups to divide num_experts={model.num_experts}, got "
+                   f"moe_router_num_groups={groups}", picked)
+    if model.is_moe and model.num_moe_layers == 0:
+        issues.add("num_experts", f"is {model.num_experts} but no layer is MoE (num_dense_layers="
+                   f"{model.num_dense_layers}, moe_layer_freq={model.moe_layer_freq}, num_layers={model.num_layers})",
+                   show_value=False)
+    if model.shared_block_norm and not model.parallel_block:
+        issues.add("shared_block_norm", "needs parallel_block=true", show_value=False)
+    if model.parallel_block and model.norm_placement != "pre":
+        issues.add("norm_placement", "must be 'pre' in a parallel block (it is pre-norm)", model.norm_placement)
+
+
+def _mla_rules(issues: Issues, model) -> None:
+    """Multi-head latent attention (DeepSeek-V2 arXiv 2405.04434 sec. 2.1): head_dim is
+    qk_nope_head_dim + qk_rope_head_dim, and the low-rank fields only exist with a KV latent."""
+    if model.is_mla and not 0 < model.qk_rope_head_dim < model.head_dim:
+        issues.add("qk_rope_head_dim", f"must be between 0 and head_dim={model.head_dim}, exclusive: multi-head latent "
+                   f"attention needs 0 < qk_rope_head_dim < head_dim (= qk_nope_head_dim + qk_rope_head_dim)",
+                   model.qk_rope_head_dim)
+    if not model.is_mla and (model.q_lora_rank or model.qk_rope_head_dim):
+        issues.add("kv_lora_rank", "must be above 0 when q_lora_rank or qk_rope_head_dim is set (they are MLA facts)",
+                   0)
 
 
 def validate_profile(data: dict, issues: Issues) -> None:

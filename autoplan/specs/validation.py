@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import unicodedata
+from dataclasses import fields
 from typing import Any
 
 from autoplan.specs.errors import SchemaError
@@ -301,3 +302,26 @@ def require_object(data: Any, what: str) -> dict:
 def bare_file_name(name: str) -> bool:
     """A file name with no folder part: not absolute, no / or \\, not . or .. (a file beside its JSON)."""
     return bool(name) and "/" not in name and "\\" not in name and name not in (".", "..") and "\x00" not in name
+
+
+def check_spec_fields(spec, what: str, validate) -> None:
+    """Every field of a built spec checked by its format's `validate` (autoplan.specs.schemas), the
+    same rules its JSON passed: one SchemaError naming every problem."""
+    issues = Issues(what)
+    validate({f.name: getattr(spec, f.name) for f in fields(spec)}, issues, "")
+    issues.raise_if_any()
+
+
+def spec_from_dict(cls, data: Any, what: str, validate, derived: tuple = ()):
+    """The one reader of a spec's JSON (ModelSpec, TrainingSpec, ClusterSpec): every field checked by
+    `validate` with every problem told at once, no unknown field (a typo would be dropped silently;
+    `derived` fields are written but not read back), then the spec built and its rules across fields
+    checked (`cls.check`). A null field takes its default."""
+    issues = Issues(what)
+    validate(require_object(data, what), issues, prefix="")
+    issues.raise_if_any()
+    names = [f.name for f in fields(cls)]
+    refuse_unknown_fields(data, names + list(derived), what)
+    spec = cls(**{name: data[name] for name in names if data.get(name) is not None})
+    spec.check()
+    return spec

@@ -60,18 +60,8 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     if not measurement_paths and not published and profile_path is None:
         raise AutoplanError("nothing to calibrate from: give measurement files (runs.jsonl), "
                             "--published, and/or --profile cluster.json")
-    lines, calibration = [], CalibrationFile()
-    if profile_path is not None:
-        measured = load_measured_profile(profile_path)
-        fits = fit_op_models(measured)
-        calibration.profile = learned_profile(measured, fits)
-        calibration.op_models = [f.summary() for f in fits]
-        lines += [f"op model {f.table}[{'/'.join(f.group)}]: {f.num_samples} samples of {f.num_shapes} shapes, "
-                  f"CV MAPE on held-out shapes {f.cv_mape:.1%} learned vs {f.baseline_cv_mape:.1%} interpolated -> "
-                  f"{'learned table used' if f.used else 'measured table kept'}" for f in fits]
-        if not fits:
-            lines.append(f"profile {str(profile_path)!r} has too few samples per table to learn from; "
-                         f"its measured tables are kept as they are")
+    calibration = CalibrationFile()
+    lines = _fit_profile(calibration, profile_path) if profile_path is not None else []
     if not measurement_paths and not published:
         return calibration, lines
 
@@ -99,7 +89,7 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     estimator = make_correction(kind=kind)
     calibration.correction = estimator.fit(records, target)
     num_groups = len(set(data.groups))
-    evaluation = memory_evaluation = None
+    evaluation = None
     if num_groups >= MIN_CV_GROUPS:
         evaluation = evaluate_calibration(records, data.measured_s, data.groups, estimator,
                                           sweeps=[r.get("sweep") or r["group"] for r in records])
@@ -120,18 +110,7 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
                      f"this flatters the correction), throughput MAPE: analytical {a['mape']:.1%} -> "
                      f"calibrated {c['mape']:.1%} (max {a['max']:.1%} -> {c['max']:.1%})")
     memory_rows = data.memory_rows
-    if any(not r.oom for r in memory_rows):
-        calibration.memory_correction = MemoryCorrection().fit(memory_rows)
-        mc = calibration.memory_correction
-        lines.append(f"memory correction: factor {mc.factor_:.3f} on the allocated peak from {mc.n_trained_} measured "
-                     f"peak(s) and {mc.n_oom_} out-of-memory run(s) (fitted {mc.fitted_factor_:.3f}, "
-                     f"out-of-memory runs need >= {mc.oom_floor_:.3f})")
-        by_group = len({r.group for r in memory_rows}) >= MIN_CV_GROUPS
-        if len(memory_rows) >= 2:
-            memory_evaluation = evaluate_memory(memory_rows, by_group)
-            lines.append(_memory_line(memory_evaluation))
-    else:
-        lines.append("no run with a measured GPU peak: memory stays the analytical model's")
+    memory_evaluation = _fit_memory_correction(calibration, memory_rows, lines)
     calibration.training = {
         "num_rows": len(data),
         "num_measured": data.origins.count("measured"), "num_published": data.origins.count("published"),
@@ -144,6 +123,40 @@ def build_calibration(measurement_paths=(), published: bool = False, profile_pat
     lines.insert(0, f"trained the correction on {len(data)} rows ({data.origins.count('measured')} measured, "
                     f"{data.origins.count('published')} published) in {num_groups} groups")
     return calibration, lines
+
+
+def _fit_profile(calibration: CalibrationFile, profile_path) -> list:
+    """Learn the measured profile's op models into `calibration` (profile, op_models); the lines
+    saying how each did against the interpolated table."""
+    measured = load_measured_profile(profile_path)
+    fits = fit_op_models(measured)
+    calibration.profile = learned_profile(measured, fits)
+    calibration.op_models = [f.summary() for f in fits]
+    lines = [f"op model {f.table}[{'/'.join(f.group)}]: {f.num_samples} samples of {f.num_shapes} shapes, "
+             f"CV MAPE on held-out shapes {f.cv_mape:.1%} learned vs {f.baseline_cv_mape:.1%} interpolated -> "
+             f"{'learned table used' if f.used else 'measured table kept'}" for f in fits]
+    if not fits:
+        lines.append(f"profile {str(profile_path)!r} has too few samples per table to learn from; "
+                     f"its measured tables are kept as they are")
+    return lines
+
+
+def _fit_memory_correction(calibration: CalibrationFile, memory_rows: list, lines: list) -> dict | None:
+    """Fit calibration.memory_correction where some run measured its GPU peak, appending what it
+    found to `lines`; its evaluation, or None."""
+    if not any(not r.oom for r in memory_rows):
+        lines.append("no run with a measured GPU peak: memory stays the analytical model's")
+        return None
+    calibration.memory_correction = MemoryCorrection().fit(memory_rows)
+    mc = calibration.memory_correction
+    lines.append(f"memory correction: factor {mc.factor_:.3f} on the allocated peak from {mc.n_trained_} measured "
+                 f"peak(s) and {mc.n_oom_} out-of-memory run(s) (fitted {mc.fitted_factor_:.3f}, "
+                 f"out-of-memory runs need >= {mc.oom_floor_:.3f})")
+    if len(memory_rows) < 2:
+        return None
+    evaluation = evaluate_memory(memory_rows, len({r.group for r in memory_rows}) >= MIN_CV_GROUPS)
+    lines.append(_memory_line(evaluation))
+    return evaluation
 
 
 def _memory_line(evaluation: dict) -> str:

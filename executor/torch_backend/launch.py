@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import socket
 import subprocess
 import sys
@@ -133,25 +134,32 @@ def _finished(result: Path) -> list[Measurement]:
     return [Measurement.from_dict(d) for d in json.loads(result.read_text())]
 
 
+def hand_plans(proc: subprocess.Popen, handed: bytes) -> None:
+    """Give a rank the plans `autoplan run` read and checked, pickled on its stdin (worker.
+    read_handed_plans): each rank starts from the validated PlanDocuments instead of reading a
+    temporary plan file and validating it again. Pickle is safe here: this process wrote the bytes
+    to a child it started, nothing else can reach that pipe."""
+    proc.stdin.buffer.write(handed)
+    proc.stdin.close()
+
+
 def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Measurement]:
     """One group of processes over `docs`: the records of the plans it ran, ending with the failure
     record of the plan that stopped it, if one did."""
     with tempfile.TemporaryDirectory(prefix="autoplan-run-") as tmp:
-        paths = []
-        for i, doc in enumerate(docs):
-            paths.append(str(Path(tmp) / f"plan{i}.json"))
-            doc.save(paths[-1])
         result = Path(tmp) / "result.json"
         port = free_port()
         cmd = [sys.executable, "-m", "executor.torch_backend.worker", "--options-json",
-               json.dumps(options.to_dict()), "--result", str(result), *paths]
-        procs = []
+               json.dumps(options.to_dict()), "--result", str(result)]
+        procs, handed = [], pickle.dumps(list(docs))
         try:
             # Own session: a Ctrl-C in the terminal reaches this process only, which stops the
             # workers itself (no traceback from each rank, none left behind).
             for rank in range(nproc):
                 procs.append(subprocess.Popen(cmd, env=worker_env(rank, nproc, port, options), stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True, start_new_session=True))
+                                              stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+                                              start_new_session=True))
+                hand_plans(procs[-1], handed)
             # The workers' step lines go to stderr when the records themselves are on stdout (-o -).
             out = sys.stderr if is_stdout(options.out) else sys.stdout
             forwarders = [threading.Thread(target=_forward, args=(stream, sink), daemon=True)

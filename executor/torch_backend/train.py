@@ -23,6 +23,7 @@ from executor.model import Kernels, build_model, model_notes
 from executor.options import RunOptions
 from autoplan.specs.flops import mfu
 from autoplan.specs.gpus import datasheet_peak_flops_per_s
+from autoplan.specs.plan import compute_mode
 from executor.record import (
     build_measurement, cpu_peak_rss_bytes, cpu_rss_baseline, cpu_rss_growth_bytes, cpu_wait_s, environment,
     reset_cpu_peak_rss, run_extra, step_line, wait_share,
@@ -68,17 +69,6 @@ def kernels_for(doc: PlanDocument, options: RunOptions) -> Kernels:
                    grouped_experts=options.uses("grouped-experts"),
                    loss_chunk_tokens=(options.loss_chunk_tokens or auto_chunk_tokens(local_vocab))
                    if options.uses("chunked-loss") else 0)
-
-
-def compute_mode(plan, spec, bf16_params: bool) -> tuple[bool, bool]:
-    """(FSDP2 wraps the model, its mixed precision gives the forward bf16 weight copies) for a plan.
-    FSDP2 wraps where ZeRO shards over several replicas, and, for its mixed precision (fp32 master,
-    bf16 compute copies), at one replica too; MoE at one replica keeps autocast, and MoE without ZeRO
-    runs on fp32 weights. The cost model restates this (cost_model/eager_activations.py autocast_for)
-    and tests/test_memory_counting.py holds the two to each other."""
-    replicas = plan.dp * plan.cp
-    fsdp = (plan.zero_stage > 0 and replicas > 1) or (replicas == 1 and bf16_params and not spec.is_moe)
-    return fsdp, fsdp and bf16_params and (not spec.is_moe or plan.zero_stage > 0)
 
 
 class PlanRunner:

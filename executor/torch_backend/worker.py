@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import sys
 import traceback
 import warnings
@@ -79,7 +80,7 @@ def _can_continue(status: str, world_size: int) -> str:
     return ""
 
 
-def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | None = None) -> int:
+def run_plans(docs: list[PlanDocument], options: RunOptions, result_path: str | None = None) -> int:
     """Train the plans one after another. A plan that runs out of memory in a single-process run is
     recorded (status "oom"), its memory freed, and the next plan runs in the same process; any other
     failure, or one with several ranks, ends this process (the local launcher starts new processes
@@ -96,8 +97,7 @@ def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | Non
     device = init_distributed(options.device)
     rank, world, records, code = dist.get_rank(), dist.get_world_size(), [], 0
     try:
-        for index, path in enumerate(plan_paths):
-            doc = PlanDocument.load(path)
+        for index, doc in enumerate(docs):
             try:
                 record = train(doc, options, device)
             except Exception as exc:  # an OOM or a crash is a record, not a lost run
@@ -109,7 +109,7 @@ def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | Non
             record.extra.update(_release_memory(options.device))
             why_not = _can_continue(record.status, world) if record.status != "ok" else ""
             if why_not:
-                left = len(plan_paths) - index - 1
+                left = len(docs) - index - 1
                 sys.stderr.write(f"rank {rank}: plan {doc.plan_id} failed ({record.status}); {why_not}"
                                  + (f"; {left} plan(s) after it are not run by this process\n" if left else "\n"))
                 record.extra["stopped_because"] = why_not
@@ -129,14 +129,22 @@ def run_plans(plan_paths: list[str], options: RunOptions, result_path: str | Non
     return code
 
 
+def read_handed_plans(stream) -> list[PlanDocument]:
+    """The plans the local launcher checked and handed over on stdin (launch.hand_plans): the same
+    PlanDocument objects, not a file to read and validate again in every rank."""
+    docs = pickle.load(stream)
+    assert all(isinstance(doc, PlanDocument) for doc in docs), "the launcher hands PlanDocuments"
+    return docs
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="executor.torch_backend.worker")
-    parser.add_argument("plans", nargs="+")
+    parser = argparse.ArgumentParser(prog="executor.torch_backend.worker",
+                                     description="one rank of `autoplan run`; the plans come on stdin")
     parser.add_argument("--options-json", required=True, help="RunOptions as a JSON object")
     parser.add_argument("--result", default=None, help="where rank 0 writes the Measurement list")
     args = parser.parse_args(argv)
     options = RunOptions(**json.loads(args.options_json))
-    return run_plans(args.plans, options, args.result)
+    return run_plans(read_handed_plans(sys.stdin.buffer), options, args.result)
 
 
 if __name__ == "__main__":
