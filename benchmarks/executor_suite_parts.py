@@ -21,10 +21,12 @@ def environment_stamp(suite) -> dict:
     from executor.record import environment
 
     env = environment(suite.args.device, 1, "executor-suite")
+    from importlib.metadata import PackageNotFoundError, version
+
     for package in ("transformers", "torchao"):
         try:
-            env[package] = __import__(package).__version__
-        except ImportError:
+            env[package] = version(package)
+        except PackageNotFoundError:
             env[package] = "not installed"
     return {**env, "suite_args": vars(suite.args)}
 

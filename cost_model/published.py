@@ -316,36 +316,8 @@ def row_to_run(row: dict) -> PublishedRun:
     if plan.recompute_modules and framework in FRAMEWORKS and not FRAMEWORKS[framework].recompute_modules:
         # The stack it ran names the submodules it recomputes (OLMo-core's selected_modules mode).
         then["recompute_modules"] = True
-    stated = row["source"] + " " + row["notes"]
-    if row["precision"] == "fp8" and _FP8_PARAMS.search(stated):
-        # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer
-        # all-gathers the linears' weights in fp8 (Framework.fp8_param_gather).
-        then["fp8_param_gather"] = True
-    if prefix == "MLPERF" and "MLPerf llama31" in row["model_name"]:
-        then.update(NEMO2_MLPERF_LLAMA31)       # bf16 main gradients (grad_reduce_in_fp32=False)
-    if row["precision"] == "fp8" and _FSDP_FLOAT8_GATHER.search(stated):
-        # torchao's float8 all-gather (torchtitan [float8] enable_fsdp_float8_all_gather): FSDP2
-        # gathers the linears' weights as fp8 tensors, 1 B each on the wire and in the gathered copy.
-        then["fp8_weight_copy_bytes"] = 1.0
     compiled = facts["compiled"] if "compiled" in facts else "compile" in row["notes"]
-    if prefix == "TORCHTITAN" and row["id"].startswith(_TORCHTITAN_COMPILED_LOSS) and compiled:
-        # torchtitan from 2025-04-02 on (bbb1b616e, components/loss.py build_cross_entropy_loss) compiles the
-        # loss with training.compile: Inductor fuses the fp32 cast into the cross-entropy, so the backward
-        # holds the bf16 logits it saved and their bf16 gradient, 2 + 2 B per logit, not 10.
-        then["loss_bytes_per_logit"] = 4.0
-    if prefix == "FP8LM" and facts.get("fp8_recipe") == "fp8lm":
-        # FP8-LM's own recipe (MS-AMP O3 on Megatron-LM): its states (memory only; the step time keeps
-        # Megatron's facts). The GEMMs stay Transformer Engine's, with its fp8 weight workspaces.
-        then["states"] = MSAMP_O3_STATES
-    if row["id"].startswith(_FLASH_ATTN_ROWS):
-        then["attention_kernel"] = "flash2"
-    if any(where in row["source"] for where in _GRAD_SYNC_BF16):
-        then["main_grad_reduce_bytes"] = 2.0
-    if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:
-        # InternEvo's Hybrid ZeRO over every DP rank syncs the weights by one broadcast per rank
-        # (Framework.zero1_broadcast_sync); a shard group inside a node (zero1=8 or 4) broadcasts over
-        # NVLink, below what the plan (ZeRO over all of dp) resolves.
-        then["zero1_broadcast_sync"] = True
+    then.update(_stack_facts(prefix, row, facts, compiled))
     notes = row["notes"]
     mem = _PEAK_MEMORY.search(notes)
     gib = mem and (mem.group(2) == "GiB" or facts.get("memory_gb_is_gib", False))
@@ -388,6 +360,42 @@ def _recompute_unstated(prefix: str, row: dict) -> bool:
     if prefix == "FMS" and row["recompute"].strip() == "selective":
         return True
     return prefix == "FA2" and "no flashattention" in row["model_name"].lower() and int(row["seq_len"]) >= 8192
+
+
+def _stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:
+    """The facts of the software a row ran that its notes or source state (fp8 parameter gathers,
+    bf16 gradient sync, a compiled loss, its own states or attention kernel), over its framework's."""
+    then = {}
+    stated = row["source"] + " " + row["notes"]
+    if row["precision"] == "fp8" and _FP8_PARAMS.search(stated):
+        # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer
+        # all-gathers the linears' weights in fp8 (Framework.fp8_param_gather).
+        then["fp8_param_gather"] = True
+    if prefix == "MLPERF" and "MLPerf llama31" in row["model_name"]:
+        then.update(NEMO2_MLPERF_LLAMA31)       # bf16 main gradients (grad_reduce_in_fp32=False)
+    if row["precision"] == "fp8" and _FSDP_FLOAT8_GATHER.search(stated):
+        # torchao's float8 all-gather (torchtitan [float8] enable_fsdp_float8_all_gather): FSDP2
+        # gathers the linears' weights as fp8 tensors, 1 B each on the wire and in the gathered copy.
+        then["fp8_weight_copy_bytes"] = 1.0
+    if prefix == "TORCHTITAN" and row["id"].startswith(_TORCHTITAN_COMPILED_LOSS) and compiled:
+        # torchtitan from 2025-04-02 on (bbb1b616e, components/loss.py build_cross_entropy_loss) compiles the
+        # loss with training.compile: Inductor fuses the fp32 cast into the cross-entropy, so the backward
+        # holds the bf16 logits it saved and their bf16 gradient, 2 + 2 B per logit, not 10.
+        then["loss_bytes_per_logit"] = 4.0
+    if prefix == "FP8LM" and facts.get("fp8_recipe") == "fp8lm":
+        # FP8-LM's own recipe (MS-AMP O3 on Megatron-LM): its states (memory only; the step time keeps
+        # Megatron's facts). The GEMMs stay Transformer Engine's, with its fp8 weight workspaces.
+        then["states"] = MSAMP_O3_STATES
+    if row["id"].startswith(_FLASH_ATTN_ROWS):
+        then["attention_kernel"] = "flash2"
+    if any(where in row["source"] for where in _GRAD_SYNC_BF16):
+        then["main_grad_reduce_bytes"] = 2.0
+    if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:
+        # InternEvo's Hybrid ZeRO over every DP rank syncs the weights by one broadcast per rank
+        # (Framework.zero1_broadcast_sync); a shard group inside a node (zero1=8 or 4) broadcasts over
+        # NVLink, below what the plan (ZeRO over all of dp) resolves.
+        then["zero1_broadcast_sync"] = True
+    return then
 
 
 def _stated_flash_attention(prefix: str, row: dict) -> bool | None:

@@ -153,7 +153,7 @@ def fidelity_mismatch(model: ModelSpec, target: str, built: dict, params: int, v
     return "; ".join(wrong)
 
 
-def _export(model: ModelSpec, target: str):
+def export_of(model: ModelSpec, target: str):
     try:
         return export_plan(plan(model), target)
     except InfeasiblePlan as exc:
@@ -179,7 +179,7 @@ def _models() -> dict:
 @functools.cache
 def megatron_run() -> dict:
     """label -> (export or refusal, verdict), the planted faults included, from one megatron-core build."""
-    exports = {label: _export(model, "megatron") for label, model in FAMILIES.items()}
+    exports = {label: export_of(model, "megatron") for label, model in FAMILIES.items()}
     built = {label: e for label, e in exports.items() if not isinstance(e, Exception)}
     texts = {label: e.text for label, e in built.items()}
     for label, (family, target, old, new) in PLANTED.items():
@@ -193,7 +193,7 @@ def megatron_run() -> dict:
 
 @functools.cache
 def torchtitan_run() -> dict:
-    exports = {label: _export(model, "torchtitan") for label, model in _models().items()}
+    exports = {label: export_of(model, "torchtitan") for label, model in _models().items()}
     items = {label: {"text": e.text, "num_gpus": 1, "build_only": True} for label, e in exports.items()
              if not isinstance(e, Exception)}
     for label, (family, target, old, new) in PLANTED.items():
@@ -302,7 +302,7 @@ def test_torchtitan_02_builds_every_llama_family_field_by_field():
         pytest.skip("torchtitan 0.2.0 is not installed (test_export_frameworks_are_installed says so loudly)")
     failures, checked = [], 0
     for label, model in _models().items():
-        export = _export(model, "torchtitan-0.2")
+        export = export_of(model, "torchtitan-0.2")
         if isinstance(export, Exception) or model.is_moe or model.is_mla:
             continue
         got = torchtitan02_built(model, export)
@@ -314,12 +314,12 @@ def test_torchtitan_02_builds_every_llama_family_field_by_field():
     import autoplan.exporters.torchtitan.v02 as v02
 
     qwen = FAMILIES["gqa + q/k/v biases (qwen2.5, rope base 1e6)"]
-    export, saved = export_plan(plan(qwen), "torchtitan-0.2"), v02._stated_numerics
-    v02._stated_numerics = lambda model: saved(model).replace("rope_theta=1000000.0, ", "")
+    export, saved = export_plan(plan(qwen), "torchtitan-0.2"), v02.stated_numerics
+    v02.stated_numerics = lambda model: saved(model).replace("rope_theta=1000000.0, ", "")
     try:
         planted = torchtitan02_built(qwen, export)
     finally:
-        v02._stated_numerics = saved
+        v02.stated_numerics = saved
     assert "rope_theta: built 10000" in fidelity_mismatch(qwen, "torchtitan-0.2", planted["facts"],
                                                            planted["params"], qwen.vocab_size, export.notes)
 
@@ -330,7 +330,7 @@ def test_targets_that_build_no_model_state_every_field_they_do_not_set(target):
     flavors, which the user registers: each numeric of the config that the export (with its flavor
     module / Megatron-DeepSpeed model flags) does not set is named in one note, or the export refuses."""
     for label, model in _models().items():
-        export = _export(model, target)
+        export = export_of(model, target)
         if isinstance(export, Exception):
             assert target.split("-")[0] in str(export).lower(), (label, str(export))
             continue
@@ -350,9 +350,9 @@ def _carried(export, model: ModelSpec, target: str) -> str:
     """What the export's own model files set (0.2.0's flavor module), where a framework would read it."""
     if target != "torchtitan-0.2":
         return ""
-    from autoplan.exporters.torchtitan.v02 import _needs_flavor_module, flavor_module
+    from autoplan.exporters.torchtitan.v02 import needs_flavor_module, flavor_module
 
-    if _needs_flavor_module(model):
+    if needs_flavor_module(model):
         return flavor_module(plan(model))
     # 0.2.0's shipped llama3 flavors keep RoPEScalingArgs' default, Llama 3.1's x8 (model/args.py line 22)
     return "" if model.is_moe or model.is_mla else "scaling_factor=8.0"

@@ -29,7 +29,7 @@ from autoplan.exporters import export_plan
 from autoplan.specs import InfeasiblePlan
 from tests.export_plans import PLANS
 from tests.test_export_engines import run_megatron_core
-from tests.test_export_fidelity import FAMILIES, _export, megatron_mismatch
+from tests.test_export_fidelity import FAMILIES, export_of, megatron_mismatch
 
 ROOT = Path(__file__).resolve().parents[1]
 MCORE_019 = Path(os.environ.get("AUTOPLAN_MCORE_019", ROOT.parent / "side-venvs" / "mcore019"))
@@ -49,7 +49,7 @@ def test_megatron_core_019_accepts_and_builds_the_exports():
             accepts[label] = {"accepts": export_plan(doc, "megatron").text, "num_gpus": doc.cluster.num_gpus}
         except InfeasiblePlan:
             continue
-    exports = {label: _export(model, "megatron") for label, model in FAMILIES.items()}
+    exports = {label: export_of(model, "megatron") for label, model in FAMILIES.items()}
     with tempfile.TemporaryDirectory() as tmp:
         verdicts = run_megatron_core(list(accepts.values()) + [e.text for e in exports.values()], Path(tmp),
                                      release_dir=str(MCORE_019))

@@ -231,13 +231,13 @@ def test_a_learned_all_to_all_table_learns_the_nic_share():
     # would average the two; learned as NIC shares they agree, and the rows it writes read back as 45 GB/s.
     from dataclasses import replace
 
-    from cost_model.learned.ops import _learned_rows, fit_op_models
+    from cost_model.learned.ops import learned_rows, fit_op_models
 
     rows = tuple(CollectiveSample("all_to_all", "inter_node", n, 2 ** e, busbw, ranks_per_node=rpn)
                  for e in (20, 24, 28, 30) for n, rpn, busbw in ((2, 1, NIC_SHARE), (16, 8, 15 / 16 * 2 * NIC_SHARE)))
     profile = _measured(rows + (CollectiveSample("all_to_all", "intra_node", 8, 2 ** 30, NVLINK_A2A, ranks_per_node=8),))
     (fit,) = [f for f in fit_op_models(profile) if f.group == ("all_to_all", "inter_node")]
-    learned = _learned_rows(fit, profile.peak)
+    learned = learned_rows(fit, profile.peak)
     assert all(s.ranks_per_node == 1 for s in learned)
     tables = ProfileTables(replace(profile, collectives=tuple(learned) + profile.collectives[-1:]))
     gib = 2 ** 30

@@ -230,17 +230,32 @@ def write_rows(out, results: list) -> None:
 
 
 def run(args) -> int:
+    if args.calibrated and args.runs:
+        from autoplan.specs import AutoplanError
+        raise AutoplanError(f"--calibrated scores the learned correction on the shipped published runs only, "
+                            f"not on --runs {args.runs!r}; drop one of the two")
+    summary, results = _validate(args)
+    if args.markdown:
+        sys.stdout.write(markdown_table(summary))
+        return 0
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+        return 0
+    if args.rows:
+        write_rows(sys.stdout, results)
+    write_text(sys.stdout, summary)
+    return 0
+
+
+def _validate(args) -> tuple:
+    """(the summary validate prints, the in-sample row results), predicted with a progress line."""
     from autoplan.cli.progress import Progress
-    from autoplan.specs.frameworks import HISTORICAL_FRAMEWORKS
     from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.measured_runs import h100_summary
     from cost_model.splits import validation_only
     from cost_model.validation import held_out_results, out_of_sample, predict_runs, row_derived_provenance, summarize
 
-    if args.calibrated and args.runs:
-        from autoplan.specs import AutoplanError
-        raise AutoplanError(f"--calibrated scores the learned correction on the shipped published runs only, "
-                            f"not on --runs {args.runs!r}; drop one of the two")
     runs = load_runs(args.runs) if args.runs else load_published_runs(PUBLISHED_RUNS_PATH)
     with Progress("validate") as progress:  # several seconds: say which part is being predicted
         progress.stage(f"predicting {len(runs)} published runs")
@@ -258,16 +273,13 @@ def run(args) -> int:
             from cost_model.learned import calibrated_validation
             progress.stage("cross-validating the learned correction")
             summary["calibrated"] = calibrated_validation()
-    if args.markdown:
-        sys.stdout.write(markdown_table(summary))
-        return 0
-    if args.json:
-        json.dump(summary, sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
-        return 0
-    out = sys.stdout
-    if args.rows:
-        write_rows(out, results)
+    return summary, results
+
+
+def write_text(out, summary: dict) -> None:
+    """validate's text: the out-of-sample splits first, then per source, in sample, the H100 runs, the skips."""
+    from autoplan.specs.frameworks import HISTORICAL_FRAMEWORKS
+
     out.write(split_table(summary["out_of_sample"]))
     out.write(provenance_lines(summary["row_derived_facts"]))
     moe = summary["out_of_sample"]["moe"]
@@ -312,7 +324,6 @@ def run(args) -> int:
                   f"max {h['max']:6.1%}  out-of-memory runs predicted to fit: {h['oom_predicted_to_fit']}\n")
         out.write(f"  {'':28s} {memory_lines(h.get('memory', {}))}\n")
     out.write(skipped_lines(summary["skipped"]))
-    return 0
 
 
 def skipped_lines(skipped: list) -> str:

@@ -122,6 +122,35 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
     if plan.recompute_modules and not fw.recompute_modules:
         _refuse(fw, f"has no per-module selective recompute, got recompute_modules={list(plan.recompute_modules)}",
                "recompute_modules", "plan without recompute_modules, or for --framework megatron-core")
+    _check_experts(fw, model, plan)
+    if fw.min_microbatches_per_stage and plan.pp > 1 and plan.num_microbatches < plan.pp:
+        _refuse(fw, f"runs 1F1B, which needs at least as many micro-batches as pipeline stages, got "
+               f"num_microbatches={plan.num_microbatches}, pp={plan.pp}", "microbatches_per_stage",
+               "raise --global-batch or lower --micro-batch")
+    if fw.tied_embeddings_one_stage and model.tied_embeddings and (plan.tp > 1 or plan.pp > 1):
+        _refuse(fw, f"runs tied embedding/head weights only with tp=1 and pp=1, got tp={plan.tp}, pp={plan.pp} "
+               f"for {model.name!r}", "tied_embeddings", "plan with --tp 1 --pp 1")
+    if not fw.tied_embeddings_with_pp and model.tied_embeddings and plan.pp > 1:
+        _refuse(fw, f"does not tie embedding and head weights across pipeline stages, got pp={plan.pp} for "
+               f"{model.name!r} with tied_embeddings", "tied_embeddings_pp", "plan with --pp 1")
+    if not fw.learned_positions_split_sequence and model.position == "learned" and (
+            plan.cp > 1 or plan.sequence_parallel):
+        _refuse(fw, f"does not split learned position embeddings over the sequence, got cp={plan.cp}, "
+               f"sequence_parallel={plan.sequence_parallel} for {model.name!r}", "learned_positions",
+               "plan with --cp 1 --no-sequence-parallel")
+    extras = block_extras(model)
+    if not fw.tp_with_block_extras and plan.tp > 1 and extras:
+        _refuse(fw, f"shards no {', '.join(extras)} of {model.name!r} over tensor parallelism, got tp={plan.tp}",
+               "tp_block_extras", "plan with --tp 1 (or for a framework that has these layers)")
+    if not fw.cp_with_masked_attention and plan.cp > 1 and (model.sliding_window or model.attn_logit_softcap):
+        _refuse(fw, f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
+               f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
+               "cp_masked_attention", "plan with --cp 1")
+
+
+
+def _check_experts(fw, model: ModelSpec, plan: ParallelPlan) -> None:
+    """check_plan's rules on how a mixture of experts routes and splits its experts."""
     if plan.moe_capacity_factor and not fw.moe_capacity_factor:
         _refuse(fw, f"routes dropless only (no expert capacity), got moe_capacity_factor={plan.moe_capacity_factor}",
                "moe_capacity_factor", "plan without moe_capacity_factor (dropless), or for --framework megatron-core")
@@ -151,29 +180,6 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
     if model.is_moe and not fw.moe_with_tp_pp and (plan.tp > 1 or plan.pp > 1):
         _refuse(fw, f"runs mixtures of experts with data, context and expert parallelism only, got "
                f"tp={plan.tp}, pp={plan.pp}", "moe_tp_pp", "plan with --tp 1 --pp 1")
-    if fw.min_microbatches_per_stage and plan.pp > 1 and plan.num_microbatches < plan.pp:
-        _refuse(fw, f"runs 1F1B, which needs at least as many micro-batches as pipeline stages, got "
-               f"num_microbatches={plan.num_microbatches}, pp={plan.pp}", "microbatches_per_stage",
-               "raise --global-batch or lower --micro-batch")
-    if fw.tied_embeddings_one_stage and model.tied_embeddings and (plan.tp > 1 or plan.pp > 1):
-        _refuse(fw, f"runs tied embedding/head weights only with tp=1 and pp=1, got tp={plan.tp}, pp={plan.pp} "
-               f"for {model.name!r}", "tied_embeddings", "plan with --tp 1 --pp 1")
-    if not fw.tied_embeddings_with_pp and model.tied_embeddings and plan.pp > 1:
-        _refuse(fw, f"does not tie embedding and head weights across pipeline stages, got pp={plan.pp} for "
-               f"{model.name!r} with tied_embeddings", "tied_embeddings_pp", "plan with --pp 1")
-    if not fw.learned_positions_split_sequence and model.position == "learned" and (
-            plan.cp > 1 or plan.sequence_parallel):
-        _refuse(fw, f"does not split learned position embeddings over the sequence, got cp={plan.cp}, "
-               f"sequence_parallel={plan.sequence_parallel} for {model.name!r}", "learned_positions",
-               "plan with --cp 1 --no-sequence-parallel")
-    extras = block_extras(model)
-    if not fw.tp_with_block_extras and plan.tp > 1 and extras:
-        _refuse(fw, f"shards no {', '.join(extras)} of {model.name!r} over tensor parallelism, got tp={plan.tp}",
-               "tp_block_extras", "plan with --tp 1 (or for a framework that has these layers)")
-    if not fw.cp_with_masked_attention and plan.cp > 1 and (model.sliding_window or model.attn_logit_softcap):
-        _refuse(fw, f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
-               f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
-               "cp_masked_attention", "plan with --cp 1")
 
 
 def context_rule(fw, max_seq_len: int, position: str, seq_len: int) -> str:

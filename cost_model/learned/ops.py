@@ -137,7 +137,7 @@ def _predict(fit: OpFit, points: list[tuple]) -> np.ndarray:
     return np.exp(fit.model.predict(np.log2(np.array(points, dtype=float))))
 
 
-def _learned_rows(fit: OpFit, peak) -> list:
+def learned_rows(fit: OpFit, peak) -> list:
     points = _grid(fit)
     values = _predict(fit, points)
     if fit.table == "matmul":
@@ -180,7 +180,7 @@ def learned_profile(profile: HardwareProfile, fits: list[OpFit] | None = None, s
             sources[key] = f"measured (the learned model lost to interpolation: {errors})"
             continue
         kept = [s for s in tables[fit.table] if group_of[fit.table](s) != fit.group]
-        tables[fit.table] = kept + _learned_rows(fit, profile.peak)
+        tables[fit.table] = kept + learned_rows(fit, profile.peak)
         sources[key] = f"learned: gradient-boosted trees predicted on a grid inside the measured range; {errors}"
     return replace(
         profile, name=f"{profile.name}+learned", matmul=tuple(tables["matmul"]),

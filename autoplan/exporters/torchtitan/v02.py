@@ -56,7 +56,7 @@ def export(doc: PlanDocument) -> tuple:
         # torchao's Float8Linear swapped in by the converter registered as "quantize.linear.float8".
         sections["model"]["converters"] = ["quantize.linear.float8"]
         sections["quantize.linear.float8"] = {"enable_fsdp_float8_all_gather": doc.parallel.zero_stage == 3}
-    if _needs_flavor_module(doc.model):
+    if needs_flavor_module(doc.model):
         sections["experimental"] = {"custom_import": FLAVOR_MODULE}
     body = "\n".join(_toml_section(name, values) for name, values in sections.items())
     return comment_block(header_lines(doc, "torchtitan-0.2"), notes) + "\n" + body, notes
@@ -72,7 +72,7 @@ def flavor(model) -> str:
     return (deepseek_v3_flavor(model) if is_deepseek_v3(model) else llama3_02_flavor(model)) or model.name
 
 
-def _needs_flavor_module(model) -> bool:
+def needs_flavor_module(model) -> bool:
     """A llama3-architecture model whose shape torchtitan does not ship (MLA models go to deepseek_v3)."""
     return not is_deepseek_v3(model) and not llama3_02_flavor(model)
 
@@ -91,10 +91,10 @@ def flavor_module(doc: PlanDocument) -> str:
             f"    dim={model.hidden_size}, n_layers={model.num_layers}, n_heads={model.num_heads}, "
             f"n_kv_heads={model.num_kv_heads},\n"
             f"    vocab_size={model.vocab_size}, multiple_of={model.ffn_hidden_size}, ffn_dim_multiplier={multiplier!r},\n"
-            f"    max_seq_len={max(model.max_seq_len, doc.training.seq_len)},{_stated_numerics(model)}\n)\n")
+            f"    max_seq_len={max(model.max_seq_len, doc.training.seq_len)},{stated_numerics(model)}\n)\n")
 
 
-def _stated_numerics(model) -> str:
+def stated_numerics(model) -> str:
     """The RoPE base, scaling and norm epsilon of the model's config as TransformerModelArgs fields (0.2.0
     llama3 model/args.py lines 21-39; unstated base and eps: its defaults 10000 and 1e-5). 0.2.0's llama3
     applies Llama 3.1's RoPE scaling to every flavor (model.py precompute_freqs_cis, lines 61-80; its
@@ -110,10 +110,10 @@ def _stated_numerics(model) -> str:
 def _numerics_notes(model) -> list:
     """One line naming the numerics of the model's config that the 0.2.0 export does not set."""
     lost = []
-    if not _needs_flavor_module(model):
+    if not needs_flavor_module(model):
         lost += [f"rope_theta={model.rope_theta:g}"] if model.rope_theta else []
         lost += [f"norm_eps={model.norm_eps:g}"] if model.norm_eps else []
-    shipped_scaling = _needs_flavor_module(model) or model.rope_scaling_factor == 8  # the flavors' llama3 x8
+    shipped_scaling = needs_flavor_module(model) or model.rope_scaling_factor == 8  # the flavors' llama3 x8
     if model.rope_scaling and (model.rope_scaling != "llama3" or not shipped_scaling):
         lost.append(f"rope_scaling {model.rope_scaling} x{model.rope_scaling_factor:g}")
     lost += ["q/k/v biases (qkv_bias)"] if model.qkv_bias and not model.linear_bias else []
@@ -128,7 +128,7 @@ def launch(doc: PlanDocument, launcher: str, header: list, toml_text: str) -> st
     """A launch script: the TOML (and the flavor module) written next to the run, then torchtitan.train."""
     files = {"job.toml": toml_text}
     env = {}
-    if _needs_flavor_module(doc.model):
+    if needs_flavor_module(doc.model):
         files[f"{FLAVOR_MODULE}.py"] = flavor_module(doc)
         env["PYTHONPATH"] = '"$RUN_DIR${PYTHONPATH:+:$PYTHONPATH}"'  # where custom_import finds it
     placeholders = {
@@ -144,7 +144,7 @@ def launch(doc: PlanDocument, launcher: str, header: list, toml_text: str) -> st
 def _model(doc: PlanDocument, notes: list) -> dict:
     model = doc.model
     name = flavor(model)
-    if _needs_flavor_module(model):
+    if needs_flavor_module(model):
         notes.append(f"model shape: torchtitan 0.2.0 ships the llama3 flavors {', '.join(LLAMA3_02_FLAVORS)}; "
                      f"{model.name!r} is registered by the module {FLAVOR_MODULE}.py that `--launch` writes "
                      f"(`[experimental] custom_import`); without it, register dim={model.hidden_size} "
