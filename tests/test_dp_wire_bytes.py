@@ -67,11 +67,14 @@ def test_mlperf_rows_read_as_their_configs_state():
     # NVIDIA's v4.0 GPT-3 (conf/optim/distributed_fused_adam.yaml: grad_sync_dtype bf16; FP8_PARAMS=True).
     assert runs["MLPERF-v40-nv-n1344-01"]["fp8_param_gather"] is True
     assert runs["MLPERF-v40-nv-n1344-01"]["main_grad_reduce_bytes"] == 2.0
-    # Llama 3.1 405B of v5.0 states FP8_PARAMS=True but not its gradient dtype: Megatron's fp32 stays.
+    # Llama 3.1 405B of v5.0 states FP8_PARAMS=True; its NeMo 2 implementation (pretrain.py, issue 47)
+    # sets grad_reduce_in_fp32=False: bf16 main gradients, kept and reduced in 2 B.
     assert runs["MLPERF-v50-nv405-n256-01"]["fp8_param_gather"] is True
-    assert "main_grad_reduce_bytes" not in runs["MLPERF-v50-nv405-n256-01"]
-    # HPE's Llama 3.1 8B states neither.
+    assert runs["MLPERF-v50-nv405-n256-01"]["main_grad_reduce_bytes"] == 2.0
+    assert runs["MLPERF-v50-nv405-n256-01"]["states"]["grads"].bytes_per_param == 2
+    # HPE's Llama 3.1 8B states no fp8 parameters; it runs the same implementation's bf16 gradients.
     assert "fp8_param_gather" not in runs["MLPERF-v51-hpe8b-n8-01"]
+    assert runs["MLPERF-v51-hpe8b-n8-01"]["main_grad_reduce_bytes"] == 2.0
 
 
 def test_fms_fsdp_rows_read_as_fsdp1_in_bf16_on_their_network():
