@@ -96,6 +96,34 @@ def _interrupted(command: str) -> int:
     return 130
 
 
+class Terminated(SystemExit):
+    """SIGTERM or SIGHUP (a scheduler stopping the job, `kill`, a closed terminal) raised where the
+    command is, so it ends through its cleanup like Ctrl-C: temporary files and folders removed, the
+    executor's ranks stopped, outputs left as they were. The default action would end the process on
+    the spot and leave them behind (issue 53)."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+
+    @staticmethod
+    def handler(signum, frame):
+        signal.signal(signum, signal.SIG_IGN)  # a second one must not cut the cleanup short
+        raise Terminated(signum)
+
+
+_TERMINATING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _terminated(command: str, signum: int) -> int:
+    try:
+        sys.stderr.write(f"autoplan{' ' + command if command else ''}: terminated ({signal.Signals(signum).name})\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return 128 + signum
+
+
 def _drop_plan_notes() -> None:
     """A refusal is one line: the notes of the plan files it read go unsaid."""
     planfiles = sys.modules.get("autoplan.planning.planfiles")
@@ -110,11 +138,14 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
     from the moment the command is done; in-process callers get their previous handler back."""
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    previous_terminating = {s: signal.getsignal(s) for s in _TERMINATING} if in_main_thread else {}
     previous_unraisable = _Interrupt.previous_unraisable = sys.unraisablehook
     command = ""
     if in_main_thread:
         _Interrupt.seen = False
         signal.signal(signal.SIGINT, _Interrupt.handler)
+        for signum in _TERMINATING:
+            signal.signal(signum, Terminated.handler)
         sys.unraisablehook = _Interrupt.unraisable
     try:
         streams.prepare()
@@ -137,6 +168,9 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
         return code
     except KeyboardInterrupt:
         return _interrupted(command)
+    except Terminated as exc:
+        _drop_plan_notes()
+        return _terminated(command, exc.signum)
     except AutoplanError as exc:
         if _Interrupt.seen:
             return _interrupted(command)
@@ -157,6 +191,8 @@ def main(argv: list[str] | None = None, _exiting: bool = False) -> int:
     finally:
         if in_main_thread:
             signal.signal(signal.SIGINT, signal.SIG_IGN if _exiting else previous)
+            for signum, handler in previous_terminating.items():
+                signal.signal(signum, signal.SIG_IGN if _exiting else handler)
             sys.unraisablehook = previous_unraisable
 
 

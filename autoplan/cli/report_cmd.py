@@ -4,10 +4,6 @@
 """
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -41,28 +37,8 @@ def run(args) -> int:
     from autoplan.report.build import build_report
 
     measurements, plan = _split_inputs(args.inputs, args.plan)
-    with Progress("report") as progress, _terminate_by_unwinding():
+    with Progress("report") as progress:  # SIGTERM unwinds through its cleanup (cli/main.py Terminated)
         files = build_report(args.output, measurements, args.published, plan, args.calibration, progress.stage)
     for f in files:
         print(f)
     return 0
-
-
-@contextlib.contextmanager
-def _terminate_by_unwinding():
-    """SIGTERM (a scheduler stopping the job, `kill`) ends the report through its cleanup, as Ctrl-C
-    does: the private folder it draws into is removed and the output folder left as it was. The
-    default action would end the process on the spot and leave the folder behind (issue 53)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminated(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM must not cut the cleanup short
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -17,6 +17,7 @@ from autoplan.specs import AutoplanError, Measurement, PlanDocument, is_stdout
 
 from executor.backend_common import RunInterrupted
 from executor.options import RunOptions
+from executor.parent_link import launcher_env
 
 GRACE_S = 10.0
 """How long the other ranks get to notice a failed rank (collectives time out) before we end them."""
@@ -47,7 +48,8 @@ def allocator_env(options: RunOptions, environ) -> dict:
 def worker_env(rank: int, nproc: int, port: int, options: RunOptions) -> dict:
     env = dict(os.environ)
     env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **allocator_env(options, os.environ))
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **allocator_env(options, os.environ),
+               **launcher_env())  # the rank ends with this process, however it ends (executor/parent_link.py)
     # One thread per rank: tiny CPU correctness runs are several times slower with more (measured:
     # 35 ms vs 2-3.7 s per step of a 4-layer model on a loaded 2-core machine), and GPU ranks need none.
     env.setdefault("OMP_NUM_THREADS", "1")

@@ -20,6 +20,7 @@ import warnings
 from autoplan.specs import AutoplanError, Measurement, PlanDocument, append_measurement, write_json_atomic
 
 from executor.options import RunOptions
+from executor.parent_link import die_with_launcher
 
 
 def init_distributed(device_type: str):
@@ -143,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options-json", required=True, help="RunOptions as a JSON object")
     parser.add_argument("--result", default=None, help="where rank 0 writes the Measurement list")
     args = parser.parse_args(argv)
+    die_with_launcher()
     options = RunOptions(**json.loads(args.options_json))
     return run_plans(read_handed_plans(sys.stdin.buffer), options, args.result)
 

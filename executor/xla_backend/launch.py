@@ -17,6 +17,7 @@ from executor.data import open_tokens
 from executor.model import check_buildable
 from executor.options import RunOptions
 from executor.xla_backend.compiled import DUMP_DIR_ENV, dump_flags
+from executor.parent_link import launcher_env
 
 _STDERR_TAIL_LINES = 20
 FRAMEWORK = "autoplan-xla"
@@ -69,6 +70,7 @@ def run_many(docs: list, options: RunOptions) -> list:
     # XLA logs a GSPMD deprecation warning at every compilation; errors still show. A user who
     # wants XLA's warnings sets TF_CPP_MIN_LOG_LEVEL=0 (or 1) themselves.
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env.update(launcher_env())  # the worker ends with this process, however it ends (executor/parent_link.py)
     with tempfile.TemporaryDirectory(prefix="autoplan-xla-") as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         env[DUMP_DIR_ENV] = str(Path(tmp) / "hlo")

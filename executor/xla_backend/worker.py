@@ -24,6 +24,7 @@ from executor.xla_backend.compiled import DUMP_DIR_ENV, CompiledStep
 from executor.xla_backend.mesh import AXES, MeshShape
 from executor.xla_backend.sharding import activation_specs, init_optimizer_state, parallelize, shard_gradients
 from executor.xla_backend.train import Placement, make_optimizer, train
+from executor.parent_link import die_with_launcher
 
 
 def _log(message: str) -> None:
@@ -144,6 +145,7 @@ def _failed(doc: PlanDocument, options: RunOptions, exc: Exception) -> Measureme
 
 def main(argv: list) -> int:
     request_path, result_path = argv
+    die_with_launcher()
     try:
         runs = [(PlanDocument.from_dict(r["plan"]), RunOptions(**r["options"]))
                 for r in read_json(request_path, "xla run request")["runs"]]
