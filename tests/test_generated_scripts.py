@@ -154,3 +154,45 @@ def test_check_names_guards_documents_built_in_memory():
     doc.cluster = ClusterSpec(name="h100\nrm -rf ~", num_gpus=8)
     with pytest.raises(AutoplanError, match="cluster.name"):
         check_names(doc)
+
+
+def test_a_launch_script_never_writes_through_what_is_already_in_its_folder(capsys, tmp_path):
+    """Issue 53: the script used to `cat >` its plan.json over whatever had that name -- through a
+    symbolic link, into the link's target. It now writes beside the name and renames onto it; a file
+    that is not the one it writes (or a link) stops it, exit 2, one line, nothing changed."""
+    if BASH is None:
+        pytest.skip("bash is not installed")
+    plan = make_plan(capsys, tmp_path, "tiny")
+    code, out, err = run(capsys, "run", plan, "--print-launch", "torchrun")
+    assert code == 0, err
+    script = tmp_path / "run.sh"
+    script.write_text(out)
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "torchrun").write_text("#!/bin/sh\nexit 0\n")
+    (stub / "torchrun").chmod(0o755)
+    env = {"PATH": f"{stub}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    env.update({name: "synthetic" for name in re.findall(r'^(\w+)="\$\{\1:-FILL_ME\}"', out, re.M)})
+
+    def launch(run_dir):
+        return subprocess.run([BASH, str(script)], env={**env, "RUN_DIR": str(run_dir)}, capture_output=True,
+                              text=True, timeout=60)
+
+    fresh = tmp_path / "fresh"
+    assert launch(fresh).returncode == 0 and launch(fresh).returncode == 0  # its own file again: fine
+    assert json.loads((fresh / "plan.json").read_text())["plan_id"] == json.loads(plan.read_text())["plan_id"]
+    elsewhere = tmp_path / "mine.json"
+    elsewhere.write_text("my own file\n")
+    for kind in ("symlink", "other file"):
+        folder = tmp_path / kind.replace(" ", "_")
+        folder.mkdir()
+        if kind == "symlink":
+            (folder / "plan.json").symlink_to(elsewhere)
+        else:
+            (folder / "plan.json").write_text("another plan\n")
+        before = (folder / "plan.json").read_text()
+        done = launch(folder)
+        assert done.returncode == 2 and "already exists and is not the file this script writes" in done.stderr, kind
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert (folder / "plan.json").read_text() == before and elsewhere.read_text() == "my own file\n"
+        assert sorted(p.name for p in folder.iterdir()) == ["plan.json"], "a temporary file was left"

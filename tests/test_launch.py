@@ -135,3 +135,12 @@ def test_print_launch_refuses_what_the_executor_cannot_run(cli, tmp_path, capsys
     PLANS["zero1 tp+sp+pp+vpp"].save(plan)
     assert cli("run", str(plan), str(plan), "--print-launch", "torchrun") == 2
     assert "--print-launch writes the script of one plan, got 2" in capsys.readouterr().err
+
+
+def test_a_nested_omp_num_threads_names_the_outer_level():
+    # OMP_NUM_THREADS=4,2 is valid OpenMP (a count per nesting level); a rank took int() of it and died
+    # (issue 53's fuzz). The outermost count is the first entry; what names none leaves torch's own.
+    from executor.torch_backend.worker import omp_outer_threads
+
+    assert omp_outer_threads("4,2") == 4 and omp_outer_threads(" 8 ") == 8 and omp_outer_threads("1") == 1
+    assert omp_outer_threads("") is None and omp_outer_threads("zero") is None and omp_outer_threads("0,2") is None

@@ -17,6 +17,23 @@ LAUNCHERS = ("torchrun", "slurm")
 PLACEHOLDER = "FILL_ME"
 
 
+_WRITE_FILE = [
+    "# Each file is written whole beside its name and renamed onto it: a file of that name that is not this",
+    "# one (or a symbolic link, whose target would be overwritten) is left alone and the script stops.",
+    "write_file() {",
+    '  local dest="$RUN_DIR/$1" tmp',
+    '  tmp="$(mktemp "$RUN_DIR/.$1.XXXXXX")"',
+    '  cat > "$tmp"',
+    '  if [[ -L "$dest" ]] || { [[ -e "$dest" ]] && ! cmp -s "$tmp" "$dest"; }; then',
+    '    rm -f "$tmp"',
+    '    echo "$0: $dest already exists and is not the file this script writes: move it away or set RUN_DIR" >&2',
+    "    exit 2",
+    "  fi",
+    '  mv -f "$tmp" "$dest"',
+    "}",
+]
+
+
 def launch_script(doc: PlanDocument, header: list, placeholders: dict, env: dict, files: dict,
                   entry: list, args: list, launcher: str, prelude: tuple = ()) -> str:
     """The bash script: `header` comment lines, `placeholders` name -> what to put there, `env`
@@ -47,10 +64,10 @@ def launch_script(doc: PlanDocument, header: list, placeholders: dict, env: dict
             f'    echo "$0: $name is still the placeholder {PLACEHOLDER}: set it (in this file or the environment) '
             f'before launching" >&2',
             "    exit 2", "  fi", "done"] if names else []
-    out += ["", 'RUN_DIR="${RUN_DIR:-$PWD}"', 'mkdir -p "$RUN_DIR"']
+    out += ["", 'RUN_DIR="${RUN_DIR:-$PWD}"', 'mkdir -p "$RUN_DIR"'] + (_WRITE_FILE if files else [])
     for name, text in files.items():
         end = _here_doc_end(text)
-        out += [f"cat > \"$RUN_DIR/{name}\" <<'{end}'", text.rstrip("\n"), end]
+        out += [f"write_file {name} <<'{end}'", text.rstrip("\n"), end]
     out += [f"export {name}={value}" for name, value in env.items()]
     out += list(prelude)
     out.append('MASTER_PORT="${MASTER_PORT:-29500}"')

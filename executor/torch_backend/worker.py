@@ -94,7 +94,7 @@ def run_plans(docs: list[PlanDocument], options: RunOptions, result_path: str | 
     # DCP's filesystem writer calls the deprecated tensor.storage() on every tensor it saves.
     warnings.filterwarnings("ignore", message="TypedStorage is deprecated")
     if options.device == "cpu":
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+        torch.set_num_threads(omp_outer_threads(os.environ.get("OMP_NUM_THREADS", "")) or torch.get_num_threads())
     device = init_distributed(options.device)
     rank, world, records, code = dist.get_rank(), dist.get_world_size(), [], 0
     try:
@@ -128,6 +128,14 @@ def run_plans(docs: list[PlanDocument], options: RunOptions, result_path: str | 
         if dist.is_initialized():
             dist.destroy_process_group()
     return code
+
+
+def omp_outer_threads(value: str) -> int | None:
+    """The thread count OMP_NUM_THREADS gives the outermost parallel region: an integer, or a list of
+    one per nesting level ("4,2", OpenMP 5.2 sec. 21.1.3) whose first entry is that count; None when it
+    names none (unset, empty or not a positive integer), so torch keeps its own."""
+    first = value.split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else None
 
 
 def read_handed_plans(stream) -> list[PlanDocument]:
