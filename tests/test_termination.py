@@ -4,6 +4,7 @@ SIGTERM (a scheduler, `kill`) unwinds the command like Ctrl-C (cli/main.py Termi
 stops its ranks and removes its folder, exit 143 and one line. SIGKILL runs no cleanup at all: each rank
 asked the kernel for SIGTERM when its launcher dies (executor/parent_link.py), so none trains on alone.
 Two gloo ranks of the tune tests' tiny model on this CPU."""
+import json
 import os
 import signal
 import subprocess
@@ -89,3 +90,28 @@ def test_sigterm_ends_the_run_through_its_cleanup(running, tmp_path):
     assert err.strip().splitlines()[-1] == "autoplan run: terminated (SIGTERM)" and "Traceback" not in err, err[-2000:]
     assert wait_gone(running.pid, 30) == []
     assert not list(tmp_path.glob("autoplan-run-*")), "the run's temporary folder was left behind"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_cannot_be_written_is_one_line_and_leaves_no_half_folder(tmp_path):
+    """Issue 53: a full disk or a file-size limit under --checkpoint-dir ended in every rank's traceback
+    (DCP's CheckpointException passes `except Exception`), recorded nothing and left `.tmp-step-*`."""
+    import resource
+
+    plan = tmp_path / "plan.json"
+    assert main(["estimate", *TINY, "-o", str(plan)]) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    limit = 40 * 1024  # the shards of the tiny model are larger; the records and plan are not
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    done = subprocess.run([sys.executable, "-m", "autoplan", "run", str(plan), "--steps", "3", "--warmup-steps", "1",
+                           "--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "1",
+                           "--out", str(tmp_path / "runs.jsonl")], env=env, capture_output=True, text=True,
+                          timeout=300, preexec_fn=small_files)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "--checkpoint-dir" in done.stderr and "saving step 1 failed" in done.stderr, done.stderr[-2000:]
+    assert not list((tmp_path / "ck").iterdir()), "the half-written checkpoint folder was left"
+    record = json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])
+    assert record["status"] == "error" and "--checkpoint-dir" in record["error"]

@@ -114,6 +114,7 @@ def verify(checkpoint_dir: str, plan_id: str) -> int:
 def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int, plan_id: str,
          ep_rank: int | None = None) -> None:
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     root = Path(checkpoint_dir)
     tmp, final = root / f".tmp-step-{step:06d}", root / f"step-{step:06d}"
@@ -121,14 +122,26 @@ def save(checkpoint_dir: str, step: int, models, optimizers, pp_rank: int, plan_
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # left by a run killed mid-save
     dist.barrier()
-    dcp.save(_state(models, optimizers, pp_rank, ep_rank), checkpoint_id=str(tmp))
-    dist.barrier()
-    if dist.get_rank() == 0:
-        write_manifest(tmp, plan_id, step)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        for old in sorted(p for p in root.iterdir() if STEP_DIR.match(p.name))[:-NUM_KEPT]:
-            shutil.rmtree(old, ignore_errors=True)
+    try:
+        dcp.save(_state(models, optimizers, pp_rank, ep_rank), checkpoint_id=str(tmp))
+        dist.barrier()
+        if dist.get_rank() == 0:
+            write_manifest(tmp, plan_id, step)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            for old in sorted(p for p in root.iterdir() if STEP_DIR.match(p.name))[:-NUM_KEPT]:
+                shutil.rmtree(old, ignore_errors=True)
+    except (OSError, RuntimeError, CheckpointException) as exc:
+        # A full or read-only filesystem, a file-size limit: DCP's writers fail on every rank and DCP
+        # gathers the failures into a CheckpointException (a BaseException: it passes `except Exception`),
+        # torch's zip writer saying "unexpected pos". No barrier here: a rank that did not fail may be
+        # waiting in the save's own collectives. The half-written folder goes; complete checkpoints stay.
+        if dist.get_rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        lines = [line for line in str(exc).splitlines() if "Error" in line] or [str(exc).strip() or type(exc).__name__]
+        reason = getattr(exc, "strerror", None) or lines[-1].strip()[:200]
+        raise AutoplanError(f"--checkpoint-dir {checkpoint_dir!r}: saving step {step} failed ({reason}); check the "
+                            f"free space and write access there, or choose another --checkpoint-dir") from None
     dist.barrier()
 
 
