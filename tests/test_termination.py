@@ -115,3 +115,27 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_and_leaves_no_half_fold
     assert not list((tmp_path / "ck").iterdir()), "the half-written checkpoint folder was left"
     record = json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])
     assert record["status"] == "error" and "--checkpoint-dir" in record["error"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_profile_stops_its_ranks_before_they_write(tmp_path):
+    """Issue 53's fuzz: `autoplan profile --nproc 2` exited 143 on SIGTERM while its ranks kept measuring
+    and replaced the output 7-11 s later. The command now unwinds (cli/main.py Terminated) through the
+    launcher's stop of its ranks: nothing is written after it has said it was terminated."""
+    out = tmp_path / "profile.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "autoplan", "profile", "--device", "cpu", "--nproc", "2",
+                             "--quick", "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(4)  # the ranks are spawned and measuring (a quick 2-rank profile takes ~15 s here)
+        assert proc.poll() is None, "the profile ended before the signal"
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=120)[1]
+        assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+        assert err.strip().splitlines()[-1] == "autoplan profile: terminated (SIGTERM)", err[-2000:]
+        time.sleep(15)  # past when a rank left running would have finished and written
+        assert not out.exists(), "a rank went on measuring and wrote the profile"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
