@@ -58,7 +58,7 @@ def _shape_rates(record: str, kind: str) -> dict:
     """{(kernel, batch, heads, kv_heads, seq_len, head_dim): (fwd FLOP/s, bwd FLOP/s)} of a record's `kind`
     entries, for the two kernels. Backward: the forward+backward timing less the forward's, with
     ATTENTION_BACKWARD_FLOPS_RATIO x the forward's FLOPs."""
-    with open(RECORDS / record) as f:
+    with open(RECORDS / record, encoding="utf-8") as f:
         entries = json.load(f)["entries"]
     timed = {(e["backend"], e["batch"], e["heads"], e.get("kv_heads", e["heads"]), e["seq_len"], e["head_dim"],
               e["passes"]): e for e in entries if e["kind"] == kind and "seconds" in e}

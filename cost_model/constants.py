@@ -67,6 +67,6 @@ def load_constants(path: str = str(CONSTANTS_PATH)) -> Constants:
     if not p.exists():
         return Constants()
     try:
-        return Constants.from_dict(json.loads(p.read_text()))
+        return Constants.from_dict(json.loads(p.read_text(encoding="utf-8")))
     except (ValueError, TypeError, AttributeError) as exc:
         raise AutoplanError(f"cost-model constants {p} are malformed ({exc}); rerun benchmarks/fit_constants.py") from None

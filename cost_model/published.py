@@ -416,7 +416,7 @@ def load_published_runs(path: str | Path = PUBLISHED_RUNS_PATH) -> list:
     p = Path(path)
     if not p.exists():
         raise AutoplanError(f"published-runs file {p} does not exist; pass an existing CSV")
-    with p.open(newline="") as f:
+    with p.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     if not rows or "tokens_per_s_per_gpu" not in rows[0]:
         raise AutoplanError(f"{p} is not a published-runs CSV (no tokens_per_s_per_gpu column)")

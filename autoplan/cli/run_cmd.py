@@ -121,7 +121,7 @@ def print_launch(docs: list, args, options) -> int:
     if options.fp8_recipe:  # else the plan's framework's recipe, read by the job from the plan file
         run_args.append(("--fp8-recipe", options.fp8_recipe))
     run_args += launch_run_args(options)
-    sys.stdout.write(executor_launch(doc, Path(args.plans[0]).read_text(), args.print_launch, run_args))
+    sys.stdout.write(executor_launch(doc, Path(args.plans[0]).read_text(encoding="utf-8"), args.print_launch, run_args))
     return 0
 
 

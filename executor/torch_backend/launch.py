@@ -125,7 +125,7 @@ def launch(docs: list[PlanDocument], options: RunOptions, nproc: int) -> list[Me
 def _failure_order(path: Path) -> tuple:
     """Which rank's failure record tells what happened: an out-of-memory first (the other ranks'
     records then say only that a peer went away), else the earliest written."""
-    status = json.loads(path.read_text()).get("status")
+    status = json.loads(path.read_text(encoding="utf-8")).get("status")
     return status != "oom", path.stat().st_mtime
 
 
@@ -133,7 +133,7 @@ def _finished(result: Path) -> list[Measurement]:
     """The records rank 0 wrote to `result` (after each plan it finished); [] before the first."""
     if not result.is_file():
         return []
-    return [Measurement.from_dict(d) for d in json.loads(result.read_text())]
+    return [Measurement.from_dict(d) for d in json.loads(result.read_text(encoding="utf-8"))]
 
 
 def hand_plans(proc: subprocess.Popen, handed: bytes) -> None:
@@ -180,7 +180,7 @@ def _launch_once(docs: list[PlanDocument], options: RunOptions, nproc: int) -> l
         records = _finished(result)
         failures = sorted(Path(tmp).glob("result.json.rank*"), key=_failure_order)
         if failures:
-            records.append(Measurement.from_dict(json.loads(failures[0].read_text())))
+            records.append(Measurement.from_dict(json.loads(failures[0].read_text(encoding="utf-8"))))
         if not records:
             raise AutoplanError(f"the {nproc} worker processes exited with codes {codes} and recorded nothing; "
                                 "see their output above")

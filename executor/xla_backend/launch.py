@@ -77,7 +77,7 @@ def run_many(docs: list, options: RunOptions) -> list:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {dump_flags(env[DUMP_DIR_ENV])}".strip()
         write_json_atomic(request, {"runs": [{"plan": d.to_dict(), "options": o.to_dict()} for d, o in runs]})
         returncode, tail = _run_worker([str(request), str(result)], env)
-        data = json.loads(result.read_text()) if result.exists() else {}
+        data = json.loads(result.read_text(encoding="utf-8")) if result.exists() else {}
     if "error" in data:
         raise AutoplanError(data["error"])
     if returncode != 0 or "measurements" not in data:
