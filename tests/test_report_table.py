@@ -101,3 +101,24 @@ def test_a_run_whose_step_time_is_not_compared_is_left_out_of_the_scores(table):
     header, *rows = parser.tables["Measured vs predicted step time, all rows"]
     analytical = dict(zip(header, next(r for r in rows if r[0] == "analytical")))
     assert analytical["rows"] == "3", analytical
+
+
+def test_runs_none_of_whose_step_times_is_compared_still_get_their_table(tmp_path):
+    """A single run on a loaded CPU (the README tour's, 2 ranks on 2 cores under a test suite): its step
+    time is not compared, so nothing scores the cost model, but the report is written and its per-run
+    table says why (it was refused as "no usable measured rows", exit 2)."""
+    from tests.report_page import Tables
+
+    for name in ("cpu-profile.json", "cpu-profile.json.samples.csv"):
+        shutil.copy(DATA / name, tmp_path / name)
+    base = next(r for r in map(json.loads, (DATA / "runs.jsonl").read_text().splitlines()) if r["status"] == "ok")
+    (tmp_path / "runs.jsonl").write_text(json.dumps(_record(base, "sharedcpu005", 40 * MIB, wait_share=0.5)) + "\n")
+    assert main(["report", str(tmp_path / "runs.jsonl"), "-o", str(tmp_path / "report")]) == 0
+    (row,) = per_run_rows(tmp_path / "report" / "index.html")
+    assert row["time compared"].startswith("not compared: the run's ranks waited for a CPU")
+    parser = Tables()
+    parser.feed((tmp_path / "report" / "index.html").read_text())
+    assert "Measured vs predicted step time, all rows" not in parser.tables  # nothing to score
+    # a failed or malformed file is still refused: only rows left out for contention are reported so
+    (tmp_path / "bad.jsonl").write_text(json.dumps({**base, "status": "error", "error": "boom"}) + "\n")
+    assert main(["report", str(tmp_path / "bad.jsonl"), "-o", str(tmp_path / "report2")]) == 2

@@ -78,23 +78,26 @@ def accuracy_sections(data, out_dir: Path, calibration=None, measurement_paths=(
         notes.append(f"Warning: {len(data.mismatched)} measured run(s) ran on other hardware or another framework "
                      f"than their prediction describes, so their error measures that gap, not the cost model "
                      f"(the first: {data.mismatched[0]}). {MISMATCH_ADVICE.capitalize()}.")
-    sections = []
-    if measurement_paths:
-        rows, _ = tables.measured_vs_predicted(measurement_paths)
-        if len(rows) > 1:
-            sections.append(Section(
-                "Measured vs predicted, per run",
-                ["Each successful run next to the prediction its plan carried: step time (median of the timed "
-                 "steps, warm-up excluded) and peak memory per device, with the signed error "
-                 "(predicted - measured) / measured. The last column says whether the run's device and backend "
-                 "are the ones the prediction was made for. The tables below re-score each run with today's cost "
-                 "model and score throughput, not step time (a step time predicted 30% short is a throughput "
-                 "43% high); a run whose step time is not compared here is left out of them."], [], rows))
-    return sections + [
+    return per_run_sections(measurement_paths) + [
         Section("Measured vs predicted step time, all rows", notes + [
             "The scatter shows measured (x) against predicted (y) step time; the table scores the predicted "
             "throughput (tokens/s) against the measured one."], [Path(scatter).name], _metrics_rows(metrics)),
         Section("Measured vs predicted: throughput error per source and model", [], [Path(bars).name], per_group)]
+
+
+def per_run_sections(measurement_paths) -> list[Section]:
+    """The table of each successful run next to the prediction its plan carried (none without runs)."""
+    rows, _ = tables.measured_vs_predicted(measurement_paths) if measurement_paths else ([], None)
+    if len(rows) <= 1:
+        return []
+    return [Section(
+        "Measured vs predicted, per run",
+        ["Each successful run next to the prediction its plan carried: step time (median of the timed "
+         "steps, warm-up excluded) and peak memory per device, with the signed error "
+         "(predicted - measured) / measured. The last column says whether the run's device and backend "
+         "are the ones the prediction was made for. The tables below re-score each run with today's cost "
+         "model and score throughput, not step time (a step time predicted 30% short is a throughput "
+         "43% high); a run whose step time is not compared here is left out of them."], [], rows)]
 
 
 # -- plan -----------------------------------------------------------------------------------------
@@ -218,6 +221,7 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     from cost_model.learned.calibration import load_calibration
     from autoplan.planning.planfiles import load_plan  # the one plan reader: the rules every command applies
     from cost_model.learned.calibrate import gather
+    from cost_model.learned.dataset import NOT_COMPARED
 
     if not measurement_paths and not published and plan_path is None:
         raise AutoplanError("nothing to report: give measurement files (runs.jsonl), --published, and/or a plan.json")
@@ -238,7 +242,7 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
         if data.mismatched:
             sys.stderr.write(f"autoplan report: warning: {len(data.mismatched)} run(s) measured on other hardware or "
                              f"frameworks than predicted for (shown, marked); the first: {data.mismatched[0]}\n")
-        if not len(data):
+        if not len(data) and not (data.skipped and all(NOT_COMPARED in s for s in data.skipped)):
             first = f", the first: {data.skipped[0]}" if data.skipped else ""
             raise AutoplanError(f"no usable measured rows in {', '.join(map(str, measurement_paths))}; "
                                 f"{len(data.skipped)} skipped (failed runs, malformed lines or step times not "
@@ -249,7 +253,11 @@ def build_report(out_dir, measurement_paths=(), published: bool = False, plan_pa
     try:
         if data is not None:
             stage("accuracy figures (grouped cross-validation of the correction)")
-        sections = accuracy_sections(data, scratch, calibration, measurement_paths) if data is not None else []
+        # Runs whose step times are all "not compared" (a loaded CPU) still get their per-run table, which
+        # says why; there is nothing to score the cost model's accuracy on.
+        scored = data is not None and len(data)
+        sections = (accuracy_sections(data, scratch, calibration, measurement_paths) if scored
+                    else per_run_sections(measurement_paths))
         if doc is not None:
             sections += plan_sections(doc, scratch, cluster_for_plan_file(doc.cluster, doc_dir), calibration, stage=stage)
         title = "autoplan report" + (f": {_model_name(doc)} on {doc.cluster.num_gpus} x {doc.cluster.name}" if doc else "")

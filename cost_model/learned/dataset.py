@@ -20,6 +20,10 @@ from autoplan.specs.host_process import time_not_comparable
 from cost_model.learned.features import plan_record
 from cost_model.learned.memory_correction import MemoryRow
 
+NOT_COMPARED = "step time not compared"
+"""How a skipped row whose step time is not comparable (CPU contention: autoplan.specs.host_process)
+is named, so a reader can tell it from a failed run or a malformed line."""
+
 
 @dataclass
 class CalibrationData:
@@ -123,7 +127,7 @@ def measurement_data(measurements, source: str, base_dir=".", learned: HardwareP
             data.memory_rows.append(row)
         not_comparable = time_not_comparable(m.extra.get("cpu_wait_share"), profile.environment) if timed else ""
         if not_comparable:  # its memory still counts; its wall time measures other processes too
-            data.skipped.append(f"{where}: step time not compared: {not_comparable}")
+            data.skipped.append(f"{where}: {NOT_COMPARED}: {not_comparable}")
         elif timed:
             data.add(record, m.median_step_time_s, group, "measured", mismatch=bool(mismatch))
     return data
