@@ -25,7 +25,7 @@ def test_every_row_derived_fact_names_its_source_and_where_it_was_measured():
 
 
 def test_bloom_network_is_withheld_exactly_where_its_measurements_are_held_out(runs):
-    """BigScience's 0.254 was solved from its 200B pairs on 80 and 160 A100s: held out by source
+    """BigScience's 0.265 was solved from its 200B pairs on 80 and 160 A100s: held out by source
     (bigscience), GPU generation (ampere) or scale band (65-1024 GPUs) its rows lose it; a group that
     holds none of those measurements (Hopper, > 1024 GPUs, fp8) keeps it."""
     bloom = next(r for r in runs if r.id == "BLOOM-PREQ-01")
