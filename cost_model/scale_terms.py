@@ -2,7 +2,7 @@
 
 The collectives' bandwidth and latency at a group's size are priced where they run (the profile's
 collective table, cost_model/tables.py: NCCL's ring and tree latencies over the nodes a group spans,
-cost_model/profiles.py `nccl_inter_node_latency_s`). What is left is synchronisation: every step ends
+cost_model/profiles.py `nccl_inter_node_latency_s`, with fewer ranks per node too: `_ring_time_s`). What is left is synchronisation: every step ends
 in collectives that span all the job's GPUs (the data-parallel gradient reduction or weight gather
 joins the replicas; each replica's tensor and pipeline ranks are joined inside it), so the step lasts
 as long as its slowest GPU's. With per-GPU step times that scatter independently by a relative
