@@ -86,9 +86,31 @@ def test_within_problem_rank_worked_example(runs):
     assert w["spearman_mean"] == pytest.approx(0.8)
     assert w["num_pairs"] == 7 and w["pair_agreement"] == pytest.approx(5 / 7)
     assert w["best_picked"] == pytest.approx(0.5)
+    # The mis-ordered pairs, the measured-faster plan first: (200 vs 100, predicted 120 vs 150) and the
+    # second problem's (200 vs 100, predicted 100 vs 200).
+    assert [(m["measured_gain"], m["predicted_gain"]) for m in w["misordered"]] == \
+        [(pytest.approx(1.0), pytest.approx(-0.2)), (pytest.approx(1.0), pytest.approx(-0.5))]
+    assert w["misordered"][0]["faster"] == one[1].run.id and w["misordered"][0]["slower"] == one[0].run.id
     # Another document of the same source (another stack or date) is another problem.
     later = [replace(r, run=replace(r.run, id=r.run.id.replace("PREQ", "LATER"))) for r in two[:1]]
     assert within_problem_rank(one + two[1:] + later)["num_problems"] == 1
+
+
+def test_a_misordered_pair_names_the_terms_that_order_it(runs):
+    """Plan a measured 10 % faster than plan b, predicted slower: a's step is priced 0.2 s more compute
+    and 0.4 s less data-parallel time than b's, pipeline sends equal: the compute term is what makes it
+    look slower, the data-parallel one pulls the other way, the equal term is neither."""
+    from cost_model.validation import misordered_pair
+
+    base = next(r for r in runs if r.id == "BLOOM-PREQ-01")
+    a, b = _rows(base, [(110.0, 95.0), (100.0, 100.0)])
+    a = replace(a, time_breakdown_s=(("compute", 1.0), ("dp_comm", 0.5), ("pp_comm", 0.1)))
+    b = replace(b, time_breakdown_s=(("compute", 0.8), ("dp_comm", 0.9), ("pp_comm", 0.1)))
+    m = misordered_pair(a, b)
+    assert (m["faster"], m["slower"]) == (a.run.id, b.run.id)
+    assert m["measured_gain"] == pytest.approx(0.1) and m["predicted_gain"] == pytest.approx(-0.05)
+    assert m["terms_against_s"] == {"compute": pytest.approx(0.2)}
+    assert m["terms_for_s"] == {"dp_comm": pytest.approx(-0.4)}
 
 
 def test_conformal_quantile_and_pooling():

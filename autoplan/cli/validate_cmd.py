@@ -158,6 +158,27 @@ def split_markdown(out_of_sample: dict) -> str:
     return text
 
 
+def misorder_lines(out_of_sample: dict, split: str = "source") -> str:
+    """The plan pairs held out along `split` whose predicted order is not the measured one, counted per
+    document and per the predicted term that most makes the measured-faster plan look slower."""
+    text = ""
+    for precision, label in (("bf16_fp16", "bf16/fp16"), ("fp8", "fp8")):
+        w = out_of_sample.get(split, {}).get(precision, {}).get("within_problem", {})
+        pairs = w.get("misordered", [])
+        if not pairs:
+            continue
+        docs, terms = {}, {}
+        for m in pairs:
+            doc = "-".join(m["faster"].split("-")[:2])
+            docs[doc] = docs.get(doc, 0) + 1
+            term = next(iter(m["terms_against_s"]), "none")
+            terms[term] = terms.get(term, 0) + 1
+        count = lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1]))
+        text += (f"  plan pairs in the wrong order, held out by {split}, {label}: {len(pairs)} of {w['num_pairs']} "
+                 f"({count(docs)}); the term that most makes the faster plan look slower: {count(terms)}\n")
+    return text
+
+
 def provenance_lines(facts: list) -> str:
     """Which facts came from a source's measured rows and where the splits withhold them."""
     text = ("  facts from measured rows, withheld where their measurements are held out: the fitted constants "
@@ -281,6 +302,7 @@ def write_text(out, summary: dict) -> None:
     from autoplan.specs.frameworks import HISTORICAL_FRAMEWORKS
 
     out.write(split_table(summary["out_of_sample"]))
+    out.write(misorder_lines(summary["out_of_sample"]))
     out.write(provenance_lines(summary["row_derived_facts"]))
     moe = summary["out_of_sample"]["moe"]
     for axis, title in (("per_source", "source"), ("per_gpu_generation", "GPU")):
