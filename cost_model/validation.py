@@ -221,12 +221,14 @@ def _short(summary: dict) -> dict:
 
 def problem_key(run) -> tuple:
     """One problem as one measurement campaign posed it: one document of a source (the first two parts
-    of the row id, e.g. BLOOM-PREQ, TORCHTITAN-2506, MLPERF-v31: one software stack at one time), one
-    model on one GPU type and count, one training shape (sequence length, global batch, precision).
-    Its rows differ in the plan; the same plan on another stack or date is another problem."""
+    of the row id, e.g. BLOOM-PREQ, TORCHTITAN-2506, MLPERF-v31) measured in one session (the date or
+    commit its citation names, PublishedRun.session: one software stack at one time), one model on one
+    GPU type and count, one training shape (sequence length, global batch, precision). Its rows differ
+    in the plan; the same plan on another stack or date is another problem."""
     t = run.training
     document = "-".join(run.id.split("-")[:2])
-    return document, repr(run.model), run.gpu, run.cluster.num_gpus, t.seq_len, t.global_batch_size, t.dtype
+    return (document, run.session, repr(run.model), run.gpu, run.cluster.num_gpus, t.seq_len, t.global_batch_size,
+            t.dtype)
 
 
 def plan_identity(run) -> tuple:

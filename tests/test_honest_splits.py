@@ -94,6 +94,18 @@ def test_within_problem_rank_worked_example(runs):
     # Another document of the same source (another stack or date) is another problem.
     later = [replace(r, run=replace(r.run, id=r.run.id.replace("PREQ", "LATER"))) for r in two[:1]]
     assert within_problem_rank(one + two[1:] + later)["num_problems"] == 1
+    # So is the same document measured on another day: BigScience timed tp8 pp12 mb4 at 88.3 tokens/s/GPU
+    # on 02-21 and 93.3 on 02-25, after "PCI-Express/NUMA was improved today ... do not compare today's
+    # numbers to yesterday's" (chronicles-prequel.md, "GBS Variations").
+    next_day = [replace(r, run=replace(r.run, session="02-25")) for r in two[:1]]
+    assert within_problem_rank(one + two[1:] + next_day)["num_problems"] == 1
+
+
+def test_a_rows_session_is_the_date_or_commit_its_citation_names(runs):
+    by_id = {r.id: r for r in runs}
+    assert (by_id["BLOOM-PREQ-03"].session, by_id["BLOOM-PREQ-12"].session) == ("02-21", "02-25")
+    assert by_id["OLMOCORE-1B-04"].session == "2024-09-26" and by_id["OLMOCORE-1B-12"].session == "2024-11-05"
+    assert {r.session for r in runs if r.id.startswith("INTERNEVO-thr")} == {"34fc28d760"}
 
 
 def test_a_misordered_pair_names_the_terms_that_order_it(runs):
