@@ -377,8 +377,7 @@ def row_to_run(row: dict) -> PublishedRun:
         recompute_unstated=_recompute_unstated(prefix, row),
         micro_batch_unstated=_micro_batch_unstated(prefix, row),
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
-        assumptions=tuple(assumptions), notes=notes,
-        session=_session(row["source"]),
+        assumptions=tuple(assumptions), notes=notes, session=_session(row["source"]),
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
         # another FSDP stack with its own whole-logit loss), so none takes that fact.
         framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
