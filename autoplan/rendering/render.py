@@ -72,15 +72,21 @@ def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float 
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
 
 
-def interval_text(prediction: dict) -> str:
-    """' (80 %, new source: 890-1,120)' for a prediction that carries its interval of tokens/s/GPU (the
+def interval_phrase(prediction: dict) -> str:
+    """'80 %, new source: 890-1,120' for a prediction that carries its interval of tokens/s/GPU (the
     transfer its residuals assume, where the plan file names it), else ''."""
     interval = prediction.get(PREDICTION_INTERVAL_KEY)
     if not interval:
         return ""
     transfer = prediction.get(PREDICTION_INTERVAL_INFO_KEY, {}).get("transfer")
-    return (f" ({round(100 * PREDICTION_INTERVAL_LEVEL)} %{', ' + transfer if transfer else ''}: "
-            f"{interval[0]:,.0f}-{interval[1]:,.0f})")
+    return (f"{round(100 * PREDICTION_INTERVAL_LEVEL)} %{', ' + transfer if transfer else ''}: "
+            f"{interval[0]:,.0f}-{interval[1]:,.0f}")
+
+
+def interval_text(prediction: dict) -> str:
+    """' (80 %, new source: 890-1,120)' after a predicted tokens/s/GPU, else ''."""
+    phrase = interval_phrase(prediction)
+    return f" ({phrase})" if phrase else ""
 
 
 def headline_lines(prediction: dict) -> list:
