@@ -215,6 +215,12 @@ class Framework(DataParallelFacts):
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
     """Host time per micro-batch of a pipeline engine (schedule dispatch, blocking sends)."""
+    kernels_per_layer: float = 0.0
+    """Kernels the host issues per layer and micro-batch, forward and backward (cost_model/host_time.py;
+    0: host issue time not priced)."""
+    host_s_per_kernel: float = 0.0
+    """Host seconds to issue one of them (Python, dispatcher, autograd, launch): a micro-batch takes
+    max(GPU time, layers x kernels_per_layer x host_s_per_kernel) (cost_model/host_time.py)."""
     # -- how close its kernels get to the profile, and what it adds (fitted values for the published
     # frameworks: cost_model/data/constants.json "frameworks"; hardware facts stay in the profile) --
     gemm_efficiency: float = 1.0
