@@ -12,7 +12,9 @@ Glossary, "CUDA Graph"). The host issue time is a count times a measured cost:
 
 Both factors are Framework fields (kernels_per_layer, host_s_per_kernel); for eager PyTorch they are
 the repository's own measurements (autoplan/specs/frameworks.py EAGER_KERNELS_PER_LAYER,
-EAGER_HOST_S_PER_KERNEL). A framework that leaves them at 0 has no host term.
+EAGER_HOST_S_PER_KERNEL). A framework that leaves them at 0 has no host term, and so does a CPU
+profile: there the host runs the kernels it issues, one after the other, and the profile's timings of
+them already hold the dispatch.
 """
 from __future__ import annotations
 
@@ -25,3 +27,10 @@ def exposed_host_s(gpu_s: float, layers: int, kernels_per_layer: float, host_s_p
     """Seconds a micro-batch waits for the host beyond its `gpu_s` of GPU work: the micro-batch takes
     max(gpu_s, host issue time), so this is the part of the host time the GPU does not hide."""
     return max(0.0, host_issue_s(layers, kernels_per_layer, host_s_per_kernel) - gpu_s)
+
+
+def microbatch_host_wait_s(profile, framework, gpu_s: float, layers: int) -> float:
+    """exposed_host_s with `framework`'s facts, 0 on a CPU profile (no device to starve)."""
+    if getattr(profile, "device_kind", "gpu") == "cpu":
+        return 0.0
+    return exposed_host_s(gpu_s, layers, framework.kernels_per_layer, framework.host_s_per_kernel)

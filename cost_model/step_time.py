@@ -12,7 +12,7 @@ import math
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.dp_time import dp_rounds, dp_time, recompute_regathered_share
-from cost_model.host_time import exposed_host_s
+from cost_model.host_time import microbatch_host_wait_s
 from cost_model.memory import grads_accumulate_unsharded
 from cost_model.scale_terms import sync_wait_s
 from cost_model.stages import bubble_in_slowest_rank_times, stage_split
@@ -74,8 +74,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     overhead_mb = per_stage * layer_overhead_s * sw.fused_elementwise + (sw.microbatch_overhead_s if p > 1 else 0.0)
     # Host issue: where the host cannot issue the layers' kernels as fast as the GPU runs them, the
     # micro-batch waits for the host (cost_model/host_time.py).
-    host_mb = exposed_host_s(compute_mb + memory_mb + comm_mb + recompute_s, per_stage,
-                             sw.kernels_per_layer, sw.host_s_per_kernel)
+    host_mb = microbatch_host_wait_s(est.profile, sw, compute_mb + memory_mb + comm_mb + recompute_s, per_stage)
     t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb + host_mb
     bubble_s = bubble_ranks / v * t_mb
 
