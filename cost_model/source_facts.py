@@ -183,8 +183,10 @@ SOURCES = {
     # out of sample only: no constant is fitted on a row with moe_num_experts (cost_model/splits.py).
     "MOEZOO": dict(source="megatron-moe-modelzoo"),
     "MCOREMOERM": dict(source="megatron-core-moe-readme"),
-    # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
-    "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True},
+    # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM,
+    # and reads those counts on the host in every MoE layer (Framework.moe_host_sync).
+    "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True,
+                                                                  "moe_host_sync": True},
                        **KEMPNERFORGE_MEMORY_LOG),
     # FlagPerf's "mem" column (its READMEs: "显存", in GiB, as "used/total") is the device memory its
     # monitor reads from nvidia-smi's Memory-Usage (training/nvidia/nvidia_monitor.py): everything the
