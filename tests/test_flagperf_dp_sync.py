@@ -17,7 +17,7 @@ FLAGPERF = ("FLAGPERF-mixtral8x7b-01", "FLAGPERF-mixtral8L-01", "FLAGPERF-qwenmo
 def _dp(run, framework):
     est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=framework,
                     constants=load_constants(), allow_tp_across_nodes=True)
-    e = est.estimate(run.recompute_for(est))
+    e = est.estimate(run.plan_to_price(est))
     return e.time_breakdown_s["dp_comm"], e.details["dp_comm_total_s"]
 
 
