@@ -18,7 +18,10 @@ from autoplan.specs import (
 from cost_model.constants import Constants, load_constants
 from cost_model.moe_time import moe_run_facts
 from cost_model.profiles import builtin_profile
-from cost_model.source_facts import FRAMEWORK_FACTS, MODEL_FACTS, MSAMP_O3_STATES, NEMO2_MLPERF_LLAMA31, SOURCES
+from autoplan.specs.frameworks import AS_RAN, STANDS_IN_FOR
+from autoplan.specs.frameworks.deepspeed import DEEPSPEED_V0_3_13_ZERO3
+from autoplan.specs.frameworks.megatron_core import MSAMP_O3_STATES, NEMO2_MLPERF_LLAMA31
+from cost_model.source_facts import MODEL_FACTS, SOURCES
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
 _PEAK_MEMORY = re.compile(r"(?:peak mem|max GPU mem|mem) ([0-9.]+) ?(GiB|GB)")
@@ -127,7 +130,8 @@ class PublishedRun:
     sweep: str = field(default="")
     """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
     framework_then: tuple = ()
-    """(fact, value) pairs of the framework as it was when the run was made (SOURCES' framework_then)."""
+    """(fact, value) pairs of the framework as it was when the run was made (its framework module's
+    AS_RAN in autoplan/specs/frameworks, and what the row states)."""
     derived_facts: tuple = ()
     """The facts among framework_then that came from a source's measured rows (RowDerivedFact)."""
 
@@ -274,7 +278,7 @@ def row_to_run(row: dict) -> PublishedRun:
         sp = False
         assumptions.append("sequence_parallel: false (the flag has no effect at tp = 1)")
     if not row["sequence_parallel"].strip() and tp > 1 and (row.get("framework") or "").strip() and \
-            FRAMEWORK_FACTS.get(facts["framework"], facts["framework"]) == "megatron-core":
+            STANDS_IN_FOR.get(facts["framework"], facts["framework"]) == "megatron-core":
         # Megatron-Core's recipes (NeMo, Megatron-LM examples) turn sequence parallelism on with TP.
         sp = True
         assumptions.append("sequence_parallel missing: true (Megatron-Core recipes with tp > 1)")
@@ -294,21 +298,18 @@ def row_to_run(row: dict) -> PublishedRun:
     framework = facts["framework"]
     if (row.get("framework") or "").strip():
         # The software the row names, as the built-in framework whose facts predict it.
-        framework = FRAMEWORK_FACTS.get(framework, framework)
+        framework = STANDS_IN_FOR.get(framework, framework)
     if prefix == "MTNLG":
         framework = "megatron-deepspeed"    # 2021: fused softmax, no flash attention
-    then = dict(facts.get("framework_then", {}))
+    then = dict(AS_RAN.get(facts["source"], {}))  # its framework as the source ran it
     # Facts a source's measured rows chose (source_facts.RowDerivedFact), recorded so a held-out split
     # can withhold them.
     derived = tuple(facts.get("derived", ()))
     then.update({f.field: f.value for f in derived})
     if prefix == "N21" and zero == 3:
-        # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (ZeRO-3 came with v0.3.13, 2021-03,
-        # the paper is of 2021-04) on the torch of its time: one gather and one reduce-scatter per
-        # parameter tensor, gathers the compute waits for, and torch's copies around list collectives
-        # (Framework.zero3_gather_per_tensor, zero3_gather_blocking, collective_list_copies).
+        # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (the paper is of 2021-04).
         framework = "deepspeed"
-        then.update(zero3_gather_per_tensor=True, zero3_gather_blocking=True, collective_list_copies=True)
+        then.update(DEEPSPEED_V0_3_13_ZERO3)
     if plan.zero_shard and framework in FRAMEWORKS and plan.zero_stage not in FRAMEWORKS[framework].hsdp_zero_stages:
         # The stack the row ran shards so, whatever the built-in framework standing in for it can do
         # (BloombergGPT: SageMaker's sharded data parallelism, MiCS over 128 GPUs, on DeepSpeed's facts).
