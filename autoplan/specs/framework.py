@@ -4,7 +4,7 @@ what it can run.
 A plan is made for the framework that will run it (DESIGN.md "The framework is an input"). The
 cost model reads the storage and fusion facts; the search explores only plans `check()` allows;
 the plan file records the framework's name; the executor and the exporters re-check against it.
-The built-in frameworks are in `autoplan.specs.frameworks` (one entry each, with sources).
+The built-in frameworks are in the package `autoplan.specs.frameworks` (one module each, with sources).
 
 Its data-parallel and ZeRO facts are its base class's (autoplan.specs.framework_dp.DataParallelFacts).
 The efficiency fields (overlap fractions, overheads) hold neutral or documented values here; the
@@ -44,6 +44,18 @@ def megatron_states() -> dict:
         "params": StateTerm(2, 3, "bf16 weights the kernels read"),
         "grads": StateTerm(4, 2, "fp32 main-grad buffer (gradients accumulated over micro-batches)"),
         "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
+    }
+
+
+def fsdp2_states(what: str) -> dict:
+    """FSDP2 with a bf16 MixedPrecisionPolicy: the sharded parameter IS the fp32 master (PyTorch
+    FSDP2 docs, `fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=bfloat16,
+    reduce_dtype=float32))`); gradients land in fp32 on the sharded parameter; AdamW keeps two fp32
+    moments."""
+    return {
+        "params": StateTerm(4, 1, f"fp32 parameters ({what})"),
+        "grads": StateTerm(4, 2, "fp32 gradients"),
+        "optimizer": StateTerm(8, 1, "AdamW momentum 4 + variance 4 (fp32)"),
     }
 
 
@@ -137,7 +149,7 @@ class Framework(DataParallelFacts):
     and torchtitan (PrepareModuleInput gathers each block's input once, so autograd sums the q/k/v
     gradients before the one reduction) run it. A plan that parallelizes q, k, v, gate and up each
     with its own ColwiseParallel reduces five times (KempnerForge; counted, see
-    cost_model/source_facts.py KEMPNERFORGE_FACTS)."""
+    autoplan/specs/frameworks/torchtitan.py KEMPNERFORGE_FACTS)."""
     fp8_linear_inputs_saved_in_fp8: bool = False
     """fp8 (the Megatron activation recipe): a dense layer's linears keep the fp8 cast of their input
     for the weight gradient, 1 B per element, not the bf16 input (Transformer Engine's te.Linear and
