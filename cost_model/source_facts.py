@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from autoplan.specs import StateTerm
-from autoplan.specs.framework import megatron_states
+from autoplan.specs.framework import NEVER, megatron_states
 from cost_model.splits import Where
 
 KEMPNERFORGE_FACTS = {
@@ -71,6 +71,22 @@ NVIDIA/benchmarks/llama31_405b/implementations/eos-dfw_n64_ngc25.01_nemo/pretrai
 DistributedDataParallelConfig(grad_reduce_in_fp32=False), so the distributed optimizer's main-grad
 buffer and its reduce-scatter are bf16 (megatron/core/distributed/distributed_data_parallel.py: the
 buffer takes the parameters' dtype unless grad_reduce_in_fp32), not Megatron-LM's fp32 of --bf16."""
+FLASH_ATTN_TRAINING_STATES = {
+    "states": {
+        "params": StateTerm(4, NEVER, "fp32 parameters, replicated by DDP"),
+        "grads": StateTerm(4, NEVER, "fp32 gradients in DDP's buckets (gradient_as_bucket_view)"),
+        "optimizer": StateTerm(8, 1, "AdamW momentum 4 + variance 4 (fp32), ZeroRedundancyOptimizer's partition"),
+    },
+    "compute_weight_copy_bytes": 2.0,
+}
+"""The flash-attention repo's GPT trainer (training/, pytorch-lightning 1.8.6 in its Dockerfile): fp32
+weights under Lightning's precision bf16 (torch.autocast), whose FusedDense and FusedMLPFunc cast the
+weights to bf16 and save the casts for backward (flash_attn/ops/fused_dense.py, 2 B per parameter held
+from forward to backward); DDP over the 8 GPUs (trainer.strategy DDPStrategyZero1,
+src/utils/ddp_zero1.py, with gradient_as_bucket_view: the fp32 gradients are the buckets) and torch's
+ZeroRedundancyOptimizer over AdamW (configs/optimizer/adamw-zero.yaml), which keeps each rank's share of
+the moments, from the 760M config on (ZeRO-1; the 125M and 355M configs keep Lightning's plain DDP, where
+the row's ZeRO-0 keeps them whole)."""
 KEMPNERFORGE_MEMORY_LOG = dict(memory_gb_is_gib=True, memory_is_allocated=True, memory_of_rank0=True)
 """What KempnerForge's "Mem/GPU ... GB" is: torch.cuda.max_memory_allocated / 1024**3 (GiB of allocated
 bytes: kempnerforge/metrics/memory.py get_memory_stats, metrics/tracker.py), of rank 0 only
@@ -167,7 +183,8 @@ SOURCES = {
     # "faster and uses less memory than torch.nn.CrossEntropyLoss"): its kernel keeps the bf16 logits and
     # a per-row log-sum-exp, and its backward writes the logits' gradient over them (in place): 2 B per
     # logit at the loss's peak, not Megatron's 6.
-    "FA2": dict(source="flash-attention-2", framework_then={"fused_cross_entropy": True, "loss_bytes_per_logit": 2.0}),
+    "FA2": dict(source="flash-attention-2", framework_then={"fused_cross_entropy": True, "loss_bytes_per_logit": 2.0,
+                                                            **FLASH_ATTN_TRAINING_STATES}),
     "MDS": dict(source="megatron-deepspeed-examples"),
     "NEOX": dict(source="gpt-neox-20b"),
     # BloombergGPT trained on 64 AWS p4d.24xlarge, 400 Gb/s of EFA per node (arXiv 2303.17564 Sec. 3.3-3.4, as

@@ -4,7 +4,7 @@ change with a framework's optimizer and mixed-precision code, not with its paral
 Megatron-LM's own default (megatron_states) is Framework's default, in autoplan/specs/framework.py."""
 from __future__ import annotations
 
-from autoplan.specs.framework import StateTerm, megatron_states
+from autoplan.specs.framework import NEVER, StateTerm, megatron_states
 
 
 def fsdp2_states(what: str) -> dict:
@@ -19,6 +19,15 @@ def fsdp2_states(what: str) -> dict:
     }
 
 
+TORCHTITAN_STATES = {
+    **fsdp2_states("FSDP2-sharded master"),
+    "grads": StateTerm(4, 1, "fp32 gradients, reduce-scattered into the shard every micro-batch from ZeRO-1"),
+}
+"""torchtitan has no ZeRO-1 of its own: autoplan exports its ZeRO-1 as it does ZeRO-2, fully_shard with
+reshard_after_forward "never" (autoplan/exporters/torchtitan/shared.py data_parallel_degrees), and torchtitan
+0.3.0's train step never turns FSDP2's gradient sync off between micro-batches (train.py), so the fp32
+gradients are reduce-scattered into the shard every micro-batch at ZeRO-1 too: 2 B per parameter on 2 gloo
+ranks (tests/test_state_oracle.py, "torchtitan never reshard")."""
 DEEPSPEED_STATES = {
     "params": StateTerm(2, 3, "bf16/fp16 weights the kernels read"),
     "grads": StateTerm(2, 2, "bf16/fp16 gradients (param.grad, reduced in their own dtype)"),
@@ -38,6 +47,35 @@ DEEPSPEED_BF16_STATES = {
 fp32_groups_gradients_flat, zeros_like the whole bf16 flat group in fp32, of which each rank's
 partition is a view (deepspeed/runtime/bf16_optimizer.py); the fp32 master weights and Adam states
 are partitioned. fp16 runs keep DEEPSPEED_STATES (ZeRO-1's fp32 gradient is the partition's)."""
+DEEPSPEED_BF16_EXPORTED_STATES = {
+    "params": StateTerm(2, 3, "bf16 weights the kernels read"),
+    "grads": StateTerm(2, 1, "bf16 gradients: param.grad, whole, at ZeRO-0; from ZeRO-1 the rank's bf16 "
+                             "partition each micro-batch's reduction adds into"),
+    "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
+}
+"""DeepSpeed 0.19.8 in bf16 as autoplan exports it (no data_types.grad_accum_dtype): gradients accumulate
+in bf16, the model's dtype (runtime/engine.py get_data_types lines 1806-1807), so _do_optimizer_sanity_check
+(lines 2294-2321) picks DDP_BFLOAT16 at ZeRO-0, whose FP16_UnfusedOptimizer keeps bf16 param.grad and
+whole fp32 master weights and moments, and the ZeRO optimizers from ZeRO-1 (fp32 accumulation would take
+BF16_Optimizer at ZeRO-1 only, and is refused at ZeRO-0 outside the pipeline: "unsupported mix"). Those
+keep the rank's bf16 gradient partition between micro-batches (zero/stage_1_and_2.py averaged_gradients
+with overlap_comm and contiguous_gradients, as exported; zero/stage3.py grad_partitions_flat_buffer,
+line 791); the step's fp32 copy of that partition lives only during the update. Counted on 2 gloo ranks by
+tests/test_state_oracle.py: 2/2/12 at ZeRO-0, 2/1/6 at ZeRO 1-2, 1/1/6 at ZeRO-3."""
+DEEPSPEED_BF16_PIPELINE_STATES = {
+    "params": StateTerm(2, NEVER, "bf16 weights the kernels read"),
+    "grads": StateTerm(2, NEVER, "bf16 param.grad, zeroed, not freed, between micro-batches"),
+    "grad_accumulator": StateTerm(2, NEVER, "BF16_Optimizer's fp32_groups_gradients_flat in the accumulation "
+                                            "dtype (bf16 as exported), whole"),
+    "optimizer": StateTerm(12, 0, "fp32 master weights 4 + Adam momentum 4 + variance 4, over data parallelism"),
+}
+"""DeepSpeed 0.19.8's pipeline engine at ZeRO-0 in bf16 (Framework.pipeline_zero0_states): it takes
+BF16_Optimizer (engine.py lines 2316-2320) with the model's dtype as its accumulation dtype (line 2628,
+grad_acc_dtype=get_data_types()[1]); that optimizer partitions the fp32 master and Adam state over the
+data-parallel group at any stage (bf16_optimizer.py lines 153-160: partition_count, partition_id), keeps
+fp32_groups_gradients_flat as zeros_like the bf16 flat group in that dtype (line 191), and the pipeline
+engine adds each micro-batch's param.grad into it with clear_lp_grads=False (pipe/engine.py lines
+838-862, bf16_optimizer.py _update_hp_grad)."""
 MEGATRON_FP16 = {
     "states": {**megatron_states(),
                "params": StateTerm(2, 3, "fp16 weights the kernels read"),

@@ -13,7 +13,8 @@ from dataclasses import replace
 from autoplan.specs.errors import AutoplanError
 from autoplan.specs.framework import Framework
 from autoplan.specs.framework_states import (
-    AUTOPLAN_STATES, DEEPSPEED_BF16_STATES, DEEPSPEED_GRAD_ACCUMULATION, DEEPSPEED_STATES, MEGATRON_FP16, fsdp2_states)
+    AUTOPLAN_STATES, DEEPSPEED_BF16_EXPORTED_STATES, DEEPSPEED_BF16_PIPELINE_STATES, DEEPSPEED_BF16_STATES,
+    DEEPSPEED_GRAD_ACCUMULATION, DEEPSPEED_STATES, MEGATRON_FP16, TORCHTITAN_STATES, fsdp2_states)
 
 DEFAULT_FRAMEWORK = "autoplan"
 
@@ -68,11 +69,14 @@ _AUTOPLAN = Framework(
     cp_with_masked_attention=False, mla_padded_values=True,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
-    fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True,
+    fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True, sharded_reduce_bytes_per_grad=4.0,
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
         "zero2_reduce_every_microbatch": "executor/torch_backend/train.py _set_grad_sync: FSDP2's gradient sync is "
                                          "turned off between micro-batches at ZeRO 0-1 only",
+        "sharded_reduce_bytes_per_grad": "executor/torch_backend/parallelize.py mixed_precision: "
+                                         "MixedPrecisionPolicy(reduce_dtype=torch.float32), so FSDP2 reduce-scatters, "
+                                         "and accumulates unsharded gradients, in fp32",
         "fused_adamw_on_cuda": "executor/torch_backend/train.py _optimizers: torch.optim.AdamW(fused=True) on CUDA "
                                "(for-each on a CPU); the H200 allocator history of plan l1-s2k-m4-full "
                                "(cost_model/data/h100_runs/2026-11-28) holds no optimizer temporary",
@@ -183,7 +187,7 @@ FRAMEWORKS = {f.name: f for f in (
         moe_dispatch="alltoall", moe_tp_needs_sequence_parallel=True,
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
         dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1,), zero2_reduce_every_microbatch=True,
-        sp_regathers_in_backward=True,
+        pipeline_defers_grad_sync=False, sp_regathers_in_backward=True,
         by_dtype={"fp16": MEGATRON_FP16},
         options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
                  "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True},
@@ -223,6 +227,10 @@ FRAMEWORKS = {f.name: f for f in (
                  "zero2_reduce_every_microbatch": "megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py "
                                                   "core_v0.16.1 lines 770-775: grad_reduce_every_bprop for optim_grads "
                                                   "and optim_grads_params, whatever the micro-batch",
+                 "pipeline_defers_grad_sync": "megatron_fsdp.py core_v0.16.1 lines 654-668 and the no_sync docstring "
+                                              "(1044-1048): Megatron-FSDP reduce-scatters at every backward even inside "
+                                              "the no_sync its pipeline schedules enter; counted on 2 gloo ranks "
+                                              "(tests/test_state_oracle.py): 2 B per parameter of sharded fp32 grads",
                  "hsdp_zero_stages": "Megatron-LM core_v0.16.1 megatron/training/arguments.py line 2333 "
                                      "--num-distributed-optimizer-instances; megatron/core/parallel_state.py lines "
                                      "833-840: each instance shards the distributed optimizer over consecutive dp-cp "
@@ -294,7 +302,7 @@ FRAMEWORKS = {f.name: f for f in (
         name="torchtitan", version="torchtitan 0.3.0 (2026; the 0.2.0 TOML export re-checks 0.2's own rules)",
         description="PyTorch torchtitan: FSDP2/HSDP + TP/SP + torch.distributed.pipelining + CP, "
                     "op-level selective activation checkpointing",
-        states=fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0, fp8_rowwise=True,
+        states=TORCHTITAN_STATES, compute_weight_copy_bytes=0.0, fp8_rowwise=True,
         selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
         zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
         zero2_reduce_every_microbatch=True,
@@ -322,7 +330,8 @@ FRAMEWORKS = {f.name: f for f in (
                  "fp8_rowwise": "torchtitan 0.3.0 components/quantization/float8.py Float8LinearConverter.Config: "
                                "recipe_name Literal['rowwise', 'rowwise_with_gw_hp'], default rowwise (what "
                                "autoplan's export turns on)",
-                 "states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
+                 "states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce); "
+                           "ZeRO-1 exported as ZeRO-2's FSDP2 (framework_states.TORCHTITAN_STATES)",
                  "hsdp_zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py lines 74-77: fully_shard over "
                                      "the mesh ['dp_replicate', 'fsdp'] (fsdp = dp_shard x cp) when "
                                      "data_parallel_replicate_degree > 1, at every FSDP reshard setting",
@@ -378,12 +387,14 @@ FRAMEWORKS = {f.name: f for f in (
         zero3_recompute_reuse_params=1e9,
         pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
         dp_overlap_zero_stages=(3,), grad_accumulation_bytes=DEEPSPEED_GRAD_ACCUMULATION,
-        by_dtype={"bf16": {"states": DEEPSPEED_BF16_STATES}}, sp_regathers_in_backward=True,
+        by_dtype={"bf16": {"states": DEEPSPEED_BF16_EXPORTED_STATES,
+                           "pipeline_zero0_states": DEEPSPEED_BF16_PIPELINE_STATES}}, sp_regathers_in_backward=True,
         sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
                  "sp_regathers_in_backward": "Megatron-DeepSpeed megatron/core/tensor_parallel/layers.py: Megatron's "
                                              "sequence-parallel linears, which all-gather their saved sharded input "
                                              "again in backward",
-                 "by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
+                 "by_dtype": "deepspeed/runtime/engine.py get_data_types, _do_optimizer_sanity_check (0.19.8): "
+                             "bf16 accumulation as exported; BF16_Optimizer under the pipeline engine",
                  "grad_accumulation_bytes": "deepspeed/runtime/bf16_optimizer.py update_hp_grads; torch autograd "
                                             "AccumulateGrad (fp16)",
                  "dp_overlap_zero_stages": _DEEPSPEED_OVERLAP_SOURCE,
