@@ -46,9 +46,12 @@ def _buckets(engine) -> list:
     ZeRO on, a parameter's own .grad still alive is a gradient waiting in such a bucket for its
     reduce-scatter into the partition (ZeRO-3 frees it after the reduce, stage3.py
     __add_grad_to_ipg_bucket), bounded by the bucket size, not the model: counted here too. Without
-    ZeRO, .grad is where the micro-batches accumulate."""
-    zero = hasattr(engine.optimizer, "ipg_buckets")   # not BF16_Optimizer, whose .grad is the micro-batch's
-    out = [p.grad for p in engine.module.parameters() if p.grad is not None] if zero else []
+    ZeRO, and at ZeRO-1, .grad is where the micro-batches accumulate: ZeRO-1 does not partition gradients
+    and reduces only at the accumulation boundary (stage_1_and_2.py reduce_ready_partitions_and_remove_grads,
+    line 2294: partition_gradients or is_gradient_accumulation_boundary)."""
+    optimizer = engine.optimizer   # not BF16_Optimizer (no ipg_buckets), whose .grad is the micro-batch's
+    waiting = hasattr(optimizer, "ipg_buckets") and getattr(optimizer, "partition_gradients", True)
+    out = [p.grad for p in engine.module.parameters() if p.grad is not None] if waiting else []
     for bucket in getattr(engine.optimizer, "ipg_buckets", {}).values():
         out += bucket.buffer if isinstance(bucket.buffer, list) else [bucket.buffer]
     return out
@@ -169,7 +172,9 @@ def run(case: dict, snap) -> dict:
     for _ in range(engine.gradient_accumulation_steps()):
         tokens = torch.randint(0, VOCAB, (engine.train_micro_batch_size_per_gpu(), 33))
         engine.backward(engine(tokens))
-        snap.grads_held(buckets=_buckets(engine))
+        grads = [p.grad for p in engine.module.parameters()]   # gives autograd's .grad a Python object
+        snap.grads_held(buckets=_buckets(engine))              # (the walk sees only those)
+        del grads
         engine.step()
     inner = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
     # ZeRO-3's fp32 master partitions (stage3.py:1118-1151) are the optimizer's parameters only during

@@ -261,9 +261,10 @@ HAND = {
     ("megatron", "megatron-fsdp optim_grads"): {"params": 2, "grads": 2, "optimizer": 6},
     ("megatron", "megatron-fsdp optim_grads_params"): {"params": 1, "grads": 2, "optimizer": 6},
     # DeepSpeed 0.19.8 in bf16 as exported (no data_types): gradients accumulate in bf16
-    # (engine.py:1806-1807); ZeRO 1-3 keep the rank's bf16 partition; fp32 master + Adam over 2 ranks.
+    # (engine.py:1806-1807); ZeRO-1 in param.grad, whole, until the boundary (stage_1_and_2.py:2294),
+    # ZeRO 2-3 in the rank's bf16 partition; fp32 master + Adam over 2 ranks.
     ("deepspeed", "zero0"): {"params": 2, "grads": 2, "optimizer": 12},
-    ("deepspeed", "zero1"): {"params": 2, "grads": 1, "optimizer": 6},
+    ("deepspeed", "zero1"): {"params": 2, "grads": 2, "optimizer": 6},
     ("deepspeed", "zero2"): {"params": 2, "grads": 1, "optimizer": 6},
     ("deepspeed", "zero3"): {"params": 1, "grads": 1, "optimizer": 6},
     # BF16_Optimizer: fp32_groups_gradients_flat, whole, plus the micro-batch's bf16 param.grad.

@@ -49,7 +49,7 @@ partition is a view (deepspeed/runtime/bf16_optimizer.py); the fp32 master weigh
 are partitioned. fp16 runs keep DEEPSPEED_STATES (ZeRO-1's fp32 gradient is the partition's)."""
 DEEPSPEED_BF16_EXPORTED_STATES = {
     "params": StateTerm(2, 3, "bf16 weights the kernels read"),
-    "grads": StateTerm(2, 1, "bf16 gradients: param.grad, whole, at ZeRO-0; from ZeRO-1 the rank's bf16 "
+    "grads": StateTerm(2, 2, "bf16 gradients: param.grad, whole, at ZeRO 0-1; from ZeRO-2 the rank's bf16 "
                              "partition each micro-batch's reduction adds into"),
     "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
 }
@@ -57,11 +57,13 @@ DEEPSPEED_BF16_EXPORTED_STATES = {
 in bf16, the model's dtype (runtime/engine.py get_data_types lines 1806-1807), so _do_optimizer_sanity_check
 (lines 2294-2321) picks DDP_BFLOAT16 at ZeRO-0, whose FP16_UnfusedOptimizer keeps bf16 param.grad and
 whole fp32 master weights and moments, and the ZeRO optimizers from ZeRO-1 (fp32 accumulation would take
-BF16_Optimizer at ZeRO-1 only, and is refused at ZeRO-0 outside the pipeline: "unsupported mix"). Those
-keep the rank's bf16 gradient partition between micro-batches (zero/stage_1_and_2.py averaged_gradients
-with overlap_comm and contiguous_gradients, as exported; zero/stage3.py grad_partitions_flat_buffer,
-line 791); the step's fp32 copy of that partition lives only during the update. Counted on 2 gloo ranks by
-tests/test_state_oracle.py: 2/2/12 at ZeRO-0, 2/1/6 at ZeRO 1-2, 1/1/6 at ZeRO-3."""
+BF16_Optimizer at ZeRO-1 only, and is refused at ZeRO-0 outside the pipeline: "unsupported mix"). ZeRO-1
+does not partition gradients: param.grad accumulates whole until the accumulation boundary, where it is
+reduced into the partition (zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads, line 2294);
+ZeRO-2 and 3 reduce every micro-batch into the rank's bf16 partition (averaged_gradients with overlap_comm
+and contiguous_gradients, as exported; zero/stage3.py grad_partitions_flat_buffer, line 791). The step's
+fp32 copy of the partition lives only during the update. Counted on 2 gloo ranks by
+tests/test_state_oracle.py: 2/2/12 at ZeRO-0, 2/2/6 at ZeRO-1, 2/1/6 at ZeRO-2, 1/1/6 at ZeRO-3."""
 DEEPSPEED_BF16_PIPELINE_STATES = {
     "params": StateTerm(2, NEVER, "bf16 weights the kernels read"),
     "grads": StateTerm(2, NEVER, "bf16 param.grad, zeroed, not freed, between micro-batches"),
