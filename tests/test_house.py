@@ -94,8 +94,8 @@ GROUP_READERS = {  # each group of a Framework's facts -> the modules that read 
     KernelFacts: ("cost_model/estimator.py", "cost_model/published.py"),
     StepWorkFacts: ("cost_model/step_time.py",),
     TensorParallelFacts: ("cost_model/estimator.py", "cost_model/step_time.py", "cost_model/published.py"),
-    PipelineFacts: ("cost_model/step_time.py", "cost_model/dp_time.py"),
-    MoEFacts: ("cost_model/moe_time.py", "cost_model/layer_time.py"),
+    PipelineFacts: ("cost_model/step_time.py", "cost_model/dp_time.py", "cost_model/host_time.py"),
+    MoEFacts: ("cost_model/moe_time.py", "cost_model/layer_time.py", "cost_model/dp_time.py"),
     DataParallelFacts: ("cost_model/dp_time.py", "cost_model/stage_memory.py", "cost_model/step_time.py",
                         "cost_model/memory.py"),
     PlanRules: ("autoplan/specs/framework_rules.py",),
@@ -123,5 +123,6 @@ def test_a_fact_its_group_readers_do_not_read_is_found(tmp_path):
     text = (ROOT / "cost_model" / "moe_time.py").read_text().replace("facts.moe_padded_expert_gemm", "False")
     (tmp_path / "cost_model").mkdir()
     (tmp_path / "cost_model" / "moe_time.py").write_text(text)
-    (tmp_path / "cost_model" / "layer_time.py").write_text((ROOT / "cost_model" / "layer_time.py").read_text())
+    for reader in ("layer_time.py", "dp_time.py"):
+        (tmp_path / "cost_model" / reader).write_text((ROOT / "cost_model" / reader).read_text())
     assert unread_in_group(MoEFacts, GROUP_READERS[MoEFacts], tmp_path) == ["moe_padded_expert_gemm"]

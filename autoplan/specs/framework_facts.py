@@ -222,8 +222,8 @@ class TensorParallelFacts:
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineFacts:
-    """Its pipeline schedule's sends and host overheads: read by cost_model/step_time.py (and dp_time.py for FSDP
-    under a pipeline)."""
+    """Its pipeline schedule's sends and its host's time (overheads, kernel issue): read by cost_model/step_time.py,
+    host_time.py (and dp_time.py for FSDP under a pipeline)."""
     # -- the pipeline ----------------------------------------------------------------------------------------
     pp_p2p_overlap: bool = False
     """Interleaved schedules send each virtual stage's activation while the next one computes
@@ -246,12 +246,18 @@ class PipelineFacts:
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
     """Host time per micro-batch of a pipeline engine (schedule dispatch, blocking sends)."""
+    kernels_per_layer: float = 0.0
+    """Kernels the host issues per layer and micro-batch, forward and backward (cost_model/host_time.py;
+    0: host issue time not priced)."""
+    host_s_per_kernel: float = 0.0
+    """Host seconds to issue one of them (Python, dispatcher, autograd, launch): a micro-batch takes
+    max(GPU time, layers x kernels_per_layer x host_s_per_kernel) (cost_model/host_time.py)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class MoEFacts:
     """How its mixture-of-experts layers move and compute tokens: read by cost_model/moe_time.py (through
-    layer_time.py)."""
+    layer_time.py), and dp_time.py for a host sync."""
     # -- mixture of experts ----------------------------------------------------------------------------------
     moe_dispatch: str = "tp-gathered"
     """How a MoE layer's tokens reach its experts under tensor and expert parallelism (priced by
@@ -286,3 +292,12 @@ class MoEFacts:
     moe_packed_experts=false default), and its backward copies the gradients back apart: a transposing
     HBM copy of every local expert weight in each forward, recompute and backward
     (cost_model/moe_time.py stacked_weights_s). False: packed (E, in, out) parameters read in place."""
+    moe_host_sync: bool = False
+    """Every MoE layer's forward (and its recompute) waits on the host for the GPU: KempnerForge's
+    grouped-GEMM path reads its tokens per expert with `torch.bincount(...).tolist()`
+    (kempnerforge/model/moe.py @abbbac33 MoEMLP._local_forward, line 290). FSDP2 issues a unit's
+    all-gather in that unit's pre-forward hook, when the host reaches it (torch 2.9
+    distributed/fsdp/_fully_shard/_fsdp_state.py _pre_forward, _fsdp_param_group.py pre_forward lines
+    431-439; KempnerForge sets no explicit forward prefetch), so the next layer's all-gather can hide
+    only under what this layer runs after the sync, its MoE block (cost_model/dp_time.py
+    host_sync_exposed_s). False: the host runs ahead and the gathers hide under any compute."""

@@ -2,6 +2,8 @@
 stands in for (NeMo, Megatron-LM before Megatron-Core, InternEvo) as they ran."""
 from __future__ import annotations
 
+import math
+
 from autoplan.specs.framework import Framework, StateTerm, megatron_states
 
 
@@ -174,5 +176,13 @@ AS_RAN = {
     # "allgather"), whose unpermutation weighs the experts' outputs by the router's probabilities and so
     # keeps them (token_dispatcher.py line 197 at core_v0.6.0, the tag of its Mixtral H100 row; the
     # others are of the same weeks of 2024).
-    "flagperf": {"moe_dispatch": "allgather", "moe_weighted_outputs_saved": True},
+    # Its scripts (mixtral_8x7B megatron_main.sh @68d2944f, mixtral_7b @d23d2118, qwen1.5_MoE
+    # megatron_pai_main.sh @6faf9c1f on Pai's Megatron-LM-240405) pass --use-distributed-optimizer but
+    # neither --overlap-grad-reduce nor --overlap-param-gather, both off by default (Megatron-LM
+    # core_v0.6.0 megatron/training/arguments.py lines 1278-1284): the gradients reduce-scatter once the
+    # backward is done and the weights gather after the step, all exposed, in one bucket
+    # (megatron/core/distributed/distributed_data_parallel.py lines 56-66: bucket_size None without
+    # overlap_grad_reduce).
+    "flagperf": {"moe_dispatch": "allgather", "moe_weighted_outputs_saved": True,
+                 "dp_overlap_zero_stages": (), "dp_param_gather_overlap": False, "dp_bucket_params": math.inf},
 }

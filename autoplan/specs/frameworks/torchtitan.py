@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autoplan.specs.framework import Framework, StateTerm, fsdp2_states
+from autoplan.specs.frameworks.autoplan import EAGER_HOST_S_PER_KERNEL, EAGER_KERNELS_PER_LAYER
 
 
 KEMPNERFORGE_FACTS = {
@@ -56,7 +57,11 @@ TORCHTITAN = Framework(
     zero2_reduce_every_microbatch=True,
     tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
     experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep", fp8_expert_gemms=False,
-    sources={"fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
+    kernels_per_layer=EAGER_KERNELS_PER_LAYER, host_s_per_kernel=EAGER_HOST_S_PER_KERNEL,
+    sources={"kernels_per_layer": "eager PyTorch, counted on the executor's Llama layer, whose op sequence "
+                                  "torchtitan's Llama shares (RMSNorm, RoPE, K/V repeat, SDPA, SwiGLU: "
+                                  "models/llama3/model.py); torch.compile fuses some of them (an upper bound there)",
+             "fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
                                  "autoplan's export turns on) swaps Linear configs only (convert, lines 151-172); "
                                  "the routed experts' grouped GEMMs go fp8 only with Float8GroupedExpertsConverter, "
                                  "not exported",
@@ -152,6 +157,7 @@ AS_RAN = {
     "flash-attention-2": {"fused_cross_entropy": True, "loss_bytes_per_logit": 2.0},
     # torchao's float8 training table ran torchtitan 0.0.2, before 0.3.0's chunked loss.
     "torchao": {"loss_chunks": 1},
-    # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
-    "kempnerforge-moe": {**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True},
+    # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM,
+    # and reads those counts on the host in every MoE layer (Framework.moe_host_sync).
+    "kempnerforge-moe": {**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True, "moe_host_sync": True},
 }
