@@ -15,12 +15,13 @@ names the ranks that can be the worst). The breakdown dictionaries' sums are the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autoplan.specs import (
     DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
 )
 from autoplan.specs.flops import model_flops_per_token
+from autoplan.specs.framework_facts import MoEFacts
 from cost_model.constants import Constants, load_constants
 from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
 from cost_model.layer_mix import layer_seconds, mixes_dense_and_moe, pacing_layer_kinds
@@ -110,10 +111,8 @@ class Estimator:
             memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
             flash_attention=fw.flash_attention, attention_kernel=fw.attention_kernel,
             # The user's measured routing (TrainingSpec.moe_load_imbalance) over the framework's default.
-            moe_load_imbalance=training.moe_load_imbalance or fw.moe_load_imbalance,
-            moe_a2a_overlap=fw.moe_a2a_overlap, moe_padded_expert_gemm=fw.moe_padded_expert_gemm,
-            moe_stacked_expert_weights=fw.moe_stacked_expert_weights,
-            moe_dispatch=fw.moe_dispatch, mla_padded_values=fw.mla_padded_values,
+            moe=replace(fw.facts(MoEFacts), moe_load_imbalance=training.moe_load_imbalance or fw.moe_load_imbalance),
+            mla_padded_values=fw.mla_padded_values,
             fp8_rowwise=fw.fp8_rowwise, fp8_expert_gemms=fw.fp8_expert_gemms,
             tp_backward_input_reductions=fw.tp_backward_input_reductions)
         self.peak_flops_per_s = profile.peak(training.dtype)
@@ -201,10 +200,10 @@ class Estimator:
         key = ("act", b, s_local, tp, sp, etp, modules, ep, capacity_factor)
         hit = self.cache.get(key)
         if hit is None:
-            flash, model, fw = self.framework.flash_attention, self.model, self.framework
+            flash, model = self.framework.flash_attention, self.model
             fp8_inputs = self.training.dtype == "fp8" and self.framework.fp8_linear_inputs_saved_in_fp8
             weighted = self.framework.moe_weighted_outputs_saved
-            padded = moe_padded_memory(model, fw, self.rates.moe_load_imbalance, ep, capacity_factor)
+            padded = moe_padded_memory(model, self.rates.moe, ep, capacity_factor)
             stored = selective = working = 0.0
             # Mean over the layers: MoE and dense layers (DeepSeek's first k) store different MLP tensors.
             for moe, share in ((True, self._moe_layer_share), (False, 1.0 - self._moe_layer_share)):

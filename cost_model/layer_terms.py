@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from autoplan.specs import ModelSpec
+from autoplan.specs.framework_facts import MoEFacts
 from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO as ATTN_BWD_FLOPS_RATIO
 from cost_model.flops import Gemm, attention_core_fwd_flops
 from cost_model.memory import BYTES_ACT, mlp_activation_elems
@@ -28,16 +29,9 @@ class Rates:
     flash_attention: bool
     attention_kernel: str = "sdpa"
     """Framework.attention_kernel: which of the profile's attention tables prices the attention core."""
-    moe_load_imbalance: float = 0.0
-    """Framework.moe_load_imbalance (cost_model/moe_time.py)."""
-    moe_a2a_overlap: bool = False
-    """Framework.moe_a2a_overlap (cost_model/moe_time.py)."""
-    moe_padded_expert_gemm: bool = False
-    """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
-    moe_stacked_expert_weights: bool = False
-    """Framework.moe_stacked_expert_weights (cost_model/moe_time.py)."""
-    moe_dispatch: str = "tp-gathered"
-    """Framework.moe_dispatch: how a MoE layer's tokens reach its experts (its collectives below)."""
+    moe: MoEFacts = MoEFacts()
+    """The framework's MoE facts (Framework.facts(MoEFacts)), moe_load_imbalance the run's measured one
+    where it has one: what cost_model/moe_time.py and the dispatch's collectives read."""
     mla_padded_values: bool = False
     """Framework.mla_padded_values: MLA's attention core at the q/k head width for the values too."""
     fp8_rowwise: bool = False

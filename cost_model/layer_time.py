@@ -125,7 +125,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     if rates.gemm_dtype == "fp8":
         memory_fwd_s, memory_bwd_s, fp8_weight_cast_s = fp8_cast_times(tables, rates, gemms.fp8_gemms, mem.op_bytes,
                                                                        memory_fwd_s, memory_bwd_s)
-    dispatch = dispatch_in_effect(rates.moe_dispatch, ep)
+    dispatch = dispatch_in_effect(rates.moe.moe_dispatch, ep)
     tp_comm = tp_times(model, tables, rates, tokens, tp, moe, dispatch, sequence_parallel, gpus_per_node)
     cp_fwd_s, cp_bwd_s = cp_times(model, tables, micro_batch, seq_len, tp, cp, window, gpus_per_node, attn)
     ep_fwd_s = ep_bwd_s = moe_fwd_s = 0.0
@@ -134,9 +134,8 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
         # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
         expert_fwd_s, expert_bwd_s = gemms.times(EXPERT_GEMMS)
         mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn.fwd_s,
-                             gemm_bwd_s + attn.bwd_s, tokens, tp, ep, etp, rates.memory_scale,
-                             rates.moe_load_imbalance, rates.moe_a2a_overlap, capacity_factor,
-                             rates.moe_padded_expert_gemm, rates.moe_stacked_expert_weights)
+                             gemm_bwd_s + attn.bwd_s, tokens, tp, ep, etp, rates.memory_scale, rates.moe,
+                             capacity_factor)
         gemm_fwd_s, gemm_bwd_s = gemm_fwd_s + mt.imbalance_gemm_fwd_s, gemm_bwd_s + mt.imbalance_gemm_bwd_s
         memory_fwd_s += mt.permute_fwd_s + mt.weight_stack_s
         memory_bwd_s += mt.permute_bwd_s + mt.weight_stack_s

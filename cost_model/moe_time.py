@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from autoplan.specs import ModelSpec
+from autoplan.specs.framework_facts import MoEFacts
 from cost_model.tables import ProfileTables
 
 BYTES_ACT = 2
@@ -136,13 +137,13 @@ def busiest_rows_factor(model: ModelSpec, load_imbalance: float, ep: int, capaci
                busiest_load_bound(model, ep, padded))
 
 
-def moe_padded_memory(model: ModelSpec, fw, load_imbalance: float, ep: int, capacity_factor: float = 0.0) -> dict:
-    """cost_model.memory.activation_bytes_per_layer's arguments for a framework `fw` whose experts run
-    padded to the busiest one (Framework.moe_padded_expert_gemm): the rows busiest_rows_factor gives, as
-    the time prices them; empty for the others."""
-    if not fw.moe_padded_expert_gemm:
+def moe_padded_memory(model: ModelSpec, facts: MoEFacts, ep: int, capacity_factor: float = 0.0) -> dict:
+    """cost_model.memory.activation_bytes_per_layer's arguments for a framework whose experts run padded
+    to the busiest one (`facts`: its MoE facts, moe_padded_expert_gemm): the rows busiest_rows_factor
+    gives at its moe_load_imbalance, as the time prices them; empty for the others."""
+    if not facts.moe_padded_expert_gemm:
         return {}
-    return {"padded_rows": busiest_rows_factor(model, load_imbalance, ep, capacity_factor, padded=True)}
+    return {"padded_rows": busiest_rows_factor(model, facts.moe_load_imbalance, ep, capacity_factor, padded=True)}
 
 
 def _p_hit(open_experts: int, node_experts: int, top_k: int) -> float:
@@ -204,17 +205,16 @@ def flex_dispatch_time_s(model: ModelSpec, tables: ProfileTables, tokens: int, t
 
 def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: float,
                     expert_gemm_bwd_s: float, a2a_s: float, other_fwd_s: float, other_bwd_s: float,
-                    tokens: int, tp: int, ep: int, etp: int, memory_scale: float,
-                    load_imbalance: float, a2a_overlap: bool, capacity_factor: float = 0.0,
-                    padded_gemm: bool = False, stacked_weights: bool = False) -> MoeTimes:
+                    tokens: int, tp: int, ep: int, etp: int, memory_scale: float, facts: MoEFacts,
+                    capacity_factor: float = 0.0) -> MoeTimes:
     """The MoE terms of one layer.
 
     `expert_gemm_*_s`: the expert GEMMs at balanced routing; `a2a_s`: one pass's dispatch + combine
     at balanced routing; `other_*_s`: the pass's compute the all-to-all of the opposite pass can run
-    under (attention and GEMMs); `load_imbalance`: the measured one (TrainingSpec) or the framework's
-    moe_load_imbalance;
-    `capacity_factor`: the plan's moe_capacity_factor (0 = dropless); `padded_gemm` and `stacked_weights`:
-    Framework.moe_padded_expert_gemm and moe_stacked_expert_weights."""
+    under (attention and GEMMs); `facts`: the framework's MoE facts, their moe_load_imbalance the
+    measured one (TrainingSpec) where there is one; `capacity_factor`: the plan's moe_capacity_factor
+    (0 = dropless)."""
+    load_imbalance, padded_gemm = facts.moe_load_imbalance, facts.moe_padded_expert_gemm
     f = busiest_rows_factor(model, load_imbalance, ep, capacity_factor, padded_gemm)
     permute_bytes = BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
     op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
@@ -222,7 +222,7 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
     # The busiest rank receives f x the mean rank's tokens, and its link carries them.
     a2a_fwd_s = a2a_bwd_s = f * a2a_s
     hidden = 0.0
-    if a2a_overlap and ep > 1:
+    if facts.moe_a2a_overlap and ep > 1:
         # Forward all-to-all under the other micro-batch's backward compute, and the reverse.
         exposed_fwd, exposed_bwd = max(0.0, a2a_fwd_s - other_bwd_s), max(0.0, a2a_bwd_s - other_fwd_s)
         hidden = a2a_fwd_s + a2a_bwd_s - exposed_fwd - exposed_bwd
@@ -231,7 +231,7 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
                     imbalance_gemm_bwd_s=(f - 1.0) * expert_gemm_bwd_s,
                     permute_fwd_s=permute_fwd_s, permute_bwd_s=permute_fwd_s,
                     a2a_fwd_s=a2a_fwd_s, a2a_bwd_s=a2a_bwd_s, a2a_hidden_s=hidden,
-                    weight_stack_s=stacked_weights_s(model, tables, ep, etp) if stacked_weights else 0.0)
+                    weight_stack_s=stacked_weights_s(model, tables, ep, etp) if facts.moe_stacked_expert_weights else 0.0)
 
 
 _FORCED = re.compile(r"force-load-balancing|force balance assumed")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from autoplan.specs import ParallelPlan
+from autoplan.specs.framework_facts import StepWorkFacts
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.dp_time import dp_rounds, dp_time, recompute_regathered_share
 from cost_model.host_time import microbatch_host_wait_s
@@ -29,13 +30,13 @@ def unsharded_accumulation_bytes_per_param(plan: ParallelPlan, m: int, sw) -> fl
     return (BYTES_ACT + r) + (m - 1) * (BYTES_ACT + 2 * r)
 
 
-def grad_accumulation_bytes_per_param(sw, plan: ParallelPlan, dtype: str) -> tuple:
+def grad_accumulation_bytes_per_param(work: StepWorkFacts, plan: ParallelPlan, dtype: str) -> tuple:
     """(first micro-batch, each later one): HBM bytes per local parameter of adding a micro-batch's
     gradients to the accumulated ones outside the GEMM (Framework.grad_accumulation_bytes), at ZeRO
     0-1 only: at 2-3 the gradients are reduced into the rank's partition as they come."""
     if plan.zero_stage >= 2:
         return 0.0, 0.0
-    first, later = sw.grad_accumulation_bytes.get(dtype, (0.0, 0.0))
+    first, later = work.grad_accumulation_bytes.get(dtype, (0.0, 0.0))
     return float(first), float(later)
 
 
@@ -86,7 +87,8 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     local = dense / shard + expert / (plan.expert_dp if plan.zero_stage >= 1 else 1)
     opt_bytes = sw.optimizer_bytes_per_param * local
     optimizer_s = memory_time_s(est.tables, opt_bytes, opt_bytes)
-    cast_mb_s, accum_mb_s = _microbatch_casts_s(est, plan, dense + expert, state_layers, per_stage, lt)
+    cast_mb_s, accum_mb_s = _microbatch_casts_s(sw.facts(StepWorkFacts), est.tables, est.training.dtype, plan,
+                                                dense + expert, state_layers, per_stage, lt)
     bubble_s += bubble_ranks / v * accum_mb_s
 
     time = {
@@ -167,23 +169,24 @@ def _state_rank_params(plan: ParallelPlan, costs, split, per_stage: int, even: b
     return dense, expert, state_layers
 
 
-def _microbatch_casts_s(est, plan: ParallelPlan, params: float, state_layers: int, per_stage: int, lt) -> tuple:
+def _microbatch_casts_s(work: StepWorkFacts, tables, dtype: str, plan: ParallelPlan, params: float, state_layers: int,
+                        per_stage: int, lt) -> tuple:
     """(weight casts and gradient accumulation per micro-batch, the accumulation alone) over the rank's
     `params` unsharded parameters: memory-bound terms of every micro-batch."""
-    sw, tables, m = est.framework, est.tables, plan.num_microbatches
+    m = plan.num_microbatches
     # Weight casts (autocast over fp32 weights), left out of the bubble: the frameworks that pay it
     # here run without a pipeline in every measured run.
-    cast_bytes = sw.weight_cast_bytes_per_param * params
+    cast_bytes = work.weight_cast_bytes_per_param * params
     cast_mb_s = memory_time_s(tables, cast_bytes, cast_bytes / max(1, state_layers)) if cast_bytes else 0.0
     # Gradient accumulation outside the weight-gradient GEMM (DeepSpeed), in every micro-batch's
     # backward, so in the pipeline's fill and drain too (step_time_terms adds it to the bubble).
-    first_mb_bytes, later_mb_bytes = grad_accumulation_bytes_per_param(sw, plan, est.training.dtype)
+    first_mb_bytes, later_mb_bytes = grad_accumulation_bytes_per_param(work, plan, dtype)
     accum_bytes = (first_mb_bytes + (m - 1) * later_mb_bytes) / m * params
     accum_mb_s = memory_time_s(tables, accum_bytes, accum_bytes / max(1, state_layers)) if accum_bytes else 0.0
     cast_mb_s += accum_mb_s
     # fp8 weights: cast for forward and again for backward in every micro-batch (torchao), or once
     # per step with the transpose written too (Transformer Engine: 3 B + 1 B per weight).
-    if sw.fp8_weight_cast_per_microbatch:
+    if work.fp8_weight_cast_per_microbatch:
         cast_mb_s += 2.0 * per_stage * lt.fp8_weight_cast_s
     else:
         cast_mb_s += (4.0 / 3.0) * per_stage * lt.fp8_weight_cast_s / m

@@ -10,6 +10,10 @@ import dataclasses
 from pathlib import Path
 
 from autoplan.specs import Framework
+from autoplan.specs.framework_dp import DataParallelFacts
+from autoplan.specs.framework_facts import (
+    KernelFacts, MemoryLayoutFacts, MoEFacts, PipelineFacts, StateFacts, StepWorkFacts, TensorParallelFacts)
+from autoplan.specs.framework_rules import ModelRules, PlanRules
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_FUNCTION_LINES = 80
@@ -82,3 +86,43 @@ def test_a_planted_unread_field_is_found():
     fields = [f.name for f in dataclasses.fields(Framework)] + ["activation_bytes"]
     read = names_read(ROOT, FRAMEWORK_READERS)
     assert unread_fields(fields, read) == {**UNREAD_FIELDS, "activation_bytes": "unlisted"}
+
+
+GROUP_READERS = {  # each group of a Framework's facts -> the modules that read it (autoplan/specs/framework.py)
+    StateFacts: ("cost_model/memory.py", "cost_model/stage_memory.py"),
+    MemoryLayoutFacts: ("cost_model/estimator.py", "cost_model/stage_memory.py"),
+    KernelFacts: ("cost_model/estimator.py", "cost_model/published.py"),
+    StepWorkFacts: ("cost_model/step_time.py",),
+    TensorParallelFacts: ("cost_model/estimator.py", "cost_model/step_time.py", "cost_model/published.py"),
+    PipelineFacts: ("cost_model/step_time.py", "cost_model/dp_time.py", "cost_model/host_time.py"),
+    MoEFacts: ("cost_model/moe_time.py", "cost_model/layer_time.py", "cost_model/dp_time.py"),
+    DataParallelFacts: ("cost_model/dp_time.py", "cost_model/stage_memory.py", "cost_model/step_time.py",
+                        "cost_model/memory.py"),
+    PlanRules: ("autoplan/specs/framework_rules.py",),
+    ModelRules: ("autoplan/specs/framework_rules.py",),
+}
+FRAMEWORK_OWN = {"name", "description", "version", "by_dtype", "options", "sources"}
+"""Framework's own fields: what it is, and the per-dtype and per-option facts and sources of the others."""
+
+
+def unread_in_group(group: type, readers: tuple, root: Path = ROOT) -> list:
+    read = names_read(root, readers)
+    return [f.name for f in dataclasses.fields(group) if f.name not in read]
+
+
+def test_each_group_of_framework_facts_is_read_by_its_readers():
+    assert {group.__name__: unread_in_group(group, readers) for group, readers in GROUP_READERS.items()
+            if unread_in_group(group, readers)} == {}
+    grouped = [f.name for group in GROUP_READERS for f in dataclasses.fields(group)]
+    assert len(grouped) == len(set(grouped))  # each fact in one group
+    assert {f.name for f in dataclasses.fields(Framework)} - set(grouped) == FRAMEWORK_OWN
+
+
+def test_a_fact_its_group_readers_do_not_read_is_found(tmp_path):
+    """A MoE fact that cost_model/moe_time.py stops reading (padded expert GEMMs priced as unpadded) is named."""
+    text = (ROOT / "cost_model" / "moe_time.py").read_text().replace("facts.moe_padded_expert_gemm", "False")
+    (tmp_path / "cost_model").mkdir()
+    (tmp_path / "cost_model" / "moe_time.py").write_text(text)
+    for reader in ("layer_time.py", "dp_time.py"):
+        (tmp_path / "cost_model" / reader).write_text((ROOT / "cost_model" / reader).read_text())
+    assert unread_in_group(MoEFacts, GROUP_READERS[MoEFacts], tmp_path) == ["moe_padded_expert_gemm"]

@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from autoplan.specs import ModelSpec, get_framework
+from autoplan.specs.framework_facts import MoEFacts
 from cost_model import builtin_profile
 from cost_model.layer_time import Rates, dispatch_times_s, layer_times
 from cost_model.tables import ProfileTables
@@ -59,7 +60,7 @@ def test_tp_gathered_dispatch_is_one_all_to_all_of_the_gathered_copies():
 
 def _tp_bytes(model, dispatch):
     rates = Rates(gemm_dtype="bf16", matmul_scale=1.0, fp8_scale=1.0, attention_scale=1.0, memory_scale=1.0,
-                  flash_attention=True, moe_dispatch=dispatch)
+                  flash_attention=True, moe=MoEFacts(moe_dispatch=dispatch))
     return layer_times(model, TABLES, rates, 1, 4096, tp=4, cp=1, ep=8, sequence_parallel=True, gpus_per_node=8,
                        moe=True, etp=1).tp_bytes
 

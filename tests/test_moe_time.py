@@ -6,6 +6,7 @@ import pytest
 from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, builtin_profile
 from cost_model.constants import load_constants
+from autoplan.specs.framework_facts import MoEFacts
 from cost_model.moe_time import (
     DEFAULT_EXPERT_LOAD_IMBALANCE, expert_load_imbalance, moe_layer_times, moe_run_facts, permute_elems,
 )
@@ -41,17 +42,17 @@ def test_layer_terms_worked_example():
     tables = ProfileTables(builtin_profile("h100-80gb"))
     common = dict(model=QWEN3, tables=tables, expert_gemm_fwd_s=2.0, expert_gemm_bwd_s=4.0, a2a_s=1.0,
                   other_fwd_s=2.0, other_bwd_s=1.0, tokens=4096, tp=4, ep=8, etp=1, memory_scale=1.0)
-    t = moe_layer_times(**common, load_imbalance=0.0, a2a_overlap=False)
+    t = moe_layer_times(**common, facts=MoEFacts(moe_load_imbalance=0.0, moe_a2a_overlap=False))
     # The busiest rank runs 1.25x the mean rank's expert rows and receives 1.25x its tokens.
     assert (t.imbalance_gemm_fwd_s, t.imbalance_gemm_bwd_s) == (0.5, 1.0)
     assert (t.a2a_fwd_s, t.a2a_bwd_s, t.a2a_hidden_s) == (1.25, 1.25, 0.0)
     # Overlap: the forward's 1.25 s runs under the other micro-batch's 1.0 s backward (0.25 s left);
     # the backward's 1.25 s fits under the 2.0 s forward.
-    o = moe_layer_times(**common, load_imbalance=0.0, a2a_overlap=True)
+    o = moe_layer_times(**common, facts=MoEFacts(moe_load_imbalance=0.0, moe_a2a_overlap=True))
     assert (o.a2a_fwd_s, o.a2a_bwd_s) == pytest.approx((0.25, 0.0))
     assert o.a2a_hidden_s == pytest.approx(2.25)
     # Forced balance: no imbalance terms, the mean all-to-all.
-    b = moe_layer_times(**common, load_imbalance=1.0, a2a_overlap=False)
+    b = moe_layer_times(**common, facts=MoEFacts(moe_load_imbalance=1.0, moe_a2a_overlap=False))
     assert (b.imbalance_gemm_fwd_s, b.a2a_fwd_s) == (0.0, 1.0)
     # The permutation is memory-bound bytes at the profile's copy bandwidth: 2 B per element.
     elems = permute_elems(QWEN3, 4096, 4, 8, 1)

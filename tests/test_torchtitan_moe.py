@@ -9,6 +9,7 @@ from autoplan.inputs.catalog import catalog_model
 from autoplan.planning.planner import PlanRequest, plan_search
 from autoplan.planning.space import Pins, SearchSpace
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ParallelPlan, TrainingSpec, get_framework
+from autoplan.specs.framework_facts import MoEFacts
 from cost_model import builtin_profile
 from cost_model.layer_time import Rates, dispatch_in_effect, dispatch_times_s, layer_times
 from cost_model.tables import ProfileTables
@@ -81,7 +82,7 @@ def test_torchtitan_dispatch_is_alltoall_with_ep_and_tp_gathered_without():
 
 def _tp_bytes(ep, sequence_parallel, etp):
     rates = Rates(gemm_dtype="bf16", matmul_scale=1.0, fp8_scale=1.0, attention_scale=1.0, memory_scale=1.0,
-                  flash_attention=True, moe_dispatch="alltoall-with-ep")
+                  flash_attention=True, moe=MoEFacts(moe_dispatch="alltoall-with-ep"))
     return layer_times(QWEN3, TABLES, rates, 1, 4096, tp=4, cp=1, ep=ep, sequence_parallel=sequence_parallel,
                        gpus_per_node=8, moe=True, etp=etp).tp_bytes
 

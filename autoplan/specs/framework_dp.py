@@ -38,6 +38,9 @@ class DataParallelFacts:
     (cost_model.dp_time.interleaved_window_factor); else the whole rank's after its last backward."""
     dp_bandwidth_scale: float = 1.0
     """Fraction of the profile's bus bandwidth its DP/ZeRO collectives reach."""
+    overlap_contention: float = 0.0
+    """Fraction of overlapped DP/FSDP collective time that still slows the step (NCCL kernels hold
+    SMs and HBM bandwidth while the GEMMs run)."""
     # -- how it splits them into collectives ---------------------------------------------------------
     dp_bucket_params: float = 0.0
     """Parameters per data-parallel gradient bucket at ZeRO 0-2: each bucket is its own collective

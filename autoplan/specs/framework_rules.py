@@ -8,10 +8,96 @@ are ParallelPlan.check's. `fw` is the autoplan.specs.framework.Framework whose f
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autoplan.specs.errors import InfeasiblePlan
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import ParallelPlan
 from autoplan.specs.training import TrainingSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRules:
+    """What plans it can run (parallel degrees, ZeRO stages and what they combine with, stages, sequence
+    parallelism, recompute): read by the rules below."""
+    # -- the plans it runs -----------------------------------------------------------------------------------
+    zero_stages: tuple = (0, 1, 2, 3)
+    hsdp_zero_stages: tuple = ()
+    """The ZeRO stages at which it shards within groups of data-parallel ranks and replicates across
+    them (ParallelPlan.zero_shard); () = it shards over every data-parallel rank only."""
+    max_zero_with_pp: int = 3
+    """Highest ZeRO stage it combines with pipeline parallelism."""
+    max_zero_with_ep: int = 3
+    """Highest ZeRO stage it combines with expert parallelism."""
+    max_zero_with_moe: int = 3
+    """Highest ZeRO stage it runs a mixture-of-experts model with (whatever ep is)."""
+    zero3_tied_embeddings: bool = True
+    """ZeRO-3 (parameter sharding) with tied embedding/head weights."""
+    zero3_dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
+    """The dtypes it runs ZeRO-3 (parameter sharding) in."""
+    zero0_only_pure_dp: bool = False
+    """Plain (ZeRO-0) data parallelism only when dp is the only parallelism (torchtitan's DDP)."""
+    max_tp: int = 1 << 20
+    max_pp: int = 1 << 20
+    max_cp: int = 1 << 20
+    max_vpp: int = 1 << 20
+    """1: no interleaved schedule."""
+    uneven_stages: bool = True
+    """Pipeline ranks may hold different layer counts."""
+    uneven_interleaved: bool = True
+    """With interleaving (vpp > 1), virtual stages may hold different layer counts
+    (ParallelPlan.virtual_stage_num_layers), e.g. 126 layers at pp=8, vpp=8."""
+    sequence_parallel: str = "optional"
+    """"optional", "always" (every tp > 1 plan shards norms/dropout on the sequence) or "never"."""
+    recompute_modules: bool = False
+    """Selective recompute of named submodules (ParallelPlan.recompute_modules: Megatron-Core's
+    --recompute-modules); without it "selective" means the framework's one policy."""
+    min_microbatches_per_stage: bool = False
+    """The 1F1B schedule needs at least as many micro-batches as pipeline stages."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRules:
+    """What models and dtypes it can train, and how it splits their parts: read by the rules below."""
+    # -- the models it trains --------------------------------------------------------------------------------
+    dtypes: tuple = ("bf16", "fp16", "fp8", "fp32")
+    fp8_moe: bool = True
+    """fp8 training of mixture-of-experts models at all (a rule: False refuses the plan)."""
+    fp8_mla: bool = True
+    """fp8 training of models with multi-head latent attention (its latent projections in fp8 too)."""
+    mla: bool = True
+    """Multi-head latent attention (DeepSeek-V2/V3's compressed K/V and queries)."""
+    moe: bool = True
+    moe_with_tp_pp: bool = True
+    """Mixture-of-experts layers under tensor or pipeline parallelism."""
+    expert_tensor_parallel: bool = False
+    """Experts split over their own tensor-parallel degree (etp != tp), so that the expert-parallel
+    group may span tensor- and context-parallel ranks too (Megatron-Core's MoE parallel folding,
+    --expert-tensor-parallel-size). Without it, experts are split over tp and ep divides dp*cp."""
+    moe_tp_needs_sequence_parallel: bool = False
+    """Mixture-of-experts training under tensor parallelism requires sequence parallelism."""
+    experts_whole_with_ep: bool = False
+    """The expert TP follows ep: with ep > 1 every routed expert is whole on its expert-parallel rank
+    (etp = 1, the expert-parallel group borrowing the tensor- and context-parallel ranks: ep divides
+    dp*cp*tp) and the layer routes its sequence-parallel share as it is; with ep = 1 the experts are split
+    over tp (etp = tp). torchtitan: its own choice, not a knob (SearchSpace derives etp from ep)."""
+    moe_capacity_factor: bool = False
+    """Capacity-limited routing that drops the tokens over an expert's capacity
+    (ParallelPlan.moe_capacity_factor); without it the framework's MoE is dropless only."""
+    tied_embeddings_one_stage: bool = False
+    """Tied embedding/head weights only without tp and pp."""
+    tied_embeddings_with_pp: bool = True
+    """Tied embedding/head weights under pipeline parallelism (the first and last stage share them)."""
+    learned_positions_split_sequence: bool = True
+    """Learned position embeddings under cp or sequence parallelism."""
+    seq_len_within_model: bool = False
+    """seq_len may not exceed the model's max_seq_len (position tables are built that long). Learned
+    position tables bound it in every framework (`context_rule`)."""
+    tp_with_block_extras: bool = True
+    """Tensor parallelism of blocks with q/k norms, post/sandwich norms or parallel attention/MLP."""
+    cp_with_masked_attention: bool = True
+    """Context parallelism of sliding-window or soft-capped attention."""
+
 
 
 def block_extras(model: ModelSpec) -> list:
