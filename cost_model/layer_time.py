@@ -135,7 +135,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     memory_fwd_s, memory_bwd_s, fp8_weight_cast_s = mem.fwd_s, 2.0 * mem.fwd_s, 0.0
     if rates.gemm_dtype == "fp8":
         memory_fwd_s, memory_bwd_s, fp8_weight_cast_s = fp8_cast_times(tables, rates, gemms.fp8_gemms, mem.op_bytes,
-                                                                       memory_fwd_s, memory_bwd_s)
+                                                                       memory_fwd_s, memory_bwd_s, moe)
     dispatch = dispatch_in_effect(rates.moe_dispatch, ep)
     tp_comm = tp_times(model, tables, rates, tokens, tp, moe, dispatch, sequence_parallel, gpus_per_node)
     cp_fwd_s, cp_bwd_s = cp_times(model, tables, micro_batch, seq_len, tp, cp, window, gpus_per_node, attn)

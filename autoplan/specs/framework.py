@@ -119,6 +119,11 @@ class Framework(DataParallelFacts):
     """In an fp8 plan, the routed experts' GEMMs run in fp8 too (Transformer Engine's grouped linear);
     False: they stay in the compute dtype, and so do their inputs' casts (a converter of nn.Linear
     only, torchao's Float8Linear)."""
+    fp8_norm_writes_fp8: bool = False
+    """fp8: the norm in front of a dense layer's QKV and MLP-input linears writes their fp8 input itself
+    (Transformer Engine's LayerNormLinear / LayerNormMLP, layernorm_fwd_fp8), so those inputs are never cast;
+    the backward transposes the fp8 input for the weight gradient (cost_model/layer_terms.py fp8_cast_times).
+    False: the norm writes bf16 and each linear casts its own input (torchao's Float8Linear)."""
     fp8_weight_copy_bytes: float = 0.0
     """fp8: bytes per parameter of a layer's gathered compute copy where ZeRO shards the weights and
     they are gathered in fp8 (torchao's float8 all-gather under FSDP2: 1); 0 = gathered in the
@@ -131,6 +136,11 @@ class Framework(DataParallelFacts):
     them (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers' split-pipelined all-gather
     and reduce-scatter, transformer_engine/common/comm_gemm_overlap): per pass only the first chunk
     (1/tp of the traffic) and the traffic beyond the layer's GEMM time stay exposed."""
+    tp_comm_overlap_kind: str = ""
+    """How it overlaps TP communication when a plan turns ParallelPlan.tp_comm_overlap on
+    (autoplan.specs.choices.TP_COMM_OVERLAP_KINDS): "userbuffers" costs it as tp_comm_gemm_overlap,
+    "async-tp" as async_tp_overlap with torch.compile's elementwise_bytes (compiled_elementwise_factor),
+    "" refuses the plan (cost_model/estimator.py Estimator.for_plan, framework_rules.check_plan)."""
     tp_backward_input_reductions: int = 0
     """Collectives per layer that reduce the input gradients of its column-parallel GEMMs in backward
     (reduce-scatter under SP, all-reduce without). 0: one per block, as Megatron (fused QKV and fc1)

@@ -178,7 +178,8 @@ FRAMEWORKS = {f.name: f for f in (
         name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
         description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
         fp8_weight_cast_per_microbatch=False, fp8_linear_inputs_saved_in_fp8=True, fp8_weight_workspace_bytes=2.0,
-        dp_param_gather_overlap=True, pp_p2p_overlap=True,
+        fp8_norm_writes_fp8=True,
+        dp_param_gather_overlap=True, pp_p2p_overlap=True, tp_comm_overlap_kind="userbuffers",
         expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
         moe_dispatch="alltoall", moe_tp_needs_sequence_parallel=True,
         dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
@@ -234,6 +235,11 @@ FRAMEWORKS = {f.name: f for f in (
                                                    "reduced to its column-wise fp8 data, or row-wise where sequence "
                                                    "parallelism gathers it: 1 B either way). Not the experts: "
                                                    "v2.2 grouped_linear.py keeps row- and column-wise fp8 (2 B)",
+                 "fp8_norm_writes_fp8": "Transformer Engine 1.x pytorch/module/layernorm_linear.py _LayerNormLinear.forward: "
+                                        "ln_out = layernorm_fwd_fp8(...) (the norm's output written in fp8, no "
+                                        "cast of its own), backward fp8_transpose(ln_out_total) for the wgrad "
+                                        "GEMM; layernorm_mlp.py likewise for fc1; Megatron-Core's dense layers "
+                                        "build linear_qkv and linear_fc1 as TELayerNormColumnParallelLinear",
                  "fp8_weight_workspace_bytes": "Transformer Engine v1.4 pytorch/module/base.py set_fp8_weights: "
                                                "persistent weight{i}_fp8 and weight{i}_t_fp8 buffers per weight, "
                                                "not when the primary weights are fp8 (--fp8-param-gather); v2.x "
@@ -262,6 +268,9 @@ FRAMEWORKS = {f.name: f for f in (
                                          "arguments.py validate_args), for SP plans with tp > 1, and its Megatron "
                                          "export passes the flag; a published run says in its column "
                                          "tp_comm_overlap whether it ran it",
+                 "tp_comm_overlap_kind": "a plan's tp_comm_overlap is --tp-comm-overlap (megatron/training/"
+                                         "arguments.py core_v0.16.1: Transformer Engine userbuffers; validate_args "
+                                         "refuses it without --sequence-parallel), priced as tp_comm_gemm_overlap",
                  "moe_a2a_overlap": "off, as Megatron-LM's --overlap-moe-expert-parallel-comm defaults; the framework "
                                     "megatron-core+overlap-moe-expert-parallel-comm turns it on and its export passes "
                                     "it with --delay-wgrad-compute and the alltoall dispatcher (megatron/core/"
@@ -300,7 +309,14 @@ FRAMEWORKS = {f.name: f for f in (
         zero2_reduce_every_microbatch=True,
         tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
         experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep", fp8_expert_gemms=False,
-        sources={"fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
+        tp_comm_overlap_kind="async-tp",
+        sources={"tp_comm_overlap_kind": "a plan's tp_comm_overlap is async TP: 0.3.0 CompileConfig."
+                                         "enable_async_tensor_parallel (config/configs.py: needs compile.enable and "
+                                         "'model' in compile.components, else ValueError), 0.2.0 parallelism."
+                                         "enable_async_tensor_parallel (distributed/tensor_parallel.py "
+                                         "maybe_enable_async_tp: RuntimeError without --training.compile); "
+                                         "the export turns compile on with it, and the cost prices both",
+                 "fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
                                      "autoplan's export turns on) swaps Linear configs only (convert, lines 151-172); "
                                      "the routed experts' grouped GEMMs go fp8 only with Float8GroupedExpertsConverter, "
                                      "not exported",
