@@ -2,7 +2,8 @@
 
 Each term is exposed seconds per optimizer step on the slowest pipeline stage (with uneven
 stages, the rank whose layers and extras take longest per micro-batch); their sum is the step time. Sources: Narayanan et al. 2021 (arXiv 2104.04473) for the pipeline
-schedule, bubble and point-to-point volume; the data-parallel collectives are cost_model/dp_time.py's.
+schedule, bubble and point-to-point volume; the data-parallel collectives are cost_model/dp_time.py's; the
+wait for the slowest GPU cost_model/scale_terms.py's.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.dp_time import dp_rounds, dp_time, recompute_regathered_share
 from cost_model.memory import grads_accumulate_unsharded
+from cost_model.scale_terms import sync_wait_s
 from cost_model.stages import bubble_in_slowest_rank_times, stage_split
 
 
@@ -98,6 +100,8 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
         "optimizer": optimizer_s,
         "overhead": m * overhead_mb,
     }
+    # The step ends when its slowest GPU does (cost_model/scale_terms.py).
+    time["sync_wait"] = sync_wait_s(sum(time.values()), plan.num_gpus)
     details = _details(est, plan, lt, per_stage, slowest, bubble_ranks / (v * m), t_mb, dp_total_s, dp_bytes, pp_s)
     return time, details, _hardware_flops(est, plan, lt, split, even, recompute_flops_mb)
 
