@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from autoplan.specs.frameworks import AUTOPLAN_SPEEDUPS
+from autoplan.specs.frameworks.autoplan import AUTOPLAN_SPEEDUPS
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,

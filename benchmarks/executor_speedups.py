@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from autoplan.specs.frameworks import AUTOPLAN_SPEEDUPS
+from autoplan.specs.frameworks.autoplan import AUTOPLAN_SPEEDUPS
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_SPEEDUPS = AUTOPLAN_SPEEDUPS

@@ -10,6 +10,7 @@ import csv
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from autoplan.specs import (
     FRAMEWORKS, AutoplanError, ClusterSpec, Framework, HardwareProfile, ModelSpec, ParallelPlan,
@@ -18,7 +19,10 @@ from autoplan.specs import (
 from cost_model.constants import Constants, load_constants
 from cost_model.moe_time import moe_run_facts
 from cost_model.profiles import builtin_profile
-from cost_model.source_facts import FRAMEWORK_FACTS, MODEL_FACTS, MSAMP_O3_STATES, NEMO2_MLPERF_LLAMA31, SOURCES
+from autoplan.specs.frameworks import AS_RAN, STANDS_IN_FOR
+from autoplan.specs.frameworks.deepspeed import DEEPSPEED_V0_3_13_ZERO3
+from autoplan.specs.frameworks.megatron_core import MSAMP_O3_STATES, NEMO2_MLPERF_LLAMA31
+from cost_model.source_facts import MODEL_FACTS, SOURCES
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
 _PEAK_MEMORY = re.compile(r"(?:peak mem|max GPU mem|mem) ([0-9.]+) ?(GiB|GB)")
@@ -144,7 +148,8 @@ class PublishedRun:
     other days or code are other campaigns (BigScience timed tp8 pp12 mb4 at 88.3 on 02-21 and 93.3 on
     02-25; cost_model.validation.problem_key)."""
     framework_then: tuple = ()
-    """(fact, value) pairs of the framework as it was when the run was made (SOURCES' framework_then)."""
+    """(fact, value) pairs of the framework as it was when the run was made (its framework module's
+    AS_RAN in autoplan/specs/frameworks, and what the row states)."""
     derived_facts: tuple = ()
     """The facts among framework_then that came from a source's measured rows (RowDerivedFact)."""
 
@@ -237,27 +242,98 @@ def _row_facts(row: dict) -> dict:
     return facts
 
 
+class _AsRan(NamedTuple):
+    """The built-in framework that prices a row and its facts as the row's source ran it."""
+    framework: str
+    then: dict
+    """Framework field -> value over the built-in framework's (PublishedRun.framework_then)."""
+    derived: tuple
+    """The facts among `then` that the source's measured rows chose (RowDerivedFact)."""
+
+
 def row_to_run(row: dict) -> PublishedRun:
     """One CSV row as cost-model inputs. Raises AutoplanError on a malformed row."""
     prefix = _source_key(row["id"])
     facts = {**SOURCES[prefix], **_row_facts(row)}
     assumptions = []
-    layers, seq_len = _int(row, "num_layers"), _int(row, "seq_len")
+    model = _model_of(row, facts)
+    training = TrainingSpec(global_batch_size=_int(row, "global_batch"), seq_len=_int(row, "seq_len"),
+                            dtype=row["precision"])
+    cluster = ClusterSpec(name=row["gpu"], num_gpus=_int(row, "num_gpus"), gpus_per_node=facts.get("gpus_per_node", 8),
+                          profile=f"builtin:{row['gpu']}")
+    plan = _plan_of(prefix, row, facts, model, training, assumptions)
+    compiled = facts["compiled"] if "compiled" in facts else "compile" in row["notes"]
+    as_ran = _as_ran(prefix, row, facts, plan, compiled)
+    framework, notes = as_ran.framework, row["notes"]
+    return PublishedRun(
+        id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
+        cluster=cluster, plan=plan, framework=framework,
+        compiled=compiled,
+        async_tp=bool(_ASYNC_TP.search(notes)) and framework == "torchtitan",
+        tp_comm_overlap=facts.get("tp_comm_overlap", False) and framework == "megatron-core",
+        fp8_rowwise="rowwise" in row["id"] or facts.get("fp8_recipe") == "rowwise",
+        # The FlashAttention-2 paper's baselines name their attention in the model column; the
+        # Megatron-DeepSpeed long-sequence README's "New" rows ran its script's --use-flash-attn-triton
+        # (the rebase added FlashAttention: examples_deepspeed/rebase/README.md), its "Old" rows not.
+        flash_attention=_stated_flash_attention(prefix, row),
+        nic_bytes_per_s=_per_gpu(facts.get("nic_bytes_per_s"), row["gpu"]),
+        reported_peak_memory_bytes=_reported_memory_bytes(row, facts),
+        reported_memory_is_allocated=facts.get("memory_is_allocated", False),
+        reported_memory_of_rank0=facts.get("memory_of_rank0", False),
+        recompute_unstated=_recompute_unstated(prefix, row),
+        micro_batch_unstated=_micro_batch_unstated(prefix, row),
+        measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
+        assumptions=tuple(assumptions), notes=notes, session=_session(row["source"]),
+        # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
+        # another FSDP stack with its own whole-logit loss), so none takes that fact.
+        framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
+                              **as_ran.then, **(moe_run_facts(f"{notes} {row.get('published_metric') or ''}")
+                                                if model.is_moe else {})}.items()),
+        derived_facts=as_ran.derived,
+        sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
+
+
+def _model_of(row: dict, facts: dict) -> ModelSpec:
+    """The row's model: its columns, its source's architecture facts and MODEL_FACTS."""
     experts = _int(row, "moe_num_experts", 1) if "moe_num_experts" in row else 1
     moe = dict(num_experts=experts, num_experts_per_token=_int(row, "moe_top_k", 1),
                moe_ffn_hidden_size=_int(row, "moe_ffn_hidden_size", 0)) if experts > 1 else {}
-    model = ModelSpec(
-        name=row["model_name"], num_layers=layers, hidden_size=_int(row, "hidden_size"),
+    return ModelSpec(
+        name=row["model_name"], num_layers=_int(row, "num_layers"), hidden_size=_int(row, "hidden_size"),
         num_heads=_int(row, "num_heads"), num_kv_heads=_int(row, "num_kv_heads"),
         ffn_hidden_size=_int(row, "ffn_hidden_size"), vocab_size=_int(row, "vocab_size"),
         mlp=row["mlp"], norm=facts["norm"], position=facts["position"],
         tied_embeddings=facts["tied_embeddings"], linear_bias=facts["linear_bias"],
-        max_seq_len=seq_len, **moe, **MODEL_FACTS.get(row["model_name"], {}))
-    training = TrainingSpec(global_batch_size=_int(row, "global_batch"), seq_len=seq_len,
-                            dtype=row["precision"])
-    cluster = ClusterSpec(name=row["gpu"], num_gpus=_int(row, "num_gpus"), gpus_per_node=facts.get("gpus_per_node", 8),
-                          profile=f"builtin:{row['gpu']}")
+        max_seq_len=_int(row, "seq_len"), **moe, **MODEL_FACTS.get(row["model_name"], {}))
+
+
+def _plan_of(prefix: str, row: dict, facts: dict, model: ModelSpec, training: TrainingSpec,
+             assumptions: list) -> ParallelPlan:
+    """The row's plan, each cell the source leaves empty filled by its rule (appended to `assumptions`)."""
+    layers, moe = model.num_layers, model.is_moe
     tp, pp, dp, cp = (_int(row, k) for k in ("tp", "pp", "dp", "cp"))
+    mb = _micro_batch(prefix, row, pp, assumptions)
+    m = training.global_batch_size // max(1, dp * mb)
+    recompute = _recompute(prefix, row, assumptions)
+    vpp = _virtual_stages(prefix, row, layers, pp, m, assumptions)
+    sp = _sequence_parallel(row, facts, tp, assumptions)
+    zero = _int(row, "zero_stage", 0)
+    # Expert TP: what the notes state (Megatron's --expert-tensor-parallel-size, "ETP=1"), else tp
+    # (Megatron's default, and the only choice before core 0.10).
+    etp = next((int(a or b) for a, b in _ETP.findall(row["notes"])), 0) if moe else 0
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, sequence_parallel=sp, zero_stage=zero,
+                        micro_batch_size=mb, num_microbatches=max(1, m), recompute=recompute,
+                        recompute_num_layers=0, ep=(_int(row, "ep", 1) if moe else 1),
+                        etp=0 if etp == tp else etp,
+                        recompute_modules=_recompute_modules(row["notes"]) if recompute == "selective" else (),
+                        zero_shard=_hsdp_shard_group(row["notes"], dp * cp) if zero else 0)
+    if recompute == "full":
+        # Every layer of every stage (the largest stage bounds the count).
+        plan = plan.replace(recompute_num_layers=plan.layers_per_stage(layers))
+    return plan
+
+
+def _micro_batch(prefix: str, row: dict, pp: int, assumptions: list) -> int:
     mb = _int(row, "micro_batch")
     if mb is None:
         # Megatron-LM's runs in Narayanan 2021 Table 1 do not state it; their Table 2 PTD rows
@@ -272,7 +348,10 @@ def row_to_run(row: dict) -> PublishedRun:
         if mb % num_stages == 0:
             mb //= num_stages
             assumptions.append(f"micro_batch: local batch / {num_stages} pipeline stages = {mb}")
-    m = training.global_batch_size // max(1, dp * mb)
+    return mb
+
+
+def _recompute(prefix: str, row: dict, assumptions: list) -> str:
     recompute = row["recompute"].strip()
     if not recompute:
         if prefix == "N21":
@@ -280,6 +359,10 @@ def row_to_run(row: dict) -> PublishedRun:
         else:
             recompute = "selective"  # torchtitan's llama3_8b.toml default activation checkpointing
         assumptions.append(f"recompute missing: {recompute}")
+    return recompute
+
+
+def _virtual_stages(prefix: str, row: dict, layers: int, pp: int, m: int, assumptions: list) -> int:
     vpp = _int(row, "vpp")
     if vpp and pp > 1 and pp * vpp > layers and "account-for-embedding" in row["notes"]:
         # Megatron-LM's --account-for-embedding/loss-in-pipeline-split counts the embedding and the
@@ -300,6 +383,10 @@ def row_to_run(row: dict) -> PublishedRun:
             # Interleaved 1F1B with an unstated chunk count: the smallest split of a stage.
             vpp = next((v for v in (2, 3, 5) if per_stage % v == 0), 1)
             assumptions.append(f"vpp missing: {vpp} (interleaved per the notes)")
+    return vpp
+
+
+def _sequence_parallel(row: dict, facts: dict, tp: int, assumptions: list) -> bool:
     sp = row["sequence_parallel"].strip().lower() == "true"
     if sp and tp == 1:
         # Megatron-LM accepts --sequence-parallel at TP 1 and turns it off (megatron/training/
@@ -308,41 +395,30 @@ def row_to_run(row: dict) -> PublishedRun:
         sp = False
         assumptions.append("sequence_parallel: false (the flag has no effect at tp = 1)")
     if not row["sequence_parallel"].strip() and tp > 1 and (row.get("framework") or "").strip() and \
-            FRAMEWORK_FACTS.get(facts["framework"], facts["framework"]) == "megatron-core":
+            STANDS_IN_FOR.get(facts["framework"], facts["framework"]) == "megatron-core":
         # Megatron-Core's recipes (NeMo, Megatron-LM examples) turn sequence parallelism on with TP.
         sp = True
         assumptions.append("sequence_parallel missing: true (Megatron-Core recipes with tp > 1)")
-    zero = _int(row, "zero_stage", 0)
-    # Expert TP: what the notes state (Megatron's --expert-tensor-parallel-size, "ETP=1"), else tp
-    # (Megatron's default, and the only choice before core 0.10).
-    etp = next((int(a or b) for a, b in _ETP.findall(row["notes"])), 0) if moe else 0
-    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, sequence_parallel=sp, zero_stage=zero,
-                        micro_batch_size=mb, num_microbatches=max(1, m), recompute=recompute,
-                        recompute_num_layers=0, ep=(_int(row, "ep", 1) if moe else 1),
-                        etp=0 if etp == tp else etp,
-                        recompute_modules=_recompute_modules(row["notes"]) if recompute == "selective" else (),
-                        zero_shard=_hsdp_shard_group(row["notes"], dp * cp) if zero else 0)
-    if recompute == "full":
-        # Every layer of every stage (the largest stage bounds the count).
-        plan = plan.replace(recompute_num_layers=plan.layers_per_stage(layers))
+    return sp
+
+
+def _as_ran(prefix: str, row: dict, facts: dict, plan: ParallelPlan, compiled: bool) -> _AsRan:
+    """The built-in framework standing in for the software the row ran, and that software's facts."""
     framework = facts["framework"]
     if (row.get("framework") or "").strip():
         # The software the row names, as the built-in framework whose facts predict it.
-        framework = FRAMEWORK_FACTS.get(framework, framework)
+        framework = STANDS_IN_FOR.get(framework, framework)
     if prefix == "MTNLG":
         framework = "megatron-deepspeed"    # 2021: fused softmax, no flash attention
-    then = dict(facts.get("framework_then", {}))
+    then = dict(AS_RAN.get(facts["source"], {}))  # its framework as the source ran it
     # Facts a source's measured rows chose (source_facts.RowDerivedFact), recorded so a held-out split
     # can withhold them.
     derived = tuple(facts.get("derived", ()))
     then.update({f.field: f.value for f in derived})
-    if prefix == "N21" and zero == 3:
-        # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (ZeRO-3 came with v0.3.13, 2021-03,
-        # the paper is of 2021-04) on the torch of its time: one gather and one reduce-scatter per
-        # parameter tensor, gathers the compute waits for, and torch's copies around list collectives
-        # (Framework.zero3_gather_per_tensor, zero3_gather_blocking, collective_list_copies).
+    if prefix == "N21" and plan.zero_stage == 3:
+        # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (the paper is of 2021-04).
         framework = "deepspeed"
-        then.update(zero3_gather_per_tensor=True, zero3_gather_blocking=True, collective_list_copies=True)
+        then.update(DEEPSPEED_V0_3_13_ZERO3)
     if plan.zero_shard and framework in FRAMEWORKS and plan.zero_stage not in FRAMEWORKS[framework].hsdp_zero_stages:
         # The stack the row ran shards so, whatever the built-in framework standing in for it can do
         # (BloombergGPT: SageMaker's sharded data parallelism, MiCS over 128 GPUs, on DeepSpeed's facts).
@@ -350,40 +426,19 @@ def row_to_run(row: dict) -> PublishedRun:
     if plan.recompute_modules and framework in FRAMEWORKS and not FRAMEWORKS[framework].recompute_modules:
         # The stack it ran names the submodules it recomputes (OLMo-core's selected_modules mode).
         then["recompute_modules"] = True
-    compiled = facts["compiled"] if "compiled" in facts else "compile" in row["notes"]
     then.update(_stack_facts(prefix, row, facts, compiled))
-    notes = row["notes"]
-    mem = _PEAK_MEMORY.search(notes)
+    return _AsRan(framework, then, derived)
+
+
+def _reported_memory_bytes(row: dict, facts: dict) -> float | None:
+    """The peak memory the source printed, in bytes (None: it printed none)."""
+    mem = _PEAK_MEMORY.search(row["notes"])
     gib = mem and (mem.group(2) == "GiB" or facts.get("memory_gb_is_gib", False))
     reported_memory = float(mem.group(1)) * (2 ** 30 if gib else 1e9) if mem else None
     used = _MEMORY_USED_OF_TOTAL.search(row["published_metric"]) if facts.get("memory_used_of_total_gib") else None
     if used:
         reported_memory = float(used.group(1)) * 2 ** 30
-    return PublishedRun(
-        id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
-        cluster=cluster, plan=plan, framework=framework,
-        compiled=compiled,
-        async_tp=bool(_ASYNC_TP.search(notes)) and framework == "torchtitan",
-        tp_comm_overlap=facts.get("tp_comm_overlap", False) and framework == "megatron-core",
-        fp8_rowwise="rowwise" in row["id"] or facts.get("fp8_recipe") == "rowwise",
-        # The FlashAttention-2 paper's baselines name their attention in the model column; the
-        # Megatron-DeepSpeed long-sequence README's "New" rows ran its script's --use-flash-attn-triton
-        # (the rebase added FlashAttention: examples_deepspeed/rebase/README.md), its "Old" rows not.
-        flash_attention=_stated_flash_attention(prefix, row),
-        nic_bytes_per_s=_per_gpu(facts.get("nic_bytes_per_s"), row["gpu"]),
-        reported_peak_memory_bytes=reported_memory,
-        reported_memory_is_allocated=facts.get("memory_is_allocated", False),
-        reported_memory_of_rank0=facts.get("memory_of_rank0", False),
-        recompute_unstated=_recompute_unstated(prefix, row),
-        micro_batch_unstated=_micro_batch_unstated(prefix, row),
-        measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
-        assumptions=tuple(assumptions), notes=notes, session=_session(row["source"]),
-        # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
-        # another FSDP stack with its own whole-logit loss), so none takes that fact.
-        framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
-                              **then, **(moe_run_facts(f"{notes} {row.get('published_metric') or ''}") if moe else {})}.items()),
-        derived_facts=derived,
-        sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
+    return reported_memory
 
 
 def _recompute_unstated(prefix: str, row: dict) -> bool:

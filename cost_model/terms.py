@@ -38,6 +38,9 @@ TIME_TERMS = {
     "sync_wait": ("the step waits for its slowest GPU: step-time jitter x E[max of N GPUs' normal scatter]",
                   "order statistics of N i.i.d. normals (~sqrt(2 ln N)); jitter measured on the H100 records "
                   "(cost_model/scale_terms.py)"),
+    "host_issue": ("micro-batches waiting for the host to issue their kernels (GPU starved: kernels shorter "
+                   "than their launch)", "max(GPU time, layers x kernels per layer x host s per kernel) per "
+                   "micro-batch, eager PyTorch's counted and measured (cost_model/host_time.py)"),
     "overhead": ("host time of sharding hooks or a blocking pipeline engine",
                  "fitted per framework (cost_model/data/constants.json)"),
 }

@@ -5,7 +5,7 @@ Which linears: the blocks' attention and MLP projections (wq, wk, wv, wo, w1, w2
 dimensions are multiples of 16 (the fp8 GEMM kernels' rule, torch._scaled_mm; torchtitan 0.3.0
 components/quantization/utils.py module_filter_fn skips the others the same way). The embedding,
 the output head, the router and the experts' grouped GEMMs stay in the compute dtype (bf16), as the
-`autoplan` framework entry says (autoplan/specs/frameworks.py, "dtypes" and "fp8_moe").
+`autoplan` framework entry says (autoplan/specs/frameworks/autoplan.py, "dtypes" and "fp8_moe").
 
 Recipes (torchao Float8LinearRecipeName): "tensorwise" (one scale per tensor, cuBLAS) and "rowwise"
 (one scale per row, CUTLASS). With tensorwise under FSDP2 sharding the weights are all-gathered in

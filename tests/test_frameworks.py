@@ -224,7 +224,7 @@ def test_a_record_names_the_framework_its_executor_ran():
     from types import SimpleNamespace
 
     from autoplan.specs.compat import record_framework
-    from autoplan.specs.frameworks import AUTOPLAN_SPEEDUPS
+    from autoplan.specs.frameworks.autoplan import AUTOPLAN_SPEEDUPS
     from executor.options import SPEEDUPS
 
     assert set(AUTOPLAN_SPEEDUPS) <= set(SPEEDUPS)   # names the executor's --without accepts

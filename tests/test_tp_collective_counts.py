@@ -142,7 +142,7 @@ def test_torchtitans_plan_reduces_each_blocks_input_gradient_once(mesh):
 
 
 def test_kempnerforges_plan_reduces_five_input_gradients_and_compile_merges_its_gathers(mesh):
-    from cost_model.source_facts import KEMPNERFORGE_FACTS
+    from autoplan.specs.frameworks.torchtitan import KEMPNERFORGE_FACTS
 
     eager_fwd, eager_bwd = _eager_counts(*_parallel_block(mesh, "kempnerforge", sequence_parallel=True))
     assert eager_fwd == {"all_gather_into_tensor": 5, "reduce_scatter_tensor": 2}

@@ -66,7 +66,7 @@ SPLIT_BOUNDS = {
     # (the same code converged: 12.3%, 14.6%, 13.3%, 16.4%, 8.6%, 12.2%, 13.5% in this order).
     # With FSDP2's copies and torchtitan's fp32 reduce-scatter (sharded_copies), measured before -> after:
     # Then KempnerForge read as it ran (bf16 master states, one reduce-scatter per step, replicated
-    # embedding, gathered logits: cost_model/source_facts.py KEMPNERFORGE_FACTS), refitted: -> the third;
+    # embedding, gathered logits: autoplan/specs/frameworks/torchtitan.py KEMPNERFORGE_FACTS), refitted: -> the third;
     # then torchao's row-wise fp8 backward casts, refitted: -> the fourth; then FSDP's fp32 gradient
     # accumulation under a pipeline (sharded_copies), refitted: -> the fifth. 2026-11-27: the DP wire
     # bytes as runs set them (bf16 gradient reduction, fp8 weight gathers), torchtitan's recompute of

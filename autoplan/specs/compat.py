@@ -10,7 +10,7 @@ any count.
 from __future__ import annotations
 
 from autoplan.specs import AutoplanError, HardwareProfile
-from autoplan.specs.frameworks import AUTOPLAN_SPEEDUPS
+from autoplan.specs.frameworks.autoplan import AUTOPLAN_SPEEDUPS
 from autoplan.specs.gpus import lookup_gpu
 
 

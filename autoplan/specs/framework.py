@@ -4,7 +4,7 @@ what it can run.
 A plan is made for the framework that will run it (DESIGN.md "The framework is an input"). The
 cost model reads the storage and fusion facts; the search explores only plans `check()` allows;
 the plan file records the framework's name; the executor and the exporters re-check against it.
-The built-in frameworks are in `autoplan.specs.frameworks` (one entry each, with sources).
+The built-in frameworks are in the package `autoplan.specs.frameworks` (one module each, with sources).
 
 Its data-parallel and ZeRO facts are its base class's (autoplan.specs.framework_dp.DataParallelFacts).
 The efficiency fields (overlap fractions, overheads) hold neutral or documented values here; the
@@ -44,6 +44,18 @@ def megatron_states() -> dict:
         "params": StateTerm(2, 3, "bf16 weights the kernels read"),
         "grads": StateTerm(4, 2, "fp32 main-grad buffer (gradients accumulated over micro-batches)"),
         "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
+    }
+
+
+def fsdp2_states(what: str) -> dict:
+    """FSDP2 with a bf16 MixedPrecisionPolicy: the sharded parameter IS the fp32 master (PyTorch
+    FSDP2 docs, `fully_shard(mp_policy=MixedPrecisionPolicy(param_dtype=bfloat16,
+    reduce_dtype=float32))`); gradients land in fp32 on the sharded parameter; AdamW keeps two fp32
+    moments."""
+    return {
+        "params": StateTerm(4, 1, f"fp32 parameters ({what})"),
+        "grads": StateTerm(4, 2, "fp32 gradients"),
+        "optimizer": StateTerm(8, 1, "AdamW momentum 4 + variance 4 (fp32)"),
     }
 
 
@@ -147,7 +159,7 @@ class Framework(DataParallelFacts):
     and torchtitan (PrepareModuleInput gathers each block's input once, so autograd sums the q/k/v
     gradients before the one reduction) run it. A plan that parallelizes q, k, v, gate and up each
     with its own ColwiseParallel reduces five times (KempnerForge; counted, see
-    cost_model/source_facts.py KEMPNERFORGE_FACTS)."""
+    autoplan/specs/frameworks/torchtitan.py KEMPNERFORGE_FACTS)."""
     fp8_linear_inputs_saved_in_fp8: bool = False
     """fp8 (the Megatron activation recipe): a dense layer's linears keep the fp8 cast of their input
     for the weight gradient, 1 B per element, not the bf16 input (Transformer Engine's te.Linear and
@@ -195,6 +207,15 @@ class Framework(DataParallelFacts):
     moe_packed_experts=false default), and its backward copies the gradients back apart: a transposing
     HBM copy of every local expert weight in each forward, recompute and backward
     (cost_model/moe_time.py stacked_weights_s). False: packed (E, in, out) parameters read in place."""
+    moe_host_sync: bool = False
+    """Every MoE layer's forward (and its recompute) waits on the host for the GPU: KempnerForge's
+    grouped-GEMM path reads its tokens per expert with `torch.bincount(...).tolist()`
+    (kempnerforge/model/moe.py @abbbac33 MoEMLP._local_forward, line 290). FSDP2 issues a unit's
+    all-gather in that unit's pre-forward hook, when the host reaches it (torch 2.9
+    distributed/fsdp/_fully_shard/_fsdp_state.py _pre_forward, _fsdp_param_group.py pre_forward lines
+    431-439; KempnerForge sets no explicit forward prefetch), so the next layer's all-gather can hide
+    only under what this layer runs after the sync, its MoE block (cost_model/dp_time.py
+    host_sync_exposed_s). False: the host runs ahead and the gathers hide under any compute."""
     moe_weighted_outputs_saved: bool = False
     """The router's probabilities weigh the experts' outputs in the unpermutation, and autograd keeps those
     outputs (the routed copies x h, as many rows as the experts' inputs) for the probabilities' gradient
@@ -225,6 +246,12 @@ class Framework(DataParallelFacts):
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
     """Host time per micro-batch of a pipeline engine (schedule dispatch, blocking sends)."""
+    kernels_per_layer: float = 0.0
+    """Kernels the host issues per layer and micro-batch, forward and backward (cost_model/host_time.py;
+    0: host issue time not priced)."""
+    host_s_per_kernel: float = 0.0
+    """Host seconds to issue one of them (Python, dispatcher, autograd, launch): a micro-batch takes
+    max(GPU time, layers x kernels_per_layer x host_s_per_kernel) (cost_model/host_time.py)."""
     # -- how close its kernels get to the profile, and what it adds (fitted values for the published
     # frameworks: cost_model/data/constants.json "frameworks"; hardware facts stay in the profile) --
     gemm_efficiency: float = 1.0

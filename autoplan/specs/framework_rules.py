@@ -110,6 +110,14 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
         _refuse(fw, f"does not run mixtures of experts with ZeRO stage {plan.zero_stage} (at most "
                f"{fw.max_zero_with_moe}), got zero_stage={plan.zero_stage} for {model.name!r} with "
                f"{model.num_experts} experts", "zero_with_moe", f"plan with --zero {fw.max_zero_with_moe}")
+    _check_degrees(fw, model, training, plan)
+    _check_layout(fw, model, plan)
+    _check_experts(fw, model, plan)
+    _check_model_parts(fw, model, plan)
+
+
+def _check_degrees(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
+    """check_plan's rules on the parallel degrees and what ZeRO stage they combine with."""
     for degree, limit in (("tp", fw.max_tp), ("pp", fw.max_pp), ("cp", fw.max_cp), ("vpp", fw.max_vpp)):
         value = getattr(plan, degree)
         if value > limit:
@@ -132,6 +140,10 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
     if fw.zero0_only_pure_dp and plan.zero_stage == 0 and (plan.tp, plan.pp, plan.cp) != (1, 1, 1):
         _refuse(fw, f"runs plain data parallelism (zero_stage=0) only without tp/pp/cp, got tp={plan.tp}, "
                f"pp={plan.pp}, cp={plan.cp}", "zero0_mixed", "plan with --zero 1 or more")
+
+
+def _check_layout(fw, model: ModelSpec, plan: ParallelPlan) -> None:
+    """check_plan's rules on how the layers split into stages, sequence parallelism and recompute."""
     if not fw.uneven_stages and plan.pp > 1 and len(set(plan.stage_num_layers(model.num_layers))) > 1:
         _refuse(fw, f"needs pp to divide num_layers, got pp={plan.pp}, num_layers={model.num_layers}",
                "uneven_stages", "pick a pp that divides the layers")
@@ -144,7 +156,11 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
     if plan.recompute_modules and not fw.recompute_modules:
         _refuse(fw, f"has no per-module selective recompute, got recompute_modules={list(plan.recompute_modules)}",
                "recompute_modules", "plan without recompute_modules, or for --framework megatron-core")
-    _check_experts(fw, model, plan)
+
+
+def _check_model_parts(fw, model: ModelSpec, plan: ParallelPlan) -> None:
+    """check_plan's rules on the pipeline schedule and the parts of the model a plan splits (tied
+    embeddings, learned positions, block extras, masked attention)."""
     if fw.min_microbatches_per_stage and plan.pp > 1 and plan.num_microbatches < plan.pp:
         _refuse(fw, f"runs 1F1B, which needs at least as many micro-batches as pipeline stages, got "
                f"num_microbatches={plan.num_microbatches}, pp={plan.pp}", "microbatches_per_stage",
@@ -168,7 +184,6 @@ def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan)
         _refuse(fw, f"runs context parallelism with plain causal attention only, got cp={plan.cp} for {model.name!r} "
                f"(sliding_window={model.sliding_window}, attn_logit_softcap={model.attn_logit_softcap})",
                "cp_masked_attention", "plan with --cp 1")
-
 
 
 def _check_experts(fw, model: ModelSpec, plan: ParallelPlan) -> None:
