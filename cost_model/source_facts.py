@@ -40,7 +40,7 @@ class RowDerivedFact:
 
 
 BLOOM_NETWORK = RowDerivedFact(
-    "dp_bandwidth_scale", 0.254, "bigscience",
+    "dp_bandwidth_scale", 0.265, "bigscience",
     "solved from BigScience's 200B one-vs-two-replica step times on Jean Zay (chronicles-prequel.md "
     "'Best TFLOPs', fp16 and bf16): benchmarks/bigscience_network.py",
     evidence=tuple(Where("bigscience", "a100-80gb", n, dtype) for n in (80, 160) for dtype in ("fp16", "bf16")))
@@ -65,7 +65,7 @@ SOURCES = {
     # (BigScience tr11-176B-ml README, "Hardware") = 6.25 GB/s per GPU, a quarter of a DGX A100.
     # Its data-parallel collectives reached a quarter of that: BigScience timed a 200B model on one
     # replica and on two (chronicles-prequel.md "Best TFLOPs", fp16 and bf16), and the second replica's
-    # cost is the model's at 0.254 of the links' bandwidth (benchmarks/bigscience_network.py solves it;
+    # cost is the model's at 0.265 of the links' bandwidth (benchmarks/bigscience_network.py solves it;
     # NCCL "doesn't fully utilize Intel OPA", experiments/bandwidth/README.md). Measured, so DeepSpeed's
     # fitted bandwidth scale is not BLOOM's; pipeline sends keep the links' rate.
     "BLOOM": dict(source="bigscience", norm="layernorm", position="alibi", tied_embeddings=True,

@@ -72,6 +72,10 @@ class Framework(DataParallelFacts):
     """dtype -> {field: value}: the facts a run in that dtype has instead (`for_dtype`). DeepSpeed's
     bf16 runs at ZeRO 0-1 take its BF16_Optimizer, whose fp32 gradients are full-size (its `states`);
     Megatron-LM's fp16 runs keep and reduce fp16 gradients (`states`, `main_grad_reduce_bytes`)."""
+    pipeline_zero0_states: dict = field(default_factory=dict)
+    """Model states its pipeline engine keeps at ZeRO-0 (pp > 1) instead of `states` (`states_for`);
+    empty: `states`. DeepSpeed's pipeline engine runs bf16 at ZeRO-0 with BF16_Optimizer, which
+    partitions the master weights and Adam moments over data parallelism whatever the stage."""
     compute_weight_copy_bytes: float = 0.0
     """Bytes per parameter of a compute-dtype copy of the weights held from a micro-batch's forward to
     its backward (autocast over fp32 weights caches its bf16 casts for backward; FSDP2 at ZeRO 1/2
@@ -384,6 +388,12 @@ class Framework(DataParallelFacts):
         if not facts or all(getattr(self, key) == value for key, value in facts.items()):
             return self  # nothing for this dtype, or already applied: the same object
         return replace(self, **facts)
+
+    def states_for(self, plan: ParallelPlan) -> dict:
+        """The model states `plan` keeps: `pipeline_zero0_states` at ZeRO-0 under a pipeline, if any."""
+        if self.pipeline_zero0_states and plan.pp > 1 and plan.zero_stage == 0:
+            return self.pipeline_zero0_states
+        return self.states
 
     def default_etp(self, model: ModelSpec, ep: int) -> int:
         """The expert TP a plan gets when nobody names one (ParallelPlan.etp; 0 = tp): 1 under expert

@@ -61,11 +61,14 @@ AUTOPLAN = Framework(
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
     kernels_per_layer=EAGER_KERNELS_PER_LAYER, host_s_per_kernel=EAGER_HOST_S_PER_KERNEL,
-    fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True,
+    fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True, sharded_reduce_bytes_per_grad=4.0,
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
         "zero2_reduce_every_microbatch": "executor/torch_backend/train.py _set_grad_sync: FSDP2's gradient sync is "
                                          "turned off between micro-batches at ZeRO 0-1 only",
+        "sharded_reduce_bytes_per_grad": "executor/torch_backend/parallelize.py mixed_precision: "
+                                         "MixedPrecisionPolicy(reduce_dtype=torch.float32), so FSDP2 reduce-scatters, "
+                                         "and accumulates unsharded gradients, in fp32",
         "fused_adamw_on_cuda": "executor/torch_backend/train.py _optimizers: torch.optim.AdamW(fused=True) on CUDA "
                                "(for-each on a CPU); the H200 allocator history of plan l1-s2k-m4-full "
                                "(cost_model/data/h100_runs/2026-11-28) holds no optimizer temporary",
