@@ -31,6 +31,8 @@ SAFETY = 1.0 - 1e-9
 def step_time_lower_bound(est, plan: ParallelPlan) -> float:
     """A lower bound on `est.estimate(plan).step_time_s` for any ZeRO stage and recompute policy of
     `plan`'s shape (Estimator `est`, analytical; a calibrated one can scale times down)."""
+    est = est.for_plan(plan)   # the framework as the plan runs it (its TP communication overlap)
+    plan = plan.replace(tp_comm_overlap=False)
     costs = est.stage_costs(plan)
     lt, sw = costs.layer, est.framework
     per_layer = (lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autoplan.specs import (
-    DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, ModelSpec, ParallelPlan, TrainingSpec,
+    DEFAULT_FRAMEWORK, ClusterSpec, CostEstimate, Framework, HardwareProfile, InfeasiblePlan, ModelSpec, ParallelPlan,
+    TrainingSpec,
 )
 from autoplan.specs.flops import model_flops_per_token
 from autoplan.specs.framework_facts import MoEFacts
@@ -74,6 +75,23 @@ class StageCosts:
     params: ParamCounts
 
 
+def tp_overlap_switches(framework: Framework) -> dict:
+    """The Framework fields a plan with tp_comm_overlap runs with, by how the framework overlaps
+    (Framework.tp_comm_overlap_kind): Megatron-Core's userbuffers pipeline each TP collective with its
+    GEMM (tp_comm_gemm_overlap, cost_model/step_time.py tp_exposed_s); torchtitan's async TP hides its
+    fitted share of the TP traffic (async_tp_overlap, measured on torchtitan's paired rows) and needs
+    torch.compile, which moves the compiled elementwise bytes (compiled_elementwise_factor). A framework
+    without a kind has no such plan (framework_rules.check_plan refuses it)."""
+    kind = framework.tp_comm_overlap_kind
+    if kind == "userbuffers":
+        return {"tp_comm_gemm_overlap": True}
+    if kind == "async-tp":
+        return {"tp_comm_overlap": framework.async_tp_overlap,
+                "fused_elementwise": framework.compiled_elementwise_factor}
+    raise InfeasiblePlan(f"framework {framework.name} cannot overlap tensor-parallel communication "
+                         f"(tp_comm_overlap_kind={kind!r})", "framework_tp_comm_overlap")
+
+
 def tables_for(profile: HardwareProfile) -> ProfileTables:
     """One ProfileTables per profile object, so every Estimator on it shares the caches."""
     entry = _TABLES.get(id(profile))
@@ -113,7 +131,7 @@ class Estimator:
             # The user's measured routing (TrainingSpec.moe_load_imbalance) over the framework's default.
             moe=replace(fw.facts(MoEFacts), moe_load_imbalance=training.moe_load_imbalance or fw.moe_load_imbalance),
             mla_padded_values=fw.mla_padded_values,
-            fp8_rowwise=fw.fp8_rowwise, fp8_expert_gemms=fw.fp8_expert_gemms,
+            fp8_rowwise=fw.fp8_rowwise, fp8_expert_gemms=fw.fp8_expert_gemms, fp8_norm_writes_fp8=fw.fp8_norm_writes_fp8,
             tp_backward_input_reductions=fw.tp_backward_input_reductions)
         self.peak_flops_per_s = profile.peak(training.dtype)
         self.model_flops_per_step = model_flops_per_token(model, training.seq_len) * training.tokens_per_step
@@ -132,6 +150,21 @@ class Estimator:
         uncounted = uncounted_features(model) if self.framework.activation_recipe in RECIPES else []
         self._memory_notes = (f"activation memory of {', '.join(uncounted)} not counted tensor by tensor "
                               "(the plain pre-norm block's tensors are)",) if uncounted else ()
+
+    # -- the plan's own switches ---------------------------------------------------------------
+    def for_plan(self, plan: ParallelPlan) -> "Estimator":
+        """This estimator, or, for a plan that overlaps its TP communication (ParallelPlan.tp_comm_overlap),
+        one whose framework runs that way (tp_overlap_switches), kept for the next such plan."""
+        if not plan.tp_comm_overlap:
+            return self
+        twin = self.cache.get("tp_comm_overlap")
+        if twin is None:
+            twin = self.cache["tp_comm_overlap"] = Estimator(
+                self.model, self.training, self.cluster, self.profile,
+                framework=self.framework.with_overrides(**tp_overlap_switches(self.framework)),
+                constants=self.constants, allow_tp_across_nodes=self.allow_tp_across_nodes,
+                memory_headroom_bytes=self.memory_headroom_bytes)
+        return twin
 
     # -- shared pieces -------------------------------------------------------------------------
     def _layer(self, plan: ParallelPlan):
@@ -176,6 +209,8 @@ class Estimator:
 
     def stage_costs(self, plan: ParallelPlan) -> StageCosts:
         """The per-micro-batch costs of this plan's shapes (cached per shape), for the step time."""
+        if plan.tp_comm_overlap:
+            return self.for_plan(plan).stage_costs(plan.replace(tp_comm_overlap=False))
         key = ("costs", plan.micro_batch_size, plan.tp, plan.cp, plan.ep, plan.sequence_parallel, plan.expert_tp,
                plan.pp, plan.vpp, plan.moe_capacity_factor, plan.dp, plan.zero_stage)  # all _layer, _extras read
         hit = self.cache.get(key)
@@ -232,6 +267,8 @@ class Estimator:
         the first, the last, and a middle rank with more layers than the first (uneven splits).
         Cached per plan without its own recompute fields, which `recompute` and `num_recompute`
         stand for (the search prices one plan under several policies and layer counts)."""
+        if plan.tp_comm_overlap:
+            return self.for_plan(plan)._stages_memory(plan.replace(tp_comm_overlap=False), recompute, num_recompute)
         plan_key = plan_memory_key(plan)
         key = ("memory", recompute, num_recompute, plan_key)
         hit = self.cache.get(key)
@@ -275,6 +312,8 @@ class Estimator:
         bound first (`keep`: held for later) and scores the same plan later, which takes the held
         terms instead of pricing them again (and lets them go: an exhaustive search holds nothing).
         A held result is shared until then: read it, do not change it."""
+        if plan.tp_comm_overlap:
+            return self.for_plan(plan).time_terms(plan.replace(tp_comm_overlap=False), keep)
         key = ("time", plan)
         hit = self.cache.get(key) if keep else self.cache.pop(key, None)
         if hit is None:

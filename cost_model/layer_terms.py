@@ -38,6 +38,8 @@ class Rates:
     """Framework.fp8_rowwise: torchao's row-wise (axis-wise) scaled fp8, whose backward casts more."""
     fp8_expert_gemms: bool = True
     """Framework.fp8_expert_gemms: an fp8 plan's routed experts run their GEMMs in fp8 too."""
+    fp8_norm_writes_fp8: bool = False
+    """Framework.fp8_norm_writes_fp8: the norm in front of a linear writes that linear's fp8 input itself."""
     tp_backward_input_reductions: int = 0
     """Framework.tp_backward_input_reductions (0: one per block)."""
 
@@ -126,13 +128,24 @@ def memory_bound_times(model: ModelSpec, tables: ProfileTables, rates: Rates, to
         act_s=mem_s(mlp_activation_elems(model, moe) / tp))
 
 
+NORM_FED_GEMMS = ("qkv", "mlp_in")
+"""A dense layer's GEMMs whose input is a norm's output (the fused QKV, the MLP's input projection)."""
+
+
 def fp8_cast_times(tables: ProfileTables, rates: Rates, fp8_gemms: list, op_bytes: float, memory_fwd_s: float,
-                   memory_bwd_s: float) -> tuple:
+                   memory_bwd_s: float, moe: bool = False) -> tuple:
     """(memory forward s, memory backward s, one cast of the weights s) with an fp8 plan's casts added.
     Float8 scaling (Micikevicius et al. 2022, arXiv 2209.05433): each GEMM's input is read in bf16 and
     written in fp8 (3 B per element) in forward, each output gradient in backward (the wgrad GEMM
-    reuses the forward's fp8 input). Weights: the third figure, per cast."""
-    memory_fwd_s += memory_time_s(tables, sum(3.0 * g.m * g.k * g.count for g in fp8_gemms), op_bytes)
+    reuses the forward's fp8 input). Weights: the third figure, per cast.
+
+    Where the norm writes its linear's fp8 input (Rates.fp8_norm_writes_fp8; a dense layer's norm-fed
+    GEMMs, NORM_FED_GEMMS) there is no cast: the norm writes 1 B per element instead of its bf16 2 B,
+    and the backward transposes that fp8 input for the weight gradient, 1 B read + 1 B written."""
+    fused = [g for g in fp8_gemms if rates.fp8_norm_writes_fp8 and not moe and g.name in NORM_FED_GEMMS]
+    cast_bytes = sum(3.0 * g.m * g.k * g.count for g in fp8_gemms if g not in fused)
+    memory_fwd_s += memory_time_s(tables, cast_bytes - sum(1.0 * g.m * g.k * g.count for g in fused), op_bytes)
+    memory_bwd_s += memory_time_s(tables, sum(2.0 * g.m * g.k * g.count for g in fused), op_bytes)
     memory_bwd_s += memory_time_s(tables, sum(3.0 * g.m * g.n * g.count for g in fp8_gemms), op_bytes)
     if rates.fp8_rowwise:
         # Row-wise scales run along one axis, and the weight-gradient GEMM contracts the other: its

@@ -65,6 +65,16 @@ GEMM_TIMES_MEMO_SIZE = 1 << 18
 """Entries gemms_time_s keeps per table before it starts over (a few hundred bytes each)."""
 
 
+FP8_FPROP_FAST_ACCUM_SPEEDUP = 1.15
+"""An fp8 forward GEMM over the profile's fp8 rate. The fp8 table is `torch._scaled_mm` with its default
+split accumulation (profiler/compute.py, benchmarks/kernel_rates.py: use_fast_accum off), and so are the
+training frameworks' backward GEMMs; their forward GEMMs run cuBLASLt's fast accumulation
+(CUBLASLT_MATMUL_DESC_FAST_ACCUM): Transformer Engine pytorch/module/base.py `_2X_ACC_FPROP = False`
+(DGRAD and WGRAD True), torchao float8/config.py `gemm_config_output = Float8GemmConfig(use_fast_accum=True)`
+(grad_input and grad_weight False). Fast accumulation runs 1.1-1.2x the split-accumulation GEMM on an H100
+(pytorch/ao issue 2377, 2025-06-14); 1.15 is that range's middle (no device measured it here)."""
+
+
 def gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
     """(forward, backward) seconds of `gemms`. Remembered per table, GEMM shapes and rate: a search
     asks for the same layer's GEMMs under many plans (a bound for each of ~10^6 candidates)."""
@@ -73,7 +83,8 @@ def gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
     key = (tuple(gemms), dtype, scale)
     times = tables.gemm_times_memo.get(key)
     if times is None:
-        fwd = sum(gemm_time_s(tables, g, dtype, scale) for g in gemms)
+        fwd_scale = scale * (FP8_FPROP_FAST_ACCUM_SPEEDUP if dtype == "fp8" else 1.0)
+        fwd = sum(gemm_time_s(tables, g, dtype, fwd_scale) for g in gemms)
         bwd = sum(gemm_time_s(tables, b, dtype, scale) for g in gemms for b in backward_shapes(g))
         if len(tables.gemm_times_memo) >= GEMM_TIMES_MEMO_SIZE:
             tables.gemm_times_memo.clear()
@@ -124,7 +135,7 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     memory_fwd_s, memory_bwd_s, fp8_weight_cast_s = mem.fwd_s, 2.0 * mem.fwd_s, 0.0
     if rates.gemm_dtype == "fp8":
         memory_fwd_s, memory_bwd_s, fp8_weight_cast_s = fp8_cast_times(tables, rates, gemms.fp8_gemms, mem.op_bytes,
-                                                                       memory_fwd_s, memory_bwd_s)
+                                                                       memory_fwd_s, memory_bwd_s, moe)
     dispatch = dispatch_in_effect(rates.moe.moe_dispatch, ep)
     tp_comm = tp_times(model, tables, rates, tokens, tp, moe, dispatch, sequence_parallel, gpus_per_node)
     cp_fwd_s, cp_bwd_s = cp_times(model, tables, micro_batch, seq_len, tp, cp, window, gpus_per_node, attn)

@@ -109,7 +109,7 @@ def test_the_megatron_export_passes_the_overlap_the_plan_was_costed_with():
     flags = {}
     for framework in ("megatron-core", "megatron-core+tp-comm-overlap"):
         request = PlanRequest(model="llama-3-8b", num_gpus=16, framework=framework, exhaustive=False,
-                              pins=Pins(tp=4, pp=1, sequence_parallel=True, zero_stage=1))
+                              pins=Pins(tp=4, pp=1, sequence_parallel=True, zero_stage=1, tp_comm_overlap=False))
         doc = plan_search(request).document
         assert doc.framework == framework
         text = export_plan(doc, "megatron").text

@@ -50,7 +50,7 @@ def register(subparsers) -> None:
 # (--framework, --gpu, --profile and --calibration re-score the file's plan another way: allowed.)
 _PLAN_FLAGS = ("--model", "--gpus", "--gpus-per-node", "--global-batch", "--seq-len",
                "--dp", "--tp", "--pp", "--cp", "--vpp", "--ep", "--etp", "--micro-batch", "--zero", "--zero-shard", "--recompute",
-               "--sequence-parallel", "--recompute-layers", "--dtype", "--recompute-modules", "--moe-capacity-factor")
+               "--sequence-parallel", "--tp-comm-overlap", "--recompute-layers", "--dtype", "--recompute-modules", "--moe-capacity-factor")
 
 
 def _plan_from_file(args):
@@ -118,6 +118,7 @@ def _plan_from_flags(args):
     etp = args.etp or get_framework(args.framework or DEFAULT_FRAMEWORK).default_etp(model, args.ep or 1)
     plan = ParallelPlan(dp=dp, tp=tp, pp=pp, cp=cp, vpp=args.vpp or 1, ep=args.ep or 1, etp=etp,
                         sequence_parallel=bool(args.sequence_parallel), zero_stage=args.zero or 0,
+                        tp_comm_overlap=bool(args.tp_comm_overlap),
                         micro_batch_size=mbs, num_microbatches=training.global_batch_size // (dp * mbs),
                         recompute=recompute,
                         recompute_num_layers=-(-model.num_layers // pp) if recompute == "full" else 0,

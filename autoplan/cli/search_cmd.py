@@ -84,6 +84,10 @@ def add_pin_arguments(p: argparse.ArgumentParser, title: str = "pins (fix a knob
                         "--recompute-activations), full = whole layers (--recompute-granularity full)")
     g.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="Megatron --sequence-parallel: shard norms and dropout over the tp group (needs tp > 1)")
+    g.add_argument("--tp-comm-overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap the TP collectives with the GEMMs: megatron-core --tp-comm-overlap (needs "
+                        "--sequence-parallel), torchtitan async TP (with torch.compile); needs tp > 1 "
+                        "(search default: tried where the framework has it; estimate: off)")
     g.add_argument("--allow-tp-across-nodes", action="store_true", help="let tp exceed the GPUs of one node")
 
 
@@ -93,6 +97,7 @@ def pins_from_args(args):
     return Pins(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, vpp=args.vpp, ep=args.ep, etp=args.etp,
                 micro_batch_size=args.micro_batch, zero_stage=args.zero, zero_shard=args.zero_shard,
                 recompute=args.recompute, sequence_parallel=args.sequence_parallel,
+                tp_comm_overlap=args.tp_comm_overlap,
                 moe_capacity_factor=getattr(args, "moe_capacity_factor", None))
 
 

@@ -63,20 +63,21 @@ def plan_groups(space: SearchSpace, rejections: dict):
             continue  # the same plan as etp 0 (= tp), which SearchSpace.canonical_knobs folds it onto
         vpps = d["vpp"] if pp > 1 or "vpp" in pinned else (1,)
         sps = d["sequence_parallel"] if tp > 1 or "sequence_parallel" in pinned else (False,)
+        overlaps = d["tp_comm_overlap"] if tp > 1 or "tp_comm_overlap" in pinned else (False,)
         if n % (tp * pp * cp):
-            _reject(rejections, "degree_product", len(vpps) * len(sps) * len(d["micro_batch_size"]),
+            _reject(rejections, "degree_product", len(vpps) * len(sps) * len(overlaps) * len(d["micro_batch_size"]),
                     f"tp*pp*cp must divide the GPU count, got tp={tp} * pp={pp} * cp={cp} = {tp * pp * cp}, "
                     f"num_gpus={n}")
             continue
         dp = n // (tp * pp * cp)
         zeros = d["zero_stage"] if dp > 1 or "zero_stage" in pinned else (0,)
-        for vpp, sp, mb in itertools.product(vpps, sps, d["micro_batch_size"]):
+        for vpp, sp, overlap, mb in itertools.product(vpps, sps, overlaps, d["micro_batch_size"]):
             if gb % (dp * mb):
                 rule = batch_rule(gb, dp, mb)
                 _reject(rejections, rule.reason, len(zeros) * len(recomputes), str(rule))  # the group's plans
                 continue
             yield (dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep, etp=etp, micro_batch_size=mb, sequence_parallel=sp,
-                        moe_capacity_factor=capacity), zeros, recomputes)
+                        tp_comm_overlap=overlap, moe_capacity_factor=capacity), zeros, recomputes)
 
 
 def _reject(rejections: dict, tag: str, count: int, message: str) -> None:

@@ -21,6 +21,7 @@ from autoplan.specs import (
     AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, Framework, InfeasiblePlan, PlanDocument,
     MemoryHeadroom, get_framework, resolve_headroom,
 )
+from autoplan.specs.framework_rules import check_tp_comm_overlap_offered
 from autoplan.specs.headroom import headroom_default_line
 
 NUM_ALTERNATIVES = 4
@@ -233,6 +234,9 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
     # An architecture, dtype or seq_len the framework cannot take rejects every plan: name it before the
     # search, not whichever plan rule each candidate happened to break first.
     framework.check_problem(model, training)
+    if request.pins.tp_comm_overlap:
+        # Pinned on: the framework's own rule, not whichever tp rule each candidate broke first.
+        check_tp_comm_overlap_offered(framework)
     headroom = resolve_headroom(request.memory_headroom, profile.memory_capacity_bytes, cluster.name)
     defaults += headroom_default_line(request.memory_headroom, profile.memory_capacity_bytes)
     scorer = PlanScorer(make_estimator(model, training, cluster, profile, request.allow_tp_across_nodes, calibration,

@@ -20,7 +20,7 @@ from autoplan.specs import (
 
 # Order matters only for display and for the enumeration order of `--exhaustive`.
 KNOBS = ("tp", "pp", "cp", "vpp", "ep", "etp", "micro_batch_size", "zero_stage", "recompute", "sequence_parallel",
-         "moe_capacity_factor")
+         "moe_capacity_factor", "tp_comm_overlap")
 MAX_MICRO_BATCH = 16
 MIN_CP_CHUNK_TOKENS = 256
 """Context parallelism splits each sequence into 2*cp load-balanced chunks; below a few hundred
@@ -42,6 +42,7 @@ class Pins:
     zero_shard: int | None = None
     recompute: str | None = None
     sequence_parallel: bool | None = None
+    tp_comm_overlap: bool | None = None
     moe_capacity_factor: float | tuple | None = None
     """MoE routing: one capacity factor (0 = dropless) pins it; a tuple of them is searched. None: dropless
     only -- dropping tokens changes what the model trains on, so the search tries it only when asked."""
@@ -64,8 +65,9 @@ class Pins:
         flags = {"micro_batch_size": "micro-batch", "zero_stage": "zero", "zero_shard": "zero-shard"}
         parts = []
         for k, v in self.pinned().items():
-            if k == "sequence_parallel":
-                parts.append("--sequence-parallel" if v else "--no-sequence-parallel")
+            if k in ("sequence_parallel", "tp_comm_overlap"):
+                flag = k.replace("_", "-")
+                parts.append(f"--{flag}" if v else f"--no-{flag}")
             elif k == "moe_capacity_factor":
                 parts.append(f"--moe-capacity-factor {v:g}")
             else:
@@ -136,6 +138,8 @@ class SearchSpace:
             "zero_stage": [0, 1, 2, 3],
             "recompute": list(RECOMPUTE_POLICIES),
             "sequence_parallel": [False, True],
+            # Overlapping TP communication is searched where the framework offers it (Framework.tp_comm_overlap_kind).
+            "tp_comm_overlap": [False, True] if self.framework and self.framework.tp_comm_overlap_kind else [False],
             # Dropless unless the user names capacities (a dense model then breaks ParallelPlan.check's rule).
             "moe_capacity_factor": list(self.pins.capacity_factors()),
         }
@@ -164,7 +168,7 @@ class SearchSpace:
         plan = ParallelPlan(
             dp=dp, tp=k["tp"], pp=k["pp"], cp=k["cp"], vpp=k["vpp"], ep=k["ep"], etp=k["etp"],
             sequence_parallel=k["sequence_parallel"], zero_stage=k["zero_stage"],
-            micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
+            tp_comm_overlap=k["tp_comm_overlap"], micro_batch_size=k["micro_batch_size"], num_microbatches=t.global_batch_size // per_replica,
             recompute=k["recompute"], moe_capacity_factor=k["moe_capacity_factor"],
             recompute_num_layers=-(-m.num_layers // k["pp"]) if k["recompute"] == "full" else 0,
             zero_shard=self._pinned.get("zero_shard", 0),
@@ -180,6 +184,7 @@ class SearchSpace:
         k = dict(knobs)
         k.setdefault("etp", 0)  # callers that name no expert TP mean etp = tp
         k.setdefault("moe_capacity_factor", 0.0)  # nor a capacity: dropless
+        k.setdefault("tp_comm_overlap", False)  # nor an overlap: off
         model_parallel = k["tp"] * k["pp"] * k["cp"]
         if c.num_gpus % model_parallel:
             raise InfeasiblePlan(
@@ -194,6 +199,8 @@ class SearchSpace:
         # in which case ParallelPlan.check says why they cannot work).
         if k["tp"] == 1 and "sequence_parallel" not in pinned:
             k["sequence_parallel"] = False
+        if k["tp"] == 1 and "tp_comm_overlap" not in pinned:
+            k["tp_comm_overlap"] = False
         if dp == 1 and "zero_stage" not in pinned:
             k["zero_stage"] = 0
         if k["pp"] == 1 and "vpp" not in pinned:

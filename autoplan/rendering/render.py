@@ -28,6 +28,8 @@ def plan_line(parallel: dict) -> str:
     if p.get("etp"):  # an expert TP degree of its own (absent: etp = tp)
         parts.append(f"etp={p['etp']}")
     parts.append("sp" if p.get("sequence_parallel") else "no-sp")
+    if p.get("tp_comm_overlap"):  # absent: off
+        parts.append("tp-overlap")
     parts.append(f"zero={p.get('zero_stage', 0)}" + (f"/shard{p['zero_shard']}" if p.get("zero_shard") else ""))
     parts.append(f"mbs={p['micro_batch_size']}x{p['num_microbatches']}")
     rc = p.get("recompute", "none")
@@ -236,7 +238,8 @@ def render_document(doc, defaults: list = (), title: str = "best plan", with_sea
                          f"sequence{'s' if par.micro_batch_size > 1 else ''}, {par.num_microbatches} per step per "
                          f"data-parallel replica; sp = Megatron sequence parallelism; zero = ZeRO stage over dp"
                          + (f", /shard{par.zero_shard} = sharded within groups of {par.zero_shard} dp*cp ranks, "
-                            f"{par.zero_replicas} copies (HSDP)" if par.zero_shard else "") + ")", 3),
+                            f"{par.zero_replicas} copies (HSDP)" if par.zero_shard else "")
+                         + ("; tp-overlap = TP collectives overlapped with the GEMMs" if par.tp_comm_overlap else "") + ")", 3),
               *headline_lines(doc.prediction), *[w for line in budget_lines(doc) for w in wrap_line(line, 4)], ""]
     lines += breakdown_lines(doc.prediction)
     if doc.search and with_search:

@@ -24,6 +24,13 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 """Megatron-Core's --recompute-modules choices (megatron/core/transformer/transformer_config.py
 core_v0.16.1 lines 411-424 and the allowed set at lines 1197-1211)."""
 
+TP_COMM_OVERLAP_KINDS = ("", "userbuffers", "async-tp")
+"""How a framework overlaps the TP/SP collectives with the GEMMs when a plan asks for it
+(Framework.tp_comm_overlap_kind, ParallelPlan.tp_comm_overlap): "" it cannot; "userbuffers" Megatron-Core
+--tp-comm-overlap (Transformer Engine's split-pipelined all-gather/reduce-scatter, needs sequence
+parallelism); "async-tp" torchtitan's async tensor parallelism (torch.compile's micro-pipelined TP over
+symmetric memory, needs compile)."""
+
 # Measurement
 STATUSES = ("ok", "oom", "error")
 

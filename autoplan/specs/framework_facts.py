@@ -155,6 +155,11 @@ class KernelFacts:
     """In an fp8 plan, the routed experts' GEMMs run in fp8 too (Transformer Engine's grouped linear);
     False: they stay in the compute dtype, and so do their inputs' casts (a converter of nn.Linear
     only, torchao's Float8Linear)."""
+    fp8_norm_writes_fp8: bool = False
+    """fp8: the norm in front of a dense layer's QKV and MLP-input linears writes their fp8 input itself
+    (Transformer Engine's LayerNormLinear / LayerNormMLP, layernorm_fwd_fp8), so those inputs are never cast;
+    the backward transposes the fp8 input for the weight gradient (cost_model/layer_terms.py fp8_cast_times).
+    False: the norm writes bf16 and each linear casts its own input (torchao's Float8Linear)."""
     mla_padded_values: bool = False
     """Multi-head latent attention runs its attention core with the values zero-padded to the q/k head
     width (one width for SDPA's flash kernels), so A·V and the output cost head_dim, not v_head_dim."""
@@ -213,6 +218,11 @@ class TensorParallelFacts:
     them (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers' split-pipelined all-gather
     and reduce-scatter, transformer_engine/common/comm_gemm_overlap): per pass only the first chunk
     (1/tp of the traffic) and the traffic beyond the layer's GEMM time stay exposed."""
+    tp_comm_overlap_kind: str = ""
+    """How it overlaps TP communication when a plan turns ParallelPlan.tp_comm_overlap on
+    (autoplan.specs.choices.TP_COMM_OVERLAP_KINDS): "userbuffers" costs it as tp_comm_gemm_overlap,
+    "async-tp" as async_tp_overlap with torch.compile's elementwise_bytes (compiled_elementwise_factor),
+    "" refuses the plan (cost_model/estimator.py Estimator.for_plan, framework_rules.check_plan)."""
     tp_backward_input_reductions: int = 0
     """Collectives per layer that reduce the input gradients of its column-parallel GEMMs in backward
     (reduce-scatter under SP, all-reduce without). 0: one per block, as Megatron (fused QKV and fc1)

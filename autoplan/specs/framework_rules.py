@@ -148,6 +148,32 @@ def check_problem(fw, model: ModelSpec, training: TrainingSpec) -> None:
                f"bf16), got {model.name!r}", "fp8_mla", "plan with --dtype bf16")
 
 
+def check_tp_comm_overlap_offered(fw) -> None:
+    """Refuse TP communication overlap where the framework has none (Framework.tp_comm_overlap_kind "")."""
+    if not fw.tp_comm_overlap_kind:
+        _refuse(fw, "cannot overlap tensor-parallel communication with its GEMMs (only megatron-core's "
+               "--tp-comm-overlap and torchtitan's async TP can), got tp_comm_overlap=true", "tp_comm_overlap",
+               "plan with --no-tp-comm-overlap")
+
+
+def _check_tp_group(fw, plan: ParallelPlan) -> None:
+    """The framework's rules inside the TP group: sequence parallelism (Framework.sequence_parallel) and
+    overlapping the TP communication (Framework.tp_comm_overlap_kind)."""
+    if fw.sequence_parallel == "always" and plan.tp > 1 and not plan.sequence_parallel:
+        _refuse(fw, f"always shards norms on the sequence under tensor parallelism, got tp={plan.tp} with "
+               "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")
+    if fw.sequence_parallel == "never" and plan.sequence_parallel:
+        _refuse(fw, "has no sequence parallelism", "sp_never", "plan with --no-sequence-parallel")
+    if not plan.tp_comm_overlap:
+        return
+    check_tp_comm_overlap_offered(fw)
+    if fw.tp_comm_overlap_kind == "userbuffers" and not plan.sequence_parallel:
+        # megatron/training/arguments.py validate_args (core_v0.16.1): "Tensor parallel communication/GEMM
+        # overlap can happen only when sequence parallelism is enabled"
+        _refuse(fw, f"overlaps TP communication (--tp-comm-overlap) only with sequence parallelism, got tp={plan.tp} "
+               "with sequence_parallel=false", "tp_comm_overlap_sp", "plan with --sequence-parallel")
+
+
 def check_plan(fw, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
     """check's rules that read the plan: what a search asks of each candidate once the problem
     has passed check_problem."""
@@ -212,11 +238,7 @@ def _check_layout(fw, model: ModelSpec, plan: ParallelPlan) -> None:
         _refuse(fw, f"interleaves equal virtual stages only: pp*vpp must divide num_layers, got pp={plan.pp} * "
                f"vpp={plan.vpp} = {plan.pp * plan.vpp}, num_layers={model.num_layers}", "uneven_interleaved",
                "pick a vpp for which pp*vpp divides the layers")
-    if fw.sequence_parallel == "always" and plan.tp > 1 and not plan.sequence_parallel:
-        _refuse(fw, f"always shards norms on the sequence under tensor parallelism, got tp={plan.tp} with "
-               "sequence_parallel=false", "sp_always", "plan with --sequence-parallel")
-    if fw.sequence_parallel == "never" and plan.sequence_parallel:
-        _refuse(fw, "has no sequence parallelism", "sp_never", "plan with --no-sequence-parallel")
+    _check_tp_group(fw, plan)
     if plan.recompute_modules and not fw.recompute_modules:
         _refuse(fw, f"has no per-module selective recompute, got recompute_modules={list(plan.recompute_modules)}",
                "recompute_modules", "plan without recompute_modules, or for --framework megatron-core")

@@ -64,6 +64,10 @@ class ParallelPlan:
     dp*cp/zero_shard groups, whose gradients are then all-reduced shard by shard (PyTorch FSDP
     HYBRID_SHARD, torchtitan's data_parallel_shard/replicate degrees, Megatron-Core's partial
     distributed optimizer --num-distributed-optimizer-instances). 0 = every dp*cp rank: plain ZeRO."""
+    tp_comm_overlap: bool = False
+    """Overlap the TP/SP collectives with the GEMMs, the framework's way (Framework.tp_comm_overlap_kind:
+    Megatron-Core --tp-comm-overlap, torchtitan's async TP under torch.compile). Needs tp > 1. False: what
+    every plan file without the field meant (Megatron-LM's and torchtitan's default)."""
 
     @property
     def zero_shard_group(self) -> int:
@@ -159,10 +163,10 @@ class ParallelPlan:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """Every field; etp, recompute_modules, moe_capacity_factor and zero_shard only when set, so the plan
+        """Every field; etp, recompute_modules, moe_capacity_factor, zero_shard and tp_comm_overlap only when set, so the plan
         files (and plan ids) without them stay as they were."""
         d = asdict(self)
-        for key in ("etp", "recompute_modules", "moe_capacity_factor", "zero_shard"):
+        for key in ("etp", "recompute_modules", "moe_capacity_factor", "zero_shard", "tp_comm_overlap"):
             if not d[key]:
                 del d[key]
         if "recompute_modules" in d:
@@ -239,6 +243,9 @@ class ParallelPlan:
     def _check_sequence_splits(self, training: TrainingSpec) -> None:
         if self.sequence_parallel and self.tp == 1:
             raise InfeasiblePlan("sequence_parallel needs tp > 1 (it shards along the TP group)", "sp_needs_tp")
+        if self.tp_comm_overlap and self.tp == 1:
+            raise InfeasiblePlan("tp_comm_overlap needs tp > 1 (it overlaps the TP group's collectives)",
+                                 "tp_overlap_needs_tp")
         if self.sequence_parallel and (training.seq_len // self.cp) % self.tp:
             # The sequence (each cp rank's part of it) is split evenly over the TP group (Megatron
             # refuses an uneven split too).

@@ -115,6 +115,7 @@ def validate_parallel(data: dict, issues: Issues, prefix: str = "parallel") -> N
     for key, (low, high, required) in PARALLEL_INTS.items():
         take_int(data, key, issues, prefix, low, high, required)
     take_bool(data, "sequence_parallel", issues, prefix, required=False)
+    take_bool(data, "tp_comm_overlap", issues, prefix, required=False)
     take_str(data, "recompute", issues, prefix, RECOMPUTE_POLICIES, required=False)
     modules = take_list(data, "recompute_modules", issues, prefix, required=False)
     for i, name in enumerate(modules or ()):

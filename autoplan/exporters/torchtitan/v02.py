@@ -52,6 +52,11 @@ def export(doc: PlanDocument) -> tuple:
         "activation_checkpoint": _activation_checkpoint(doc, notes),
         "optimizer": {"name": "AdamW"},
     }
+    if doc.parallel.tp_comm_overlap:
+        # Async TP, as the plan was costed (Framework.tp_comm_overlap_kind "async-tp"): 0.2.0 runs it only
+        # under compile of the model (distributed/tensor_parallel.py maybe_enable_async_tp).
+        sections["parallelism"]["enable_async_tensor_parallel"] = True
+        sections["compile"] = {"enable": True, "components": ["model", "loss"]}
     if doc.training.dtype == "fp8":
         # torchao's Float8Linear swapped in by the converter registered as "quantize.linear.float8".
         sections["model"]["converters"] = ["quantize.linear.float8"]

@@ -98,7 +98,7 @@ def export(doc: PlanDocument) -> tuple:
     body = [f"    config = {recipe}()  # torchtitan's own recipe: loss, optimizer, data loader, checkpointing",
             "    # The plan's precision and switches, whatever the recipe turns on (deepseek_v3: compile of the",
             "    # loss): the model is rebuilt without converters unless the plan trains in fp8.",
-            "    config.compile = CompileConfig(enable=False, enable_async_tensor_parallel=False)"]
+            f"    config.compile = {_compile_config(doc.parallel)}"]
     _switch_notes(recipe, notes)
     if not custom and shipped in _RECIPE_SETTINGS and name == "llama3":
         imports.append(("torchtitan.components.optimizer", "LRSchedulersContainer, default_adamw"))
@@ -108,7 +108,7 @@ def export(doc: PlanDocument) -> tuple:
         # torchao Float8Linear, rowwise scaling, as in the llama3/deepseek_v3 float8 recipes (eager: the
         # torchtitan entry's facts are eager kernels without compile)
         imports.append(("torchtitan.components.quantization", "Float8LinearConverter"))
-        converters = "converters=[Float8LinearConverter.Config(model_compile_enabled=False)]"
+        converters = f"converters=[Float8LinearConverter.Config(model_compile_enabled={doc.parallel.tp_comm_overlap})]"
     if custom:
         imports += _MODEL_SPEC_IMPORTS
         body += [f"    config.model_spec = _model_spec({converters})",
@@ -138,6 +138,13 @@ def export(doc: PlanDocument) -> tuple:
              f"    {f'autoplan plan {doc.plan_id}: {model.name} on {doc.cluster.num_gpus} x {doc.cluster.name}.'!r}",
              *body]
     return "\n".join(text) + "\n", notes
+
+
+def _compile_config(par) -> str:
+    """compile on with async TP where the plan overlaps its TP communication (0.3.0 CompileConfig refuses
+    async TP without compile of the model: config/configs.py), off otherwise (the entry's eager facts)."""
+    on = bool(par.tp_comm_overlap)
+    return f"CompileConfig(enable={on}, enable_async_tensor_parallel={on})"
 
 
 def _import_lines(imports: list) -> list:
@@ -248,7 +255,9 @@ def _parallelism(doc: PlanDocument, notes: list) -> dict:
     return {"spmd_backend": "partial_dtensor",
             "data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
             "fsdp_reshard_after_forward": reshard, "tensor_parallel_degree": par.tp,
-            "enable_sequence_parallel": bool(par.sequence_parallel or par.tp == 1),
+            # async TP fuses the sequence-parallel all-gathers and reduce-scatters with their GEMMs (what
+            # the published async TP runs ran; 0.2.0 always shards on the sequence under TP)
+            "enable_sequence_parallel": bool(par.sequence_parallel or par.tp == 1 or par.tp_comm_overlap),
             "context_parallel_degree": par.cp, "pipeline_parallel_degree": par.pp,
             **pipeline_and_experts(doc, notes, head="lm_head")}
 

@@ -43,7 +43,8 @@ MEGATRON_CORE = Framework(
     name="megatron-core", version="Megatron-LM core_r0.13 (2025)",
     description="NVIDIA Megatron-LM / Megatron-Core: TP/SP, interleaved 1F1B, CP, distributed optimizer",
     fp8_weight_cast_per_microbatch=False, fp8_linear_inputs_saved_in_fp8=True, fp8_weight_workspace_bytes=2.0,
-    dp_param_gather_overlap=True, pp_p2p_overlap=True,
+    fp8_norm_writes_fp8=True,
+    dp_param_gather_overlap=True, pp_p2p_overlap=True, tp_comm_overlap_kind="userbuffers",
     expert_tensor_parallel=True, recompute_modules=True, moe_capacity_factor=True, attention_kernel="cudnn",
     moe_dispatch="alltoall", moe_tp_needs_sequence_parallel=True,
     dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
@@ -103,6 +104,11 @@ MEGATRON_CORE = Framework(
                                                "reduced to its column-wise fp8 data, or row-wise where sequence "
                                                "parallelism gathers it: 1 B either way). Not the experts: "
                                                "v2.2 grouped_linear.py keeps row- and column-wise fp8 (2 B)",
+             "fp8_norm_writes_fp8": "Transformer Engine 1.x pytorch/module/layernorm_linear.py _LayerNormLinear.forward: "
+                                    "ln_out = layernorm_fwd_fp8(...) (the norm's output written in fp8, no "
+                                    "cast of its own), backward fp8_transpose(ln_out_total) for the wgrad "
+                                    "GEMM; layernorm_mlp.py likewise for fc1; Megatron-Core's dense layers "
+                                    "build linear_qkv and linear_fc1 as TELayerNormColumnParallelLinear",
              "fp8_weight_workspace_bytes": "Transformer Engine v1.4 pytorch/module/base.py set_fp8_weights: "
                                            "persistent weight{i}_fp8 and weight{i}_t_fp8 buffers per weight, "
                                            "not when the primary weights are fp8 (--fp8-param-gather); v2.x "
@@ -131,6 +137,9 @@ MEGATRON_CORE = Framework(
                                      "arguments.py validate_args), for SP plans with tp > 1, and its Megatron "
                                      "export passes the flag; a published run says in its column "
                                      "tp_comm_overlap whether it ran it",
+             "tp_comm_overlap_kind": "a plan's tp_comm_overlap is --tp-comm-overlap (megatron/training/"
+                                     "arguments.py core_v0.16.1: Transformer Engine userbuffers; validate_args "
+                                     "refuses it without --sequence-parallel), priced as tp_comm_gemm_overlap",
              "moe_a2a_overlap": "off, as Megatron-LM's --overlap-moe-expert-parallel-comm defaults; the framework "
                                 "megatron-core+overlap-moe-expert-parallel-comm turns it on and its export passes "
                                 "it with --delay-wgrad-compute and the alltoall dispatcher (megatron/core/"

@@ -68,7 +68,14 @@ TORCHTITAN = Framework(
     tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
     experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep", fp8_expert_gemms=False,
     kernels_per_layer=EAGER_KERNELS_PER_LAYER, host_s_per_kernel=EAGER_HOST_S_PER_KERNEL,
-    sources={"kernels_per_layer": "eager PyTorch, counted on the executor's Llama layer, whose op sequence "
+    tp_comm_overlap_kind="async-tp",
+    sources={"tp_comm_overlap_kind": "a plan's tp_comm_overlap is async TP: 0.3.0 CompileConfig."
+                                     "enable_async_tensor_parallel (config/configs.py: needs compile.enable and "
+                                     "'model' in compile.components, else ValueError), 0.2.0 parallelism."
+                                     "enable_async_tensor_parallel (distributed/tensor_parallel.py "
+                                     "maybe_enable_async_tp: RuntimeError without --training.compile); "
+                                     "the export turns compile on with it, and the cost prices both",
+             "kernels_per_layer": "eager PyTorch, counted on the executor's Llama layer, whose op sequence "
                                   "torchtitan's Llama shares (RMSNorm, RoPE, K/V repeat, SDPA, SwiGLU: "
                                   "models/llama3/model.py); torch.compile fuses some of them (an upper bound there)",
              "fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
