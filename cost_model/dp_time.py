@@ -13,7 +13,7 @@ import math
 
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import memory_time_s
-from cost_model.memory import BYTES_WEIGHT, grads_accumulate_unsharded
+from cost_model.memory import BYTES_WEIGHT, grads_accumulate_unsharded, shards_grads
 from cost_model.stage_memory import fp8_gathered_fraction, fp8_linear_share
 
 
@@ -44,10 +44,11 @@ def _gathers_every_backward(plan: ParallelPlan, sw) -> bool:
 
 
 def reduces_every_microbatch_at_zero2(plan: ParallelPlan, sw) -> bool:
-    """ZeRO-2 whose framework reduce-scatters each micro-batch's gradients into their shard
-    (Framework.zero2_reduce_every_microbatch), unless a pipeline over FSDP keeps the sync off until the
-    last backward (grads_accumulate_unsharded)."""
-    return plan.zero_stage == 2 and sw.zero2_reduce_every_microbatch and not grads_accumulate_unsharded(sw, plan)
+    """ZeRO-2 (and a ZeRO-1 that shards the gradients as its ZeRO-2 does: shards_grads) whose framework
+    reduce-scatters each micro-batch's gradients into their shard (Framework.zero2_reduce_every_microbatch),
+    unless a pipeline over FSDP keeps the sync off until the last backward (grads_accumulate_unsharded)."""
+    return (plan.zero_stage in (1, 2) and shards_grads(sw, plan) and sw.zero2_reduce_every_microbatch
+            and not grads_accumulate_unsharded(sw, plan))
 
 
 def dp_rounds(plan: ParallelPlan, m: int, sw, regathered_share: float = 0.0) -> tuple:
@@ -56,14 +57,18 @@ def dp_rounds(plan: ParallelPlan, m: int, sw, regathered_share: float = 0.0) -> 
     (ZeRO 1-2) gather the updated weights once; ZeRO-3 gathers for forward and again for
     backward and reduces every micro-batch (or once, Framework.zero3_reduce_every_microbatch), or
     does each once per step with a pipeline (weights stay gathered across micro-batches: torchtitan
-    does not reshard after forward under PP). A pipeline whose FSDP reshards after each forward
-    (Framework.pp_reshard_after_forward) gathers m + 1 times at ZeRO-2's memory. At ZeRO-3,
+    does not reshard after forward under PP; a framework whose FSDP reduces every backward under its
+    own pipeline, Framework.pipeline_defers_grad_sync False, still reduces m times). A pipeline whose
+    FSDP reshards after each forward (Framework.pp_reshard_after_forward) gathers m + 1 times at
+    ZeRO-2's memory. At ZeRO-3,
     `regathered_share` of each round's weights is gathered a third time (recompute_regathered_share)."""
     if plan.zero_stage == 0:
         return 0, 1
     if plan.zero_stage in (1, 2):
         return (m + 1 if _gathers_every_backward(plan, sw) else 1), (m if reduces_every_microbatch_at_zero2(plan, sw) else 1)
     rounds = 1 if plan.pp > 1 else m
+    if plan.pp > 1 and not sw.pipeline_defers_grad_sync:
+        return (2 + regathered_share) * rounds, m      # its FSDP reduces every backward under the pipeline
     return (2 + regathered_share) * rounds, rounds if sw.zero3_reduce_every_microbatch else 1
 
 

@@ -11,7 +11,7 @@ Glossary, "CUDA Graph"). The host issue time is a count times a measured cost:
   host issue s per micro-batch = layers on the rank x kernels per layer x host s per kernel
 
 Both factors are Framework fields (kernels_per_layer, host_s_per_kernel); for eager PyTorch they are
-the repository's own measurements (autoplan/specs/frameworks/autoplan.py EAGER_KERNELS_PER_LAYER,
+the repository's own measurements (autoplan/specs/frameworks/_eager.py EAGER_KERNELS_PER_LAYER,
 EAGER_HOST_S_PER_KERNEL). A framework that leaves them at 0 has no host term, and so does a CPU
 profile: there the host runs the kernels it issues, one after the other, and the profile's timings of
 them already hold the dispatch.

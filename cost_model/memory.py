@@ -232,15 +232,24 @@ def shards_weights(fw, plan) -> bool:
             and params.sharded_from_zero <= plan.zero_stage)
 
 
+def shards_grads(fw, plan) -> bool:
+    """The plan's ZeRO stage shards the framework's gradients (its "grads" state): from ZeRO-2 for most,
+    from ZeRO-1 where its ZeRO-1 is the sharded-gradient layout of its ZeRO-2 (torchtitan's FSDP2)."""
+    grads = fw.states.get("grads")
+    return grads is not None and 0 < plan.zero_stage and grads.sharded_from_zero <= plan.zero_stage
+
+
 def grads_accumulate_unsharded(fw, plan) -> bool:
     """Whether FSDP holds a rank's unsharded gradients across the step's micro-batches, accumulated in
     the reduce dtype (torch 2.9 distributed/fsdp/_fully_shard/_fsdp_param.py
     to_accumulated_grad_if_needed), and reduces them once: ZeRO-3 with gradient sync off until the last
-    micro-batch (Framework.zero3_reduce_every_microbatch False), and ZeRO-3, or ZeRO-2 over sharded
-    weights, under a pipeline (torch.distributed.pipelining keeps FSDP's sync off until the last
-    backward: pipelining/stage.py backward_maybe_with_nosync)."""
+    micro-batch (Framework.zero3_reduce_every_microbatch False), and ZeRO-3, or ZeRO 1-2 over sharded
+    weights and gradients (shards_weights, shards_grads), under a pipeline that keeps FSDP's sync off until the last backward
+    (Framework.pipeline_defers_grad_sync: torch.distributed.pipelining, pipelining/stage.py
+    backward_maybe_with_nosync)."""
     if plan.dp * plan.cp <= 1 or plan.num_microbatches == 1:
         return False
+    deferred = plan.pp > 1 and fw.pipeline_defers_grad_sync
     if plan.zero_stage >= 3:
-        return plan.pp > 1 or not fw.zero3_reduce_every_microbatch
-    return plan.zero_stage == 2 and plan.pp > 1 and shards_weights(fw, plan)
+        return deferred or not fw.zero3_reduce_every_microbatch
+    return plan.zero_stage in (1, 2) and deferred and shards_weights(fw, plan) and shards_grads(fw, plan)

@@ -19,4 +19,4 @@ def expert_state_bytes(est, plan: ParallelPlan) -> dict:
         return {}
     per_stage = plan.layers_per_stage(est.model.num_layers)
     _, expert = est.params.local(plan, per_stage, first=False, last=False)
-    return model_state_bytes(expert, plan.zero_stage, plan.expert_dp, est.framework.states)
+    return model_state_bytes(expert, plan.zero_stage, plan.expert_dp, est.framework.states_for(plan))

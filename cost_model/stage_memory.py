@@ -144,7 +144,7 @@ def _rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _RankWe
     """Cached per what it reads: many plans of a search (micro-batches, recompute, sequence
     parallelism, interleaving) share a rank's weights. Read-only to its callers."""
     key = ("weights", per_stage, first, last, plan.tp, plan.expert_tp, plan.ep, plan.zero_stage,
-           plan.zero_shard_group, plan.expert_dp, plan.dp * plan.cp)  # all _count_rank_weights reads
+           plan.zero_shard_group, plan.expert_dp, plan.dp * plan.cp, plan.pp > 1)  # all _count_rank_weights reads
     weights = est.cache.get(key)
     if weights is None:
         weights = est.cache[key] = _count_rank_weights(est, plan, per_stage, first, last)
@@ -155,10 +155,10 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
     dense, expert = est.params.local(plan, per_stage, first, last)
     shard = plan.zero_shard_group
     fw = est.framework
-    states = model_state_bytes(dense, plan.zero_stage, shard, fw.states)
+    states = model_state_bytes(dense, plan.zero_stage, shard, fw.states_for(plan))
     if expert:
         # Expert states shard over the expert data-parallel ranks (tp*cp*dp / (etp*ep)).
-        for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, fw.states).items():
+        for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, fw.states_for(plan)).items():
             states[k] += v
     # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
     # FSDP2's gathered weights at ZeRO 1/2), the fp8-gathered linears at their own bytes; at ZeRO 3
@@ -359,7 +359,7 @@ def _held_whatever_recompute(est, plan, stage: int, per_stage: int) -> _Held:
         temp = 0.0 if fw.fused_adamw_on_cuda and not on_cpu else FOREACH_ADAMW_TEMP_BYTES
         optimizer = {**states, **_ZERO_TERMS, "optimizer_working": temp * local, **device}
     return _Held(states=states, weight_copies=weights.copies, comm=comm, device=device,
-                 accumulating=accumulates_unsharded_grads(fw, plan), in_flight=in_flight,
+                 accumulating=grads_accumulate_unsharded(fw, plan), in_flight=in_flight,
                  layer_bytes=shape.layer_bytes, first_rank_saved=shape.first_rank_saved,
                  working_layer=shape.working_layer, logits=shape.logits, loss_phase=shape.loss_phase,
                  optimizer=optimizer, eager=is_eager, states_total=weights.states_total,
@@ -454,18 +454,22 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
     fw = est.framework
     if plan.zero_stage < 3 or shard <= 1:
         # Sharded weights under a pipeline at ZeRO 1/2: their unsharded gradients are held in the
-        # reduce dtype until the last backward (accumulates_unsharded_grads).
-        return fw.sharded_reduce_bytes_per_grad * local_params if accumulates_unsharded_grads(fw, plan) else 0.0
+        # reduce dtype until the last backward (grads_accumulate_unsharded).
+        return fw.sharded_reduce_bytes_per_grad * local_params if grads_accumulate_unsharded(fw, plan) else 0.0
     fp8_saving = gathered_bytes - fw.fp8_weight_copy_bytes  # per fp8-gathered parameter
+    layer = est.params.dense_per_layer / plan.tp + est.params.expert_per_layer / (plan.ep * plan.expert_tp)
     if plan.pp > 1:
         # FSDP under a pipeline keeps the stage's weights gathered from the first forward to the
         # last backward (torchtitan sets reshard_after_forward=False with PP, as step_time
-        # assumes) and accumulates its unsharded fp32 gradients over the micro-batches
-        # (torch.distributed.pipelining turns FSDP's gradient sync off until the last backward).
-        return (gathered_bytes + BYTES_GRAD) * local_params - fp8_saving * fp8_params
+        # assumes) and, where the schedule turns FSDP's gradient sync off until the last backward
+        # (grads_accumulate_unsharded), accumulates every unsharded gradient in the reduce dtype, which
+        # the sharded ones replace (the stage's "grads" state is not held besides: _Held.accumulating);
+        # else one layer's unsharded gradients await their reduce-scatter.
+        grads = (fw.sharded_reduce_bytes_per_grad * local_params if grads_accumulate_unsharded(fw, plan)
+                 else BYTES_GRAD * layer)
+        return gathered_bytes * local_params + grads - fp8_saving * fp8_params
     # FSDP: the gathered bf16 weights of the current and prefetched layer + one layer's unsharded
     # gradients awaiting reduce-scatter; DeepSpeed bounds both by its buckets.
-    layer = est.params.dense_per_layer / plan.tp + est.params.expert_per_layer / (plan.ep * plan.expert_tp)
     gathered, grads = 2 * layer, layer
     if fw.zero3_max_live_params:
         gathered = min(gathered, fw.zero3_max_live_params)
@@ -473,14 +477,7 @@ def _comm_buffers(est, plan, local_params: float, shard: int, fp8_params: float 
         grads = min(grads, fw.zero3_reduce_bucket_params)
     fp8_gathered = gathered * _fp8_gathered_fraction(est, plan) * est.params.dense_per_layer / plan.tp / layer
     held = gathered_bytes * gathered - fp8_saving * fp8_gathered + BYTES_GRAD * grads
-    if accumulates_unsharded_grads(fw, plan):
+    if grads_accumulate_unsharded(fw, plan):
         # Every local parameter's unsharded gradient, in the reduce dtype, from the first backward on.
         held += fw.sharded_reduce_bytes_per_grad * local_params
     return held
-
-
-def accumulates_unsharded_grads(fw, plan) -> bool:
-    """Gradients held unsharded across micro-batches (cost_model.memory.grads_accumulate_unsharded),
-    the sharded gradients only replacing them, layer by layer, in the last backward (so not held
-    besides); ZeRO-3 under a pipeline is counted with its gathered weights in _comm_buffers instead."""
-    return grads_accumulate_unsharded(fw, plan) and not (plan.zero_stage >= 3 and plan.pp > 1)

@@ -50,7 +50,7 @@ MEMORY_TERMS = {
     "grads": ("gradients held by this GPU (dtype: the framework's)", "Framework.states"),
     "grad_partition": ("fp32 copy of this rank's gradient partition the optimizer updates from",
                        "Framework.states (DeepSpeed ZeRO, stage_1_and_2.py)"),
-    "grad_accumulator": ("fp32 gradients the micro-batches add into (DeepSpeed bf16: full-size at ZeRO 0-1)",
+    "grad_accumulator": ("gradients the micro-batches add into (DeepSpeed BF16_Optimizer: whole, its accumulation dtype)",
                          "Framework.by_dtype (deepspeed/runtime/bf16_optimizer.py)"),
     "optimizer": ("Adam moments (+ fp32 master weights where kept apart from the weights)",
                   "Framework.states; ZeRO (Rajbhandari et al. 2019) sec. 3"),

@@ -46,9 +46,12 @@ def _buckets(engine) -> list:
     ZeRO on, a parameter's own .grad still alive is a gradient waiting in such a bucket for its
     reduce-scatter into the partition (ZeRO-3 frees it after the reduce, stage3.py
     __add_grad_to_ipg_bucket), bounded by the bucket size, not the model: counted here too. Without
-    ZeRO, .grad is where the micro-batches accumulate."""
-    zero = hasattr(engine.optimizer, "ipg_buckets")   # not BF16_Optimizer, whose .grad is the micro-batch's
-    out = [p.grad for p in engine.module.parameters() if p.grad is not None] if zero else []
+    ZeRO, and at ZeRO-1, .grad is where the micro-batches accumulate: ZeRO-1 does not partition gradients
+    and reduces only at the accumulation boundary (stage_1_and_2.py reduce_ready_partitions_and_remove_grads,
+    line 2294: partition_gradients or is_gradient_accumulation_boundary)."""
+    optimizer = engine.optimizer   # not BF16_Optimizer (no ipg_buckets), whose .grad is the micro-batch's
+    waiting = hasattr(optimizer, "ipg_buckets") and getattr(optimizer, "partition_gradients", True)
+    out = [p.grad for p in engine.module.parameters() if p.grad is not None] if waiting else []
     for bucket in getattr(engine.optimizer, "ipg_buckets", {}).values():
         out += bucket.buffer if isinstance(bucket.buffer, list) else [bucket.buffer]
     return out
@@ -75,24 +78,50 @@ def _loss(logits, labels):
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
 
 
+def _snapshot_after_each_backward(engine, snap) -> None:
+    """Observe the pipeline engine's schedule: after each BackwardPass instruction it runs (its
+    _INSTRUCTION_MAP, pipe/engine.py line 1386, shadowed on this engine only), a snapshot of
+    BF16_Optimizer's gradient holders, named: param.grad and fp32_groups_gradients_flat (the micro-batch's
+    fp32 logits the engine keeps would read as gradients on a tiny model)."""
+    from deepspeed.runtime.pipe import schedule
+
+    backward = engine._INSTRUCTION_MAP[schedule.BackwardPass]
+
+    def backward_then_snapshot(self, **kwargs):
+        backward(self, **kwargs)
+        lp = [p.grad for p in self.module.parameters() if p.grad is not None]
+        snap.grads_held(holders=lp + list(self.optimizer.fp32_groups_gradients_flat))
+
+    engine._INSTRUCTION_MAP = {**engine._INSTRUCTION_MAP, schedule.BackwardPass: backward_then_snapshot}
+
+
 def run_pipeline(case: dict, snap) -> dict:
-    """TinyLM's layers as a 2-stage PipelineModule (pp = 2, dp = 1) under DeepSpeed's pipeline engine,
-    one train_batch of MICRO_BATCHES micro-batches: which optimizer the engine picks for the exported
-    config, and what it holds after the step (between steps: no snapshot falls between its micro-batches)."""
+    """TinyLM's layers as a PipelineModule of case["stages"] stages (2: pp = 2, dp = 1; 1: the pipeline
+    engine over dp = 2) under DeepSpeed's pipeline engine, one train_batch of MICRO_BATCHES
+    micro-batches: which optimizer the engine picks for the exported config, and what it holds after
+    each backward instruction of its schedule at one stage (between micro-batches, as the other cases
+    snapshot: after the step BF16_Optimizer has freed param.grad, zero_grad(set_to_none=True)), after the
+    step at two (its gradients are not compared: the micro-batches in flight between stages hold
+    activation buffers as large as a tiny model's gradients)."""
     import deepspeed
     from deepspeed.pipe import PipelineModule
 
     torch.manual_seed(0)
     layers = [_Embed(VOCAB, HIDDEN), _Residual(), torch.nn.Linear(HIDDEN, VOCAB, bias=False)]
     numel = sum(p.numel() for layer in layers for p in layer.parameters())
-    model = PipelineModule(layers=layers, num_stages=2, loss_fn=_loss, partition_method="uniform")
+    stages = case["stages"]
+    model = PipelineModule(layers=layers, num_stages=stages, loss_fn=_loss, partition_method="uniform")
+    dp = torch.distributed.get_world_size() // stages
     config = {**case["config"], "gradient_accumulation_steps": MICRO_BATCHES, "train_micro_batch_size_per_gpu": 2,
-              "train_batch_size": 2 * MICRO_BATCHES}
+              "train_batch_size": 2 * MICRO_BATCHES * dp}
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    if stages == 1:
+        _snapshot_after_each_backward(engine, snap)
     batches = [(t[:, :-1], t[:, 1:]) for t in (torch.randint(0, VOCAB, (2, 33)) for _ in range(MICRO_BATCHES))]
     engine.train_batch(iter(batches))
-    snap.grads_held()
+    if stages > 1:
+        snap.grads_held()
     inner = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
     # numel: the whole model's; this rank holds one stage of it
     stage_numel = sum(p.numel() for p in engine.module.parameters())
@@ -143,7 +172,9 @@ def run(case: dict, snap) -> dict:
     for _ in range(engine.gradient_accumulation_steps()):
         tokens = torch.randint(0, VOCAB, (engine.train_micro_batch_size_per_gpu(), 33))
         engine.backward(engine(tokens))
-        snap.grads_held(buckets=_buckets(engine))
+        grads = [p.grad for p in engine.module.parameters()]   # gives autograd's .grad a Python object
+        snap.grads_held(buckets=_buckets(engine))              # (the walk sees only those)
+        del grads
         engine.step()
     inner = engine.optimizer.optimizer if hasattr(engine.optimizer, "optimizer") else engine.optimizer
     # ZeRO-3's fp32 master partitions (stage3.py:1118-1151) are the optimizer's parameters only during

@@ -10,7 +10,7 @@ import pytest
 
 from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from autoplan.specs.frameworks import get_framework
-from autoplan.specs.frameworks.autoplan import EAGER_HOST_S_PER_KERNEL, EAGER_KERNELS_PER_LAYER
+from autoplan.specs.frameworks._eager import EAGER_HOST_S_PER_KERNEL, EAGER_KERNELS_PER_LAYER
 from cost_model import Estimator, builtin_profile, load_constants
 from cost_model.host_time import exposed_host_s, host_issue_s
 from cost_model.measured_runs import H100_RUNS_DIR

@@ -26,3 +26,19 @@ def test_no_other_published_run_is_predicted_not_to_fit():
     assert misses <= KNOWN_NOT_FITTING, sorted(misses - KNOWN_NOT_FITTING)
     # The list shrinks as the model learns: a row that now fits is taken off it.
     assert misses == KNOWN_NOT_FITTING, sorted(KNOWN_NOT_FITTING - misses)
+
+
+def test_the_flash_attention_rows_are_priced_as_their_trainer_runs():
+    """FA2-2.7B-12 (GPT-3 2.7B at 8k on 8 A100 80GB): the configs' micro-batch rule (4) halved once to
+    fit, and the states of DDP + ZeroRedundancyOptimizer under autocast, worked from the row's
+    N = 2.667e9 parameters (its notes): fp32 weights 4 B and fp32 grads 4 B whole, AdamW's two fp32
+    moments 8 B over the 8 ranks, bf16 casts 2 B held for backward."""
+    from cost_model.estimator import Estimator
+
+    run = {r.id: r for r in load_published_runs()}["FA2-2.7B-12"]
+    est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=run.framework_facts())
+    plan = run.plan_to_price(est)
+    assert (run.plan.micro_batch_size, plan.micro_batch_size, plan.num_microbatches) == (4, 2, 8)
+    memory, n = est.memory(plan), 2.667e9
+    for term, bytes_per_param in (("params", 4), ("grads", 4), ("optimizer", 8 / 8), ("weight_copies", 2)):
+        assert abs(memory[term] / (bytes_per_param * n) - 1) < 0.01, (term, memory[term] / n)

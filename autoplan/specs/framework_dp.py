@@ -65,6 +65,11 @@ class DataParallelFacts:
     sync on, Megatron-FSDP optim_grads); False: once per step, after the last micro-batch (a framework
     that keeps whole gradients until then). Either way a pipeline over FSDP2 syncs once
     (cost_model.memory.grads_accumulate_unsharded)."""
+    pipeline_defers_grad_sync: bool = True
+    """Under a pipeline, the schedule keeps FSDP's gradient sync off until a stage's last backward
+    (torch.distributed.pipelining stage.py backward_maybe_with_nosync), so ZeRO-3, and ZeRO-2 over
+    sharded weights, hold whole gradients across the micro-batches (grads_accumulate_unsharded).
+    False: its FSDP reduces every backward under its own pipeline schedule."""
     zero3_reduce_every_microbatch: bool = True
     """ZeRO-3 reduce-scatters the gradients of every micro-batch (FSDP2 as torchtitan and OLMo-core run
     it: neither turns gradient sync off between micro-batches). False: sync is off until the last

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from autoplan.specs.framework import Framework, StateTerm
+from autoplan.specs.frameworks._eager import EAGER_HOST_S_PER_KERNEL, EAGER_KERNELS_PER_LAYER
 
 
 AUTOPLAN_SPEEDUPS = ("bf16-params", "native-gqa", "rope-compute-dtype", "chunked-loss", "fused-adamw")
@@ -29,26 +30,6 @@ AUTOPLAN_ELEMENTWISE_FACTOR = (336.7 - 44.7) / 87.3
 # param, exp_avg, exp_avg_sq (7 x 4 B fp32), plus the for-each gradient clipping's norm (read 4) and
 # scale (read + write 8).
 AUTOPLAN_FUSED_ADAMW_BYTES = 7 * 4 + 12
-
-# Eager PyTorch's host issue facts (cost_model/host_time.py), measured on the executor's model and the
-# plain loop a user writes: cost_model/data/h100_runs/2026-11-29-cpu-host-time, file
-# profile-after2-noloss-llama-3.2-1b.json, case `torch-eager` (a 2-layer Llama, hidden 64, stepped as 4
-# micro-batches of 2, seq 32).
-# Kernels per layer and micro-batch, counted: the profiler's kernels of one step (gemm 180,
-# attention 24, elementwise/copies 1,346) over 2 layers x 4 micro-batches. The GEMMs check the count:
-# 21 per layer and micro-batch (7 projections forward, 14 backward) x 8 = 168, plus the head's 3 x 4
-# micro-batches = 180. The head's, loss's and embedding's other kernels are in the share too, so this
-# is at most 2 % high for a 16-layer model and ~25 % for 2 layers. The optimizer's 411 kernels run once a
-# step, not per micro-batch, and are not priced here.
-EAGER_KERNELS_PER_LAYER = (180 + 24 + 1346) / (2 * 4)
-
-# Host seconds per kernel, measured: process CPU time of that step (18.37 ms, median of 30 steps) over
-# all its kernels (180 + 24 + 1,346 + 411 = 1,961) = 9.4 us. On a CPU device every kernel is host work,
-# so this is dispatch + autograd + the (tiny: hidden 64) kernel itself, on the project's shared 2-core
-# VM: an upper bound on the host side of a CUDA eager op. Published cross-checks: eager `x + 1` costs
-# 4.5 us on an i9-11900K (J. Ansel, "Micro-optimizations for the most micro of benchmarks",
-# dev-discuss.pytorch.org/t/1836), a CUDA launch a few us more.
-EAGER_HOST_S_PER_KERNEL = 0.018371569 / (180 + 24 + 1346 + 411)
 
 AUTOPLAN_STATES = {
     "params": StateTerm(4, 1, "fp32 parameters: the master weights (FSDP2-sharded at ZeRO 1-3 and at one "
@@ -80,11 +61,14 @@ AUTOPLAN = Framework(
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
     kernels_per_layer=EAGER_KERNELS_PER_LAYER, host_s_per_kernel=EAGER_HOST_S_PER_KERNEL,
-    fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True,
+    fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True, sharded_reduce_bytes_per_grad=4.0,
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
         "zero2_reduce_every_microbatch": "executor/torch_backend/train.py _set_grad_sync: FSDP2's gradient sync is "
                                          "turned off between micro-batches at ZeRO 0-1 only",
+        "sharded_reduce_bytes_per_grad": "executor/torch_backend/parallelize.py mixed_precision: "
+                                         "MixedPrecisionPolicy(reduce_dtype=torch.float32), so FSDP2 reduce-scatters, "
+                                         "and accumulates unsharded gradients, in fp32",
         "fused_adamw_on_cuda": "executor/torch_backend/train.py _optimizers: torch.optim.AdamW(fused=True) on CUDA "
                                "(for-each on a CPU); the H200 allocator history of plan l1-s2k-m4-full "
                                "(cost_model/data/h100_runs/2026-11-28) holds no optimizer temporary",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from autoplan.specs.framework import Framework, StateTerm
+from autoplan.specs.framework import NEVER, Framework, StateTerm
 
 
 DEEPSPEED_STATES = {
@@ -26,6 +26,37 @@ DEEPSPEED_BF16_STATES = {
 fp32_groups_gradients_flat, zeros_like the whole bf16 flat group in fp32, of which each rank's
 partition is a view (deepspeed/runtime/bf16_optimizer.py); the fp32 master weights and Adam states
 are partitioned. fp16 runs keep DEEPSPEED_STATES (ZeRO-1's fp32 gradient is the partition's)."""
+DEEPSPEED_BF16_EXPORTED_STATES = {
+    "params": StateTerm(2, 3, "bf16 weights the kernels read"),
+    "grads": StateTerm(2, 2, "bf16 gradients: param.grad, whole, at ZeRO 0-1; from ZeRO-2 the rank's bf16 "
+                             "partition each micro-batch's reduction adds into"),
+    "optimizer": StateTerm(12, 1, "fp32 master weights 4 + Adam momentum 4 + variance 4"),
+}
+"""DeepSpeed 0.19.8 in bf16 as autoplan exports it (no data_types.grad_accum_dtype): gradients accumulate
+in bf16, the model's dtype (runtime/engine.py get_data_types lines 1806-1807), so _do_optimizer_sanity_check
+(lines 2294-2321) picks DDP_BFLOAT16 at ZeRO-0, whose FP16_UnfusedOptimizer keeps bf16 param.grad and
+whole fp32 master weights and moments, and the ZeRO optimizers from ZeRO-1 (fp32 accumulation would take
+BF16_Optimizer at ZeRO-1 only, and is refused at ZeRO-0 outside the pipeline: "unsupported mix"). ZeRO-1
+does not partition gradients: param.grad accumulates whole until the accumulation boundary, where it is
+reduced into the partition (zero/stage_1_and_2.py reduce_ready_partitions_and_remove_grads, line 2294);
+ZeRO-2 and 3 reduce every micro-batch into the rank's bf16 partition (averaged_gradients with overlap_comm
+and contiguous_gradients, as exported; zero/stage3.py grad_partitions_flat_buffer, line 791). The step's
+fp32 copy of the partition lives only during the update. Counted on 2 gloo ranks by
+tests/test_state_oracle.py: 2/2/12 at ZeRO-0, 2/2/6 at ZeRO-1, 2/1/6 at ZeRO-2, 1/1/6 at ZeRO-3."""
+DEEPSPEED_BF16_PIPELINE_STATES = {
+    "params": StateTerm(2, NEVER, "bf16 weights the kernels read"),
+    "grads": StateTerm(2, NEVER, "bf16 param.grad, zeroed, not freed, between micro-batches"),
+    "grad_accumulator": StateTerm(2, NEVER, "BF16_Optimizer's fp32_groups_gradients_flat in the accumulation "
+                                            "dtype (bf16 as exported), whole"),
+    "optimizer": StateTerm(12, 0, "fp32 master weights 4 + Adam momentum 4 + variance 4, over data parallelism"),
+}
+"""DeepSpeed 0.19.8's pipeline engine at ZeRO-0 in bf16 (Framework.pipeline_zero0_states): it takes
+BF16_Optimizer (engine.py lines 2316-2320) with the model's dtype as its accumulation dtype (line 2628,
+grad_acc_dtype=get_data_types()[1]); that optimizer partitions the fp32 master and Adam state over the
+data-parallel group at any stage (bf16_optimizer.py lines 153-160: partition_count, partition_id), keeps
+fp32_groups_gradients_flat as zeros_like the bf16 flat group in that dtype (line 191), and the pipeline
+engine adds each micro-batch's param.grad into it with clear_lp_grads=False (pipe/engine.py lines
+838-862, bf16_optimizer.py _update_hp_grad)."""
 DEEPSPEED_GRAD_ACCUMULATION = {"bf16": (18.0, 18.0), "fp16": (0.0, 6.0)}
 """bf16 (BF16_Optimizer, which DeepSpeed picks for bf16 at ZeRO-1 and under its pipeline engine:
 engine.py _do_optimizer_sanity_check): each micro-batch's backward ends in update_hp_grads,
@@ -45,12 +76,14 @@ DEEPSPEED = Framework(
     zero3_recompute_reuse_params=1e9,
     pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
     dp_overlap_zero_stages=(3,), grad_accumulation_bytes=DEEPSPEED_GRAD_ACCUMULATION,
-    by_dtype={"bf16": {"states": DEEPSPEED_BF16_STATES}}, sp_regathers_in_backward=True,
+    by_dtype={"bf16": {"states": DEEPSPEED_BF16_EXPORTED_STATES,
+                       "pipeline_zero0_states": DEEPSPEED_BF16_PIPELINE_STATES}}, sp_regathers_in_backward=True,
     sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
              "sp_regathers_in_backward": "Megatron-DeepSpeed megatron/core/tensor_parallel/layers.py: Megatron's "
                                          "sequence-parallel linears, which all-gather their saved sharded input "
                                          "again in backward",
-             "by_dtype": "deepspeed/runtime/bf16_optimizer.py: fp32_groups_gradients_flat (full-size)",
+             "by_dtype": "deepspeed/runtime/engine.py get_data_types, _do_optimizer_sanity_check (0.19.8): "
+                         "bf16 accumulation as exported; BF16_Optimizer under the pipeline engine",
              "grad_accumulation_bytes": "deepspeed/runtime/bf16_optimizer.py update_hp_grads; torch autograd "
                                         "AccumulateGrad (fp16)",
              "dp_overlap_zero_stages": _DEEPSPEED_OVERLAP_SOURCE,

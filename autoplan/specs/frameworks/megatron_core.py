@@ -48,7 +48,7 @@ MEGATRON_CORE = Framework(
     moe_dispatch="alltoall", moe_tp_needs_sequence_parallel=True,
     dp_bucket_params=40e6, dp_bucket_params_per_rank=1e6,
     dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1,), zero2_reduce_every_microbatch=True,
-    sp_regathers_in_backward=True,
+    pipeline_defers_grad_sync=False, sp_regathers_in_backward=True,
     by_dtype={"fp16": MEGATRON_FP16},
     options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
              "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True},
@@ -88,6 +88,10 @@ MEGATRON_CORE = Framework(
              "zero2_reduce_every_microbatch": "megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py "
                                               "core_v0.16.1 lines 770-775: grad_reduce_every_bprop for optim_grads "
                                               "and optim_grads_params, whatever the micro-batch",
+             "pipeline_defers_grad_sync": "megatron_fsdp.py core_v0.16.1 lines 654-668 and the no_sync docstring "
+                                          "(1044-1048): Megatron-FSDP reduce-scatters at every backward even inside "
+                                          "the no_sync its pipeline schedules enter; counted on 2 gloo ranks "
+                                          "(tests/test_state_oracle.py): 2 B per parameter of sharded fp32 grads",
              "hsdp_zero_stages": "Megatron-LM core_v0.16.1 megatron/training/arguments.py line 2333 "
                                  "--num-distributed-optimizer-instances; megatron/core/parallel_state.py lines "
                                  "833-840: each instance shards the distributed optimizer over consecutive dp-cp "

@@ -2,8 +2,8 @@
 (KempnerForge, OLMo-core, fms-fsdp, the flash-attention trainer) as they ran."""
 from __future__ import annotations
 
-from autoplan.specs.framework import Framework, StateTerm, fsdp2_states
-from autoplan.specs.frameworks.autoplan import EAGER_HOST_S_PER_KERNEL, EAGER_KERNELS_PER_LAYER
+from autoplan.specs.framework import NEVER, Framework, StateTerm, fsdp2_states
+from autoplan.specs.frameworks._eager import EAGER_HOST_S_PER_KERNEL, EAGER_KERNELS_PER_LAYER
 
 
 KEMPNERFORGE_FACTS = {
@@ -47,11 +47,21 @@ KEMPNERFORGE_FACTS = {
 }
 """KempnerForge as it ran its published benchmarks (on torchtitan's facts otherwise)."""
 
+TORCHTITAN_STATES = {
+    **fsdp2_states("FSDP2-sharded master"),
+    "grads": StateTerm(4, 1, "fp32 gradients, reduce-scattered into the shard every micro-batch from ZeRO-1"),
+}
+"""torchtitan has no ZeRO-1 of its own: autoplan exports its ZeRO-1 as it does ZeRO-2, fully_shard with
+reshard_after_forward "never" (autoplan/exporters/torchtitan/shared.py data_parallel_degrees), and torchtitan
+0.3.0's train step never turns FSDP2's gradient sync off between micro-batches (train.py), so the fp32
+gradients are reduce-scattered into the shard every micro-batch at ZeRO-1 too: 2 B per parameter on 2 gloo
+ranks (tests/test_state_oracle.py, "torchtitan never reshard")."""
+
 TORCHTITAN = Framework(
     name="torchtitan", version="torchtitan 0.3.0 (2026; the 0.2.0 TOML export re-checks 0.2's own rules)",
     description="PyTorch torchtitan: FSDP2/HSDP + TP/SP + torch.distributed.pipelining + CP, "
                 "op-level selective activation checkpointing",
-    states=fsdp2_states("FSDP2-sharded master"), compute_weight_copy_bytes=0.0, fp8_rowwise=True,
+    states=TORCHTITAN_STATES, compute_weight_copy_bytes=0.0, fp8_rowwise=True,
     selective_recompute="ops", fused_cross_entropy=False, loss_chunks=8, dtypes=("bf16", "fp8", "fp32"),
     zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
     zero2_reduce_every_microbatch=True,
@@ -83,7 +93,8 @@ TORCHTITAN = Framework(
              "fp8_rowwise": "torchtitan 0.3.0 components/quantization/float8.py Float8LinearConverter.Config: "
                            "recipe_name Literal['rowwise', 'rowwise_with_gw_hp'], default rowwise (what "
                            "autoplan's export turns on)",
-             "states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce)",
+             "states": "torchtitan parallelize: fully_shard with MixedPrecisionPolicy(bf16, fp32 reduce); "
+                       "ZeRO-1 exported as ZeRO-2's FSDP2 (TORCHTITAN_STATES)",
              "hsdp_zero_stages": "torchtitan 0.3.0 models/llama3/parallelize.py lines 74-77: fully_shard over "
                                  "the mesh ['dp_replicate', 'fsdp'] (fsdp = dp_shard x cp) when "
                                  "data_parallel_replicate_degree > 1, at every FSDP reshard setting",
@@ -138,6 +149,22 @@ FRAMEWORKS = (TORCHTITAN,)
 # FSDP stacks on PyTorch (FSDP1 or FSDP2, bf16 compute over fp32 master weights): torchtitan's facts.
 # The MoE rows name kempnerforge too (FSDP2 on PyTorch).
 STANDS_IN_FOR = ("kempnerforge", "olmo-core", "fms-fsdp", "flash-attn-training")
+FLASH_ATTN_TRAINING_STATES = {
+    "states": {
+        "params": StateTerm(4, NEVER, "fp32 parameters, replicated by DDP"),
+        "grads": StateTerm(4, NEVER, "fp32 gradients in DDP's buckets (gradient_as_bucket_view)"),
+        "optimizer": StateTerm(8, 1, "AdamW momentum 4 + variance 4 (fp32), ZeroRedundancyOptimizer's partition"),
+    },
+    "compute_weight_copy_bytes": 2.0,
+}
+"""The flash-attention repo's GPT trainer (training/, pytorch-lightning 1.8.6 in its Dockerfile): fp32
+weights under Lightning's precision bf16 (torch.autocast), whose FusedDense and FusedMLPFunc cast the
+weights to bf16 and save the casts for backward (flash_attn/ops/fused_dense.py, 2 B per parameter held
+from forward to backward); DDP over the 8 GPUs (trainer.strategy DDPStrategyZero1,
+src/utils/ddp_zero1.py, with gradient_as_bucket_view: the fp32 gradients are the buckets) and torch's
+ZeroRedundancyOptimizer over AdamW (configs/optimizer/adamw-zero.yaml), which keeps each rank's share of
+the moments, from the 760M config on (ZeRO-1; the 125M and 355M configs keep Lightning's plain DDP, where
+the row's ZeRO-0 keeps them whole)."""
 AS_RAN = {
     # The torchtitan paper's runs (2024) predate 0.3.0's chunked loss (0.2.0 has no ChunkedLossWrapper):
     # F.cross_entropy over the whole fp32-cast logits.
@@ -154,7 +181,8 @@ AS_RAN = {
     # "faster and uses less memory than torch.nn.CrossEntropyLoss"): its kernel keeps the bf16 logits and
     # a per-row log-sum-exp, and its backward writes the logits' gradient over them (in place): 2 B per
     # logit at the loss's peak, not Megatron's 6.
-    "flash-attention-2": {"fused_cross_entropy": True, "loss_bytes_per_logit": 2.0},
+    "flash-attention-2": {"fused_cross_entropy": True, "loss_bytes_per_logit": 2.0,
+                          **FLASH_ATTN_TRAINING_STATES},
     # torchao's float8 training table ran torchtitan 0.0.2, before 0.3.0's chunked loss.
     "torchao": {"loss_chunks": 1},
     # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM,
