@@ -217,6 +217,14 @@ def in_flight_microbatches(pp: int, vpp: int, num_microbatches: int, stage: int,
     return held / sum(chunks)
 
 
+def states_for(fw, plan) -> dict:
+    """The model states `plan` keeps (StateFacts): `pipeline_zero0_states` at ZeRO-0 under a pipeline,
+    if the framework has them, else `states`."""
+    if fw.pipeline_zero0_states and plan.pp > 1 and plan.zero_stage == 0:
+        return fw.pipeline_zero0_states
+    return fw.states
+
+
 def model_state_bytes(num_local_params: float, zero_stage: int, shard: int, states: dict) -> dict:
     """The framework's model states (`Framework.states`: name -> bytes per parameter and the ZeRO
     stage from which it is sharded) of `num_local_params` (after TP/PP/EP splits)."""

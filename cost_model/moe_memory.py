@@ -9,7 +9,7 @@ that part alone, for the rank with the most layers).
 from __future__ import annotations
 
 from autoplan.specs import ParallelPlan
-from cost_model.memory import model_state_bytes
+from cost_model.memory import model_state_bytes, states_for
 
 
 def expert_state_bytes(est, plan: ParallelPlan) -> dict:
@@ -19,4 +19,4 @@ def expert_state_bytes(est, plan: ParallelPlan) -> dict:
         return {}
     per_stage = plan.layers_per_stage(est.model.num_layers)
     _, expert = est.params.local(plan, per_stage, first=False, last=False)
-    return model_state_bytes(expert, plan.zero_stage, plan.expert_dp, est.framework.states_for(plan))
+    return model_state_bytes(expert, plan.zero_stage, plan.expert_dp, states_for(est.framework, plan))

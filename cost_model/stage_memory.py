@@ -33,7 +33,7 @@ from cost_model.stages import stage_split
 from cost_model.moe_time import stacked_weight_bytes
 from cost_model.memory import (
     BYTES_ACT, BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, grads_accumulate_unsharded,
-    in_flight_microbatches, model_state_bytes, shards_weights,
+    in_flight_microbatches, model_state_bytes, shards_weights, states_for,
 )
 
 DEVICE_TERMS = ("cuda_context", "allocator_overhead", "cpu_runtime")
@@ -155,10 +155,10 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
     dense, expert = est.params.local(plan, per_stage, first, last)
     shard = plan.zero_shard_group
     fw = est.framework
-    states = model_state_bytes(dense, plan.zero_stage, shard, fw.states_for(plan))
+    states = model_state_bytes(dense, plan.zero_stage, shard, states_for(fw, plan))
     if expert:
         # Expert states shard over the expert data-parallel ranks (tp*cp*dp / (etp*ep)).
-        for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, fw.states_for(plan)).items():
+        for k, v in model_state_bytes(expert, plan.zero_stage, plan.expert_dp, states_for(fw, plan)).items():
             states[k] += v
     # A compute-dtype copy of the weights held from forward to backward (autocast's cast cache,
     # FSDP2's gathered weights at ZeRO 1/2), the fp8-gathered linears at their own bytes; at ZeRO 3

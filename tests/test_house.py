@@ -89,7 +89,7 @@ def test_a_planted_unread_field_is_found():
 
 
 GROUP_READERS = {  # each group of a Framework's facts -> the modules that read it (autoplan/specs/framework.py)
-    StateFacts: ("cost_model/memory.py", "cost_model/stage_memory.py", "autoplan/specs/framework.py"),  # states_for
+    StateFacts: ("cost_model/memory.py", "cost_model/stage_memory.py"),
     MemoryLayoutFacts: ("cost_model/estimator.py", "cost_model/stage_memory.py"),
     KernelFacts: ("cost_model/estimator.py", "cost_model/published.py"),
     StepWorkFacts: ("cost_model/step_time.py",),

@@ -176,14 +176,14 @@ def combinations() -> list:
 
 def predicted(framework, plan) -> dict:
     """The cost model's bytes per parameter per oracle category, at the oracle's 2 ranks: the
-    framework's bf16 states as the plan keeps them (model_state_bytes, Framework.states_for), and where
+    framework's bf16 states as the plan keeps them (model_state_bytes, cost_model.memory.states_for), and where
     FSDP holds the unsharded gradients across the micro-batches (cost_model.memory.grads_accumulate_
     unsharded) those, in the reduce dtype, instead of the sharded ones, as cost_model/stage_memory.py
     counts them (_Held.accumulating, _comm_buffers)."""
-    from cost_model.memory import grads_accumulate_unsharded
+    from cost_model.memory import grads_accumulate_unsharded, states_for
 
     framework = framework.for_dtype("bf16")
-    states = framework.states_for(plan)
+    states = states_for(framework, plan)
     out = {"params": 0.0, "grads": 0.0, "optimizer": 0.0}
     for name, value in model_state_bytes(1.0, plan.zero_stage, RANKS, states).items():
         out[CATEGORY[name]] += value

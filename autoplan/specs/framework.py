@@ -71,12 +71,6 @@ class Framework(StateFacts, MemoryLayoutFacts, KernelFacts, StepWorkFacts, Tenso
             return self  # nothing for this dtype, or already applied: the same object
         return replace(self, **facts)
 
-    def states_for(self, plan: ParallelPlan) -> dict:
-        """The model states `plan` keeps: `pipeline_zero0_states` at ZeRO-0 under a pipeline, if any."""
-        if self.pipeline_zero0_states and plan.pp > 1 and plan.zero_stage == 0:
-            return self.pipeline_zero0_states
-        return self.states
-
     def default_etp(self, model: ModelSpec, ep: int) -> int:
         """The expert TP a plan gets when nobody names one (ParallelPlan.etp; 0 = tp): 1 under expert
         parallelism where the framework keeps experts whole there (experts_whole_with_ep), else 0."""

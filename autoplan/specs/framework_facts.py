@@ -53,7 +53,7 @@ class StateFacts:
     states: dict = field(default_factory=megatron_states)
     """Model states per parameter: name -> StateTerm (bytes and the ZeRO stage that shards it)."""
     pipeline_zero0_states: dict = field(default_factory=dict)
-    """Model states its pipeline engine keeps at ZeRO-0 (pp > 1) instead of `states` (`states_for`);
+    """Model states its pipeline engine keeps at ZeRO-0 (pp > 1) instead of `states` (cost_model.memory.states_for);
     empty: `states`. DeepSpeed's pipeline engine runs bf16 at ZeRO-0 with BF16_Optimizer, which
     partitions the master weights and Adam moments over data parallelism whatever the stage."""
     compute_weight_copy_bytes: float = 0.0

@@ -31,6 +31,7 @@ AUTOPLAN_ELEMENTWISE_FACTOR = (336.7 - 44.7) / 87.3
 # scale (read + write 8).
 AUTOPLAN_FUSED_ADAMW_BYTES = 7 * 4 + 12
 
+
 AUTOPLAN_STATES = {
     "params": StateTerm(4, 1, "fp32 parameters: the master weights (FSDP2-sharded at ZeRO 1-3 and at one "
                               "replica; DDP or plain at ZeRO 0 with several)"),
