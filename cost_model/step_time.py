@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from autoplan.specs import ParallelPlan
-from autoplan.specs.framework_facts import StepWorkFacts
+from autoplan.specs.framework_facts import StepWorkFacts, TensorParallelFacts
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.dp_time import dp_rounds, dp_time, recompute_regathered_share
 from cost_model.host_time import microbatch_host_wait_s
@@ -53,7 +53,7 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
 
     layer_compute = lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
     layer_memory = lt.memory_fwd_s + lt.memory_bwd_s
-    tp_exposed = tp_exposed_s(plan, sw, lt)
+    tp_exposed = tp_exposed_s(plan, sw.facts(TensorParallelFacts), lt)
     cp_exposed = lt.cp_fwd_s + lt.cp_bwd_s
     ep_exposed = lt.ep_fwd_s + lt.ep_bwd_s
     # Layer overhead: host time per layer; torch.compile fuses kernels, so it launches fewer of them too.
@@ -243,7 +243,7 @@ def _details(est, plan: ParallelPlan, lt, per_stage: int, slowest: int, bubble_f
     }
 
 
-def tp_exposed_s(plan: ParallelPlan, sw, lt) -> float:
+def tp_exposed_s(plan: ParallelPlan, tp_facts: TensorParallelFacts, lt) -> float:
     """TP/SP collective seconds per layer and micro-batch that the GEMMs do not hide.
 
     Pipelined (Framework.tp_comm_gemm_overlap, with SP as Megatron requires): each pass's all-gather
@@ -251,17 +251,17 @@ def tp_exposed_s(plan: ParallelPlan, sw, lt) -> float:
     GEMM, so the first chunk stays exposed and so does whatever traffic outlasts the GEMMs of the
     pass (Wang et al. 2023, "Overlap communication with dependent computation via decomposition",
     ASPLOS; Transformer Engine userbuffers). Otherwise the framework's hidden fraction (async TP)."""
-    if sw.tp_comm_gemm_overlap and plan.sequence_parallel and plan.tp > 1:
+    if tp_facts.tp_comm_gemm_overlap and plan.sequence_parallel and plan.tp > 1:
         return sum(max(comm - gemm, comm / plan.tp)
                    for comm, gemm in ((lt.tp_fwd_s, lt.gemm_fwd_s), (lt.tp_bwd_s, lt.gemm_bwd_s)))
-    return (1.0 - sw.tp_comm_overlap) * (lt.tp_fwd_s + lt.tp_bwd_s)
+    return (1.0 - tp_facts.tp_comm_overlap) * (lt.tp_fwd_s + lt.tp_bwd_s)
 
 
-def _tp_exposed_fwd_s(plan: ParallelPlan, sw, lt) -> float:
+def _tp_exposed_fwd_s(plan: ParallelPlan, tp_facts: TensorParallelFacts, lt) -> float:
     """The forward pass's share of `tp_exposed_s` (what a recomputed forward pays again)."""
-    if sw.tp_comm_gemm_overlap and plan.sequence_parallel and plan.tp > 1:
+    if tp_facts.tp_comm_gemm_overlap and plan.sequence_parallel and plan.tp > 1:
         return max(lt.tp_fwd_s - lt.gemm_fwd_s, lt.tp_fwd_s / plan.tp)
-    return (1.0 - sw.tp_comm_overlap) * lt.tp_fwd_s
+    return (1.0 - tp_facts.tp_comm_overlap) * lt.tp_fwd_s
 
 
 def _recompute_terms(plan: ParallelPlan, sw, lt, per_stage: int) -> tuple:
