@@ -111,6 +111,7 @@ class Estimator:
             # The user's measured routing (TrainingSpec.moe_load_imbalance) over the framework's default.
             moe_load_imbalance=training.moe_load_imbalance or fw.moe_load_imbalance,
             moe_a2a_overlap=fw.moe_a2a_overlap, moe_padded_expert_gemm=fw.moe_padded_expert_gemm,
+            moe_stacked_expert_weights=fw.moe_stacked_expert_weights,
             moe_dispatch=fw.moe_dispatch, mla_padded_values=fw.mla_padded_values,
             fp8_rowwise=fw.fp8_rowwise, fp8_expert_gemms=fw.fp8_expert_gemms,
             tp_backward_input_reductions=fw.tp_backward_input_reductions)

@@ -34,6 +34,8 @@ class Rates:
     """Framework.moe_a2a_overlap (cost_model/moe_time.py)."""
     moe_padded_expert_gemm: bool = False
     """Framework.moe_padded_expert_gemm (cost_model/moe_time.py)."""
+    moe_stacked_expert_weights: bool = False
+    """Framework.moe_stacked_expert_weights (cost_model/moe_time.py)."""
     moe_dispatch: str = "tp-gathered"
     """Framework.moe_dispatch: how a MoE layer's tokens reach its experts (its collectives below)."""
     mla_padded_values: bool = False

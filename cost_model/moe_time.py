@@ -38,6 +38,14 @@ expert capacity factors 1.0-1.25 (capacity = factor x mean load) and finds few t
 (conservative: it may hold more than one busy expert, or none)."""
 
 FORCED_BALANCE = 1.0
+STACKED_WEIGHT_COPY_EFFICIENCY = 0.119
+"""Achieved fraction of the profile's HBM copy rate when KempnerForge stacks its unpacked experts'
+transposed weights (Framework.moe_stacked_expert_weights): measured with KempnerForge's own model on one
+H200 (cost_model/data/kempnerforge_h200/depth-2026-11-28.jsonl, 4 layers, uniform tokens, so packed
+and unpacked route alike): unpacked - packed = 16.84 ms per layer with 16 experts, three copies (forward,
+recompute, backward) of 1.41 GB each read and written, 502 GB/s against the table's 4,226 GB/s. The
+8-expert pair (8.93 ms per layer) is left to check it (tests/test_kempnerforge_h200.py). Our own
+kernel record, not a published run's step time: the MoE rows stay unfitted."""
 """Megatron-Core --moe-router-force-load-balancing (benchmark routing: every expert the same count)."""
 
 
@@ -55,6 +63,9 @@ class MoeTimes:
     a2a_bwd_s: float
     a2a_hidden_s: float
     """All-to-all seconds hidden under the other pass's compute (overlap on); not in the sum."""
+    weight_stack_s: float = 0.0
+    """Stacking the unpacked experts' weights (Framework.moe_stacked_expert_weights), one pass: paid in
+    the forward and again in the backward (memory-bound)."""
 
 
 def expert_load_imbalance(setting: float, ep: int, capacity_factor: float = 0.0, padded: bool = False) -> float:
@@ -98,6 +109,16 @@ def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> 
     if ep > 1 and model.num_experts // ep > 1:
         elems += 4 * t * k * etp * h
     return elems
+
+
+def stacked_weights_s(model: ModelSpec, tables: ProfileTables, ep: int, etp: int) -> float:
+    """One pass's copy of the local experts' stacked weights (Framework.moe_stacked_expert_weights):
+    E/ep experts x (3 gated, else 2) matrices of h x ffn/etp, read and written once, each stacked tensor
+    one copy op, at STACKED_WEIGHT_COPY_EFFICIENCY of the profile's copy rate at that size."""
+    matrices = 2 if model.mlp == "gelu" else 3
+    tensor_bytes = BYTES_ACT * model.num_experts // ep * model.hidden_size * model.expert_ffn_size / etp
+    rate = tables.memory_bytes_per_s(int(tensor_bytes)) * STACKED_WEIGHT_COPY_EFFICIENCY
+    return 2.0 * matrices * tensor_bytes / rate
 
 
 def _p_hit(open_experts: int, node_experts: int, top_k: int) -> float:
@@ -161,14 +182,15 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
                     expert_gemm_bwd_s: float, a2a_s: float, other_fwd_s: float, other_bwd_s: float,
                     tokens: int, tp: int, ep: int, etp: int, memory_scale: float,
                     load_imbalance: float, a2a_overlap: bool, capacity_factor: float = 0.0,
-                    padded_gemm: bool = False) -> MoeTimes:
+                    padded_gemm: bool = False, stacked_weights: bool = False) -> MoeTimes:
     """The MoE terms of one layer.
 
     `expert_gemm_*_s`: the expert GEMMs at balanced routing; `a2a_s`: one pass's dispatch + combine
     at balanced routing; `other_*_s`: the pass's compute the all-to-all of the opposite pass can run
     under (attention and GEMMs); `load_imbalance`: the measured one (TrainingSpec) or the framework's
     moe_load_imbalance;
-    `capacity_factor`: the plan's moe_capacity_factor (0 = dropless)."""
+    `capacity_factor`: the plan's moe_capacity_factor (0 = dropless); `padded_gemm` and `stacked_weights`:
+    Framework.moe_padded_expert_gemm and moe_stacked_expert_weights."""
     f = min(expert_load_imbalance(load_imbalance, ep, capacity_factor, padded_gemm),
             busiest_load_bound(model, ep, padded_gemm))
     permute_bytes = BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
@@ -185,18 +207,21 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
     return MoeTimes(imbalance_gemm_fwd_s=(f - 1.0) * expert_gemm_fwd_s,
                     imbalance_gemm_bwd_s=(f - 1.0) * expert_gemm_bwd_s,
                     permute_fwd_s=permute_fwd_s, permute_bwd_s=permute_fwd_s,
-                    a2a_fwd_s=a2a_fwd_s, a2a_bwd_s=a2a_bwd_s, a2a_hidden_s=hidden)
+                    a2a_fwd_s=a2a_fwd_s, a2a_bwd_s=a2a_bwd_s, a2a_hidden_s=hidden,
+                    weight_stack_s=stacked_weights_s(model, tables, ep, etp) if stacked_weights else 0.0)
 
 
 _FORCED = re.compile(r"force-load-balancing|force balance assumed")
 _A2A_OVERLAP = re.compile(r"--overlap-moe-expert-parallel-comm")
 _DEEPEP = re.compile(r"(?<!not )DeepEP|--moe-token-dispatcher-type flex")
+_UNPACKED = re.compile(r"moe_packed_experts=false")
 
 
 def moe_run_facts(notes: str) -> dict:
     """Framework facts a published MoE run states in its notes: forced balanced routing
-    (--moe-router-force-load-balancing), the EP all-to-all overlap (--overlap-moe-expert-parallel-comm)
-    and the flex dispatcher on DeepEP (Framework.moe_dispatch "flex")."""
+    (--moe-router-force-load-balancing), the EP all-to-all overlap (--overlap-moe-expert-parallel-comm),
+    the flex dispatcher on DeepEP (Framework.moe_dispatch "flex") and KempnerForge's unpacked experts
+    (moe_packed_experts=false: Framework.moe_stacked_expert_weights)."""
     facts = {}
     if _DEEPEP.search(notes):
         facts["moe_dispatch"] = "flex"
@@ -204,4 +229,6 @@ def moe_run_facts(notes: str) -> dict:
         facts["moe_load_imbalance"] = FORCED_BALANCE
     if _A2A_OVERLAP.search(notes):
         facts["moe_a2a_overlap"] = True
+    if _UNPACKED.search(notes):
+        facts["moe_stacked_expert_weights"] = True
     return facts

@@ -119,9 +119,13 @@ class PublishedRun:
     recompute_unstated: bool = False
     """How many layers the run recomputed, the source does not say: it is priced with the fewest fully
     recomputed layers that fit (Estimator.min_full_recompute_layers, the planner's own rule), never with
-    a count solved from its throughput (`recompute_for`)."""
+    a count solved from its throughput (`plan_to_price`)."""
     reported_memory_of_rank0: bool = False
     """The reported peak is rank 0's, the first pipeline stage's, not the largest rank's."""
+    micro_batch_unstated: bool = False
+    """The source does not state the micro-batch; the row's is its configs' rule, a ceiling the trainer
+    lowers to fit (`_micro_batch_unstated`): priced with the largest micro-batch, halving from the
+    row's, that fits (`plan_to_price`)."""
     assumptions: tuple = ()
     notes: str = ""
     sweep: str = field(default="")
@@ -157,15 +161,32 @@ class PublishedRun:
         overrides["fp8_rowwise"] = self.fp8_rowwise
         return framework.with_overrides(**overrides)
 
-    def recompute_for(self, est) -> ParallelPlan:
-        """The plan to price: the row's, or where its recompute count is unstated (recompute_unstated)
-        the fewest fully recomputed layers per stage that fit on `est` (none if it fits without)."""
+    def plan_to_price(self, est) -> ParallelPlan:
+        """The plan to price: the row's; where its micro-batch is unstated (micro_batch_unstated) the
+        largest, halving from the row's, that fits on `est`; where its recompute count is unstated
+        (recompute_unstated) the fewest fully recomputed layers per stage that fit (none if it fits
+        without)."""
+        plan = self._micro_batch_that_fits(est) if self.micro_batch_unstated else self.plan
         if not self.recompute_unstated:
-            return self.plan
-        layers = est.min_full_recompute_layers(self.plan.replace(recompute="full"))
+            return plan
+        layers = est.min_full_recompute_layers(plan.replace(recompute="full"))
         if layers is None:
-            return self.plan
-        return self.plan.replace(recompute="full" if layers else "none", recompute_num_layers=layers)
+            return plan
+        return plan.replace(recompute="full" if layers else "none", recompute_num_layers=layers)
+
+    def _micro_batch_that_fits(self, est) -> ParallelPlan:
+        """The row's plan with its micro-batch halved (the step's sequences kept: twice the
+        micro-batches) until it fits in `est`'s usable memory (with every layer recomputed where the
+        recompute is unstated too), or is odd."""
+        def fits(plan: ParallelPlan) -> bool:
+            if self.recompute_unstated:
+                return est.min_full_recompute_layers(plan.replace(recompute="full")) is not None
+            return sum(est.memory(plan).values()) <= est.usable_memory_bytes
+
+        plan = self.plan
+        while plan.micro_batch_size % 2 == 0 and not fits(plan):
+            plan = plan.replace(micro_batch_size=plan.micro_batch_size // 2, num_microbatches=2 * plan.num_microbatches)
+        return plan
 
     def profile(self) -> HardwareProfile:
         """The built-in profile of the run's GPU, on the run's network."""
@@ -341,6 +362,7 @@ def row_to_run(row: dict) -> PublishedRun:
         reported_memory_is_allocated=facts.get("memory_is_allocated", False),
         reported_memory_of_rank0=facts.get("memory_of_rank0", False),
         recompute_unstated=_recompute_unstated(prefix, row),
+        micro_batch_unstated=_micro_batch_unstated(prefix, row),
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
         assumptions=tuple(assumptions), notes=notes,
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
@@ -360,6 +382,22 @@ def _recompute_unstated(prefix: str, row: dict) -> bool:
     if prefix == "FMS" and row["recompute"].strip() == "selective":
         return True
     return prefix == "FA2" and "no flashattention" in row["model_name"].lower() and int(row["seq_len"]) >= 8192
+
+
+def _micro_batch_unstated(prefix: str, row: dict) -> bool:
+    """Rows whose micro-batch the source does not state and the row takes from its configs' rule. The
+    FlashAttention-2 paper (Table 1) and the flash-attention repo's README table state the model, the
+    context, the GPUs and the tokens per step, not the micro-batch; the configs pick it by GPU memory
+    (training/configs/experiment/pile/*.yaml datamodule.batch_size, e.g. gpt3-2.7B-flash-8k.yaml: "1 if
+    gpu_mem < 40 else (2 if gpu_mem < 80 else 4)"), and the README tells the user to lower it to fit
+    ("Gradient accumulation: to adjust device batch size to fit into GPU memory ... set
+    datamodule.batch_size", training/README.md). The 2.7B 8k rule's 4 cannot fit an 80 GB GPU: its model
+    code saves 38 B per token, hidden unit and layer at that commit (flash_attn/ops/layer_norm.py: each
+    fused dropout-add-LayerNorm keeps the fp32 residual (residual_in_fp32) and a 1 B dropout mask
+    (resid_pdrop 0.1, GPT2Config's default); FusedDense the bf16 input of Wqkv and out_proj;
+    flash_attn_qkvpacked_func q, k, v and the output; FusedMLPFunc at mlp_checkpoint_lvl 0 its input,
+    pre_act and the GeLU output): 95 GiB at 4 x 8192 tokens over 32 layers of 2560."""
+    return prefix == "FA2"
 
 
 def _stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:

@@ -68,7 +68,7 @@ def predict_runs(runs: list, constants: Constants | None = None, framework: str 
                         framework=run.framework_facts(constants, framework), constants=constants,
                         allow_tp_across_nodes=True)
         try:
-            e = est.estimate(run.recompute_for(est))
+            e = est.estimate(run.plan_to_price(est))
         except InfeasiblePlan as exc:
             results.append(RowResult(run, None, skipped=f"{exc.reason}: {exc}"))
             continue
@@ -81,7 +81,7 @@ def reported_peak_bytes(est: Estimator, run: PublishedRun, memory: dict) -> floa
     """The predicted peak that the run's reported figure measures: the first pipeline stage's where
     the source prints rank 0's (else the worst rank's, `memory`), allocated bytes only where it prints
     max_memory_allocated."""
-    plan = run.recompute_for(est)
+    plan = run.plan_to_price(est)
     if run.reported_memory_of_rank0 and plan.pp > 1:
         memory = stage_memory(est, plan, 0, plan.recompute, plan.recompute_num_layers,
                               stage_split(plan, run.model.num_layers).num_layers[0])

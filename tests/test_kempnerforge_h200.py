@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cost_model import Estimator, load_constants
+from cost_model import Estimator, load_constants, moe_time
 from cost_model.published import load_published_runs
 
 RECORDS = Path(__file__).resolve().parents[1] / "cost_model" / "data" / "kempnerforge_h200"
@@ -73,3 +73,36 @@ def test_routing_on_text_like_tokens_collapses_and_the_published_steps_hold_more
         published_step_s = run.training.global_batch_size * run.training.seq_len / (
             run.measured_tokens_per_s_per_gpu * run.cluster.num_gpus)
         assert published_step_s > seconds + 0.3
+
+
+def _per_layer_delta_s(name: str, experts: int) -> float:
+    """Measured unpacked - packed seconds per layer (4-layer records, uniform tokens: the same routing)."""
+    (unpacked, packed) = ([r["median_step_s"] for r in _records(name)
+                           if (r["experts"], r["packed"], r["tokens"], r["layers"]) == (experts, p, "uniform", 4)][0]
+                          for p in (False, True))
+    return (unpacked - packed) / 4
+
+
+def test_unpacked_experts_pay_the_stacked_weight_copy_the_records_measure():
+    # Worked example, 16 experts: three copies (forward, recompute, backward) of 3 stacked tensors of
+    # 16 x 2048 x 7168 bf16 (469.8 MB each), read and written: 6 x 1.409 GB in 16.84 ms = 502 GB/s,
+    # 0.119 of the H200 table's 4,226 GB/s copy rate at that size.
+    tensor_bytes = 16 * 2048 * 7168 * 2
+    delta16 = _per_layer_delta_s("depth-2026-11-28.jsonl", 16)
+    assert delta16 == pytest.approx(0.01684, rel=1e-3)
+    assert 3 * 2 * 3 * tensor_bytes / delta16 / 4225.7e9 == pytest.approx(moe_time.STACKED_WEIGHT_COPY_EFFICIENCY,
+                                                                           rel=0.01)
+    # The model's one-rank difference between the unpacked and packed rows, per layer, against the
+    # records: 16 experts (where the rate came from) and 8 (left out: 8.93 ms measured).
+    for unpacked, packed, experts in (("KEMPNERMOE-packed-03", "KEMPNERMOE-packed-04", 16),
+                                      ("KEMPNERMOE-packed-01", "KEMPNERMOE-packed-02", 8)):
+        predicted = (_one_rank_compute_s(unpacked) - _one_rank_compute_s(packed)) / 24
+        assert predicted == pytest.approx(_per_layer_delta_s("depth-2026-11-28.jsonl", experts), rel=0.08)
+
+
+def test_only_the_unpacked_rows_stack_their_experts():
+    runs = {r.id: r for r in load_published_runs()}
+    stacked = {rid: dict(runs[rid].framework_then).get("moe_stacked_expert_weights", False)
+               for rid in ("KEMPNERMOE-packed-01", "KEMPNERMOE-packed-02", "KEMPNERMOE-packed-03", "KEMPNERMOE-packed-04")}
+    assert stacked == {"KEMPNERMOE-packed-01": True, "KEMPNERMOE-packed-02": False,
+                       "KEMPNERMOE-packed-03": True, "KEMPNERMOE-packed-04": False}

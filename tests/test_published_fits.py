@@ -7,19 +7,16 @@ from __future__ import annotations
 from cost_model.published import load_published_runs
 from cost_model.validation import predict_runs
 
-KNOWN_NOT_FITTING = {
-    # The flash-attention repo's GPT-3 2.7B at 8k with FlashAttention (Dao 2023 Table 1): its config
-    # states micro-batch 4 on an 80 GB GPU (training/configs/experiment/pile/gpt3-2.7B-flash-8k.yaml) and
-    # mlp_checkpoint_lvl 0, its README no activation checkpointing; the count of the saved tensors
-    # (32 B per token and hidden unit and layer: 80 GiB) does not fit that.
-    "FA2-2.7B-11", "FA2-2.7B-12",
-}
+KNOWN_NOT_FITTING: set = set()
 """Fixed in issue 47, each by its fact: the MLPerf llama31 rows keep bf16 main gradients
 (NEMO2_MLPERF_LLAMA31); Megatron-DeepSpeed's 256k row holds one gathered input in backward
 (Framework.sp_regathers_in_backward); fms-fsdp's "Selective AC" and the FlashAttention-2 paper's 8k
 baselines state no checkpointed-layer count, so they are priced with the fewest that fit
 (PublishedRun.recompute_unstated); the flash-attention repo's loss is 2 B per logit in place
-(source_facts "FA2")."""
+(source_facts "FA2"); the FlashAttention-2 paper's 2.7B 8k rows state no micro-batch, and its configs'
+memory rule (4 on an 80 GB GPU) cannot hold what its model code saves at 4 x 8k tokens, so they are
+priced with the largest that fits, halving from the rule's, as its README says to do
+(PublishedRun.micro_batch_unstated: 2)."""
 
 
 def test_no_other_published_run_is_predicted_not_to_fit():

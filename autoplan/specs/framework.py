@@ -178,6 +178,13 @@ class Framework(DataParallelFacts):
     zero-padded to (experts, max tokens, h)), so the routed-token imbalance costs GEMM time even
     without expert parallelism (KempnerForge kempnerforge/model/moe.py @abbbac33 grouped_expert_forward,
     lines 55-73). False: GEMMs over each expert's own tokens (Megatron-Core TEGroupedMLP, torchtitan)."""
+    moe_stacked_expert_weights: bool = False
+    """The local experts' weights are copied into one stacked tensor per projection in every forward
+    (KempnerForge kempnerforge/model/moe.py @abbbac33 grouped_expert_forward lines 50-53,
+    `torch.stack([e.up_proj.weight.t() for e in experts])` and likewise down and gate, its
+    moe_packed_experts=false default), and its backward copies the gradients back apart: a transposing
+    HBM copy of every local expert weight in each forward, recompute and backward
+    (cost_model/moe_time.py stacked_weights_s). False: packed (E, in, out) parameters read in place."""
     moe_weighted_outputs_saved: bool = False
     """The router's probabilities weigh the experts' outputs in the unpermutation, and autograd keeps those
     outputs (the routed copies x h, as many rows as the experts' inputs) for the probabilities' gradient
