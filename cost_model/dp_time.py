@@ -119,7 +119,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     stalled_s = 0.0
     # HBM copies around list collectives (Framework.collective_list_copies): not wire time, so the
     # bandwidth scale leaves them alone; each hides or stalls with the collective it serves.
-    hidden_copies_s = stalled_copies_s = 0.0
+    hidden_copies_s = stalled_copies_s = synced_s = 0.0
 
     if plan.zero_stage == 0:
         total = collectives_s("all_reduce", grad_bytes)
@@ -139,7 +139,8 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         gathers, reductions = dp_rounds(plan, m, sw, recompute_regathered_share(est.model, plan, sw, per_stage))
         # One call per layer, or per parameter tensor where the framework issues them so.
         tensor_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
-        gather_s = gathers * collectives_s("all_gather", weight_bytes, tensor_calls)
+        round_s = collectives_s("all_gather", weight_bytes, tensor_calls)
+        gather_s = gathers * round_s
         total = reductions * collectives_s("reduce_scatter", grad_bytes, tensor_calls)
         copies = sw.collective_list_copies
         gather_copies_s = gathers * list_copies_s(tables, weight_bytes, tensor_calls, group) if copies else 0.0
@@ -148,6 +149,8 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
             stalled_s, stalled_copies_s = gather_s, gather_copies_s
         else:
             total, hidden_copies_s = total + gather_s, hidden_copies_s + gather_copies_s
+            # Forward gathers issued only after a MoE layer's host sync (Framework.moe_host_sync).
+            synced_s = host_sync_exposed_s(est, plan, lt, per_stage, m, round_s / calls / sw.dp_bandwidth_scale)
         wire = gathers * weight_bytes + reductions * grad_bytes
     if plan.zero_replicas > 1:
         # Hybrid sharding: after each reduction in the shard group, each bucket's shard of the
@@ -161,13 +164,29 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     window = overlap_window_s(plan, sw, lt, per_stage, compute_mb, m)
     total = total / sw.dp_bandwidth_scale + hidden_copies_s
     stalled_s = stalled_s / sw.dp_bandwidth_scale + stalled_copies_s
-    tail = total / calls
+    tail = total / calls   # the last backward bucket, whatever the host syncs of the forward
+    total, stalled_s = total - synced_s, stalled_s + synced_s
     overlap = sw.dp_comm_overlap if plan.zero_stage in sw.dp_overlap_zero_stages else 0.0
     hidden = min(total, overlap * window)
     # Hidden traffic is not free: NCCL kernels hold SMs and HBM bandwidth while the GEMMs run,
     # so a fitted fraction of the overlapped time still lands on the step.
     exposed = max(total - hidden, tail) + sw.overlap_contention * hidden + stalled_s
     return exposed, total + stalled_s, wire
+
+
+def host_sync_exposed_s(est, plan: ParallelPlan, lt, per_stage: int, m: int, gather_per_layer_s: float) -> float:
+    """Seconds of ZeRO-3 forward all-gathers left exposed when every MoE layer syncs the host
+    (Framework.moe_host_sync): the next layer's gather (`gather_per_layer_s`) is issued after the sync
+    and hides only under the rest of this layer, its MoE block's forward (LayerTimes.moe_fwd_s, whose
+    router GEMM before the sync is a few microseconds); what is longer shows, in each MoE layer of each
+    forward round (one per micro-batch, one per step under a pipeline, as dp_rounds)."""
+    model = est.model
+    if not (est.framework.moe_host_sync and model.is_moe):
+        return 0.0
+    share = model.num_moe_layers / model.num_layers
+    moe_block_fwd_s = lt.moe_fwd_s / share   # lt is the mean over the layers; dense ones have none
+    rounds = 1 if plan.pp > 1 else m
+    return rounds * per_stage * share * max(0.0, gather_per_layer_s - moe_block_fwd_s)
 
 
 def overlap_window_s(plan: ParallelPlan, sw, lt, per_stage: int, compute_mb: float, m: int) -> float:

@@ -26,6 +26,7 @@ from cost_model.eager_activations import RECIPES, recipe_for, uncounted_features
 from cost_model.layer_mix import layer_seconds, mixes_dense_and_moe, pacing_layer_kinds
 from cost_model.layer_time import LayerTimes, Rates, embedding_time_s, head_times, mean_layer_times
 from cost_model.memory import BYTES_ACT, activation_bytes_per_layer, full_recompute_layer_bytes, selective_kept_bytes
+from cost_model.moe_time import moe_padded_memory
 from cost_model.stage_memory import (
     allocated_peak_bytes, min_full_recompute_layers, plan_memory_key, stage_breakdown, stage_peak,
 )
@@ -192,28 +193,32 @@ class Estimator:
         return self.profile.memory_capacity_bytes - self.memory_headroom_bytes
 
     def layer_activation_bytes(self, b: int, s_local: int, tp: int, sp: bool, etp: int = 0,
-                                modules: tuple = ()) -> tuple:
+                                modules: tuple = (), ep: int = 1, capacity_factor: float = 0.0) -> tuple:
         """Per layer and micro-batch, cached: (stored without recompute, stored under selective
         recompute, stored under full recompute, backward working set). `etp`: the expert TP degree;
-        `modules`: ParallelPlan.recompute_modules."""
-        key = ("act", b, s_local, tp, sp, etp, modules)
+        `modules`: ParallelPlan.recompute_modules; `ep`, `capacity_factor`: the plan's, for the padded
+        experts' rows of frameworks that run them so (cost_model/moe_time.py moe_padded_memory)."""
+        key = ("act", b, s_local, tp, sp, etp, modules, ep, capacity_factor)
         hit = self.cache.get(key)
         if hit is None:
-            flash, model = self.framework.flash_attention, self.model
+            flash, model, fw = self.framework.flash_attention, self.model, self.framework
             fp8_inputs = self.training.dtype == "fp8" and self.framework.fp8_linear_inputs_saved_in_fp8
             weighted = self.framework.moe_weighted_outputs_saved
+            padded = moe_padded_memory(model, fw, self.rates.moe_load_imbalance, ep, capacity_factor)
             stored = selective = working = 0.0
             # Mean over the layers: MoE and dense layers (DeepSeek's first k) store different MLP tensors.
             for moe, share in ((True, self._moe_layer_share), (False, 1.0 - self._moe_layer_share)):
                 if share:
                     parts = activation_bytes_per_layer(model, b, s_local, tp, sp, flash, moe=moe, etp=etp,
-                                                       fp8_inputs=fp8_inputs, weighted_outputs_saved=weighted)
+                                                       fp8_inputs=fp8_inputs, weighted_outputs_saved=weighted,
+                                                       **(padded if moe else {}))
                     stored += share * sum(parts.values())
                     selective += share * selective_kept_bytes(parts, self.framework.selective_recompute, model,
                                                               b, s_local, tp, sp, moe=moe, modules=modules)
                     working += share * sum(activation_bytes_per_layer(model, b, s_local, tp, False, flash,
                                                                       moe=moe, etp=etp, fp8_inputs=fp8_inputs,
-                                                                      weighted_outputs_saved=weighted).values())
+                                                                      weighted_outputs_saved=weighted,
+                                                                      **(padded if moe else {})).values())
             if sp and tp > 1 and self.framework.sp_regathers_in_backward:
                 # Under sequence parallelism the backward keeps the layer's tensors sharded and gathers
                 # a linear's input again only for its own backward (Korthikanti et al. 2022 sec. 4.2.2):

@@ -1,20 +1,30 @@
-"""Prediction intervals from honest out-of-sample residuals, per stratum.
+"""Prediction intervals from honest out-of-sample residuals, split-conformal, per stratum and transfer.
 
 A prediction's interval is the spread of the model's errors on published runs it did not see, in runs
-like it: the residual of a held-out row is log(measured / predicted) tokens/s/GPU, predicted with the
-constants refitted without the row's group and without the facts its group's measurements chose
-(cost_model.validation.held_out_results, honest). The stratum of a run is its GPU generation, scale
-band, framework family and precision (cost_model.splits.stratum), and dense and mixture-of-experts
-models never share residuals (the MoE rows, which no fit sees, miss by far more). The 80 % interval
-is the predicted value times exp of the residuals' 10th and 90th percentiles in the stratum. A stratum
-with fewer than MIN_STRATUM_ROWS residuals is pooled, dropping the axes in POOL_ORDER one at a time
-until enough remain, and the interval says so.
+like it and seen across the same kind of transfer. The residual of a held-out row is
+log(measured / predicted) tokens/s/GPU, predicted with the constants refitted without the row's group
+and without the facts its group's measurements chose (cost_model.validation.held_out_results, honest).
+The transfer is the split the row was held out along (TRANSFERS): a new source, a new GPU generation, a
+new scale band; a plan's interval assumes one ("new source" unless told), and validate scores each
+split's rows with the residuals of that same split.
+
+The interval is split-conformal (Vovk et al. 2005; Lei et al. 2018, "Distribution-free predictive
+inference for regression", JASA, the split method with the absolute residual as score): with n
+residuals of the pool, its half-width in log space is the ceil((n + 1) * level)-th smallest |residual|,
+so under exchangeable held-out groups a new row falls inside with probability >= level. The score is
+symmetric because the sign of a transfer's miss does not carry over from one group to another (held
+out by GPU generation, the Ampere rows are predicted too fast and the Hopper rows too slow, and
+percentiles of one side's signed residuals put the other side outside: 65 % and 54 % coverage before).
+
+The pool is the residuals of the row's stratum: GPU generation, scale band, framework family and
+precision (cost_model.splits.stratum); dense and mixture-of-experts models never share residuals (the
+MoE rows, which no fit sees, miss by far more). A stratum with fewer than MIN_STRATUM_ROWS residuals is
+pooled, dropping the axes in POOL_ORDER one at a time until enough remain, and the interval says so. A
+row never takes a residual of its own held-out group, nor its own residual under another split
+(coverage()).
 
 For a new plan (`estimate`, `search`, plan files: cost_model/shipped_intervals.py) the residuals are
-the leave-one-source-out ones of every shipped dense row and the MoE rows' own (each predicted by
-constants that never saw its source). `autoplan validate` scores the intervals per split with
-residuals that never saw the row: a row of held-out group g takes its interval from the other groups'
-residuals only (coverage()).
+those of every shipped dense row held out along the plan's transfer, and the MoE rows' own.
 """
 from __future__ import annotations
 
@@ -28,7 +38,17 @@ from cost_model.splits import stratum
 MIN_STRATUM_ROWS = 20
 """Fewer residuals than this and the 10th/90th percentiles rest on one or two rows each side."""
 POOL_ORDER = ("family", "scale", "generation", "precision")
-"""The axes dropped in turn when a stratum has too few residuals; "moe" is never dropped."""
+"""The axes dropped in turn when a stratum has too few residuals; "moe" is never dropped. A split's own
+axis (the generation held out by GPU generation) finds no residual of the row's group, so the pool
+reaches it with the finer axes already dropped: transfers to a new generation or scale band are
+judged by the transfers of that kind across families."""
+TRANSFERS = {"source": "new source", "gpu_generation": "new GPU generation", "scale": "new scale band",
+             "precision": "new precision", "moe": "new source"}
+"""Split (cost_model.splits.SPLITS, and the MoE rows' split) -> the transfer its residuals measure, as
+an interval names it. fp8 held out is one group (no other of its kind): its rows take the bf16/fp16
+rows' residuals held out by source (cost_model.validation.out_of_sample)."""
+DEFAULT_TRANSFER = "source"
+"""A plan's interval assumes a new source: the user's own stack, cluster and date, which no row measured."""
 
 
 @dataclass(frozen=True)
@@ -41,18 +61,19 @@ class Interval:
     pooled: str
     """The axes pooled away because the stratum held too few residuals ("" when none)."""
     num_residuals: int
+    transfer: str = TRANSFERS[DEFAULT_TRANSFER]
+    """The transfer whose residuals made it (TRANSFERS), e.g. "new source"."""
 
     def to_list(self) -> list:
         return [self.low, self.high]
 
 
-def quantile(values: list, q: float) -> float:
-    """The q-quantile of `values`, linearly interpolated between order statistics."""
+def conformal_quantile(values: list, level: float) -> float:
+    """The split-conformal quantile of `values` (scores): the ceil((n + 1) * level)-th smallest, the
+    largest when that rank passes n (Lei et al. 2018, section 2.2)."""
     ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    i = int(math.floor(pos))
-    j = min(i + 1, len(ordered) - 1)
-    return ordered[i] + (pos - i) * (ordered[j] - ordered[i])
+    rank = math.ceil((len(ordered) + 1) * level - 1e-9)
+    return ordered[min(rank, len(ordered)) - 1]
 
 
 def residual(result) -> float:
@@ -75,30 +96,37 @@ def pooled_residuals(residuals: list, where: dict) -> tuple:
     return values, tuple(pooled)
 
 
-def interval_of(predicted: float, residuals: list, where: dict, level: float = LEVEL) -> Interval | None:
-    """The `level` interval of `predicted` from the residuals of its stratum (None when there are none)."""
+def interval_of(predicted: float, residuals: list, where: dict, level: float = LEVEL,
+                transfer: str = DEFAULT_TRANSFER) -> Interval | None:
+    """The `level` interval of `predicted` from the residuals of its stratum among `residuals` ((stratum,
+    value) pairs, made across `transfer`): predicted x exp(-/+ the conformal quantile of their |values|).
+    None when there are none."""
     values, pooled = pooled_residuals(residuals, where)
     if not values:
         return None
-    tail = (1 - level) / 2
+    half = conformal_quantile([abs(v) for v in values], level)
     label = ", ".join(str(where[a]) for a in ("generation", "scale", "family", "precision"))
-    return Interval(predicted * math.exp(quantile(values, tail)), predicted * math.exp(quantile(values, 1 - tail)),
-                    level, f"{label}, {'moe' if where['moe'] else 'dense'}", ", ".join(pooled), len(values))
+    return Interval(predicted * math.exp(-half), predicted * math.exp(half), level,
+                    f"{label}, {'moe' if where['moe'] else 'dense'}", ", ".join(pooled), len(values),
+                    TRANSFERS[transfer])
 
 
 def coverage(results: list, group=lambda r: r.group, pool: list | None = None, level: float = LEVEL) -> dict:
     """How often the `level` interval holds the measured value over predicted `results`, each row's
     interval made from the residuals of the `pool` rows (default: `results`) outside its own held-out
-    group (`group`), and the median width as a fraction of the prediction; rows whose stratum was
-    pooled are counted."""
+    group (`group`) and other than the row itself (the same published run predicted under another
+    split), and the median width as a fraction of the prediction; rows whose stratum was pooled are
+    counted."""
     done = [r for r in results if not r.skipped]
     if not done:
         return {"num_rows": 0}
-    pairs = [(stratum(r.run), residual(r), group(r)) for r in (pool if pool is not None else done) if not r.skipped]
+    pairs = [(stratum(r.run), residual(r), group(r), r.run.id)
+             for r in (pool if pool is not None else done) if not r.skipped]
     hits, widths, pooled = 0, [], 0
     for r in done:
         where, g = stratum(r.run), group(r)
-        iv = interval_of(r.predicted_tokens_per_s_per_gpu, [(s, v) for s, v, h in pairs if h != g], where, level)
+        iv = interval_of(r.predicted_tokens_per_s_per_gpu,
+                         [(s, v) for s, v, h, row in pairs if h != g and row != r.run.id], where, level)
         if iv is None:
             continue
         hits += iv.low <= r.run.measured_tokens_per_s_per_gpu <= iv.high

@@ -22,19 +22,22 @@ BYTES_LOGITS = 6        # bf16 logits + their fp32 copy for the cross-entropy (K
 BYTES_LOGITS_UNFUSED = 10  # + the fp32 gradient of the logits an unfused cross-entropy materializes
 
 
-def mlp_activation_elems(model: ModelSpec, moe: bool) -> float:
+def mlp_activation_elems(model: ModelSpec, moe: bool, routed_rows: float = 1.0) -> float:
     """Elements per token around the MLP activation: 3f gated (gate, up, product), 2f GeLU (in,
-    out); a MoE layer's token passes its k routed experts and the shared experts."""
+    out); a MoE layer's token passes its k routed experts (`routed_rows` times as many rows where the
+    experts run padded, activation_bytes_per_layer) and the shared experts."""
     per_width = 2 if model.mlp == "gelu" else 3
     if not moe:
         return per_width * model.ffn_hidden_size
-    return per_width * (model.expert_ffn_size * model.num_experts_per_token + model.shared_expert_ffn_size)
+    return per_width * (model.expert_ffn_size * model.num_experts_per_token * routed_rows
+                        + model.shared_expert_ffn_size)
 
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int, tp: int,
                                sequence_parallel: bool, flash_attention: bool = True,
                                dropout: bool = False, moe: bool | None = None, etp: int = 0,
-                               fp8_inputs: bool = False, weighted_outputs_saved: bool = False) -> dict:
+                               fp8_inputs: bool = False, weighted_outputs_saved: bool = False,
+                               padded_rows: float = 1.0) -> dict:
     """Stored activations of one layer for one micro-batch (seq_len already divided by cp).
 
     Returns the named parts (bytes). `dropout=True` with a GPT shape reproduces Korthikanti's
@@ -51,13 +54,18 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
     experts keep bf16-sized inputs (Transformer Engine's grouped linear saves row- and column-wise fp8).
     `weighted_outputs_saved` (Framework.moe_weighted_outputs_saved): a MoE layer also keeps its experts'
     outputs, weighed by the router's probabilities in the unpermutation.
+    `padded_rows` (Framework.moe_padded_expert_gemm): the routed experts' inputs and activations are
+    (local experts, busiest expert's tokens, width) tensors, this many times the routed copies
+    (KempnerForge kempnerforge/model/moe.py @abbbac33 grouped_expert_forward_packed lines 124-139:
+    x_padded = new_zeros(num_experts, max_tokens, dim), the grouped GEMMs' (E, M, H) outputs, which the
+    grouped GEMMs and the SwiGLU keep for backward).
     """
     sb = micro_batch * seq_len
     h = model.hidden_size
     moe = model.is_moe if moe is None else moe
     outside = tp if sequence_parallel else 1            # tensors outside the TP region
     linear_in = BYTES_FP8 if fp8_inputs else BYTES_ACT        # a dense linear's saved input
-    act_elems = mlp_activation_elems(model, moe)
+    act_elems = mlp_activation_elems(model, moe, padded_rows)
     # The MLP's last linear takes the activation's output: 1 of its 3 gated widths, 1 of 2 GeLU ones.
     last_in = 0.0 if moe else act_elems / (2 if model.mlp == "gelu" else 3)
     parts = {
@@ -74,7 +82,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch: int, seq_len: int,
         # (cost_model.flops.layer_gemms), etp 0 = tp. The router keeps its fp32 scores over the
         # experts for the softmax backward, on the rank's sequence share (router.py, moe_router_dtype).
         etp = etp or tp
-        parts["expert_inputs"] = BYTES_ACT * sb * model.num_experts_per_token * h * etp / tp
+        parts["expert_inputs"] = BYTES_ACT * sb * model.num_experts_per_token * h * etp / tp * padded_rows
         if weighted_outputs_saved:  # Framework.moe_weighted_outputs_saved: the experts' outputs, the same rows
             parts["expert_outputs"] = parts["expert_inputs"]
         parts["router_scores"] = 4.0 * sb * model.num_experts / outside

@@ -111,14 +111,38 @@ def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> 
     return elems
 
 
+def stacked_weight_bytes(model: ModelSpec, ep: int, etp: int) -> tuple:
+    """(stacked tensors, bytes of each) of one layer's local expert weights stacked per forward
+    (Framework.moe_stacked_expert_weights): one (E/ep, h, ffn/etp) bf16 tensor per expert matrix, 3
+    gated, else 2."""
+    matrices = 2 if model.mlp == "gelu" else 3
+    return matrices, BYTES_ACT * model.num_experts // ep * model.hidden_size * model.expert_ffn_size / etp
+
+
 def stacked_weights_s(model: ModelSpec, tables: ProfileTables, ep: int, etp: int) -> float:
     """One pass's copy of the local experts' stacked weights (Framework.moe_stacked_expert_weights):
-    E/ep experts x (3 gated, else 2) matrices of h x ffn/etp, read and written once, each stacked tensor
-    one copy op, at STACKED_WEIGHT_COPY_EFFICIENCY of the profile's copy rate at that size."""
-    matrices = 2 if model.mlp == "gelu" else 3
-    tensor_bytes = BYTES_ACT * model.num_experts // ep * model.hidden_size * model.expert_ffn_size / etp
+    every stacked tensor (stacked_weight_bytes) read and written once, one copy op each, at
+    STACKED_WEIGHT_COPY_EFFICIENCY of the profile's copy rate at that size."""
+    matrices, tensor_bytes = stacked_weight_bytes(model, ep, etp)
     rate = tables.memory_bytes_per_s(int(tensor_bytes)) * STACKED_WEIGHT_COPY_EFFICIENCY
     return 2.0 * matrices * tensor_bytes / rate
+
+
+def busiest_rows_factor(model: ModelSpec, load_imbalance: float, ep: int, capacity_factor: float = 0.0,
+                        padded: bool = False) -> float:
+    """The busiest rank's (`padded`: every local expert's) routed rows over the mean: the measured or
+    default imbalance (expert_load_imbalance), at most what routing allows (busiest_load_bound)."""
+    return min(expert_load_imbalance(load_imbalance, ep, capacity_factor, padded),
+               busiest_load_bound(model, ep, padded))
+
+
+def moe_padded_memory(model: ModelSpec, fw, load_imbalance: float, ep: int, capacity_factor: float = 0.0) -> dict:
+    """cost_model.memory.activation_bytes_per_layer's arguments for a framework `fw` whose experts run
+    padded to the busiest one (Framework.moe_padded_expert_gemm): the rows busiest_rows_factor gives, as
+    the time prices them; empty for the others."""
+    if not fw.moe_padded_expert_gemm:
+        return {}
+    return {"padded_rows": busiest_rows_factor(model, load_imbalance, ep, capacity_factor, padded=True)}
 
 
 def _p_hit(open_experts: int, node_experts: int, top_k: int) -> float:
@@ -191,8 +215,7 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
     moe_load_imbalance;
     `capacity_factor`: the plan's moe_capacity_factor (0 = dropless); `padded_gemm` and `stacked_weights`:
     Framework.moe_padded_expert_gemm and moe_stacked_expert_weights."""
-    f = min(expert_load_imbalance(load_imbalance, ep, capacity_factor, padded_gemm),
-            busiest_load_bound(model, ep, padded_gemm))
+    f = busiest_rows_factor(model, load_imbalance, ep, capacity_factor, padded_gemm)
     permute_bytes = BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
     op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
     permute_fwd_s = permute_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))

@@ -29,6 +29,9 @@ _FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
 """How an MLPerf row's config or log states NeMo's fp8_params."""
 _FSDP_FLOAT8_GATHER = re.compile(r"enable_fsdp_float8_all_gather|FSDP float8 all-gather", re.IGNORECASE)
 """How a torchtitan row's config or notes state torchao's float8 all-gather under FSDP2."""
+_SESSION = re.compile(r"\((\d\d-\d\d)\)|(\d{4}-\d{2}-\d{2})|@([0-9a-f]{7,40})")
+"""The first date or commit a row's citation names (BigScience's "(02-25)", a README table's
+"(2024-09-26)", "@130677789"): when, or on which code, its campaign measured it (PublishedRun.session)."""
 _ASYNC_TP = re.compile(r"asyncTP|AsyncTP|enable_async_tensor_parallel\s*=\s*true")
 """How a torchtitan row states async TP (experimental.enable_async_tensor_parallel)."""
 _GRAD_SYNC_BF16 = (
@@ -78,6 +81,12 @@ def _recompute_modules(notes: str) -> tuple:
     if _OLMO_CORE_MLP_AC in notes:
         return ("mlp",)
     return tuple(next(iter(_RECOMPUTE_MODULES.findall(notes)), "").split())
+
+
+def _session(citation: str) -> str:
+    """The first date or commit `citation` names (_SESSION), "" where it names none."""
+    found = _SESSION.search(citation)
+    return next(g for g in found.groups() if g) if found else ""
 
 
 def _per_gpu(value, gpu: str):
@@ -130,6 +139,10 @@ class PublishedRun:
     notes: str = ""
     sweep: str = field(default="")
     """Rows of one source, model and GPU that vary the plan (for rank correlation)."""
+    session: str = ""
+    """The date or commit its citation names ("" where it names none): rows of one document measured on
+    other days or code are other campaigns (BigScience timed tp8 pp12 mb4 at 88.3 on 02-21 and 93.3 on
+    02-25; cost_model.validation.problem_key)."""
     framework_then: tuple = ()
     """(fact, value) pairs of the framework as it was when the run was made (SOURCES' framework_then)."""
     derived_facts: tuple = ()
@@ -364,7 +377,7 @@ def row_to_run(row: dict) -> PublishedRun:
         recompute_unstated=_recompute_unstated(prefix, row),
         micro_batch_unstated=_micro_batch_unstated(prefix, row),
         measured_tokens_per_s_per_gpu=float(row["tokens_per_s_per_gpu"]),
-        assumptions=tuple(assumptions), notes=notes,
+        assumptions=tuple(assumptions), notes=notes, session=_session(row["source"]),
         # Every published run mapped onto torchtitan's facts predates 0.3.0's chunked loss (or is
         # another FSDP stack with its own whole-logit loss), so none takes that fact.
         framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),

@@ -98,7 +98,7 @@ class RowDerivedFact:
 
 
 BLOOM_NETWORK = RowDerivedFact(
-    "dp_bandwidth_scale", 0.254, "bigscience",
+    "dp_bandwidth_scale", 0.265, "bigscience",
     "solved from BigScience's 200B one-vs-two-replica step times on Jean Zay (chronicles-prequel.md "
     "'Best TFLOPs', fp16 and bf16): benchmarks/bigscience_network.py",
     evidence=tuple(Where("bigscience", "a100-80gb", n, dtype) for n in (80, 160) for dtype in ("fp16", "bf16")))
@@ -123,7 +123,7 @@ SOURCES = {
     # (BigScience tr11-176B-ml README, "Hardware") = 6.25 GB/s per GPU, a quarter of a DGX A100.
     # Its data-parallel collectives reached a quarter of that: BigScience timed a 200B model on one
     # replica and on two (chronicles-prequel.md "Best TFLOPs", fp16 and bf16), and the second replica's
-    # cost is the model's at 0.254 of the links' bandwidth (benchmarks/bigscience_network.py solves it;
+    # cost is the model's at 0.265 of the links' bandwidth (benchmarks/bigscience_network.py solves it;
     # NCCL "doesn't fully utilize Intel OPA", experiments/bandwidth/README.md). Measured, so DeepSpeed's
     # fitted bandwidth scale is not BLOOM's; pipeline sends keep the links' rate.
     "BLOOM": dict(source="bigscience", norm="layernorm", position="alibi", tied_embeddings=True,
@@ -183,8 +183,10 @@ SOURCES = {
     # out of sample only: no constant is fitted on a row with moe_num_experts (cost_model/splits.py).
     "MOEZOO": dict(source="megatron-moe-modelzoo"),
     "MCOREMOERM": dict(source="megatron-core-moe-readme"),
-    # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM.
-    "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True},
+    # KempnerForge pads every expert's tokens to the busiest expert's count before its grouped GEMM,
+    # and reads those counts on the host in every MoE layer (Framework.moe_host_sync).
+    "KEMPNERMOE": dict(source="kempnerforge-moe", framework_then={**KEMPNERFORGE_FACTS, "moe_padded_expert_gemm": True,
+                                                                  "moe_host_sync": True},
                        **KEMPNERFORGE_MEMORY_LOG),
     # FlagPerf's "mem" column (its READMEs: "显存", in GiB, as "used/total") is the device memory its
     # monitor reads from nvidia-smi's Memory-Usage (training/nvidia/nvidia_monitor.py): everything the
@@ -194,8 +196,17 @@ SOURCES = {
     # whose unpermutation weighs the experts' outputs by the router's probabilities and so keeps them
     # (token_dispatcher.py line 197 at core_v0.6.0, the tag of its Mixtral H100 row; the others are of
     # the same weeks of 2024).
+    # Its scripts (mixtral_8x7B megatron_main.sh @68d2944f, mixtral_7b @d23d2118, qwen1.5_MoE
+    # megatron_pai_main.sh @6faf9c1f on Pai's Megatron-LM-240405) pass --use-distributed-optimizer but
+    # neither --overlap-grad-reduce nor --overlap-param-gather, both off by default (Megatron-LM
+    # core_v0.6.0 megatron/training/arguments.py lines 1278-1284): the gradients reduce-scatter once the
+    # backward is done and the weights gather after the step, all exposed, in one bucket
+    # (megatron/core/distributed/distributed_data_parallel.py lines 56-66: bucket_size None without
+    # overlap_grad_reduce).
     "FLAGPERF": dict(source="flagperf", memory_used_of_total_gib=True,
-                     framework_then={"moe_dispatch": "allgather", "moe_weighted_outputs_saved": True}),
+                     framework_then={"moe_dispatch": "allgather", "moe_weighted_outputs_saved": True,
+                                     "dp_overlap_zero_stages": (), "dp_param_gather_overlap": False,
+                                     "dp_bucket_params": math.inf}),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
 

@@ -30,6 +30,7 @@ from typing import NamedTuple
 from autoplan.specs import ParallelPlan
 from cost_model import eager_activations as eager
 from cost_model.stages import stage_split
+from cost_model.moe_time import stacked_weight_bytes
 from cost_model.memory import (
     BYTES_ACT, BYTES_GRAD, BYTES_LOGITS, BYTES_LOGITS_UNFUSED, BYTES_WEIGHT, grads_accumulate_unsharded,
     in_flight_microbatches, model_state_bytes, shards_weights,
@@ -180,6 +181,14 @@ def _count_rank_weights(est, plan, per_stage: int, first: bool, last: bool) -> _
         # where FSDP2 wraps the model (ZeRO over several replicas) it keeps its gathered fp32
         # weights from forward to backward at ZeRO 1/2 (specs.plan compute_mode, parallelize.py).
         copies = eager.FP32 * (dense + expert) if 0 < plan.zero_stage < 3 and shard > 1 else 0.0
+    if fw.moe_stacked_expert_weights and est.model.is_moe:
+        # Unpacked experts: the stacked copy of a MoE layer's local expert weights, which
+        # torch._grouped_mm keeps for its input gradient from the layer's (re)computed forward to its
+        # backward (KempnerForge kempnerforge/model/moe.py @abbbac33 lines 50-53, 66-72). One layer's,
+        # as in its full-recompute runs: the published unpacked - packed peaks, 0.4 and 1.2 GiB at 8
+        # and 16 experts (moe_packed_benchmark.md), are one set (0.70 and 1.41 GB), not two.
+        matrices, tensor_bytes = stacked_weight_bytes(est.model, plan.ep, plan.expert_tp or plan.tp)
+        copies += matrices * tensor_bytes
     without_grads = sum(v for k, v in states.items() if k != "grads")
     return _RankWeights(dense, expert, states, fp8_params, copies, executor_on_cpu, sum(states.values()),
                         without_grads, without_grads + copies)
@@ -391,7 +400,8 @@ def _eager_shape(est, plan, first: bool, last: bool, b: int, s: int) -> Activati
 def _megatron_shape(est, plan, last: bool, b: int, s: int) -> ActivationShape:
     """The rank's activations as Korthikanti et al. 2022 name their tensors (cost_model/memory.py)."""
     full_layer, selective_layer, input_only, working_layer = est.layer_activation_bytes(
-        b, s, plan.tp, plan.sequence_parallel, plan.expert_tp, plan.recompute_modules)
+        b, s, plan.tp, plan.sequence_parallel, plan.expert_tp, plan.recompute_modules, plan.ep,
+        plan.moe_capacity_factor)
     # The backward working set holds the SP-gathered inputs at full length (one at a time where the
     # framework gathers them again in backward: Framework.sp_regathers_in_backward).
     fw = est.framework

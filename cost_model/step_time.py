@@ -2,7 +2,8 @@
 
 Each term is exposed seconds per optimizer step on the slowest pipeline stage (with uneven
 stages, the rank whose layers and extras take longest per micro-batch); their sum is the step time. Sources: Narayanan et al. 2021 (arXiv 2104.04473) for the pipeline
-schedule, bubble and point-to-point volume; the data-parallel collectives are cost_model/dp_time.py's.
+schedule, bubble and point-to-point volume; the data-parallel collectives are cost_model/dp_time.py's; the
+wait for the slowest GPU cost_model/scale_terms.py's.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import math
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import BYTES_ACT, memory_time_s
 from cost_model.dp_time import dp_rounds, dp_time, recompute_regathered_share
+from cost_model.host_time import microbatch_host_wait_s
 from cost_model.memory import grads_accumulate_unsharded
+from cost_model.scale_terms import sync_wait_s
 from cost_model.stages import bubble_in_slowest_rank_times, stage_split
 
 
@@ -69,7 +72,10 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     memory_mb = per_stage * layer_memory + extra_memory
     comm_mb = per_stage * (tp_exposed + cp_exposed + ep_exposed) + pp_s
     overhead_mb = per_stage * layer_overhead_s * sw.fused_elementwise + (sw.microbatch_overhead_s if p > 1 else 0.0)
-    t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb
+    # Host issue: where the host cannot issue the layers' kernels as fast as the GPU runs them, the
+    # micro-batch waits for the host (cost_model/host_time.py).
+    host_mb = microbatch_host_wait_s(est.profile, sw, compute_mb + memory_mb + comm_mb + recompute_s, per_stage)
+    t_mb = compute_mb + memory_mb + comm_mb + recompute_s + overhead_mb + host_mb
     bubble_s = bubble_ranks / v * t_mb
 
     dense, expert, state_layers = _state_rank_params(plan, costs, split, per_stage, even)
@@ -97,7 +103,10 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
         "dp_comm": dp_s,
         "optimizer": optimizer_s,
         "overhead": m * overhead_mb,
+        "host_issue": m * host_mb,
     }
+    # The step ends when its slowest GPU does (cost_model/scale_terms.py).
+    time["sync_wait"] = sync_wait_s(sum(time.values()), plan.num_gpus)
     details = _details(est, plan, lt, per_stage, slowest, bubble_ranks / (v * m), t_mb, dp_total_s, dp_bytes, pp_s)
     return time, details, _hardware_flops(est, plan, lt, split, even, recompute_flops_mb)
 

@@ -19,6 +19,7 @@ import math
 from functools import lru_cache
 
 from autoplan.specs import NIC_SHARE_OPS, AutoplanError, HardwareProfile
+from cost_model.profiles import nccl_inter_node_latency_s
 
 # Bus-bandwidth factor per collective (nccl-tests PERFORMANCE.md): bytes each rank moves per byte
 # of buffer, as a function of the group size n.
@@ -267,8 +268,29 @@ class ProfileTables:
         elif op in NIC_SHARE_OPS:
             return self._nic_share_time_s(op, message_bytes, group_size, min(ranks_per_node, gpn))
         else:
-            busbw = self.bus_bandwidth(op, "inter_node", group_size, size) * min(ranks_per_node, gpn) / gpn
+            return self._ring_time_s(op, message_bytes, group_size, min(ranks_per_node, gpn))
         return message_bytes * BUS_FACTOR[op](group_size) / busbw
+
+    def _ring_time_s(self, op: str, message_bytes: float, n: int, r: int) -> float:
+        """A ring or tree collective across nodes, `r` of the `n` ranks on each node. The table's rows fill
+        their nodes (gpus_per_node ranks each). The bytes run over r of a node's NIC shares, so that part
+        takes gpus_per_node / r times the table's; the latency part (the table's time at its smallest
+        size, latency-bound) is the ring's or tree's over the n / r nodes the group spans, not n / gpn:
+        NCCL's hop model (cost_model.profiles.nccl_inter_node_latency_s) gives the ratio."""
+        gpn = self.profile.gpus_per_node
+        full_s = message_bytes * BUS_FACTOR[op](n) / self.bus_bandwidth(op, "inter_node", n, int(message_bytes))
+        if r >= gpn:
+            return full_s
+        smallest = self._smallest_size(op)
+        latency_s = min(full_s, smallest * BUS_FACTOR[op](n) / self.bus_bandwidth(op, "inter_node", n, smallest))
+        spread = nccl_inter_node_latency_s(op, n, r) / nccl_inter_node_latency_s(op, n, gpn)
+        return (full_s - latency_s) * gpn / r + latency_s * spread
+
+    def _smallest_size(self, op: str) -> int:
+        """The smallest message the profile sampled `op` at across nodes (its all-reduce's where it has
+        none of its own, as _bus_bandwidth falls back)."""
+        groups = self._coll.get((op, "inter_node")) or self._coll.get(("all_reduce", "inter_node"))
+        return min(sizes[0] for sizes, _ in groups.values()) if groups else 1
 
     def hierarchical_time_s(self, nic_bytes: float, nvlink_bytes: float, group_size: int, ranks_per_node: int,
                             buffer_bytes: float) -> float:

@@ -45,6 +45,9 @@ class RowResult:
     """Out of sample: the constant-MFU guess fitted on the same training rows."""
     group: str = ""
     """Out of sample: the held-out group the row was predicted in."""
+    time_breakdown_s: tuple = ()
+    """The predicted step time's terms, (name, seconds) pairs (CostEstimate.time_breakdown_s): which
+    term orders two plans of one problem (within_problem_rank's mis-ordered pairs)."""
 
     @property
     def ape(self) -> float:
@@ -73,7 +76,8 @@ def predict_runs(runs: list, constants: Constants | None = None, framework: str 
             results.append(RowResult(run, None, skipped=f"{exc.reason}: {exc}"))
             continue
         results.append(RowResult(run, e.tokens_per_s_per_gpu, fits=e.fits,
-                                 predicted_peak_memory_bytes=reported_peak_bytes(est, run, e.memory_breakdown_bytes)))
+                                 predicted_peak_memory_bytes=reported_peak_bytes(est, run, e.memory_breakdown_bytes),
+                                 time_breakdown_s=tuple(e.time_breakdown_s.items())))
     return results
 
 
@@ -217,12 +221,14 @@ def _short(summary: dict) -> dict:
 
 def problem_key(run) -> tuple:
     """One problem as one measurement campaign posed it: one document of a source (the first two parts
-    of the row id, e.g. BLOOM-PREQ, TORCHTITAN-2506, MLPERF-v31: one software stack at one time), one
-    model on one GPU type and count, one training shape (sequence length, global batch, precision).
-    Its rows differ in the plan; the same plan on another stack or date is another problem."""
+    of the row id, e.g. BLOOM-PREQ, TORCHTITAN-2506, MLPERF-v31) measured in one session (the date or
+    commit its citation names, PublishedRun.session: one software stack at one time), one model on one
+    GPU type and count, one training shape (sequence length, global batch, precision). Its rows differ
+    in the plan; the same plan on another stack or date is another problem."""
     t = run.training
     document = "-".join(run.id.split("-")[:2])
-    return document, repr(run.model), run.gpu, run.cluster.num_gpus, t.seq_len, t.global_batch_size, t.dtype
+    return (document, run.session, repr(run.model), run.gpu, run.cluster.num_gpus, t.seq_len, t.global_batch_size,
+            t.dtype)
 
 
 def plan_identity(run) -> tuple:
@@ -246,7 +252,7 @@ def within_problem_rank(results: list) -> dict:
                 and len({plan_identity(r.run) for r in rows}) > 1]
     if not problems:
         return {"num_problems": 0}
-    rhos, agree, pairs, best = [], 0.0, 0, 0
+    rhos, agree, pairs, best, misordered = [], 0.0, 0, 0, []
     for rows in problems:
         predicted = [r.predicted_tokens_per_s_per_gpu for r in rows]
         measured = [r.run.measured_tokens_per_s_per_gpu for r in rows]
@@ -259,10 +265,27 @@ def within_problem_rank(results: list) -> dict:
                     pairs += 1
                     dp, dm = predicted[i] - predicted[j], measured[i] - measured[j]
                     agree += 0.5 if dp == 0 else float((dp > 0) == (dm > 0))
+                    if dp != 0 and (dp > 0) != (dm > 0):
+                        misordered.append(misordered_pair(*((rows[i], rows[j]) if dm > 0 else (rows[j], rows[i]))))
         best += measured[max(range(len(rows)), key=predicted.__getitem__)] == max(measured)
     return {"num_problems": len(problems), "num_rows": sum(len(rows) for rows in problems),
             "spearman_mean": statistics.fmean(rhos) if rhos else None, "num_ranked": len(rhos),
-            "pair_agreement": agree / pairs, "num_pairs": pairs, "best_picked": best / len(problems)}
+            "pair_agreement": agree / pairs, "num_pairs": pairs, "best_picked": best / len(problems),
+            "misordered": misordered}
+
+
+def misordered_pair(faster, slower) -> dict:
+    """A pair of plans of one problem predicted in the wrong order: the measured-faster row, the slower
+    one, both gains, and the predicted step-time terms that make the faster row look slower (seconds
+    more than the other's, largest first) and those that make the slower row look faster (seconds
+    fewer). A problem's rows share their tokens per step, so their step times compare directly."""
+    mine, theirs = dict(faster.time_breakdown_s), dict(slower.time_breakdown_s)
+    delta = {k: mine.get(k, 0.0) - theirs.get(k, 0.0) for k in {*mine, *theirs}}
+    ranked = sorted(delta.items(), key=lambda kv: -abs(kv[1]))
+    return {"faster": faster.run.id, "slower": slower.run.id,
+            "measured_gain": faster.run.measured_tokens_per_s_per_gpu / slower.run.measured_tokens_per_s_per_gpu - 1,
+            "predicted_gain": faster.predicted_tokens_per_s_per_gpu / slower.predicted_tokens_per_s_per_gpu - 1,
+            "terms_against_s": {k: v for k, v in ranked if v > 0}, "terms_for_s": {k: v for k, v in ranked if v < 0}}
 
 
 def _ranks(values: list) -> list:

@@ -35,6 +35,20 @@ def test_the_builtin_profile_prices_a_small_all_gather_at_its_latency():
     assert tables.collective_time_s("all_gather", 4096, 8, 8) < t / 100
 
 
+def test_a_group_with_fewer_ranks_per_node_pays_the_latency_of_the_nodes_it_spans():
+    # 1,024 ranks, 2 per node (tp 4 on 8-GPU nodes): the ring spans 512 nodes, 512 NVLink steps and 511
+    # network steps: (8.4 + 512 x 3.4 + 511 x 14) us = 8.90 ms for a latency-bound 4 KiB all-gather, not
+    # the filled-node ring's 4.83 ms (128 nodes) nor 4 x it (the bytes' slowdown applied to the latency).
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    latency_s = (8.4 + 512 * 3.4 + 511 * 14.0) * 1e-6
+    assert tables.collective_time_s("all_gather", 4096, 1024, 2) == pytest.approx(latency_s, rel=0.02)
+    # The bytes run over 2 of the node's 8 NIC shares: 4x the filled-node ring's bandwidth time.
+    size = 2 ** 30
+    filled_s = tables.collective_time_s("all_gather", size, 1024, 8)
+    bytes_s = filled_s - tables.collective_time_s("all_gather", 4096, 1024, 8)
+    assert tables.collective_time_s("all_gather", size, 1024, 2) == pytest.approx(4 * bytes_s + latency_s, rel=0.02)
+
+
 def _fw(bucket, per_rank=0.0):
     return SimpleNamespace(dp_bucket_params=bucket, dp_bucket_params_per_rank=per_rank)
 

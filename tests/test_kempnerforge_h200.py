@@ -15,6 +15,7 @@ import pytest
 
 from cost_model import Estimator, load_constants, moe_time
 from cost_model.published import load_published_runs
+from cost_model.validation import reported_peak_bytes
 
 RECORDS = Path(__file__).resolve().parents[1] / "cost_model" / "data" / "kempnerforge_h200"
 COMPUTE_TERMS = ("compute", "memory_bound", "recompute")  # one GPU: no collectives; no optimizer was timed
@@ -106,3 +107,44 @@ def test_only_the_unpacked_rows_stack_their_experts():
                for rid in ("KEMPNERMOE-packed-01", "KEMPNERMOE-packed-02", "KEMPNERMOE-packed-03", "KEMPNERMOE-packed-04")}
     assert stacked == {"KEMPNERMOE-packed-01": True, "KEMPNERMOE-packed-02": False,
                        "KEMPNERMOE-packed-03": True, "KEMPNERMOE-packed-04": False}
+
+
+def test_padded_experts_hold_the_busiest_experts_rows_in_memory():
+    # KempnerForge pads every expert to the busiest one (moe.py @abbbac33 lines 124-139): x_padded
+    # (E, max_tokens, dim) and the (E, M, 7168) gate, up and product the backward keeps. Worked by hand
+    # for a KEMPNERMOE rank (4 x 4096 tokens, top-2, dim 2048, SwiGLU 7168) at the default load of
+    # 1.25 (Switch Transformer): the routed rows grow by 0.25 x 32,768, and each row holds 2 x 2048 B
+    # of input and 2 x 3 x 7168 B of activations, in the backward working set and again in the
+    # recomputed layer (full recompute): 2 x 0.25 x 32,768 x (4,096 + 43,008) B = 0.772 GB.
+    runs = {r.id: r for r in load_published_runs()}
+    run = runs["KEMPNERMOE-packed-02"]
+    constants = load_constants()
+    padded = Estimator(run.model, run.training, run.cluster, run.profile(), framework=run.framework_facts(constants),
+                       constants=constants)
+    unpadded = Estimator(run.model, run.training, run.cluster, run.profile(),
+                         framework=dataclasses.replace(run.framework_facts(constants), moe_padded_expert_gemm=False),
+                         constants=constants)
+    working = [e.estimate(run.plan).memory_breakdown_bytes["activation_working"] for e in (padded, unpadded)]
+    assert working[0] - working[1] == pytest.approx(2 * 0.25 * 4 * 4096 * 2 * (2 * 2048 + 2 * 3 * 7168), rel=1e-6)
+
+
+def test_unpacked_experts_hold_one_layers_stacked_weights_at_the_peak():
+    # The stacked (E, 2048, 7168) bf16 copies of one layer's three expert matrices, which
+    # torch._grouped_mm keeps for its backward: 3 x E x 2048 x 7168 x 2 B = 0.705 GB (E = 8), 1.409 GB
+    # (16). The published unpacked - packed peaks (50.2 - 49.8 and 71.9 - 70.7 GiB) are one set of them,
+    # not two (what the backward working set, doubled under full recompute, would have counted).
+    runs = {r.id: r for r in load_published_runs()}
+    constants = load_constants()
+
+    def peak(row_id):
+        run = runs[row_id]
+        est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=run.framework_facts(constants),
+                        constants=constants)
+        return reported_peak_bytes(est, run, est.estimate(run.plan).memory_breakdown_bytes), run.reported_peak_memory_bytes
+
+    for unpacked, packed, experts in (("KEMPNERMOE-packed-01", "KEMPNERMOE-packed-02", 8),
+                                      ("KEMPNERMOE-packed-03", "KEMPNERMOE-packed-04", 16)):
+        one_set = 3 * experts * 2048 * 7168 * 2
+        (pred_u, pub_u), (pred_p, pub_p) = peak(unpacked), peak(packed)
+        assert pred_u - pred_p == pytest.approx(one_set, rel=1e-6)
+        assert abs((pub_u - pub_p) - one_set) < abs((pub_u - pub_p) - 2 * one_set)

@@ -270,3 +270,16 @@ def test_sigterm_during_a_report_leaves_no_temporary_folder(runs, tmp_path):
     err = proc.communicate(timeout=120)[1]
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert not list(tmp_path.glob(".report.*")) and not (tmp_path / "report").exists(), err
+
+
+def test_the_plan_table_gives_each_prediction_its_interval(built_report):
+    """Issue 48: the report's plans carry the interval a plan file gives them, naming its transfer."""
+    from tests.report_page import Tables
+
+    parser = Tables()
+    parser.feed((built_report / "index.html").read_text())
+    header, *rows = parser.tables["Predicted: chosen plan and alternatives"]
+    assert header[2:4] == ["predicted tokens/s/GPU", "its interval"] and rows
+    for row in rows:
+        low, high = (float(x.replace(",", "")) for x in row[3].split(": ")[1].split("-"))
+        assert row[3].startswith("80 %, new source: ") and low <= float(row[2].replace(",", "")) <= high, row

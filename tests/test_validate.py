@@ -129,21 +129,24 @@ HONEST_EXTRAS_BOUNDS = {
     # Issue 48, 2026-11-29: (lowest 80 % interval coverage, highest median width, lowest share of plan
     # pairs within a problem in the measured order), a little below what holds, so they cannot get worse
     # unseen. The issue's targets: coverage 75-85 % and within-problem rank >= 0.8 on every split.
-    # Measured (coverage (width), pairs, mean Spearman over problems of 3+ plans): by source bf16 75 %
-    # (19 %), 83 %, +0.71; fp8 78 % (28 %), 100 %, +0.92; by GPU generation bf16 65 % (22 %), 77 %, +0.59
-    # and fp8 54 % (22 %), 87 %, +0.88 (one generation's errors do not bound the other's); by scale band
-    # bf16 77 % (19 %), 83 %, fp8 75 % (24 %), 100 %; fp8 held out 68 % (21 %), 91 %; MoE 46 % (68 %), 62 %.
-    ("source", "bf16_fp16"): (0.74, 0.25, 0.80),
-    ("source", "fp8"): (0.74, 0.35, 0.95),
-    ("gpu_generation", "bf16_fp16"): (0.62, 0.28, 0.74),
-    ("gpu_generation", "fp8"): (0.42, 0.27, 0.83),
-    ("scale", "bf16_fp16"): (0.74, 0.24, 0.80),
-    ("scale", "fp8"): (0.72, 0.30, 0.95),
+    # Split-conformal intervals (|residuals| of rows held out the same way; cost_model/intervals.py),
+    # measured as coverage (width), pairs: by source bf16 81 % (25 %), 83 %; fp8 86 % (34 %), 100 %; by GPU
+    # generation bf16 79 % (23 %), 77 %, fp8 75 % (27 %), 87 %; by scale band bf16 81 % (22 %), 83 %,
+    # fp8 81 % (26 %), 100 %; fp8 held out 69 % (21 %), 91 % (one group of its kind: it takes the bf16
+    # rows' residuals held out by source); MoE 79 % (222 %: MoE MAPE is 44 %), 50 %. Before (percentiles
+    # of signed residuals): 75 % (19 %), 77 % (28 %), 65 % (22 %), 54 % (22 %), 77 % (19 %), 75 % (24 %),
+    # 68 % (21 %), 42 % (68 %).
+    ("source", "bf16_fp16"): (0.77, 0.28, 0.80),
+    ("source", "fp8"): (0.78, 0.38, 0.95),
+    ("gpu_generation", "bf16_fp16"): (0.75, 0.27, 0.74),
+    ("gpu_generation", "fp8"): (0.70, 0.31, 0.83),
+    ("scale", "bf16_fp16"): (0.77, 0.25, 0.80),
+    ("scale", "fp8"): (0.75, 0.30, 0.95),
     ("precision", "fp8"): (0.65, 0.25, 0.87),
-    # MoE after issue 49 (inter-node all-to-all at the NIC share, DeepEP rows with flex dispatch):
-    # 42 % (68 %), pairs 50 % (was 46 %, 62 %): the rows whose order moved are KempnerForge's and
-    # FlagPerf's, which are off by +54 to +256 % for reasons other than the network.
-    ("moe", "bf16_fp16"): (0.40, 0.75, 0.48),
+    # MoE after issue 49 (inter-node all-to-all at the NIC share, DeepEP rows with flex dispatch): pairs
+    # 50 % (was 62 %): the rows whose order moved are KempnerForge's and FlagPerf's, which are off by +54
+    # to +256 % for reasons other than the network.
+    ("moe", "bf16_fp16"): (0.75, 2.5, 0.48),
 }
 
 

@@ -133,8 +133,8 @@ def split_table(out_of_sample: dict) -> str:
             "(cost_model/source_facts.py ROW_DERIVED_FACTS;\n'was': the figure with them kept on); beside it one "
             "constant MFU fitted on the same training rows. 'in-problem rank': mean Spearman within problems\n"
             "(one model, GPU type and count, training shape; 3+ plans) / share of plan pairs in the measured order. "
-            "'80% cover': share of rows inside their\n80 % interval (from residuals outside the row's held-out group), "
-            "median width in brackets. 'bias': the median signed error (+: predicted too fast)\n"
+            "'80% cover': share of rows inside their\n80 % interval (split-conformal: |residuals| of rows held out "
+            "the same way, outside the row's group), median width in brackets. 'bias': the median signed error (+: predicted too fast)\n"
             f"  {'split':46s} {'rows':>5s} {'MAPE':>7s} {'was':>6s} {'median':>7s} {'bias':>6s} {'worst':>7s}  {'MFU rank':>8s}  "
             f"{'in-problem rank':>15s}  {'80% cover':>10s}  {'const-MFU MAPE':>14s}  worst row\n")
     for title, label, s, rho, before, problem, cover in _split_rows(out_of_sample):
@@ -155,6 +155,27 @@ def split_markdown(out_of_sample: dict) -> str:
         text += (f"| {title} | {label} | {s['num_rows']} | **{s['mape']:.1%}** | {before} | {s['median']:.1%} | "
                  f"{s['median_signed_error']:+.1%} | "
                  f"{s['max']:.0%} ({s['worst_row']}) | {rho} | {problem} | {cover} | {s['constant_mfu']['mape']:.1%} |\n")
+    return text
+
+
+def misorder_lines(out_of_sample: dict, split: str = "source") -> str:
+    """The plan pairs held out along `split` whose predicted order is not the measured one, counted per
+    document and per the predicted term that most makes the measured-faster plan look slower."""
+    text = ""
+    for precision, label in (("bf16_fp16", "bf16/fp16"), ("fp8", "fp8")):
+        w = out_of_sample.get(split, {}).get(precision, {}).get("within_problem", {})
+        pairs = w.get("misordered", [])
+        if not pairs:
+            continue
+        docs, terms = {}, {}
+        for m in pairs:
+            doc = "-".join(m["faster"].split("-")[:2])
+            docs[doc] = docs.get(doc, 0) + 1
+            term = next(iter(m["terms_against_s"]), "none")
+            terms[term] = terms.get(term, 0) + 1
+        count = lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1]))
+        text += (f"  plan pairs in the wrong order, held out by {split}, {label}: {len(pairs)} of {w['num_pairs']} "
+                 f"({count(docs)}); the term that most makes the faster plan look slower: {count(terms)}\n")
     return text
 
 
@@ -281,6 +302,7 @@ def write_text(out, summary: dict) -> None:
     from autoplan.specs.frameworks import HISTORICAL_FRAMEWORKS
 
     out.write(split_table(summary["out_of_sample"]))
+    out.write(misorder_lines(summary["out_of_sample"]))
     out.write(provenance_lines(summary["row_derived_facts"]))
     moe = summary["out_of_sample"]["moe"]
     for axis, title in (("per_source", "source"), ("per_gpu_generation", "GPU")):

@@ -9,7 +9,7 @@ import textwrap
 
 from autoplan.rendering.text import WIDTH, human_count, text_table, wrap_line
 from autoplan.specs import get_framework
-from autoplan.specs.schemas import PREDICTION_INTERVAL_KEY, PREDICTION_INTERVAL_LEVEL
+from autoplan.specs.schemas import PREDICTION_INTERVAL_INFO_KEY, PREDICTION_INTERVAL_KEY, PREDICTION_INTERVAL_LEVEL
 from cost_model.budget import training_run
 from cost_model.memory import BYTES_ACT
 from cost_model.terms import meaning as term_meaning
@@ -72,12 +72,21 @@ def fits_phrase(peak_bytes: float, capacity_bytes: float, headroom_bytes: float 
     return f"does NOT fit ({peak_bytes / GIB:.1f} GiB > {room}: {(peak_bytes - usable) / GIB:.1f} GiB over)"
 
 
-def interval_text(prediction: dict) -> str:
-    """' (80 %: 890-1,120)' for a prediction that carries its interval of tokens/s/GPU, else ''."""
+def interval_phrase(prediction: dict) -> str:
+    """'80 %, new source: 890-1,120' for a prediction that carries its interval of tokens/s/GPU (the
+    transfer its residuals assume, where the plan file names it), else ''."""
     interval = prediction.get(PREDICTION_INTERVAL_KEY)
     if not interval:
         return ""
-    return f" ({round(100 * PREDICTION_INTERVAL_LEVEL)} %: {interval[0]:,.0f}-{interval[1]:,.0f})"
+    transfer = prediction.get(PREDICTION_INTERVAL_INFO_KEY, {}).get("transfer")
+    return (f"{round(100 * PREDICTION_INTERVAL_LEVEL)} %{', ' + transfer if transfer else ''}: "
+            f"{interval[0]:,.0f}-{interval[1]:,.0f}")
+
+
+def interval_text(prediction: dict) -> str:
+    """' (80 %, new source: 890-1,120)' after a predicted tokens/s/GPU, else ''."""
+    phrase = interval_phrase(prediction)
+    return f" ({phrase})" if phrase else ""
 
 
 def headline_lines(prediction: dict) -> list:

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from autoplan.inputs.clusters import cluster_for_plan_file
-from autoplan.rendering.render import plan_line
+from autoplan.planning.prediction import prediction_block
+from autoplan.rendering.render import interval_phrase, plan_line
 from autoplan.report import plots, tables
 from autoplan.report.html import Section, write_index
 from autoplan.specs import (
@@ -147,6 +148,14 @@ def _model_name(doc: PlanDocument) -> str:
     return path.parent.name if path.name == "config.json" and path.parent.name else doc.model.name
 
 
+def _interval_cell(doc: PlanDocument, estimate, calibration) -> str:
+    """The interval a plan file gives this prediction (autoplan.planning.prediction), e.g. "80 %, new
+    source: 931-1,049"; none for a calibrated one (the residuals are the analytical model's)."""
+    block = prediction_block(estimate, doc.model, doc.training, doc.cluster, doc.framework,
+                             calibrated=calibration is not None)
+    return interval_phrase(block) or ("none (calibrated)" if calibration is not None else "none")
+
+
 def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
                   scaling_factors=(0.25, 0.5, 1, 2, 4), stage=lambda text: None) -> list[Section]:
     stage(f"scoring the plan space of {_model_name(doc)} on {doc.cluster.num_gpus} GPUs")
@@ -164,10 +173,10 @@ def plan_sections(doc: PlanDocument, out_dir: Path, profile, calibration=None,
     bars = plots.breakdown_bars(out_dir / "breakdown.png", names, [e.time_breakdown_s for _, _, e in entries],
                                 [e.memory_breakdown_bytes for _, _, e in entries], chosen.memory_capacity_bytes,
                                 title=f"Predicted: {_model_name(doc)} on {doc.cluster.num_gpus} x {doc.cluster.name}")
-    table = [["plan", "predicted step time", "predicted tokens/s/GPU", "predicted MFU", "predicted peak memory",
-              "fits", "cost model"]]
-    table += [[n, tables.seconds(e.step_time_s), tables.count(e.tokens_per_s_per_gpu), f"{e.mfu:.1%}",
-               tables.memory(e.peak_memory_bytes), tables.yes_no(e.fits), e.cost_model]
+    table = [["plan", "predicted step time", "predicted tokens/s/GPU", "its interval", "predicted MFU",
+              "predicted peak memory", "fits", "cost model"]]
+    table += [[n, tables.seconds(e.step_time_s), tables.count(e.tokens_per_s_per_gpu), _interval_cell(doc, e, calibration),
+               f"{e.mfu:.1%}", tables.memory(e.peak_memory_bytes), tables.yes_no(e.fits), e.cost_model]
               for n, (_, _, e) in zip(names, entries)]
     points = _points(result)
     pareto = plots.pareto_plot(out_dir / "pareto.png", points, chosen.memory_capacity_bytes, _point(chosen),

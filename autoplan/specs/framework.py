@@ -185,6 +185,15 @@ class Framework(DataParallelFacts):
     moe_packed_experts=false default), and its backward copies the gradients back apart: a transposing
     HBM copy of every local expert weight in each forward, recompute and backward
     (cost_model/moe_time.py stacked_weights_s). False: packed (E, in, out) parameters read in place."""
+    moe_host_sync: bool = False
+    """Every MoE layer's forward (and its recompute) waits on the host for the GPU: KempnerForge's
+    grouped-GEMM path reads its tokens per expert with `torch.bincount(...).tolist()`
+    (kempnerforge/model/moe.py @abbbac33 MoEMLP._local_forward, line 290). FSDP2 issues a unit's
+    all-gather in that unit's pre-forward hook, when the host reaches it (torch 2.9
+    distributed/fsdp/_fully_shard/_fsdp_state.py _pre_forward, _fsdp_param_group.py pre_forward lines
+    431-439; KempnerForge sets no explicit forward prefetch), so the next layer's all-gather can hide
+    only under what this layer runs after the sync, its MoE block (cost_model/dp_time.py
+    host_sync_exposed_s). False: the host runs ahead and the gathers hide under any compute."""
     moe_weighted_outputs_saved: bool = False
     """The router's probabilities weigh the experts' outputs in the unpermutation, and autograd keeps those
     outputs (the routed copies x h, as many rows as the experts' inputs) for the probabilities' gradient
@@ -215,6 +224,12 @@ class Framework(DataParallelFacts):
     """Host time per layer and micro-batch the GPU waits for (dispatch, kernel launches)."""
     microbatch_overhead_s: float = 0.0
     """Host time per micro-batch of a pipeline engine (schedule dispatch, blocking sends)."""
+    kernels_per_layer: float = 0.0
+    """Kernels the host issues per layer and micro-batch, forward and backward (cost_model/host_time.py;
+    0: host issue time not priced)."""
+    host_s_per_kernel: float = 0.0
+    """Host seconds to issue one of them (Python, dispatcher, autograd, launch): a micro-batch takes
+    max(GPU time, layers x kernels_per_layer x host_s_per_kernel) (cost_model/host_time.py)."""
     # -- how close its kernels get to the profile, and what it adds (fitted values for the published
     # frameworks: cost_model/data/constants.json "frameworks"; hardware facts stay in the profile) --
     gemm_efficiency: float = 1.0

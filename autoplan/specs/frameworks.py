@@ -47,6 +47,27 @@ AUTOPLAN_ELEMENTWISE_FACTOR = (336.7 - 44.7) / 87.3
 # scale (read + write 8).
 AUTOPLAN_FUSED_ADAMW_BYTES = 7 * 4 + 12
 
+# Eager PyTorch's host issue facts (cost_model/host_time.py), measured on the executor's model and the
+# plain loop a user writes: cost_model/data/h100_runs/2026-11-29-cpu-host-time, file
+# profile-after2-noloss-llama-3.2-1b.json, case `torch-eager` (a 2-layer Llama, hidden 64, stepped as 4
+# micro-batches of 2, seq 32).
+# Kernels per layer and micro-batch, counted: the profiler's kernels of one step (gemm 180,
+# attention 24, elementwise/copies 1,346) over 2 layers x 4 micro-batches. The GEMMs check the count:
+# 21 per layer and micro-batch (7 projections forward, 14 backward) x 8 = 168, plus the head's 3 x 4
+# micro-batches = 180. The head's, loss's and embedding's other kernels are in the share too, so this
+# is at most 2 % high for a 16-layer model and ~25 % for 2 layers. The optimizer's 411 kernels run once a
+# step, not per micro-batch, and are not priced here.
+EAGER_KERNELS_PER_LAYER = (180 + 24 + 1346) / (2 * 4)
+
+# Host seconds per kernel, measured: process CPU time of that step (18.37 ms, median of 30 steps) over
+# all its kernels (180 + 24 + 1,346 + 411 = 1,961) = 9.4 us. On a CPU device every kernel is host work,
+# so this is dispatch + autograd + the (tiny: hidden 64) kernel itself, on the project's shared 2-core
+# VM: an upper bound on the host side of a CUDA eager op. Published cross-checks: eager `x + 1` costs
+# 4.5 us on an i9-11900K (J. Ansel, "Micro-optimizations for the most micro of benchmarks",
+# dev-discuss.pytorch.org/t/1836), a CUDA launch a few us more.
+EAGER_HOST_S_PER_KERNEL = 0.018371569 / (180 + 24 + 1346 + 411)
+
+
 _AUTOPLAN = Framework(
     name="autoplan",
     # Storage, rules and the activation recipe describe today's executor (its speed-ups on; the
@@ -68,6 +89,7 @@ _AUTOPLAN = Framework(
     cp_with_masked_attention=False, mla_padded_values=True,
     gemm_efficiency=1.0, attention_efficiency=1.0, elementwise_bytes_factor=AUTOPLAN_ELEMENTWISE_FACTOR,
     weight_cast_bytes_per_param=24.0, optimizer_bytes_per_param=AUTOPLAN_FUSED_ADAMW_BYTES,
+    kernels_per_layer=EAGER_KERNELS_PER_LAYER, host_s_per_kernel=EAGER_HOST_S_PER_KERNEL,
     fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True,
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
@@ -300,7 +322,11 @@ FRAMEWORKS = {f.name: f for f in (
         zero2_reduce_every_microbatch=True,
         tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
         experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep", fp8_expert_gemms=False,
-        sources={"fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
+        kernels_per_layer=EAGER_KERNELS_PER_LAYER, host_s_per_kernel=EAGER_HOST_S_PER_KERNEL,
+        sources={"kernels_per_layer": "eager PyTorch, counted on the executor's Llama layer, whose op sequence "
+                                      "torchtitan's Llama shares (RMSNorm, RoPE, K/V repeat, SDPA, SwiGLU: "
+                                      "models/llama3/model.py); torch.compile fuses some of them (an upper bound there)",
+                 "fp8_expert_gemms": "torchtitan 0.3.0 components/quantization/float8.py: Float8LinearConverter (what "
                                      "autoplan's export turns on) swaps Linear configs only (convert, lines 151-172); "
                                      "the routed experts' grouped GEMMs go fp8 only with Float8GroupedExpertsConverter, "
                                      "not exported",

@@ -252,6 +252,9 @@ PREDICTION_INTERVAL_LEVEL = 0.8
 """The share of runs a prediction interval is made to hold (cost_model/intervals.py)."""
 PREDICTION_INTERVAL_KEY = f"tokens_per_s_per_gpu_{round(100 * PREDICTION_INTERVAL_LEVEL)}"
 """The prediction's interval of tokens/s/GPU, [low, high] (autoplan/planning/prediction.py)."""
+PREDICTION_INTERVAL_INFO_KEY = f"interval_{round(100 * PREDICTION_INTERVAL_LEVEL)}"
+"""Where the interval came from: its level, the transfer it assumes, its stratum, the axes pooled away,
+how many residuals."""
 
 
 def _interval_is_a_range(data: dict, issues: Issues, prefix: str) -> None:
