@@ -32,9 +32,13 @@ ratio of the same kernel, heads and pass at 16k (assumption: the ratio carries o
 chips have the same 132 SMs and differ in clocks under power and in HBM, which long-sequence attention
 barely touches). The Ampere tables keep the 1k-16k grid: no Ampere kernel was timed past it.
 
-Ampere has no record: its tables take FlashAttention-2's occupancy shape from the H100 record, scaled
-to the A100 plateau the FlashAttention-2 paper reports (assumption: the same kernel's occupancy
-curve carries over; the A100's 108 SMs fill a little sooner than the H100's 132).
+Ampere has no record of ours: its tables take FlashAttention-2's own A100 figures (PUBLISHED_A100,
+"flash_attention_2": forward + backward, causal, at 512-16k tokens with batch x heads = 16k tokens /
+seq x 16 heads of 128), and spread each over batch x heads with the same kernel's occupancy curve
+measured on the H100 at that sequence length (flash2_published_attention). Between the published
+lengths the table interpolates as every table does (cost_model/tables.py, log space). The A100 runs
+the figure's shape at 62-76% of the H100's rate, less at long sequences (its 108 SMs fill sooner than
+the H100's 132, and its plateau is lower), so the ratio is taken per sequence length, not once.
 """
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ RECORDS = Path(__file__).resolve().parent / "data" / "kernels"
 VARIANTS_RECORD = "kernel_rates-h100-variants.json"
 LONG_RECORD = "kernel_rates-h200-long.json"  # 32k-128k tokens, measured on the H200
 LONG_RECORD_BASE = "kernel_rates-h200.json"  # the record measured on that same GPU kind
+PUBLISHED_A100 = "a100_published.json"  # others' A100 measurements, each with its source
 _KERNELS = {"flash": "flash2", "cudnn": "cudnn"}
 
 
@@ -125,10 +130,41 @@ def hopper_attention(record: str, clock: float = 1.0) -> tuple:
     return _samples(rates, clock, clock, {"flash2": "flash2", "cudnn": "cudnn", "sdpa": "cudnn"})
 
 
-def flash2_scaled_attention(record: str, fwd_plateau: float, bwd_plateau: float) -> tuple:
-    """FlashAttention-2's occupancy shape from `record`, scaled so its best forward and backward rates
-    become the given plateaus (FLOP/s): the table of a GPU without a record of its own."""
+@lru_cache(maxsize=None)
+def published(name: str = PUBLISHED_A100) -> dict:
+    """A record of others' published measurements (cost_model/data/kernels), each with its source."""
+    with open(RECORDS / name, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def fwd_bwd_flops_per_s(fwd: float, bwd: float) -> float:
+    """The rate of a forward then a backward, as FlashAttention-2's benchmark reports it: (1 + R) x the
+    forward's FLOPs over the two times, R = ATTENTION_BACKWARD_FLOPS_RATIO."""
+    r = ATTENTION_BACKWARD_FLOPS_RATIO
+    return (1.0 + r) / (1.0 / fwd + r / bwd)
+
+
+def published_fwd_bwd_ratio(record: str, figure: dict) -> dict:
+    """{seq_len: published forward+backward rate / `record`'s FlashAttention-2 rate at the figure's own
+    shape} for the sequence lengths both hold (head_dim 128). The figure keeps hidden 2048 and 16k
+    tokens, so batch x heads = tokens / seq x hidden / 128."""
     rates = measured_rates(record)
-    best_fwd = max(f for (k, *_), (f, _) in rates.items() if k == "flash2")
-    best_bwd = max(b for (k, *_), (_, b) in rates.items() if k == "flash2")
-    return _samples(rates, fwd_plateau / best_fwd, bwd_plateau / best_bwd, {"flash2": "flash2"})
+    out = {}
+    for seq, tflops in figure["causal_fwd_bwd_tflops"]["128"].items():
+        seq, bh = int(seq), figure["tokens"] // int(seq) * figure["hidden_size"] // 128
+        mine = [pair for (k, b, h, s), pair in rates.items() if k == "flash2" and s == seq and b * h == bh]
+        if mine:
+            out[seq] = tflops * 1e12 / fwd_bwd_flops_per_s(*mine[0])
+    return out
+
+
+def flash2_published_attention(record: str, name: str = PUBLISHED_A100) -> tuple:
+    """The table of a GPU with published FlashAttention-2 figures and no record of ours: `record`'s
+    FlashAttention-2 rates (every batch x heads, forward and backward) times the published/record ratio
+    at the same sequence length (assumption: the kernel's occupancy curve over batch x heads and its
+    forward/backward split carry over between GPUs; the published figure is the forward and backward
+    together)."""
+    ratio = published_fwd_bwd_ratio(record, published(name)["flash_attention_2"])
+    rates = {key: (f * ratio[key[3]], b * ratio[key[3]]) for key, (f, b) in measured_rates(record).items()
+             if key[0] == "flash2" and key[3] in ratio}
+    return _samples(rates, 1.0, 1.0, {"flash2": "flash2"})

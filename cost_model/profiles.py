@@ -17,7 +17,7 @@ from autoplan.specs import (
     AttentionSample, AutoplanError, CollectiveSample, HardwareProfile, MatmulSample, MemoryOpSample,
 )
 from autoplan.specs.gpus import gpu_sheet
-from cost_model.attention_tables import flash2_scaled_attention, hopper_attention
+from cost_model.attention_tables import flash2_published_attention, hopper_attention, published
 
 GIB = 1024 ** 3
 H100_MATMUL_EFF = 713e12 / 989.5e12
@@ -63,21 +63,25 @@ _H100_SOURCES = {
 _H200_ATTENTION_SOURCE = ("measured, not datasheet: causal SDPA on one H200 700 W, flash (FlashAttention-2) and "
                           "cuDNN backends apart (cost_model/data/kernels/kernel_rates-h200.json, "
                           "benchmarks/kernel_rates.py, torch 2.11, 2026-11-27)")
+A100 = published()
+"""Others' published A100 measurements (cost_model/data/kernels/a100_published.json): no A100 was lent to
+this project, so each A100 table passes through these figures, each with its source."""
 _A100_SOURCES = {
     "peak_flops_per_s": "datasheet (autoplan.specs.gpus)",
-    "matmul": "benchmark, not datasheet: best measured bf16 GEMM ~271 TFLOP/s on A100 (DESIGN.md facts) "
-              "= 0.869 of peak",
-    "attention": "benchmark, not datasheet: FlashAttention-2 paper (arXiv 2307.08691): 50-73% of peak on A100; "
-                 "forward 0.70, backward 0.55 taken at long sequences, over batch x heads and sequence length in "
-                 "the shape FlashAttention-2 measured on an H100 (cost_model/attention_tables.py; assumption: "
-                 "the shape carries over)",
+    "matmul": "published benchmark, not datasheet: the GEMM roofline below through a sustained bf16 GEMM, "
+              + A100["gemm_bf16"]["sustained"]["source"] + "; upper bound: " + A100["gemm_bf16"]["burst_best"]["source"],
+    "attention": "published benchmark: " + A100["flash_attention_2"]["source"] + "; spread over batch x heads "
+                 "with FlashAttention-2's occupancy curve measured on an H100 (cost_model/attention_tables.py)",
     "intra_node_bandwidth_bytes_per_s": "datasheet: NVLink 3, 300 GB/s per direction per GPU",
     "inter_node_bandwidth_bytes_per_s": "datasheet: DGX A100 8x200 Gb/s per node = 25 GB/s per GPU",
-    "memory_bandwidth_bytes_per_s": "datasheet HBM bandwidth x the copy efficiency below",
-    "collectives": "benchmark, not datasheet: nccl-tests all_reduce_perf bus bandwidth ~230 GB/s in an 8xA100 "
-                   "node (DESIGN.md facts); "
-                   "across nodes rings at 90% of the node's NIC line rate; " + _A2A_NIC_SOURCE,
+    "memory_bandwidth_bytes_per_s": "published benchmark: " + A100["hbm"]["a100-80gb"]["source"],
+    "collectives": "published benchmark: " + A100["nvlink"]["source"] + "; across nodes rings at 90% of the "
+                   "node's NIC line rate (" + A100["nic"]["source"] + "); " + _A2A_NIC_SOURCE,
 }
+_A100_HBM = A100["hbm"]["a100-80gb"]
+_A100_FACTS = dict(matmul_point=A100["gemm_bf16"]["sustained"], attention_published=True,
+                   hbm_copy_eff=_A100_HBM["read_bytes_per_s"] / _A100_HBM["datasheet_bytes_per_s"],
+                   allreduce_busbw=A100["nvlink"]["all_reduce_busbw_bytes_per_s"])
 
 
 def _entry(sheet_key: str, **profile_facts) -> dict:
@@ -97,13 +101,11 @@ def _entry(sheet_key: str, **profile_facts) -> dict:
 # One entry per built-in GPU. `*_eff` are achieved fractions of the datasheet figure.
 SPECS = {
     "a100-40gb": _entry(
-        "a100-sxm-40gb", device_name="NVIDIA A100-SXM4-40GB", capacity_bytes=int(39.59 * GIB),
-        matmul_eff=0.869, attn_fwd_eff=0.70, attn_bwd_eff=0.55, allreduce_busbw=230e9, sources={
+        "a100-sxm-40gb", device_name="NVIDIA A100-SXM4-40GB", capacity_bytes=int(39.59 * GIB), **_A100_FACTS, sources={
             **_A100_SOURCES,
             "memory_capacity_bytes": "40 GB part; torch reports 39.59 GiB total capacity"}),
     "a100-80gb": _entry(
-        "a100-sxm-80gb", device_name="NVIDIA A100-SXM4-80GB", capacity_bytes=int(79.15 * GIB),
-        matmul_eff=0.869, attn_fwd_eff=0.70, attn_bwd_eff=0.55, allreduce_busbw=230e9, sources={
+        "a100-sxm-80gb", device_name="NVIDIA A100-SXM4-80GB", capacity_bytes=int(79.15 * GIB), **_A100_FACTS, sources={
             **_A100_SOURCES,
             "memory_capacity_bytes": "80 GB part; torch reports 79.15 GiB total capacity"}),
     "h100-80gb": _entry(
@@ -138,7 +140,7 @@ DEFAULT_PROFILE_NAME = "h100-80gb"
 _MATMUL_DIMS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 _FLASH2_SHAPE_RECORD = "kernel_rates-h100.json"
 _MEMORY_SIZES = tuple(2 ** e for e in range(12, 35, 2))
-_HBM_COPY_EFF = 0.90       # assumption: STREAM-style copies reach ~90% of datasheet HBM bandwidth
+_HBM_COPY_EFF = 0.90       # assumption where no measurement is cited (`hbm_copy_eff`): copies reach ~90% of datasheet
 _KERNEL_LAUNCH_S = 2e-6    # measured: fixed per-kernel cost of the memory ops in the shipped H100 profile-full.json
                            # (64 MiB at 2.78 TB/s vs 4 GiB at 3.02 TB/s: ~1.9 us; launches overlap in a stream)
 # NCCL's own latency model for its Simple protocol (src/graph/tuning.cc, NCCL 2.18-2.21: baseLat,
@@ -179,15 +181,25 @@ def _gemm_flops_per_s(m: int, n: int, k: int, peak: float, eff: float, hbm: floa
     return flops / (max(compute_s, memory_s) + _KERNEL_LAUNCH_S)
 
 
+def matmul_eff_through(spec: dict, point: dict) -> float:
+    """The bf16 efficiency whose roofline passes through a measured GEMM (`point`: m, n, k, tflops): the
+    measured rate over the roofline's at efficiency 1 (compute-bound there, so the roofline is
+    proportional to it; the fixed launch cost, 2 us of a 4 ms GEMM, is left in)."""
+    at_one = _gemm_flops_per_s(point["m"], point["n"], point["k"], spec["peak"]["bf16"], 1.0 / _BEST_FILL_EFF,
+                               spec["hbm_bytes_per_s"], spec["num_sms"], 2.0, _K_FILL_ITERS)
+    return point["tflops"] * 1e12 / at_one
+
+
 def _matmul_table(spec: dict) -> tuple:
     samples = []
+    bf16_eff = spec["matmul_eff"] if "matmul_eff" in spec else matmul_eff_through(spec, spec["matmul_point"])
     for dtype, bpe in (("bf16", 2.0), ("fp8", 1.0)):
         if dtype not in spec["peak"]:
             continue
         for m in _MATMUL_DIMS:
             for n in _MATMUL_DIMS:
                 for k in _MATMUL_DIMS:
-                    eff = spec["fp8_matmul_eff"] if dtype == "fp8" else spec["matmul_eff"]
+                    eff = spec["fp8_matmul_eff"] if dtype == "fp8" else bf16_eff
                     fps = _gemm_flops_per_s(m, n, k, spec["peak"][dtype], eff / _BEST_FILL_EFF,
                                             spec["hbm_bytes_per_s"], spec["num_sms"], bpe, _K_FILL_ITERS)
                     samples.append(MatmulSample(m, n, k, dtype, fps))
@@ -195,16 +207,16 @@ def _matmul_table(spec: dict) -> tuple:
 
 
 def _attention_table(spec: dict) -> tuple:
-    """Measured on the GPU where a kernel record exists (cost_model/attention_tables.py), else
-    FlashAttention-2's measured occupancy shape scaled to the cited plateaus."""
+    """Measured on the GPU where a kernel record exists, else (Ampere) FlashAttention-2's published
+    figures spread over batch x heads with its occupancy curve measured on the H100
+    (cost_model/attention_tables.py)."""
     if "attention_record" in spec:
         return hopper_attention(spec["attention_record"], spec.get("attention_clock", 1.0))
-    peak = spec["peak"]["bf16"]
-    return flash2_scaled_attention(_FLASH2_SHAPE_RECORD, peak * spec["attn_fwd_eff"], peak * spec["attn_bwd_eff"])
+    return flash2_published_attention(_FLASH2_SHAPE_RECORD)
 
 
 def _memory_table(spec: dict) -> tuple:
-    bw = spec["hbm_bytes_per_s"] * _HBM_COPY_EFF
+    bw = spec["hbm_bytes_per_s"] * spec.get("hbm_copy_eff", _HBM_COPY_EFF)
     return tuple(MemoryOpSample("copy", b, b / (_KERNEL_LAUNCH_S + b / bw)) for b in _MEMORY_SIZES)
 
 
@@ -274,7 +286,7 @@ def builtin_profile(name: str = DEFAULT_PROFILE_NAME, nic_bytes_per_s: float | N
     return HardwareProfile(
         name=name, device_name=spec["device_name"], gpus_per_node=8,
         memory_capacity_bytes=spec["capacity_bytes"],
-        memory_bandwidth_bytes_per_s=spec["hbm_bytes_per_s"] * _HBM_COPY_EFF,
+        memory_bandwidth_bytes_per_s=spec["hbm_bytes_per_s"] * spec.get("hbm_copy_eff", _HBM_COPY_EFF),
         peak_flops_per_s=dict(spec["peak"]),
         intra_node_bandwidth_bytes_per_s=spec["nvlink_bytes_per_s"],
         inter_node_bandwidth_bytes_per_s=spec["nic_bytes_per_s"],
@@ -282,5 +294,7 @@ def builtin_profile(name: str = DEFAULT_PROFILE_NAME, nic_bytes_per_s: float | N
         matmul=_matmul_table(spec), attention=_attention_table(spec), memory_ops=_memory_table(spec),
         collectives=_collective_table(spec),
         sources={**sources, "gpus_per_node": "DGX/HGX nodes: 8 GPUs",
-                 "memory_ops": f"HBM copy at {_HBM_COPY_EFF:.0%} of datasheet + {_KERNEL_LAUNCH_S * 1e6:.0f} us per kernel (assumption)"},
+                 "memory_ops": f"HBM copy at {spec.get('hbm_copy_eff', _HBM_COPY_EFF):.0%} of datasheet "
+                               f"({'measured, see memory_bandwidth_bytes_per_s' if 'hbm_copy_eff' in spec else 'assumption'})"
+                               f" + {_KERNEL_LAUNCH_S * 1e6:.0f} us per kernel (measured on the H100)"},
     )
