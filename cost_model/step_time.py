@@ -33,10 +33,14 @@ def unsharded_accumulation_bytes_per_param(plan: ParallelPlan, m: int, sw) -> fl
 def grad_accumulation_bytes_per_param(work: StepWorkFacts, plan: ParallelPlan, dtype: str) -> tuple:
     """(first micro-batch, each later one): HBM bytes per local parameter of adding a micro-batch's
     gradients to the accumulated ones outside the GEMM (Framework.grad_accumulation_bytes), at ZeRO
-    0-1 only: at 2-3 the gradients are reduced into the rank's partition as they come."""
+    0-1 only: at 2-3 the gradients are reduced into the rank's partition as they come. At ZeRO-0 under a
+    pipeline, the pipeline engine's (`pipeline_zero0_grad_accumulation_bytes`), where the framework has them."""
     if plan.zero_stage >= 2:
         return 0.0, 0.0
-    first, later = work.grad_accumulation_bytes.get(dtype, (0.0, 0.0))
+    by_dtype = work.grad_accumulation_bytes
+    if work.pipeline_zero0_grad_accumulation_bytes and plan.pp > 1 and plan.zero_stage == 0:
+        by_dtype = work.pipeline_zero0_grad_accumulation_bytes
+    first, later = by_dtype.get(dtype, (0.0, 0.0))
     return float(first), float(later)
 
 

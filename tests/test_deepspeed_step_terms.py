@@ -1,7 +1,7 @@
 """DeepSpeed's step as its code runs it, from worked examples: when its data-parallel collectives can
 hide under compute (overlap_comm defaults to ZeRO-3 only; the pipeline engine reduces after the whole
 schedule) and what accumulating each micro-batch's gradients outside the GEMM costs (BF16_Optimizer's
-fp32 accumulators, autograd's in-place fp16 add), inside the pipeline's fill and drain too."""
+fp32 or bf16 accumulators, autograd's in-place add), inside the pipeline's fill and drain too."""
 from types import SimpleNamespace
 
 import pytest
@@ -59,16 +59,15 @@ def _estimate(framework, plan, dtype="bf16", global_batch=64):
     return Estimator(GPT, training, cluster, profile, framework=framework), ProfileTables(profile)
 
 
-@pytest.mark.parametrize("dtype,bytes_first,bytes_later", [("bf16", 18, 18), ("fp16", 0, 6)])
-def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_every_micro_batch(dtype, bytes_first, bytes_later):
-    deepspeed = load_constants().framework("megatron-deepspeed")
-    assert deepspeed.grad_accumulation_bytes[dtype] == (bytes_first, bytes_later)
-    fused = deepspeed.with_overrides(grad_accumulation_bytes={})
+def _check_accumulation_bytes(framework, zero_stage, dtype, bytes_first, bytes_later):
+    """The step pays (bytes_first + (m - 1) x bytes_later) per local parameter, in every micro-batch's
+    backward and so in the pipeline's fill and drain too."""
+    fused = framework.with_overrides(grad_accumulation_bytes={}, pipeline_zero0_grad_accumulation_bytes={})
     # pp = 2 over 8 layers, dp = 4, micro-batch 2 of a 64-sequence batch: m = 8 micro-batches. The
     # last stage holds 4 layers, the final LayerNorm (2h) and the head (50304 x h; the embedding, untied,
     # is the first stage's).
-    plan = ParallelPlan(pp=2, dp=4, micro_batch_size=2, num_microbatches=8, zero_stage=1)
-    est, tables = _estimate(deepspeed, plan, dtype)
+    plan = ParallelPlan(pp=2, dp=4, micro_batch_size=2, num_microbatches=8, zero_stage=zero_stage)
+    est, tables = _estimate(framework, plan, dtype)
     m = 8
     local_params = 4 * LAYER_PARAMS + 2 * 1024 + 50304 * 1024
     accum_bytes = (bytes_first + (m - 1) * bytes_later) * local_params
@@ -88,6 +87,26 @@ def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_every_micro_batc
     assert sum(with_it.time_breakdown_s.values()) == pytest.approx(with_it.step_time_s)
 
 
+@pytest.mark.parametrize("dtype,bytes_first,bytes_later", [("bf16", 18, 18), ("fp16", 0, 6)])
+def test_gradient_accumulation_outside_the_gemm_costs_its_bytes_every_micro_batch(dtype, bytes_first, bytes_later):
+    # megatron-deepspeed in bf16: BF16_Optimizer's fp32 accumulator, hp_grad.add_(lp.grad.to(float32)):
+    # read bf16 2, write + read the fp32 cast 4 + 4, read + write the accumulator 4 + 4 = 18 B.
+    deepspeed = load_constants().framework("megatron-deepspeed")
+    assert deepspeed.grad_accumulation_bytes[dtype] == (bytes_first, bytes_later)
+    _check_accumulation_bytes(deepspeed, 1, dtype, bytes_first, bytes_later)
+
+
+@pytest.mark.parametrize("zero_stage,bytes_first,bytes_later", [(1, 0, 6), (0, 6, 14)])
+def test_exported_deepspeed_accumulates_in_bf16(zero_stage, bytes_first, bytes_later):
+    # DeepSpeed 0.19.8 as exported (no data_types.grad_accum_dtype: bf16 accumulation).
+    # ZeRO-1: the ZeRO optimizer leaves param.grad to autograd, None after the step: the first
+    # micro-batch's GEMM writes it (0 B), each later one adds in place, read 2 + 2, write 2 = 6 B.
+    # The pipeline engine at ZeRO-0 (BF16_Optimizer, bf16 accumulator): the first micro-batch adds
+    # param.grad into the accumulator, read 2 + 2, write 2 = 6 B; each later one first zeroes
+    # param.grad (write 2), autograd adds into it in place (6) and the accumulator add (6): 14 B.
+    _check_accumulation_bytes(load_constants().framework("deepspeed"), zero_stage, "bf16", bytes_first, bytes_later)
+
+
 def test_no_accumulation_cost_where_gradients_are_reduced_as_they_come():
     # ZeRO-2/3 reduce each bucket into the rank's partition during the backward; Megatron fuses the
     # add into the weight-gradient GEMM (gradient_accumulation_fusion).
@@ -105,7 +124,8 @@ def test_the_frameworks_command_says_where_each_accumulates_and_when_it_overlaps
     code, out, _ = run_cli(capsys, "frameworks", "deepspeed")
     assert code == 0
     assert "DP window 80% at ZeRO 3 only" in out
-    assert "gradient accumulation outside the GEMM at ZeRO 0-1: bf16 18 B, fp16 6" in " ".join(out.split())
+    assert ("gradient accumulation outside the GEMM at ZeRO 0-1: bf16 6 B (0 B the first), fp16 6 B (0 B the first) "
+            "per parameter and micro-batch; under its pipeline at ZeRO-0: bf16 14 B (6 B the first)") in " ".join(out.split())
     code, out, _ = run_cli(capsys, "frameworks", "megatron-deepspeed")
     assert code == 0 and "DP window none (reduced after the backward)" in out
     code, out, _ = run_cli(capsys, "frameworks", "megatron-core")

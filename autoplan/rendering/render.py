@@ -128,7 +128,10 @@ def _accumulation(f) -> str:
         return "with the weight casts" if f.weight_cast_bytes_per_param else "in the GEMM"
     per_dtype = ", ".join(f"{dtype} {later:g} B" + (f" ({first:g} B the first)" if first != later else "")
                           for dtype, (first, later) in f.grad_accumulation_bytes.items())
-    return f"outside the GEMM at ZeRO 0-1: {per_dtype} per parameter and micro-batch"
+    pipeline = ", ".join(f"{dtype} {later:g} B ({first:g} B the first)"
+                         for dtype, (first, later) in f.pipeline_zero0_grad_accumulation_bytes.items())
+    return (f"outside the GEMM at ZeRO 0-1: {per_dtype} per parameter and micro-batch"
+            + (f"; under its pipeline at ZeRO-0: {pipeline}" if pipeline else ""))
 
 
 def _dp_window(f) -> str:

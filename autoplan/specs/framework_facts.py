@@ -201,6 +201,11 @@ class StepWorkFacts:
     {} = none: Megatron accumulates into the fp32 main gradient inside the GEMM
     (gradient_accumulation_fusion), FSDP's cost is `reduce_copy_bytes_per_param`'s and
     cost_model.step_time.unsharded_accumulation_bytes_per_param's."""
+    pipeline_zero0_grad_accumulation_bytes: dict = field(default_factory=dict)
+    """`grad_accumulation_bytes` of its pipeline engine at ZeRO-0 (pp > 1), where that differs
+    (cost_model.step_time.grad_accumulation_bytes_per_param, as `pipeline_zero0_states` for memory); {} =
+    `grad_accumulation_bytes`. DeepSpeed's pipeline engine runs bf16 at ZeRO-0 with BF16_Optimizer, which
+    adds param.grad into its own accumulator after every micro-batch's backward."""
     optimizer_bytes_per_param: float = 30.0
     """HBM bytes per (local) parameter of one optimizer step. 30: a fused AdamW reads fp32 master,
     m, v, grad (16) and writes master, m, v (12) and the bf16 weight (2)."""

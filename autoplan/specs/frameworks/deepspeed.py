@@ -58,12 +58,29 @@ fp32_groups_gradients_flat as zeros_like the bf16 flat group in that dtype (line
 engine adds each micro-batch's param.grad into it with clear_lp_grads=False (pipe/engine.py lines
 838-862, bf16_optimizer.py _update_hp_grad)."""
 DEEPSPEED_GRAD_ACCUMULATION = {"bf16": (18.0, 18.0), "fp16": (0.0, 6.0)}
-"""bf16 (BF16_Optimizer, which DeepSpeed picks for bf16 at ZeRO-1 and under its pipeline engine:
-engine.py _do_optimizer_sanity_check): each micro-batch's backward ends in update_hp_grads,
-hp_grad.add_(lp.grad.to(float32)) per parameter: read bf16 2, write and read the fp32 cast 4 + 4,
-read and write the fp32 accumulator 4 + 4 = 18 B (bf16_optimizer.py). fp16 (the ZeRO-1 and fp16
-optimizers): autograd adds each later micro-batch's gradient into param.grad in place, read 2 + 2,
-write 2 = 6 B; the first micro-batch's GEMM writes param.grad itself."""
+"""bf16 with fp32 accumulation (BF16_Optimizer's fp32_groups_gradients_flat: megatron-deepspeed's runs,
+DeepSpeed with data_types.grad_accum_dtype fp32): each micro-batch's backward ends in update_hp_grads,
+hp_grad.add_(lp.grad.to(float32)) per parameter: read bf16 2, write and read the fp32 cast 4 + 4, read
+and write the fp32 accumulator 4 + 4 = 18 B (bf16_optimizer.py). fp16 (the ZeRO-1 and fp16 optimizers): autograd adds each later micro-batch's
+gradient into param.grad in place, read 2 + 2, write 2 = 6 B; the first micro-batch's GEMM writes
+param.grad itself."""
+DEEPSPEED_BF16_EXPORTED_ACCUMULATION = {"bf16": (0.0, 6.0), "fp16": (0.0, 6.0)}
+"""DeepSpeed 0.19.8 as autoplan exports it (DEEPSPEED_BF16_EXPORTED_STATES: bf16 accumulation) adds in the
+model's dtype as fp16 does: DDP_BFLOAT16's FP16_UnfusedOptimizer at ZeRO-0 and the ZeRO-1 optimizer leave
+each micro-batch's gradient to autograd's AccumulateGrad, in place into param.grad (bf16: read 2 + 2,
+write 2 = 6 B); ZeRO-1 reduces it only at the accumulation boundary (zero/stage_1_and_2.py
+reduce_ready_partitions_and_remove_grads, line 2294; no grad_accum attribute where the accumulation dtype
+is the model's, lines 397-404); both set param.grad to None after the step (unfused_optimizer.py zero_grad,
+stage_1_and_2.py zero_grad), so the first micro-batch's GEMM writes it (0 B)."""
+DEEPSPEED_BF16_PIPELINE_ACCUMULATION = {"bf16": (6.0, 14.0)}
+"""DeepSpeed 0.19.8's pipeline engine at ZeRO-0 in bf16 (Framework.pipeline_zero0_grad_accumulation_bytes):
+BF16_Optimizer with the accumulation dtype bf16. Before each micro-batch's backward the engine zeroes the
+bf16 param.grad (pipe/engine.py line 839, bf16_optimizer.py clear_lp_grads: write 2 B; the last stage via
+engine.backward's backward_prologue), autograd adds the micro-batch's gradient into it in place (read 2 + 2,
+write 2 = 6 B), and update_hp_grads adds it into the accumulator (bf16_optimizer.py _update_hp_grad line
+523: .to(bf16) of a bf16 tensor copies nothing; read 2 + 2, write 2 = 6 B): 2 + 6 + 6 = 14 B. After the
+step zero_grad sets param.grad to None (set_to_none=True), so the first micro-batch has nothing to zero
+and its GEMM writes param.grad: the accumulator add alone, 6 B."""
 
 _DEEPSPEED_OVERLAP_SOURCE = (
     "deepspeed/runtime/zero/config.py overlap_comm_valid: overlap_comm defaults to stage == 3; without it "
@@ -75,7 +92,8 @@ DEEPSPEED = Framework(
     states=DEEPSPEED_STATES, zero3_max_live_params=1e9, zero3_reduce_bucket_params=5e8, dp_bucket_params=5e8,
     zero3_recompute_reuse_params=1e9,
     pp_scatter_gather=False, max_zero_with_pp=1, max_zero_with_moe=2, max_cp=1, max_vpp=1, mla=False,
-    dp_overlap_zero_stages=(3,), grad_accumulation_bytes=DEEPSPEED_GRAD_ACCUMULATION,
+    dp_overlap_zero_stages=(3,), grad_accumulation_bytes=DEEPSPEED_BF16_EXPORTED_ACCUMULATION,
+    pipeline_zero0_grad_accumulation_bytes=DEEPSPEED_BF16_PIPELINE_ACCUMULATION,
     by_dtype={"bf16": {"states": DEEPSPEED_BF16_EXPORTED_STATES,
                        "pipeline_zero0_states": DEEPSPEED_BF16_PIPELINE_STATES}}, sp_regathers_in_backward=True,
     sources={"mla": "Megatron-DeepSpeed has no multi-latent attention",
@@ -84,8 +102,10 @@ DEEPSPEED = Framework(
                                          "again in backward",
              "by_dtype": "deepspeed/runtime/engine.py get_data_types, _do_optimizer_sanity_check (0.19.8): "
                          "bf16 accumulation as exported; BF16_Optimizer under the pipeline engine",
-             "grad_accumulation_bytes": "deepspeed/runtime/bf16_optimizer.py update_hp_grads; torch autograd "
-                                        "AccumulateGrad (fp16)",
+             "grad_accumulation_bytes": "deepspeed/runtime/engine.py get_data_types (0.19.8): bf16 accumulates "
+                                        "in bf16 as exported; torch autograd AccumulateGrad into param.grad",
+             "pipeline_zero0_grad_accumulation_bytes": "deepspeed/runtime/pipe/engine.py _exec_backward_pass, "
+                                                       "bf16_optimizer.py clear_lp_grads, _update_hp_grad (0.19.8)",
              "dp_overlap_zero_stages": _DEEPSPEED_OVERLAP_SOURCE,
              "hsdp_zero_stages": "DeepSpeed 0.19 removed MiCS, its hybrid ZeRO-3 (runtime/config.py "
                                  "_REMOVED_ZERO_CONFIG_KEYS: mics_shard_size)",
