@@ -35,11 +35,10 @@ TIME_TERMS = {
                        "(torch distributed/fsdp/_fully_shard/_fsdp_collectives.py)"),
     "optimizer": ("AdamW update of the local shard",
                   "memory-bound: Framework.optimizer_bytes_per_param (fused AdamW + clip 40 B, for-each AdamW + clip 92 B)"),
-    "sync_wait": ("the step waits for its slowest GPU: step-time jitter x E[max of N GPUs' normal scatter]",
+    "sync_wait": ("waiting for the slowest GPU: step jitter x E[max of N GPUs' normal scatter]",
                   "order statistics of N i.i.d. normals (~sqrt(2 ln N)); jitter measured on the H100 records "
                   "(cost_model/scale_terms.py)"),
-    "host_issue": ("micro-batches waiting for the host to issue their kernels (GPU starved: kernels shorter "
-                   "than their launch)", "max(GPU time, layers x kernels per layer x host s per kernel) per "
+    "host_issue": ("GPU idle while the host issues kernels (eager kernels shorter than their launch)", "max(GPU time, layers x kernels per layer x host s per kernel) per "
                    "micro-batch, eager PyTorch's counted and measured (cost_model/host_time.py)"),
     "overhead": ("host time of sharding hooks or a blocking pipeline engine",
                  "fitted per framework (cost_model/data/constants.json)"),
