@@ -74,12 +74,10 @@ def _traced_backward(backward, engine, log):
 
 def _pipeline_engine(config: dict, log: list):
     import deepspeed
-    from deepspeed.pipe import PipelineModule
     from deepspeed.runtime.pipe import schedule
     from tests import state_oracle_deepspeed as o
 
-    layers = [o._Embed(o.VOCAB, o.HIDDEN), o._Residual(), torch.nn.Linear(o.HIDDEN, o.VOCAB, bias=False)]
-    model = PipelineModule(layers=layers, num_stages=1, loss_fn=o._loss, partition_method="uniform")
+    model, _ = o.pipeline_model(1)
     engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4),
                                       config=config)
     backward = engine._INSTRUCTION_MAP[schedule.BackwardPass]

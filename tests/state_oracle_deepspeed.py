@@ -78,6 +78,16 @@ def _loss(logits, labels):
     return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
 
 
+def pipeline_model(stages: int) -> tuple:
+    """(the tiny LM as a DeepSpeed PipelineModule over `stages` stages, its parameter count over every
+    stage): embedding, a residual block, the head, and the loss its pipeline engine calls."""
+    from deepspeed.pipe import PipelineModule
+
+    layers = [_Embed(VOCAB, HIDDEN), _Residual(), torch.nn.Linear(HIDDEN, VOCAB, bias=False)]
+    numel = sum(p.numel() for layer in layers for p in layer.parameters())
+    return PipelineModule(layers=layers, num_stages=stages, loss_fn=_loss, partition_method="uniform"), numel
+
+
 def _snapshot_after_each_backward(engine, snap) -> None:
     """Observe the pipeline engine's schedule: after each BackwardPass instruction it runs (its
     _INSTRUCTION_MAP, pipe/engine.py line 1386, shadowed on this engine only), a snapshot of
@@ -104,13 +114,10 @@ def run_pipeline(case: dict, snap) -> dict:
     step at two (its gradients are not compared: the micro-batches in flight between stages hold
     activation buffers as large as a tiny model's gradients)."""
     import deepspeed
-    from deepspeed.pipe import PipelineModule
 
     torch.manual_seed(0)
-    layers = [_Embed(VOCAB, HIDDEN), _Residual(), torch.nn.Linear(HIDDEN, VOCAB, bias=False)]
-    numel = sum(p.numel() for layer in layers for p in layer.parameters())
     stages = case["stages"]
-    model = PipelineModule(layers=layers, num_stages=stages, loss_fn=_loss, partition_method="uniform")
+    model, numel = pipeline_model(stages)
     dp = torch.distributed.get_world_size() // stages
     config = {**case["config"], "gradient_accumulation_steps": MICRO_BATCHES, "train_micro_batch_size_per_gpu": 2,
               "train_batch_size": 2 * MICRO_BATCHES * dp}
