@@ -130,12 +130,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         total = collectives_s("all_reduce", grad_bytes)
         wire = 2.0 * grad_bytes
     elif plan.zero_stage in (1, 2) and sw.zero1_broadcast_sync:
-        # The gradients reduce under the backward as below; the weights come back after the step as
-        # one broadcast from each rank of the group (NCCL prices a broadcast as a ring, as it does an
-        # all-gather: src/graph/tuning.cc), every one of them exposed.
-        total = collectives_s("reduce_scatter", grad_bytes)
-        stalled_s = collectives_s("all_gather", weight_bytes, group)
-        wire = grad_bytes + weight_bytes
+        total, stalled_s, wire = broadcast_synced_s(est, plan, grad_bytes, weight_bytes, calls)
     elif plan.zero_stage in (1, 2):
         gathers, reductions = dp_rounds(plan, m, sw)
         total = reductions * collectives_s("reduce_scatter", grad_bytes) + gathers * collectives_s("all_gather", weight_bytes)
@@ -157,7 +152,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
             # Forward gathers issued only after a MoE layer's host sync (Framework.moe_host_sync).
             synced_s = host_sync_exposed_s(est, plan, lt, per_stage, m, round_s / calls / sw.dp_bandwidth_scale)
         wire = gathers * weight_bytes + reductions * grad_bytes
-    if plan.zero_replicas > 1:
+    if plan.zero_replicas > 1 and not sw.zero1_broadcast_sync:
         # Hybrid sharding: after each reduction in the shard group, each bucket's shard of the
         # gradients is all-reduced over the replicas holding the same shard, one rank per shard group
         # (group x tp GPUs apart).
@@ -177,6 +172,23 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     # so a fitted fraction of the overlapped time still lands on the step.
     exposed = max(total - hidden, tail) + sw.overlap_contention * hidden + stalled_s
     return exposed, total + stalled_s, wire
+
+
+def broadcast_synced_s(est, plan: ParallelPlan, grad_bytes: float, weight_bytes: float, calls: int) -> tuple:
+    """(gradient seconds, exposed weight-sync seconds, wire bytes) of a ZeRO-1/2 whose weights come back
+    by broadcasts (Framework.zero1_broadcast_sync). The gradients are all-reduced over every dp x cp rank
+    under the backward, whatever the ZeRO group (InternEvo @34fc28d760 hybrid_zero_optim.py: reduce_rank
+    None, so utils.reduce_tensor runs dist.all_reduce over ParallelMode.DATA), in `calls` buckets; the
+    weights come back after the step as one broadcast from each rank of the ZeRO group (NCCL prices a
+    broadcast as a ring, as it does an all-gather: src/graph/tuning.cc), every one of them exposed:
+    inside a node when the group is (ParallelPlan.zero_shard)."""
+    tables, group, everyone = est.tables, plan.zero_shard_group, plan.dp * plan.cp
+    ranks_per_node = _dp_ranks_per_node(plan, est.gpus_per_node)
+    grads_s = calls * tables.collective_time_s("all_reduce", grad_bytes / calls, everyone,
+                                               min(everyone, ranks_per_node))
+    weights_s = group * tables.collective_time_s("all_gather", weight_bytes / group, group,
+                                                 min(group, ranks_per_node))
+    return grads_s, weights_s, 2.0 * grad_bytes + weight_bytes
 
 
 def host_sync_exposed_s(est, plan: ParallelPlan, lt, per_stage: int, m: int, gather_per_layer_s: float) -> float:

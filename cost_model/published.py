@@ -48,9 +48,10 @@ _GRAD_SYNC_BF16 = (
 )
 """Where an MLPerf row's implementation reduces its gradients in bf16 (NVIDIA's own GPT-3 configs; the
 partners' copies and v3.1's, whose optimizer config is not in their results, keep Megatron's fp32)."""
-_HSDP_SHARD = re.compile(r"HSDP shard group (\d+)|shard group (\d+) GPUs")
+_HSDP_SHARD = re.compile(r"HSDP shard group (\d+)|shard group (\d+) GPUs|shard group =? ?(\d+) (?:ranks|\(zero1=)")
 """How a row's notes state hybrid sharding: "HSDP shard group 8" (fms-fsdp's HYBRID_SHARD within a node,
-BloombergGPT's 128), "shard group 256 GPUs" (OLMo-core's num_replicas)."""
+BloombergGPT's 128), "shard group 256 GPUs" (OLMo-core's num_replicas), "shard group = 8 ranks" or
+"shard group 8 (zero1=8" (InternEvo's zero1 size)."""
 _TORCHTITAN_COMPILED_LOSS = ("TORCHTITAN-2506-", "TORCHTITAN-H200-")
 """torchtitan rows made at commits that compile the loss (820504e and e7c0cae, both 2025-06-13, after
 bbb1b616e): the async-TP benchmark's and the H200 benchmark's (their docs' "Versions and Dates")."""
@@ -75,7 +76,7 @@ def _hsdp_shard_group(notes: str, ranks: int) -> int:
     """The ZeRO shard group a row's notes state (ParallelPlan.zero_shard), 0 where they state none or
     the whole of its dp*cp ranks."""
     found = _HSDP_SHARD.search(notes)
-    size = int(found.group(1) or found.group(2)) if found else 0
+    size = int(next(g for g in found.groups() if g)) if found else 0
     return size if 0 < size < ranks and ranks % size == 0 else 0
 
 
@@ -496,11 +497,14 @@ def _stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:
         then["attention_kernel"] = "flash2"
     if any(where in row["source"] for where in _GRAD_SYNC_BF16):
         then["main_grad_reduce_bytes"] = 2.0
-    if prefix == "INTERNEVO" and "shard group = all DP ranks" in row["notes"]:
-        # InternEvo's Hybrid ZeRO over every DP rank syncs the weights by one broadcast per rank
-        # (Framework.zero1_broadcast_sync); a shard group inside a node (zero1=8 or 4) broadcasts over
-        # NVLink, below what the plan (ZeRO over all of dp) resolves.
+    if prefix == "INTERNEVO":
+        # InternEvo's Hybrid ZeRO all-reduces the gradients over every DP rank and syncs the weights by
+        # one broadcast per rank of its ZeRO group (Framework.zero1_broadcast_sync): over every DP rank
+        # (zero1=-1), or inside a node (zero1=8 or 4, ParallelPlan.zero_shard), over NVLink. It reduces
+        # the bf16 model weights' own gradients in their dtype (@34fc28d760 hybrid_zero_optim.py
+        # _reduce_and_copy -> solver/optimizer/utils.py reduce_tensor: dtype = tensor.dtype): 2 B each.
         then["zero1_broadcast_sync"] = True
+        then["main_grad_reduce_bytes"] = 2.0
     return then
 
 

@@ -86,7 +86,8 @@ def test_a_bucketed_reduction_at_a_thousand_ranks_pays_latency_per_bucket():
     node_bytes_per_s = 8 * profile.inter_node_bandwidth_bytes_per_s * 0.90
 
     def ring_s(op, num_bytes):
-        return nccl_inter_node_latency_s(op, 1024) + num_bytes * 1023 / 1024 / node_bytes_per_s
+        wire = 2.0 if op == "all_reduce" else 1.0   # an all-reduce moves each byte out and back
+        return nccl_inter_node_latency_s(op, 1024) + wire * num_bytes * 1023 / 1024 / node_bytes_per_s
 
     expected = 100 * (ring_s("reduce_scatter", 2 ** 24) + ring_s("all_gather", 2 ** 23))
     # 16 MiB is a sampled size of the built-in table; 8 MiB lies between two (log-log interpolation).
@@ -280,19 +281,47 @@ def test_zero1_weights_synced_by_one_broadcast_per_rank_pay_a_ring_each_and_stay
     node_bytes_per_s = 8 * profile.inter_node_bandwidth_bytes_per_s * 0.90
 
     def ring_s(op, num_bytes):
-        return nccl_inter_node_latency_s(op, 1024) + num_bytes * 1023 / 1024 / node_bytes_per_s
+        wire = 2.0 if op == "all_reduce" else 1.0   # an all-reduce moves each byte out and back
+        return nccl_inter_node_latency_s(op, 1024) + wire * num_bytes * 1023 / 1024 / node_bytes_per_s
 
-    # InternEvo's Hybrid ZeRO over 1,024 ranks: the 100 gradient buckets reduce-scatter as before
-    # (16 MiB of fp32 each); the 800 MiB of bf16 weights come back as 1,024 broadcasts of 800 KiB,
-    # each a ring over the 1,024 ranks, after the step: none of them hidden.
+    # InternEvo's Hybrid ZeRO over 1,024 ranks: the 100 gradient buckets are all-reduced over every
+    # rank (16 MiB of fp32 each here); the 800 MiB of bf16 weights come back as 1,024 broadcasts of
+    # 800 KiB, each a ring over the 1,024 ranks, after the step: none of them hidden.
     framework = get_framework("megatron-core").with_overrides(
         dp_bucket_params=2 ** 22, dp_bucket_params_per_rank=0.0, dp_param_gather_overlap=False,
         dp_comm_overlap=1.0, overlap_contention=0.0, zero1_broadcast_sync=True)
     est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, training=BF16)
     exposed, total, _ = dp_time(est, plan, 32, 100 * 2 ** 22, 0.0, lt, 0.0, 1)
     broadcasts = 1024 * ring_s("all_gather", 2 * 100 * 2 ** 22 / 1024)
-    assert total == pytest.approx(100 * ring_s("reduce_scatter", 2 ** 24) + broadcasts, rel=5e-3)
-    # The reduce-scatters hide under the backward but their last bucket; the broadcasts all show.
-    assert exposed == pytest.approx(ring_s("reduce_scatter", 2 ** 24) + broadcasts, rel=5e-3)
+    assert total == pytest.approx(100 * ring_s("all_reduce", 2 ** 24) + broadcasts, rel=5e-3)
+    # The all-reduces hide under the backward but their last bucket; the broadcasts all show.
+    assert exposed == pytest.approx(ring_s("all_reduce", 2 ** 24) + broadcasts, rel=5e-3)
     # 1,024 ring latencies: about 3 s at this scale, where one bucketed all-gather hides under compute.
     assert broadcasts > 1024 * nccl_inter_node_latency_s("all_gather", 1024) > 3.0
+
+
+def test_zero1_weights_broadcast_inside_the_node_when_its_zero_group_is_the_node():
+    from cost_model.dp_time import dp_time
+
+    profile = builtin_profile("h100-80gb")
+    tables = ProfileTables(profile)
+    # InternEvo zero1=8 on 64 GPUs (8 nodes, dp = 64): the optimizer states shard over the 8 ranks of a
+    # node (ParallelPlan.zero_shard), the gradients are still all-reduced over all 64 ranks
+    # (hybrid_zero_optim.py reduces over ParallelMode.DATA), and the weights come back as 8 broadcasts
+    # over NVLink, not 64 over the network, and no extra all-reduce over the 8 replicas of a shard.
+    plan = ParallelPlan(dp=64, zero_stage=1, zero_shard=8)
+    lt = SimpleNamespace(gemm_bwd_s=10.0, attn_bwd_s=0.0, gemm_fwd_s=0.0, attn_fwd_s=0.0)
+    framework = get_framework("megatron-core").with_overrides(
+        dp_bucket_params=2 ** 23, dp_bucket_params_per_rank=0.0, dp_param_gather_overlap=False,
+        dp_comm_overlap=1.0, overlap_contention=0.0, zero1_broadcast_sync=True, main_grad_reduce_bytes=2.0)
+    est = SimpleNamespace(tables=tables, framework=framework, gpus_per_node=8, training=BF16)
+    params = 100 * 2 ** 23
+    _, total, wire = dp_time(est, plan, 32, params, 0.0, lt, 0.0, 1)
+    node_bytes_per_s = 8 * profile.inter_node_bandwidth_bytes_per_s * 0.90
+    all_reduce_s = nccl_inter_node_latency_s("all_reduce", 64) + 2.0 * 2 ** 24 * 63 / 64 / node_bytes_per_s
+    broadcasts_s = 8 * tables.collective_time_s("all_gather", 2 * params / 8, 8, 8)
+    assert total == pytest.approx(100 * all_reduce_s + broadcasts_s, rel=5e-3)
+    # On the wire per rank: the bf16 gradients out and back, and the bf16 weights once.
+    assert wire == pytest.approx(2 * 2 * params + 2 * params)
+    # The broadcasts stay inside the node: a fifth of the same over the 64 ranks, or less.
+    assert broadcasts_s < 64 * tables.collective_time_s("all_gather", 2 * params / 64, 64, 8) / 5
