@@ -61,7 +61,7 @@ def from_published(key: str, family: str, run_id: str, source: str, model: str, 
                    assumed: str = "") -> Recipe:
     """A recipe whose layout is already a row of cost_model/data/published_runs.csv: its GPUs, batch,
     sequence, precision and knobs read from there (written once), never its measured figures."""
-    from cost_model.published import load_published_runs
+    from cost_model.published_rows import load_published_runs
 
     run = next(r for r in load_published_runs() if r.id == run_id)
     knobs = {k: getattr(run.plan, k) for k in PLAN_KNOBS if getattr(run.plan, k) != getattr(DEFAULT_PLAN, k)}

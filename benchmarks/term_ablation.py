@@ -14,7 +14,7 @@ import statistics
 import sys
 
 from cost_model.estimator import Estimator
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from autoplan.specs import InfeasiblePlan
 from autoplan.specs.frameworks import FRAMEWORK_NAMES
 

@@ -6,7 +6,7 @@ A new framework is one file here. Its module sets
 - optionally `HISTORICAL` (name -> what it is: entries kept to re-score old records, listed after the
   others and only with --all), `STANDS_IN_FOR` (the software names of published runs whose facts it
   predicts) and `AS_RAN` (published source -> the facts of this framework as that source ran it, which
-  cost_model/published.py applies to the source's rows).
+  cost_model/published_rows.py applies to the source's rows).
 Discovery imports every module of this package whose name does not start with "_", and of the folders
 named by the environment variable AUTOPLAN_FRAMEWORKS_PATH (a framework of your own outside the
 installed package), and hands each to `register`, the one public call: a module that does not say what
