@@ -36,8 +36,6 @@ class PublishedRun:
     flash_attention: bool | None = None
     """What the row states of fused attention where it differs from its framework's default: False
     for a paper's baseline row without it, True for a run that turned it on; None: the default."""
-    tp_comm_overlap: bool = False
-    """Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers) was on (column tp_comm_overlap)."""
     nic_bytes_per_s: float | None = None
     """Scale-out bandwidth per GPU when the cluster is not DGX-like (None: the profile's)."""
     reported_peak_memory_bytes: float | None = None
@@ -87,8 +85,6 @@ class PublishedRun:
             overrides["fused_elementwise"] = framework.compiled_elementwise_factor
         if self.async_tp:
             overrides["tp_comm_overlap"] = framework.async_tp_overlap
-        # What the run stated (an empty cell: off, Megatron-LM's default), not the framework's default.
-        overrides["tp_comm_gemm_overlap"] = self.tp_comm_overlap
         if self.flash_attention is not None:
             overrides["flash_attention"] = self.flash_attention
         # The scaling the run states (tensorwise unless it says rowwise), not the framework's default.

@@ -147,12 +147,15 @@ def row_to_run(row: dict) -> PublishedRun:
     compiled = facts["compiled"] if "compiled" in facts else "compile" in row["notes"]
     as_ran = _as_ran(prefix, row, facts, plan, compiled)
     framework, notes = as_ran.framework, row["notes"]
+    if facts.get("tp_comm_overlap", False) and framework == "megatron-core":
+        # Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers), as the row's column states
+        # (empty: off, Megatron-LM's default): the plan's knob (ParallelPlan.tp_comm_overlap).
+        plan = plan.replace(tp_comm_overlap=True)
     return PublishedRun(
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
         cluster=cluster, plan=plan, framework=framework,
         compiled=compiled,
         async_tp=bool(_ASYNC_TP.search(notes)) and framework == "torchtitan",
-        tp_comm_overlap=facts.get("tp_comm_overlap", False) and framework == "megatron-core",
         fp8_rowwise="rowwise" in row["id"] or facts.get("fp8_recipe") == "rowwise",
         # The FlashAttention-2 paper's baselines name their attention in the model column; the
         # Megatron-DeepSpeed long-sequence README's "New" rows ran its script's --use-flash-attn-triton
