@@ -4,7 +4,7 @@ and the facts its measured rows chose (RowDerivedFact).
 
 The software a row names and the framework as the source ran it live with the framework whose facts
 predict it (autoplan/specs/frameworks/, STANDS_IN_FOR and AS_RAN); nanotron, MaxText and Paxml have no
-built-in entry, so their rows are listed as skipped. cost_model/published.py reads the rows with these;
+built-in entry, so their rows are listed as skipped. cost_model/published_rows.py reads the rows with these;
 a new source's facts go here.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ BLOOM_DP_BANDWIDTH_SCALE = BLOOM_NETWORK.value
 ROW_DERIVED_FACTS = (BLOOM_NETWORK,)
 """Every fact solved or chosen from a source's measured rows (each applied through SOURCES "derived").
 Not here, because read from code rather than chosen by the rows, though the rows were checked against
-them: DeepSpeed v0.3.13's ZeRO-3 terms of Narayanan et al. 2021's baseline rows (cost_model/published.py,
+them: DeepSpeed v0.3.13's ZeRO-3 terms of Narayanan et al. 2021's baseline rows (cost_model/published_rows.py,
 benchmarks/deepspeed_zero3_terms.py compares the variants on those rows)."""
 
 # Architecture facts each source's models share (not in the CSV's columns).

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cost_model import Estimator, load_constants, moe_time
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.validation import reported_peak_bytes
 
 RECORDS = Path(__file__).resolve().parents[1] / "cost_model" / "data" / "kempnerforge_h200"
