@@ -140,8 +140,6 @@ def test_an_unknown_kernel_in_a_profile_is_refused_by_name():
 @pytest.mark.parametrize("framework,kernel", [("megatron-core", "cudnn"), ("torchtitan", "flash2"),
                                               ("llm-foundry", "flash2"), ("autoplan", "sdpa")])
 def test_each_framework_prices_attention_on_its_kernel(framework, kernel):
-    """Each framework's kernel at its rows; Transformer Engine's cuDNN attention at the rows as timed,
-    the flash-attention kernels at the fitted Framework.attention_efficiency of them."""
     from cost_model.layer_time import layer_times
 
     model = ModelSpec(name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
@@ -152,28 +150,10 @@ def test_each_framework_prices_attention_on_its_kernel(framework, kernel):
                     builtin_profile("h100-80gb"), framework=fw)
     lt = layer_times(model, est.tables, est.rates, 1, 8192, 1, 1, 1, False, 8)
     flops = 2.0 * 32 * 8192 * 8192 * 128  # causal forward of one 8k sequence: 4bhs^2d halved, 32 heads of 128
-    efficiency = 1.0 if kernel == "cudnn" else fw.attention_efficiency
-    expected_fwd_s = flops / (_rate("h100-80gb", kernel, 8192, 32, "fwd") * efficiency)
+    expected_fwd_s = flops / (_rate("h100-80gb", kernel, 8192, 32, "fwd") * fw.attention_efficiency)
     assert lt.attn_fwd_s == pytest.approx(expected_fwd_s, rel=1e-6)
-    expected_bwd_s = 2.5 * flops / (_rate("h100-80gb", kernel, 8192, 32, "bwd") * efficiency)
+    expected_bwd_s = 2.5 * flops / (_rate("h100-80gb", kernel, 8192, 32, "bwd") * fw.attention_efficiency)
     assert lt.attn_bwd_s == pytest.approx(expected_bwd_s, rel=1e-6)
-
-
-def test_cudnn_attention_on_a_profile_without_it_takes_the_flash_kernels_efficiency():
-    # Megatron-Core on an A100: the built-in Ampere table holds FlashAttention-2 only (Transformer Engine
-    # picks flash-attn before Hopper), so its attention is a flash kernel's, at the fitted efficiency.
-    from cost_model.layer_time import layer_times
-
-    model = ModelSpec(name="llama-3-8b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
-                      ffn_hidden_size=14336, vocab_size=128256)
-    fw = load_constants().framework("megatron-core")
-    assert fw.attention_efficiency < 1.0   # fitted: the published flash-attention runs sit below the kernel
-    est = Estimator(model, TrainingSpec(global_batch_size=8, seq_len=8192), ClusterSpec(name="a100-80gb", num_gpus=8),
-                    builtin_profile("a100-80gb"), framework=fw)
-    lt = layer_times(model, est.tables, est.rates, 1, 8192, 1, 1, 1, False, 8)
-    flops = 2.0 * 32 * 8192 * 8192 * 128
-    expected_fwd_s = flops / (_rate("a100-80gb", "flash2", 8192, 32, "fwd") * fw.attention_efficiency)
-    assert lt.attn_fwd_s == pytest.approx(expected_fwd_s, rel=1e-6)
 
 
 @pytest.mark.parametrize("kernel,backend", [("cudnn", "cudnn"), ("flash2", "flash")])
