@@ -92,19 +92,6 @@ def tp_overlap_switches(framework: Framework) -> dict:
                          f"(tp_comm_overlap_kind={kind!r})", "framework_tp_comm_overlap")
 
 
-def attention_scale(fw: Framework, tables: ProfileTables) -> float:
-    """The framework's attention throughput over the profile's attention table. Transformer Engine's
-    cuDNN fused attention, where the profile timed that kernel (the built-in Hopper tables:
-    cost_model/attention_tables.py), runs at the rows as timed. The flash-attention kernels keep the
-    fitted Framework.attention_efficiency (a fitted constant: the published runs on them run below the
-    kernel's own timing, by what the fit says). Fitting the efficiency for cuDNN too put it at 0.59
-    (constants.json 2026-11-28); leaving it at the timed rate fits the published runs better, mean
-    |log(predicted/measured)| 0.0683 -> 0.0670 (benchmarks/fit_constants.py, 2026-11-29)."""
-    if fw.attention_kernel == "cudnn" and tables.has_attention_kernel("cudnn"):
-        return 1.0
-    return fw.attention_efficiency
-
-
 def tables_for(profile: HardwareProfile) -> ProfileTables:
     """One ProfileTables per profile object, so every Estimator on it shares the caches."""
     entry = _TABLES.get(id(profile))
@@ -138,7 +125,7 @@ class Estimator:
         self.rates = Rates(
             gemm_dtype=dtype, matmul_scale=fw.gemm_efficiency,
             fp8_scale=fw.fp8_gemm_efficiency * (fw.fp8_rowwise_efficiency if fw.fp8_rowwise else 1.0),
-            attention_scale=attention_scale(fw, self.tables),
+            attention_scale=fw.attention_efficiency,
             memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
             flash_attention=fw.flash_attention, attention_kernel=fw.attention_kernel,
             # The user's measured routing (TrainingSpec.moe_load_imbalance) over the framework's default.

@@ -193,10 +193,6 @@ class ProfileTables:
             return ratio * self._lookup_matmul("bf16", m, n, k)
         return self._lookup_matmul(dtype, m, n, k)
 
-    def has_attention_kernel(self, kernel: str) -> bool:
-        """Whether the profile timed `kernel` itself (else its attention answers with another's rows)."""
-        return kernel in self._attention_kernels
-
     def _attention_flops_per_s(self, seq_len: int, batch_heads: int, head_dim: int, dtype: str,
                                pass_: str, kernel: str = "sdpa") -> float:
         """`kernel`: the framework's attention kernel. A profile without samples of it (a measured
