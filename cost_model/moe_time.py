@@ -112,6 +112,27 @@ def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> 
     return elems
 
 
+def gather_scatter_rows(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int, rows_factor: float) -> tuple:
+    """(forward, backward) h-wide rows one rank reads and writes moving one micro-batch's tokens through
+    Megatron-Core core_v0.6.0's allgather dispatcher (Framework.moe_gather_scatter_permute;
+    megatron/core/transformer/moe/token_dispatcher.py MoEAllGatherTokenDispatcher). Every rank holds the
+    N = tokens/tp x etp x ep tokens gathered over its tensor x expert group and moves the L = N k/ep x
+    `rows_factor` (busiest_rows_factor) copies routed to its experts. A gather reads and writes its
+    output's rows, an out-of-place scatter first copies its destination, scatter_add reads and writes
+    the rows it adds into; autograd's backward of gather is zeros + scatter_add, of scatter and
+    scatter_add a gather, of a product the two products and a sum over h.
+
+    forward (14 L + 3 N): gather of the routed rows (line 135) 2 L, gather into expert order (166) 2 L,
+    zeros_like + scatter back out of expert order (191-193) L + 2 L + 2 L, times the router's
+    probabilities (197) 2 L, zeros(N) + scatter_add into the gathered tokens (220-226) N + 2 N + 3 L.
+    backward (17 L + N): scatter_add's gather 2 L, the product's two 2 L + 3 L and the sum over h L,
+    the scatter's gather 2 L, the expert-order gather's zeros + scatter_add L + 3 L, the routed rows'
+    zeros + scatter_add N + 3 L."""
+    n = tokens / tp * etp * ep
+    local = n * model.num_experts_per_token / ep * rows_factor
+    return 14 * local + 3 * n, 17 * local + n
+
+
 def stacked_weight_bytes(model: ModelSpec, ep: int, etp: int) -> tuple:
     """(stacked tensors, bytes of each) of one layer's local expert weights stacked per forward
     (Framework.moe_stacked_expert_weights): one (E/ep, h, ffn/etp) bf16 tensor per expert matrix, 3
@@ -203,6 +224,24 @@ def flex_dispatch_time_s(model: ModelSpec, tables: ProfileTables, tokens: int, t
     return tables.hierarchical_time_s(nic_bytes, copies * (rpn - 1) / rpn, group, rpn, copies)
 
 
+def permute_times_s(model: ModelSpec, tables: ProfileTables, tokens: int, tp: int, ep: int, etp: int,
+                    memory_scale: float, facts: MoEFacts, rows_factor: float) -> tuple:
+    """(forward, backward) seconds of one layer's token permutation, memory-bound at the profile's copy
+    rate for the size of one op's output: the framework's dispatcher permutes the rank's routed copies
+    (permute_elems, the same each way) or, Framework.moe_gather_scatter_permute, the gathered tokens
+    (gather_scatter_rows)."""
+    h = model.hidden_size
+    if facts.moe_gather_scatter_permute:
+        fwd_rows, bwd_rows = gather_scatter_rows(model, tokens, tp, ep, etp, rows_factor)
+        op_bytes = BYTES_ACT * h * tokens / tp * etp * model.num_experts_per_token * rows_factor
+        rate = tables.memory_bytes_per_s(int(max(op_bytes, 1)))
+        return (BYTES_ACT * h * fwd_rows * memory_scale / rate, BYTES_ACT * h * bwd_rows * memory_scale / rate)
+    op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * h
+    permute_s = (BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
+                 / tables.memory_bytes_per_s(int(max(op_bytes, 1))))
+    return permute_s, permute_s
+
+
 def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: float,
                     expert_gemm_bwd_s: float, a2a_s: float, other_fwd_s: float, other_bwd_s: float,
                     tokens: int, tp: int, ep: int, etp: int, memory_scale: float, facts: MoEFacts,
@@ -216,9 +255,7 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
     (0 = dropless)."""
     load_imbalance, padded_gemm = facts.moe_load_imbalance, facts.moe_padded_expert_gemm
     f = busiest_rows_factor(model, load_imbalance, ep, capacity_factor, padded_gemm)
-    permute_bytes = BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
-    op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
-    permute_fwd_s = permute_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))
+    permute_fwd_s, permute_bwd_s = permute_times_s(model, tables, tokens, tp, ep, etp, memory_scale, facts, f)
     # The busiest rank receives f x the mean rank's tokens, and its link carries them.
     a2a_fwd_s = a2a_bwd_s = f * a2a_s
     hidden = 0.0
@@ -229,7 +266,7 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
         a2a_fwd_s, a2a_bwd_s = exposed_fwd, exposed_bwd
     return MoeTimes(imbalance_gemm_fwd_s=(f - 1.0) * expert_gemm_fwd_s,
                     imbalance_gemm_bwd_s=(f - 1.0) * expert_gemm_bwd_s,
-                    permute_fwd_s=permute_fwd_s, permute_bwd_s=permute_fwd_s,
+                    permute_fwd_s=permute_fwd_s, permute_bwd_s=permute_bwd_s,
                     a2a_fwd_s=a2a_fwd_s, a2a_bwd_s=a2a_bwd_s, a2a_hidden_s=hidden,
                     weight_stack_s=stacked_weights_s(model, tables, ep, etp) if facts.moe_stacked_expert_weights else 0.0)
 
