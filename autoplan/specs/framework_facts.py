@@ -312,15 +312,16 @@ class MoEFacts:
     HBM copy of every local expert weight in each forward, recompute and backward
     (cost_model/moe_time.py stacked_weights_s). False: packed (E, in, out) parameters read in place."""
     moe_gather_scatter_permute: bool = False
-    """The allgather dispatcher of Megatron-Core core_v0.6.0 (the same file in Megatron-LM main of
-    2024-04-04, ba773259, which Pai-Megatron-Patch pins as Megatron-LM-240405) moves tokens in and out of
-    expert order with torch.gather, out-of-place scatter and scatter_add over h-wide rows of the gathered
-    tokens (megatron/core/transformer/moe/token_dispatcher.py core_v0.6.0 MoEAllGatherTokenDispatcher,
-    lines 135, 166, 191-197 and 220-226), not over the rank's sequence-parallel share: forward and backward
-    move 14 L + 3 N and 17 L + N rows, N the tokens gathered over the tensor x expert group and L the
-    copies routed to the rank's experts (cost_model/moe_time.py gather_scatter_rows). core_v0.7.0 replaced
-    the unpermutation's scatters with its own moe_scatter function. False: the permute/unpermute of the
-    rank's routed copies (moe_utils.py permute and unpermute)."""
+    """The allgather dispatcher of Megatron-Core core_v0.6.0 moves tokens in and out of expert order with
+    torch.gather, out-of-place scatter and scatter_add over h-wide rows of the gathered tokens
+    (megatron/core/transformer/moe/token_dispatcher.py core_v0.6.0 MoEAllGatherTokenDispatcher, lines 135,
+    166, 191-197 and 220-226), not over the rank's sequence-parallel share: forward and backward move
+    14 L + 3 N and 17 L + N rows, N the tokens gathered over the tensor x expert group and L the copies
+    routed to the rank's experts (cost_model/moe_time.py gather_scatter_rows). The same file ran on
+    Megatron-LM main from 2024-04-02 (06cf6d74) to 2024-05-01 (e61c3841), Pai-Megatron-Patch's
+    Megatron-LM-240405 (ba773259) included; core_v0.7.0 replaced the unpermutation's scatters with its
+    moe_scatter function. False: the permute/unpermute of the rank's routed copies (moe_utils.py permute
+    and unpermute)."""
     moe_host_sync: bool = False
     """Every MoE layer's forward (and its recompute) waits on the host for the GPU: KempnerForge's
     grouped-GEMM path reads its tokens per expert with `torch.bincount(...).tolist()`
