@@ -176,6 +176,9 @@ def test_megatron_v06_allgather_moves_the_gathered_tokens_worked_example():
     # FlagPerf's 8-layer cut on 2x8 A100: 2048 tokens, tp 2 = etp, ep 4: N = 1024 x 8 = 8192 gathered,
     # the busiest rank's copies L = 8192 x 2 / 4 x 1.25 = 5120: 14 L + 3 N = 96,256 and 17 L + N = 95,232.
     assert gather_scatter_rows(MIXTRAL, 2048, tp=2, ep=4, etp=2, rows_factor=1.25) == (96_256, 95_232)
+    # tp 1, ep 1 (FlagPerf's Qwen1.5-MoE, lines 137-145 and 247-256): the same ops over the rank's own
+    # 8192 tokens, N = 8192, L = 16,384: 14 L + 3 N = 253,952 and 17 L + N = 286,720.
+    assert gather_scatter_rows(MIXTRAL, 8192, tp=1, ep=1, etp=1, rows_factor=1.0) == (253_952, 286_720)
     # Priced at the profile's copy rate for one op's output (L rows x h x 2 B), times the framework's
     # memory-bound bytes factor, as every memory-bound op of the layer.
     tables = ProfileTables(builtin_profile("h100-80gb"))
