@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 
 ONE_LINK_PER_NODE_BYTES_PER_S = 400e9 / 8 / 4
 """One NDR 400 Gb/s link shared by a node's 4 GPUs."""
