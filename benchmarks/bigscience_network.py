@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cost_model.constants import load_constants  # noqa: E402
 from cost_model.estimator import Estimator  # noqa: E402
-from cost_model.published import load_published_runs  # noqa: E402
+from cost_model.published_rows import load_published_runs  # noqa: E402
 
 MEASURED_S = {"fp16": {1: 844.81, 2: 430.21}, "bf16": {1: 853.81, 2: 434.14}}
 """Seconds per iteration, by dtype and number of replicas (chronicles-prequel.md, 2022-02-17)."""

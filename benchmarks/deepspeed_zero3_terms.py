@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cost_model.constants import load_constants  # noqa: E402
 from cost_model.estimator import Estimator  # noqa: E402
-from cost_model.published import load_published_runs  # noqa: E402
+from cost_model.published_rows import load_published_runs  # noqa: E402
 
 ONE_GATHER = dict(zero3_recompute_reuse_params=math.inf)
 """The recompute and the backward share one gather (nothing re-gathered)."""

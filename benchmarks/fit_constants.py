@@ -39,14 +39,14 @@ from scipy.optimize import minimize
 
 from autoplan.specs import write_json_atomic
 from cost_model.constants import CONSTANTS_PATH, Constants
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.splits import SPLITS, fit_rows, refit_key, split_groups, withhold
 from cost_model.validation import predict_runs, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # its sibling, also when a test loads this file by path
 from paired_switches import SWITCHES, paired_estimate  # noqa: E402
 
-# The frameworks whose facts the published rows carry (cost_model/published.py), plus
+# The frameworks whose facts the published rows carry (cost_model/published_rows.py), plus
 # Megatron-Core, which runs Megatron's kernels (Transformer Engine GEMMs, flash attention).
 PUBLISHED = ("megatron-2021", "megatron-deepspeed", "deepspeed", "llm-foundry", "torchtitan", "megatron-core")
 FSDP_FRAMEWORKS = ("llm-foundry", "torchtitan")

@@ -21,7 +21,7 @@ from autoplan.specs.compat import record_framework
 from cost_model import Estimator
 from cost_model.constants import load_constants
 from cost_model.profiles import builtin_profile
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.validation import predict_runs
 
 GIB = 2 ** 30

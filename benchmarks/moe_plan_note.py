@@ -29,7 +29,7 @@ from autoplan.inputs.hf_config import load_hf_config
 from autoplan.planning.planner import PlanRequest, make_estimator, plan_search
 from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
 from cost_model import builtin_profile
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "hf_configs"
 SEQ = 4096

@@ -35,7 +35,7 @@ def _document(run) -> str:
 def _pair_key(run, switch: str) -> tuple:
     others = tuple(on(run) for name, (on, _, _) in SWITCHES.items() if name != switch)
     return (_document(run), repr(run.model), run.gpu, repr(run.cluster), repr(run.plan), repr(run.training), run.framework, run.compiled,
-            run.flash_attention, run.tp_comm_overlap, run.nic_bytes_per_s, others)
+            run.flash_attention, run.nic_bytes_per_s, others)
 
 
 def switch_pairs(runs: list, switch: str) -> list:

@@ -43,10 +43,11 @@ class Recipe:
     """Sequences per optimizer step."""
     seq_len: int
     framework: str
-    """The autoplan framework entry that stands for the recipe's software (its options after '+')."""
+    """The autoplan framework entry that stands for the recipe's software (its options after '+'); TP
+    communication overlap is a knob (tp_comm_overlap), not an option."""
     knobs: dict = field(default_factory=dict)
     """ParallelPlan fields the recipe sets (tp, pp, vpp, cp, ep, etp, sequence_parallel, zero_stage,
-    micro_batch_size, recompute, recompute_num_layers, recompute_modules); dp and num_microbatches
+    micro_batch_size, recompute, recompute_num_layers, recompute_modules, tp_comm_overlap); dp and num_microbatches
     follow from the GPU count and the batch; unset ones take ParallelPlan's defaults."""
     dtype: str = "bf16"
     assumed: str = ""
@@ -54,14 +55,14 @@ class Recipe:
 
 
 PLAN_KNOBS = ("tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel", "zero_stage", "micro_batch_size",
-              "recompute", "recompute_num_layers", "recompute_modules")
+              "recompute", "recompute_num_layers", "recompute_modules", "tp_comm_overlap")
 
 
 def from_published(key: str, family: str, run_id: str, source: str, model: str, framework: str,
                    assumed: str = "") -> Recipe:
     """A recipe whose layout is already a row of cost_model/data/published_runs.csv: its GPUs, batch,
     sequence, precision and knobs read from there (written once), never its measured figures."""
-    from cost_model.published import load_published_runs
+    from cost_model.published_rows import load_published_runs
 
     run = next(r for r in load_published_runs() if r.id == run_id)
     knobs = {k: getattr(run.plan, k) for k in PLAN_KNOBS if getattr(run.plan, k) != getattr(DEFAULT_PLAN, k)}
@@ -95,13 +96,15 @@ RECIPES = (
     Recipe("bridge-llama3-70b", "dense",
            f"{BRIDGE} src/megatron/bridge/recipes/llama/h100/llama3.py @061468b782 "
            "(llama3_70b_pretrain_32gpu_h100_bf16_config, lines 717-790)",
-           "llama-3-70b", "h100-80gb", 32, 512, 8192, "megatron-core+tp-comm-overlap",
-           dict(tp=4, pp=4, vpp=5, cp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1)),
+           "llama-3-70b", "h100-80gb", 32, 512, 8192, "megatron-core",
+           dict(tp=4, pp=4, vpp=5, cp=2, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                tp_comm_overlap=True)),
     Recipe("bridge-llama31-405b-128k", "dense",
            f"{BRIDGE} src/megatron/bridge/recipes/llama/h100/llama3.py @061468b782 "
            "(llama31_405b_pretrain_256gpu_h100_bf16_config, lines 1200-1275)",
-           "llama-3-405b", "h100-80gb", 256, 512, 131072, "megatron-core+tp-comm-overlap",
-           dict(tp=8, pp=8, vpp=2, cp=4, sequence_parallel=True, zero_stage=1, micro_batch_size=1),
+           "llama-3-405b", "h100-80gb", 256, 512, 131072, "megatron-core",
+           dict(tp=8, pp=8, vpp=2, cp=4, sequence_parallel=True, zero_stage=1, micro_batch_size=1,
+                tp_comm_overlap=True),
            assumed="The catalog's llama-3-405b (8k context) stands for Llama 3.1 405B (same shape, 128k "
                    "RoPE scaling)."),
     Recipe("bridge-qwen3-235b-a22b", "moe",
@@ -174,7 +177,7 @@ RECIPES = (
     from_published("mlperf-llama31-405b", "dense", "MLPERF-v50-nv405-n64-01",
                    "mlcommons/training_results_v5.0 NVIDIA/benchmarks/llama31_405b/implementations/"
                    "eos-dfw_n64_ngc25.01_nemo/config_DGXH100_64x8x288xtp8pp8cp2.sh @0fdc28f013",
-                   "llama-3-405b", "megatron-core+tp-comm-overlap",
+                   "llama-3-405b", "megatron-core",
                    assumed="Llama 3.1 405B's published layout (the paper's Table 4 is kept aside); MLPerf's 32k "
                            "vocabulary costed as the catalog's 128k; FP8_PARAMS=True (weights kept in fp8 only) "
                            "has no knob in autoplan."),

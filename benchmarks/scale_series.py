@@ -20,7 +20,7 @@ import math
 import statistics
 
 import cost_model.scale_terms as scale_terms
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.validation import held_out_results
 
 

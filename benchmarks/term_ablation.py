@@ -3,9 +3,10 @@ framework has it, and with the term switched off, per source (shipped constants)
 
     .venv/bin/python benchmarks/term_ablation.py
 
-A term is switched off through the run's framework facts (Framework.with_overrides), so the rest of
-the model is untouched; the constants are the shipped full fit (cost_model/data/constants.json), so
-the figures say what each term does to the prediction, not how well a refit without it would do.
+A term is switched off through the run's framework facts (Framework.with_overrides), or, for a plan
+knob ("plan.tp_comm_overlap"), through the run's plan, so the rest of the model is untouched; the
+constants are the shipped full fit (cost_model/data/constants.json), so the figures say what each term
+does to the prediction, not how well a refit without it would do.
 """
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import statistics
 import sys
 
 from cost_model.estimator import Estimator
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from autoplan.specs import InfeasiblePlan
 from autoplan.specs.frameworks import FRAMEWORK_NAMES
 
 TERMS = {
-    "tp_comm_gemm_overlap": ("Megatron-Core --tp-comm-overlap, where the run stated it", False),
+    "plan.tp_comm_overlap": ("Megatron-Core --tp-comm-overlap, where the run stated it", False),
     "fp8_weight_cast_per_microbatch": ("Transformer Engine's fp8 weight cache (megatron-core): off = cast per micro-batch", True),
     "dp_param_gather_overlap": ("distributed optimizer's weight all-gather under the next forward", False),
     "pp_p2p_overlap": ("interleaved p2p sends under the next virtual stage", False),
@@ -34,13 +35,15 @@ def _errors(runs: list, term: str | None) -> dict:
     for run in runs:
         if run.framework not in FRAMEWORK_NAMES:
             continue
-        framework = run.framework_facts()
-        if term is not None:
+        framework, plan = run.framework_facts(), run.plan
+        if term is not None and term.startswith("plan."):
+            plan = plan.replace(**{term.removeprefix("plan."): TERMS[term][1]})
+        elif term is not None:
             framework = framework.with_overrides(**{term: TERMS[term][1]})
         est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=framework,
                         allow_tp_across_nodes=True)
         try:
-            predicted = est.estimate(run.plan).tokens_per_s_per_gpu
+            predicted = est.estimate(plan).tokens_per_s_per_gpu
         except InfeasiblePlan:
             continue
         errors[run.id] = predicted / run.measured_tokens_per_s_per_gpu - 1.0

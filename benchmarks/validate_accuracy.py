@@ -16,7 +16,7 @@ import time
 
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ModelSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, builtin_profile
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.splits import predict_with_mfu
 from cost_model.validation import memory_summary, predict_runs, summarize
 

@@ -36,7 +36,7 @@ class Constants:
         its fitted efficiency values and per-run overrides (e.g. torch.compile on) merged over its
         documented facts."""
         framework = name if isinstance(name, Framework) else get_framework(name)
-        # Fitted values belong to the built-in framework, options or not ("megatron-core+tp-comm-overlap").
+        # Fitted values belong to the built-in framework, options or not ("megatron-core+flex-deepep").
         fitted = self.frameworks.get(base_framework_name(framework.name), {})
         return framework.with_overrides(**{**fitted, **overrides})
 

@@ -67,6 +67,10 @@ class MoeTimes:
     weight_stack_s: float = 0.0
     """Stacking the unpacked experts' weights (Framework.moe_stacked_expert_weights), one pass: paid in
     the forward and again in the backward (memory-bound)."""
+    imbalance_act_s: float = 0.0
+    """The routed experts' activation function (SwiGLU's silu x up) on the busiest rank's rows beyond the
+    mean's, forward (memory-bound, like the GEMMs it sits between: KempnerForge's padded experts run
+    it on every expert's padded rows, moe.py @abbbac33 lines 128-130)."""
 
 
 def expert_load_imbalance(setting: float, ep: int, capacity_factor: float = 0.0, padded: bool = False) -> float:
@@ -245,14 +249,15 @@ def permute_times_s(model: ModelSpec, tables: ProfileTables, tokens: int, tp: in
 def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: float,
                     expert_gemm_bwd_s: float, a2a_s: float, other_fwd_s: float, other_bwd_s: float,
                     tokens: int, tp: int, ep: int, etp: int, memory_scale: float, facts: MoEFacts,
-                    capacity_factor: float = 0.0) -> MoeTimes:
+                    capacity_factor: float = 0.0, routed_act_s: float = 0.0) -> MoeTimes:
     """The MoE terms of one layer.
 
     `expert_gemm_*_s`: the expert GEMMs at balanced routing; `a2a_s`: one pass's dispatch + combine
     at balanced routing; `other_*_s`: the pass's compute the all-to-all of the opposite pass can run
     under (attention and GEMMs); `facts`: the framework's MoE facts, their moe_load_imbalance the
     measured one (TrainingSpec) where there is one; `capacity_factor`: the plan's moe_capacity_factor
-    (0 = dropless)."""
+    (0 = dropless); `routed_act_s`: the routed experts' activation function at balanced routing, one
+    forward."""
     load_imbalance, padded_gemm = facts.moe_load_imbalance, facts.moe_padded_expert_gemm
     f = busiest_rows_factor(model, load_imbalance, ep, capacity_factor, padded_gemm)
     permute_fwd_s, permute_bwd_s = permute_times_s(model, tables, tokens, tp, ep, etp, memory_scale, facts, f)
@@ -268,7 +273,8 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
                     imbalance_gemm_bwd_s=(f - 1.0) * expert_gemm_bwd_s,
                     permute_fwd_s=permute_fwd_s, permute_bwd_s=permute_bwd_s,
                     a2a_fwd_s=a2a_fwd_s, a2a_bwd_s=a2a_bwd_s, a2a_hidden_s=hidden,
-                    weight_stack_s=stacked_weights_s(model, tables, ep, etp) if facts.moe_stacked_expert_weights else 0.0)
+                    weight_stack_s=stacked_weights_s(model, tables, ep, etp) if facts.moe_stacked_expert_weights else 0.0,
+                    imbalance_act_s=(f - 1.0) * routed_act_s)
 
 
 _FORCED = re.compile(r"force-load-balancing|force balance assumed")

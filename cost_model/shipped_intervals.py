@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from autoplan.specs import AutoplanError
 from cost_model.intervals import DEFAULT_TRANSFER, LEVEL, TRANSFERS, Interval, interval_of, residual
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.splits import MOE_SPLIT, stratum
 from cost_model.validation import held_out_results, moe_results
 

@@ -4,7 +4,7 @@ and the facts its measured rows chose (RowDerivedFact).
 
 The software a row names and the framework as the source ran it live with the framework whose facts
 predict it (autoplan/specs/frameworks/, STANDS_IN_FOR and AS_RAN); nanotron, MaxText and Paxml have no
-built-in entry, so their rows are listed as skipped. cost_model/published.py reads the rows with these;
+built-in entry, so their rows are listed as skipped. cost_model/published_rows.py reads the rows with these;
 a new source's facts go here.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ BLOOM_DP_BANDWIDTH_SCALE = BLOOM_NETWORK.value
 ROW_DERIVED_FACTS = (BLOOM_NETWORK,)
 """Every fact solved or chosen from a source's measured rows (each applied through SOURCES "derived").
 Not here, because read from code rather than chosen by the rows, though the rows were checked against
-them: DeepSpeed v0.3.13's ZeRO-3 terms of Narayanan et al. 2021's baseline rows (cost_model/published.py,
+them: DeepSpeed v0.3.13's ZeRO-3 terms of Narayanan et al. 2021's baseline rows (cost_model/published_rows.py,
 benchmarks/deepspeed_zero3_terms.py compares the variants on those rows)."""
 
 # Architecture facts each source's models share (not in the CSV's columns).
@@ -83,6 +83,11 @@ SOURCES = {
     # fms-fsdp's README's throughput table: "A100 80G 128 GPUs with 400Gbps", "H100 96 GPUs
     # with 800 Gbps", per 8-GPU node: 6.25 and 12.5 GB/s per GPU.
     "FMS": dict(source="fms-fsdp", nic_bytes_per_s={"a100-80gb": 400e9 / 8 / 8, "h100-80gb": 800e9 / 8 / 8}),
+    # Kempner's H200 nodes: 4 GPUs, NVLink inside, "InfiniBand (NDR 400Gbps)" between nodes (KempnerForge
+    # benchmarks/config_validation/config_validation.md @dbf29da), priced at the profile's default, one
+    # 400 Gb/s link per GPU (50 GB/s). Not one link per node (12.5 GB/s per GPU): its 8-node 70B run
+    # moved >= 20.3 GB/s per GPU, counted bytes over its step (tests/test_kempner_network.py). The MoE
+    # rows (KEMPNERMOE) ran on 2 of the same nodes (moe_packed_benchmark.md).
     "KEMPNER": dict(source="kempnerforge", **KEMPNERFORGE_MEMORY_LOG),
     # Only its 32B rows span nodes, and they ran on Ai2's Augusta cluster: the script (OLMo2-32B.py at
     # eaecf879c, a commit of the branch for "uploading checkpoints augusta") saves to gs://, and at that

@@ -232,9 +232,9 @@ def problem_key(run) -> tuple:
 
 
 def plan_identity(run) -> tuple:
-    """What a user chooses of a run: the parallel plan and the switches (async TP, TP comm overlap,
-    row-wise fp8, torch.compile, fused attention). Two rows alike in these are one plan measured twice."""
-    return repr(run.plan), run.async_tp, run.tp_comm_overlap, run.fp8_rowwise, run.compiled, run.flash_attention
+    """What a user chooses of a run: the parallel plan (TP comm overlap included) and the switches (async
+    TP, row-wise fp8, torch.compile, fused attention). Two rows alike in these are one plan measured twice."""
+    return repr(run.plan), run.async_tp, run.fp8_rowwise, run.compiled, run.flash_attention
 
 
 def within_problem_rank(results: list) -> dict:

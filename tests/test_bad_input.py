@@ -8,7 +8,7 @@ import json
 import pytest
 
 from autoplan.cli.main import main
-from cost_model.published import PUBLISHED_RUNS_PATH
+from cost_model.published_rows import PUBLISHED_RUNS_PATH
 
 SMALL = ["--model", "llama-2-7b", "--gpus", "8", "--global-batch", "32", "--seq-len", "2048"]
 BINARY = bytes(range(128, 256)) * 8  # not UTF-8

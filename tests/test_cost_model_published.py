@@ -3,7 +3,7 @@ import pytest
 
 from autoplan.specs import AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from cost_model import Constants, Estimator, builtin_profile, load_constants
-from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
+from cost_model.published_rows import PUBLISHED_RUNS_PATH, load_published_runs
 from cost_model.splits import fit_rows
 from cost_model.validation import predict_runs, summarize
 

@@ -8,7 +8,7 @@ from autoplan.inputs.catalog import resolve_model
 from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 
 LLAMA3_8B_PARAMS = 8_030_261_248
 # Llama-3-8B's linears per layer: q and o 4096 x 4096, k and v 4096 x 1024, three MLP matrices

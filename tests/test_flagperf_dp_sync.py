@@ -9,7 +9,7 @@ import pytest
 
 from autoplan.specs.frameworks import FRAMEWORKS
 from cost_model import Estimator, load_constants
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 
 FLAGPERF = ("FLAGPERF-mixtral8x7b-01", "FLAGPERF-mixtral8L-01", "FLAGPERF-qwenmoe-01", "FLAGPERF-qwenmoe-02")
 

@@ -17,7 +17,7 @@ import pytest
 from autoplan.specs import ModelSpec, ParallelPlan, TrainingSpec, ClusterSpec
 from cost_model import Estimator, activation_bytes_per_layer, builtin_profile
 from cost_model.constants import load_constants
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.validation import predict_runs
 
 GPT = ModelSpec(name="gpt-2.7b", num_layers=32, hidden_size=2560, num_heads=32, num_kv_heads=32,

@@ -53,7 +53,7 @@ def test_predicted_and_measured_mfu_share_one_numerator():
 # -- frameworks ------------------------------------------------------------------------------------
 
 def test_every_published_run_passes_its_own_frameworks_rules():
-    from cost_model.published import load_published_runs
+    from cost_model.published_rows import load_published_runs
 
     runs = load_published_runs()
     assert len(runs) > 500

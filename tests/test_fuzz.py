@@ -115,7 +115,7 @@ def base(tmp_path_factory):
                    "correction": None, "profile": None, "op_models": [], "training": {}}
     config = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8,
               "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1024, "max_position_embeddings": 2048}
-    from cost_model.published import PUBLISHED_RUNS_PATH
+    from cost_model.published_rows import PUBLISHED_RUNS_PATH
     with open(PUBLISHED_RUNS_PATH, newline="") as f:
         reader = csv.DictReader(f)
         row, fields = next(reader), reader.fieldnames

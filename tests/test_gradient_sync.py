@@ -8,7 +8,7 @@ from autoplan.inputs.catalog import resolve_model
 from autoplan.specs import ClusterSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.tables import ProfileTables
 
 LLAMA3_8B_PARAMS = 8_030_261_248     # Llama-3-8B: 32 layers of h 4096, ffn 14336, GQA 8 of 32 heads, vocab 128256

@@ -11,7 +11,7 @@ import json
 from cost_model.constants import CONSTANTS_PATH, load_constants
 from cost_model.measured_runs import H100_RUNS_DIR, h100_summary, load_profile, predict_measurements
 from cost_model.profiles import BUILTIN_PROFILE_NAMES
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.splits import SPLITS, fit_rows, refit_key, split_groups
 from cost_model.validation import held_out_results, predict_runs
 

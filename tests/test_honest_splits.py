@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from cost_model.intervals import MIN_STRATUM_ROWS, conformal_quantile, coverage, interval_of, pooled_residuals
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.source_facts import BLOOM_NETWORK, ROW_DERIVED_FACTS
 from cost_model.splits import SPLITS, Where, stratum, withhold
 from cost_model.validation import RowResult, held_out_results, within_problem_rank

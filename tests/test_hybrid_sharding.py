@@ -10,7 +10,7 @@ from autoplan.inputs.catalog import resolve_model
 from autoplan.specs import ClusterSpec, InfeasiblePlan, ParallelPlan, TrainingSpec, get_framework
 from cost_model import Estimator, load_constants
 from cost_model.profiles import builtin_profile
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.tables import ProfileTables
 
 LLAMA3_8B_PARAMS = 8_030_261_248

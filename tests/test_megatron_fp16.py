@@ -10,7 +10,7 @@ from autoplan.specs import ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from cost_model import Estimator, load_constants
 from cost_model.dp_time import dp_time
 from cost_model.profiles import builtin_profile
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.tables import ProfileTables
 from cost_model.validation import predict_runs
 

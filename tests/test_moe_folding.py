@@ -11,7 +11,7 @@ from autoplan.specs import ClusterSpec, InfeasiblePlan, ModelSpec, ParallelPlan,
 from autoplan.specs.frameworks import get_framework
 from cost_model.constants import load_constants
 from cost_model.flops import layer_gemms
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.splits import fit_rows, validation_only
 from tests.framework_acceptance import megatron_accepts
 

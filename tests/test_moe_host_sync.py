@@ -12,7 +12,7 @@ import pytest
 from autoplan.specs import ParallelPlan
 from cost_model import Estimator, load_constants
 from cost_model.dp_time import host_sync_exposed_s
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 
 
 def _est(model, host_sync=True):

@@ -14,7 +14,7 @@ from cost_model.constants import load_constants
 from cost_model.memory import activation_bytes_per_layer, selective_kept_bytes
 from cost_model.moe_time import DEFAULT_EXPERT_LOAD_IMBALANCE, expert_load_imbalance
 from cost_model.profiles import builtin_profile
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 
 # A small MoE: h 1024, 8 heads, 16 experts of 512 (gated), top-2, every layer MoE.
 MOE = ModelSpec(name="moe-knobs", num_layers=8, hidden_size=1024, num_heads=8, num_kv_heads=8,

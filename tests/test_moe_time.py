@@ -10,7 +10,7 @@ from autoplan.specs.framework_facts import MoEFacts
 from cost_model.moe_time import (
     DEFAULT_EXPERT_LOAD_IMBALANCE, expert_load_imbalance, moe_layer_times, moe_run_facts, permute_elems,
 )
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.tables import ProfileTables
 
 # Qwen3-235B-A22B's MoE shape: h 4096, 128 experts, top-8.
@@ -123,7 +123,7 @@ def test_megatron_2024_keeps_the_weighted_expert_outputs():
     unpermutation (`unpermuted_local_hidden * scores`), which keeps the outputs: one more tensor of the
     experts' input rows x h (FlagPerf's rows ran that code: cost_model/source_facts.py)."""
     from cost_model.memory import activation_bytes_per_layer, selective_kept_bytes
-    from cost_model.published import load_published_runs
+    from cost_model.published_rows import load_published_runs
     parts = activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=True, etp=1, weighted_outputs_saved=True)
     assert parts["expert_outputs"] == 2 * 4096 * 8 * 4096 / 4 == 67_108_864
     assert "expert_outputs" not in activation_bytes_per_layer(QWEN3, 1, 4096, 4, True, moe=True, etp=1)

@@ -1,5 +1,5 @@
-"""The overlap and fp8 terms of issue 20, from worked examples: Megatron-Core's TP comm overlap (a
-framework option that the plan file, the estimate and the export carry), the fp8 weight casts of
+"""The overlap and fp8 terms of issue 20, from worked examples: Megatron-Core's TP comm overlap (the
+plan's tp_comm_overlap knob, which the plan file, the estimate and the export carry), the fp8 weight casts of
 Transformer Engine (once per step) against torchao (every micro-batch), the data-parallel chunking
 of Megatron-Core's distributed optimizer, and the TP traffic torchtitan's selective recompute reruns."""
 from types import SimpleNamespace
@@ -9,6 +9,7 @@ import pytest
 from autoplan.inputs.catalog import resolve_model
 from autoplan.specs import AutoplanError, ClusterSpec, ParallelPlan, TrainingSpec, get_framework
 from cost_model import Estimator, load_constants
+from cost_model.estimator import tp_overlap_switches
 from cost_model.profiles import builtin_profile
 from cost_model.step_time import tp_exposed_s
 from cost_model.tables import ProfileTables
@@ -18,22 +19,23 @@ def _times(tp_fwd_s, gemm_fwd_s):
     return SimpleNamespace(tp_fwd_s=tp_fwd_s, tp_bwd_s=tp_fwd_s, gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=2 * gemm_fwd_s)
 
 
-def test_the_option_is_part_of_the_framework_name():
-    framework = get_framework("Megatron-Core+tp-comm-overlap")
-    assert framework.name == "megatron-core+tp-comm-overlap" and framework.tp_comm_gemm_overlap
+def test_an_option_is_part_of_the_framework_name():
+    framework = get_framework("Megatron-Core+flex-deepep")
+    assert framework.name == "megatron-core+flex-deepep" and framework.moe_dispatch == "flex"
     assert not get_framework("megatron-core").tp_comm_gemm_overlap    # Megatron-LM's default: off
-    with pytest.raises(AutoplanError, match="has no option 'overlap'; its options: megatron-core\\+tp-comm-overlap"):
+    with pytest.raises(AutoplanError, match="has no option 'overlap'; its options: megatron-core\\+overlap-moe"):
         get_framework("megatron-core+overlap")
     with pytest.raises(AutoplanError, match="has no option"):
         get_framework("torchtitan+tp-comm-overlap")
     # Fitted values are the base framework's.
     constants = load_constants()
-    assert constants.framework("megatron-core+tp-comm-overlap").gemm_efficiency == \
+    assert constants.framework("megatron-core+flex-deepep").gemm_efficiency == \
         constants.framework("megatron-core").gemm_efficiency
 
 
 def test_pipelined_tp_traffic_shows_its_first_chunk_or_what_outlasts_the_gemms():
-    overlap = get_framework("megatron-core+tp-comm-overlap")
+    # Megatron-Core as a plan with tp_comm_overlap runs it (Transformer Engine userbuffers).
+    overlap = get_framework("megatron-core").with_overrides(**tp_overlap_switches(get_framework("megatron-core")))
     sp4 = ParallelPlan(tp=4, sequence_parallel=True)
     # Traffic 3 ms under a 10 ms forward GEMM: a quarter (the first of 4 chunks) shows, 0.75 ms; the
     # backward's 3 ms under 20 ms: 0.75 ms again.
@@ -41,7 +43,7 @@ def test_pipelined_tp_traffic_shows_its_first_chunk_or_what_outlasts_the_gemms()
     # Traffic 20 ms over a 10 ms forward GEMM: 10 ms outlasts it (more than the 5 ms first chunk);
     # backward 20 ms under 20 ms of GEMMs: the first chunk, 5 ms.
     assert tp_exposed_s(sp4, overlap, _times(20e-3, 10e-3)) == pytest.approx(10e-3 + 5e-3)
-    # Without SP Megatron refuses the overlap: every byte is exposed, as without the option.
+    # Without SP Megatron refuses the overlap: every byte is exposed, as without it.
     no_sp = ParallelPlan(tp=4, sequence_parallel=False)
     assert tp_exposed_s(no_sp, overlap, _times(3e-3, 10e-3)) == pytest.approx(6e-3)
     assert tp_exposed_s(sp4, get_framework("megatron-core"), _times(3e-3, 10e-3)) == pytest.approx(6e-3)
@@ -107,15 +109,15 @@ def test_the_megatron_export_passes_the_overlap_the_plan_was_costed_with():
     from tests.framework_acceptance import megatron_accepts
 
     flags = {}
-    for framework in ("megatron-core", "megatron-core+tp-comm-overlap"):
-        request = PlanRequest(model="llama-3-8b", num_gpus=16, framework=framework, exhaustive=False,
-                              pins=Pins(tp=4, pp=1, sequence_parallel=True, zero_stage=1, tp_comm_overlap=False))
+    for overlap in (False, True):
+        request = PlanRequest(model="llama-3-8b", num_gpus=16, framework="megatron-core", exhaustive=False,
+                              pins=Pins(tp=4, pp=1, sequence_parallel=True, zero_stage=1, tp_comm_overlap=overlap))
         doc = plan_search(request).document
-        assert doc.framework == framework
+        assert doc.framework == "megatron-core" and doc.parallel.tp_comm_overlap is overlap
         text = export_plan(doc, "megatron").text
         assert megatron_accepts(text, 16) == ""
-        flags[framework] = ("--tp-comm-overlap" in text, "--overlap-grad-reduce" in text)
-    assert flags == {"megatron-core": (False, True), "megatron-core+tp-comm-overlap": (True, True)}
+        flags[overlap] = ("--tp-comm-overlap" in text, "--overlap-grad-reduce" in text)
+    assert flags == {False: (False, True), True: (True, True)}
 
 
 def test_fsdp2_copies_and_fp32_reduce_scatter_from_a_worked_example():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cost_model.constants import load_constants
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.splits import fit_rows
 from cost_model.validation import predict_runs
 

@@ -7,7 +7,7 @@ from autoplan.planning.planner import PlanRequest, plan_search, score_one
 from autoplan.planning.space import Pins
 from autoplan.specs import get_framework
 from cost_model.memory import BYTES_ACT, activation_bytes_per_layer, full_recompute_layer_bytes
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 
 GIB = 2 ** 30
 

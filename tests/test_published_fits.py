@@ -4,7 +4,7 @@ fitting fails this test (a memory term that grows where it should not).
 """
 from __future__ import annotations
 
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.validation import predict_runs
 
 KNOWN_NOT_FITTING: set = set()

@@ -11,7 +11,7 @@ import pytest
 
 from cost_model import Estimator
 from cost_model.constants import load_constants
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.validation import predict_runs
 
 LOGITS = 2 * 8192 * 128256

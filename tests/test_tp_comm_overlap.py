@@ -142,3 +142,91 @@ def test_an_export_to_a_framework_without_overlap_is_refused_with_its_rule():
     with pytest.raises(InfeasiblePlan, match="framework deepspeed cannot overlap tensor-parallel communication"):
         export_plan(doc, "deepspeed")
     assert "--tp-comm-overlap" in export_plan(doc, "megatron").text
+
+
+# -- one name for one switch: the former framework option megatron-core+tp-comm-overlap is the plan knob ------
+
+def _old_spelling(new: dict) -> dict:
+    """A plan file as the option wrote it (before 2026-11-29): framework "megatron-core+tp-comm-overlap", no
+    tp_comm_overlap in any plan, and each prediction stamped with that spelling (PlanDocument.to_dict)."""
+    from autoplan.specs.planfile import prediction_hash
+
+    name, sections = "megatron-core+tp-comm-overlap", [new["model"], new["training"], new["cluster"]]
+
+    def spelled(part: dict) -> dict:
+        parallel = {k: v for k, v in part["parallel"].items() if k != "tp_comm_overlap"}
+        return {**part, "parallel": parallel, "prediction_for": prediction_hash(*sections, parallel, name)}
+
+    return {**spelled(new), "framework": name, "alternatives": [spelled(a) for a in new["alternatives"]]}
+
+
+def test_an_old_plan_file_naming_the_option_reads_to_the_same_estimate_as_the_knob(tmp_path, capsys):
+    import json
+
+    from autoplan.planning.planner import PlanRequest, plan_search
+    from autoplan.planning.space import Pins
+    from autoplan.specs import PlanDocument
+
+    request = PlanRequest(model="llama-3-8b", num_gpus=16, framework="megatron-core", exhaustive=False,
+                          pins=Pins(tp=4, pp=1, sequence_parallel=True, zero_stage=1, tp_comm_overlap=True))
+    new = plan_search(request).document.to_dict()
+    assert new["parallel"]["tp_comm_overlap"] is True and new["alternatives"]
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    (tmp_path / "old.json").write_text(json.dumps(_old_spelling(new)))
+    doc = PlanDocument.load(tmp_path / "old.json")
+    assert doc.framework == "megatron-core" and doc.parallel.tp_comm_overlap is True
+    assert doc.prediction_current          # the prediction it carries was made for this very plan
+    assert [a["parallel"] for a in doc.alternatives] == [a["parallel"] for a in new["alternatives"]]
+    assert all(doc.alternative_current(a) for a in doc.alternatives)
+    outputs = {}
+    for name in ("new", "old"):
+        code, out, err = run_cli(capsys, "estimate", tmp_path / f"{name}.json")
+        assert code == 0, err
+        outputs[name] = out
+    assert outputs["old"] == outputs["new"]   # the same plan, framework, prediction and re-scored estimate
+    assert "prediction: the plan file's and now" in outputs["old"]
+    assert "megatron-core+tp-comm-overlap" not in outputs["old"]
+
+
+def test_the_option_turns_the_knob_on_only_where_it_acted():
+    """The option pipelined TP collectives only with tp > 1 and sequence parallelism; a plan without SP read
+    from an old file keeps the knob off (Megatron-Core would refuse it there), and is still read."""
+    from autoplan.specs import PlanDocument
+    from tests.export_plans import LLAMA3_8B, export_doc
+
+    doc = export_doc(LLAMA3_8B, 16, 64, dp=4, tp=4, sequence_parallel=False, zero_stage=1, micro_batch_size=1,
+                     num_microbatches=16)
+    old = {**doc.to_dict(), "framework": "megatron-core+tp-comm-overlap"}
+    read = PlanDocument.from_dict(old)
+    assert read.framework == "megatron-core" and read.parallel == doc.parallel
+    assert len(read.assumed) == 1 and "read as 'megatron-core'" in read.assumed[0]
+    get_framework("megatron-core").check(read.model, read.training, read.parallel)
+
+
+def test_the_cli_names_the_flag_that_replaced_the_option(capsys):
+    for command in ("search", "estimate"):
+        code, out, err = run_cli(capsys, command, "--model", "llama-3-8b", "--gpus", "16", "--framework",
+                                 "megatron-core+tp-comm-overlap")
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "use --framework megatron-core --tp-comm-overlap" in err
+    assert "tp-comm-overlap" not in get_framework("megatron-core").options
+
+
+def test_published_rows_that_ran_the_overlap_carry_the_plan_knob():
+    """The CSV's tp_comm_overlap column sets the plan's knob on the Megatron-Core rows (the only framework
+    whose userbuffers it states), and the overlap is priced through the plan, not the framework facts."""
+    import csv
+
+    from cost_model.published_rows import PUBLISHED_RUNS_PATH, load_published_runs
+
+    with PUBLISHED_RUNS_PATH.open(newline="") as f:
+        stated = {r["id"] for r in csv.DictReader(f) if r["tp_comm_overlap"].strip().lower() == "true"}
+    runs = load_published_runs()
+    knob = {r.id for r in runs if r.plan.tp_comm_overlap}
+    assert knob == {r.id for r in runs if r.id in stated and r.framework == "megatron-core"} and knob
+    run = next(r for r in runs if r.id in knob)
+    facts = run.framework_facts()
+    assert not facts.tp_comm_gemm_overlap
+    est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=facts, allow_tp_across_nodes=True)
+    on, off = est.estimate(run.plan), est.estimate(run.plan.replace(tp_comm_overlap=False))
+    assert on.time_breakdown_s["tp_comm"] < off.time_breakdown_s["tp_comm"]

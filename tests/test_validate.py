@@ -2,7 +2,7 @@
 import json
 
 from autoplan.cli.main import main
-from cost_model.published import load_published_runs
+from cost_model.published_rows import load_published_runs
 from cost_model.validation import spearman
 
 
@@ -96,7 +96,7 @@ SPLIT_BOUNDS = {
     # then KempnerForge's pipeline path re-gathering its weights after each forward (m + 1 all-gathers a
     # step, Framework.pp_reshard_after_forward), refitted: -> the eighteenth; then MLPerf v3.0/v3.1's and
     # FP8-LM's attention on flash-attn, as Transformer Engine before v1.2 ran it on Hopper (not cuDNN's fused
-    # attention: cost_model/published.py _FLASH_ATTN_ROWS), refitted: -> the last.
+    # attention: cost_model/published_rows.py _FLASH_ATTN_ROWS), refitted: -> the last.
     ("source", "bf16_fp16"): (0.08, 0.88),           # 11.8% -> 11.4% -> 10.6% -> 10.6% -> 10.4% -> 9.5% -> 9.5% -> 9.6% -> 9.4% -> 9.1% -> 7.7% -> 7.7% -> 7.5% -> 7.5% -> 7.5% -> 7.9% -> 7.6% -> 7.4% -> 7.2%, +0.95
     # 2026-11-29 (issue 48): honest splits, BLOOM's network fraction (solved from BigScience's own step
     # times) withheld wherever BigScience's measurements are held out: by source 7.1% -> 7.3%, by GPU

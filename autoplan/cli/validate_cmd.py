@@ -196,7 +196,7 @@ def load_runs(path: str) -> list:
 
     from autoplan.specs import AutoplanError
     from autoplan.specs.jsonio import check_input_file
-    from cost_model.published import load_published_runs
+    from cost_model.published_rows import load_published_runs
 
     if Path(path).is_dir():
         raise AutoplanError(f"--runs {path!r} is a folder; give a published-runs CSV file")
@@ -272,7 +272,7 @@ def run(args) -> int:
 def _validate(args) -> tuple:
     """(the summary validate prints, the in-sample row results), predicted with a progress line."""
     from autoplan.cli.progress import Progress
-    from cost_model.published import PUBLISHED_RUNS_PATH, load_published_runs
+    from cost_model.published_rows import PUBLISHED_RUNS_PATH, load_published_runs
     from cost_model.measured_runs import h100_summary
     from cost_model.splits import validation_only
     from cost_model.validation import held_out_results, out_of_sample, predict_runs, row_derived_provenance, summarize

@@ -78,10 +78,9 @@ def _parallel_args(doc: PlanDocument, notes: list) -> list:
     args.append(("--context-parallel-size", par.cp))
     if par.sequence_parallel:
         args.append(("--sequence-parallel",))
-        if par.tp > 1 and (par.tp_comm_overlap or get_framework(doc.framework).tp_comm_gemm_overlap):
-            # A plan with tp_comm_overlap (or made for megatron-core+tp-comm-overlap) was costed with the TP
-            # collectives pipelined with the GEMMs (Transformer Engine userbuffers), which Megatron runs only
-            # with this flag.
+        if par.tp > 1 and par.tp_comm_overlap:
+            # A plan with tp_comm_overlap was costed with the TP collectives pipelined with the GEMMs
+            # (Transformer Engine userbuffers), which Megatron runs only with this flag.
             args.append(("--tp-comm-overlap",))
     if par.zero_stage == 1:
         # The distributed optimizer shards optimizer state and reduce-scatters gradients, but keeps

@@ -222,7 +222,9 @@ class TensorParallelFacts:
     """TP/SP collectives split into tp chunks and pipelined with the GEMMs that produce or consume
     them (Megatron-Core --tp-comm-overlap: Transformer Engine userbuffers' split-pipelined all-gather
     and reduce-scatter, transformer_engine/common/comm_gemm_overlap): per pass only the first chunk
-    (1/tp of the traffic) and the traffic beyond the layer's GEMM time stay exposed."""
+    (1/tp of the traffic) and the traffic beyond the layer's GEMM time stay exposed. Off in every framework's
+    facts: a plan's tp_comm_overlap turns it on where the kind is "userbuffers" (cost_model/estimator.py
+    tp_overlap_switches)."""
     tp_comm_overlap_kind: str = ""
     """How it overlaps TP communication when a plan turns ParallelPlan.tp_comm_overlap on
     (autoplan.specs.choices.TP_COMM_OVERLAP_KINDS): "userbuffers" costs it as tp_comm_gemm_overlap,

@@ -17,7 +17,8 @@ re-scores it with a note, as it scores a plan without one.
 
 v1 files still read: they name no framework, so they are read as made for "autoplan" (the executor
 that runs plan files) and `assumed` says so; their prediction was made with Megatron-Core's facts,
-which `autoplan estimate` re-scores.
+which `autoplan estimate` re-scores. v2 files made for a former framework option that is now a plan
+knob (megatron-core+tp-comm-overlap) read as the framework with the knob on, and `assumed` says so.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 
 from autoplan.specs.errors import SchemaError
-from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, get_framework
+from autoplan.specs.frameworks import DEFAULT_FRAMEWORK, get_framework, without_plan_knob_options
 from autoplan.specs.jsonio import check_schema, read_json, require, write_json_atomic
 from autoplan.specs.model import ModelSpec
 from autoplan.specs.plan import ParallelPlan
@@ -126,6 +127,7 @@ class PlanDocument:
                            f"`autoplan estimate`)")
         else:
             check_schema(data, PLAN_SCHEMA, what)
+            data = _read_plan_knob_options(data, what, assumed)  # "megatron-core+tp-comm-overlap": the knob
             framework = get_framework(require(data, "framework", str, what)).name
         issues = Issues(what)
         validate_plan(data, issues, get_framework(framework))  # every field and cross-section rule, at once
@@ -156,6 +158,40 @@ class PlanDocument:
 
     def save(self, path) -> None:
         write_json_atomic(path, self.to_dict())
+
+
+def _read_plan_knob_options(data: dict, what: str, assumed: list) -> dict:
+    """A file made for a former framework option that is now a plan knob (frameworks.PLAN_KNOB_OPTIONS:
+    "megatron-core+tp-comm-overlap"), as made for the framework with the knob on in its plan and in each
+    alternative where the option acted: tp > 1 with sequence parallelism, the only plans it priced
+    (cost_model/step_time.py tp_exposed_s) and that take the knob (framework_rules.check_plan). A stored
+    prediction made for the file as it is written stays current (both spellings price the same); one made
+    for another plan stays stale. `assumed` gets a line saying so; other files come back as they are."""
+    name = data.get("framework")
+    framework, knobs = without_plan_knob_options(name) if isinstance(name, str) else (name, ())
+    if not knobs:
+        return data
+    sections = [data.get(key) for key in ("model", "training", "cluster")]
+
+    def read(part: dict) -> dict:
+        """`part` (the file, or one alternative) with the knob on where the option acted, re-stamped."""
+        old = part.get("parallel")
+        tp = old.get("tp") if isinstance(old, dict) else None
+        if not (isinstance(tp, int) and tp > 1 and old.get("sequence_parallel") is True):
+            new = old
+        else:
+            new = {**old, **{knob: True for knob in knobs}}
+        stored = part.get("prediction_for")
+        if "prediction_for" in part and stored == prediction_hash(*sections, old, name):
+            part = {**part, "prediction_for": prediction_hash(*sections, new, framework)}
+        return {**part, "parallel": new} if "parallel" in part else part
+
+    read_data = {**read(data), "framework": framework}
+    if isinstance(data.get("alternatives"), list):
+        read_data["alternatives"] = [read(a) if isinstance(a, dict) else a for a in data["alternatives"]]
+    assumed.append(f"{what} names framework {name!r}, whose option is now the plan knob {', '.join(knobs)}: "
+                   f"read as {framework!r} with it on in each plan with tp > 1 and sequence parallelism")
+    return read_data
 
 
 def _read_alternative(alternative):

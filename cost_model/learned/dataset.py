@@ -152,7 +152,7 @@ def published_data(dtypes=("bf16", "fp16")) -> CalibrationData:
     `autoplan validate` does: the run's own profile (its GPU, and its cluster's network where the
     source says, e.g. Jean Zay's for BigScience) and the software stack of its framework.
     The measured step time is the published tokens/s/GPU turned back into seconds per step."""
-    from cost_model.published import load_published_runs
+    from cost_model.published_rows import load_published_runs
     from cost_model.splits import fit_rows
 
     data = CalibrationData()

@@ -6,7 +6,8 @@ A new framework is one file here. Its module sets
 - optionally `HISTORICAL` (name -> what it is: entries kept to re-score old records, listed after the
   others and only with --all), `STANDS_IN_FOR` (the software names of published runs whose facts it
   predicts) and `AS_RAN` (published source -> the facts of this framework as that source ran it, which
-  cost_model/published.py applies to the source's rows).
+  cost_model/published_rows.py applies to the source's rows), and `PLAN_KNOB_OPTIONS` (its former
+  options that are now ParallelPlan knobs -> the plan field each turns on).
 Discovery imports every module of this package whose name does not start with "_", and of the folders
 named by the environment variable AUTOPLAN_FRAMEWORKS_PATH (a framework of your own outside the
 installed package), and hands each to `register`, the one public call: a module that does not say what
@@ -43,6 +44,10 @@ predict it (names not here predict themselves)."""
 AS_RAN: dict = {}
 """Published source (cost_model/source_facts.py SOURCES "source") -> {Framework field: value}: its
 framework as that source ran it."""
+PLAN_KNOB_OPTIONS: dict = {}
+"""(framework, former option) -> the ParallelPlan field that now turns it on: ("megatron-core",
+"tp-comm-overlap") -> "tp_comm_overlap". A plan file that names the option reads as the framework with the
+knob on (autoplan.specs.planfile); get_framework refuses the name with the flag to use."""
 REGISTERED: dict = {}
 """Module name -> the names of the frameworks it registered."""
 _ORDER: list = []
@@ -67,6 +72,7 @@ def register(module: ModuleType) -> None:
     HISTORICAL_FRAMEWORKS.update(historical)
     AS_RAN.update(getattr(module, "AS_RAN", {}))
     STANDS_IN_FOR.update({software: names[0] for software in getattr(module, "STANDS_IN_FOR", ())})
+    PLAN_KNOB_OPTIONS.update({(names[0], o): knob for o, knob in getattr(module, "PLAN_KNOB_OPTIONS", {}).items()})
     REGISTERED[where] = tuple(names)
     _ORDER.append((module.LISTED_AT, frameworks))
     listed = [f for _, fws in sorted(_ORDER, key=lambda entry: entry[0]) for f in fws]
@@ -85,9 +91,9 @@ def discover() -> None:
 
 
 def get_framework(name: str) -> Framework:
-    """The built-in framework of this name, with any of its options appended ("megatron-core+tp-comm-
-    overlap": the switches a run turns on, Framework.options); one line listing the known ones
-    otherwise."""
+    """The built-in framework of this name, with any of its options appended ("megatron-core+flex-
+    deepep": the switches a run turns on, Framework.options); one line listing the known ones
+    otherwise, or, for a former option that is now a plan knob (PLAN_KNOB_OPTIONS), the flag to use."""
     base, *options = (name.strip().lower() if isinstance(name, str) else str(name)).split("+")
     framework = FRAMEWORKS.get(base)
     if framework is None:
@@ -96,6 +102,11 @@ def get_framework(name: str) -> Framework:
         return framework
     unknown = [o for o in options if o not in framework.options]
     if unknown:
+        kept, knobs = without_plan_knob_options(name)
+        if knobs:
+            flags = " ".join(f"--{knob.replace('_', '-')}" for knob in knobs)
+            raise AutoplanError(f"framework {name!r} is now framework {kept!r} with the plan's {', '.join(knobs)}: "
+                                f"use --framework {kept} {flags} (plan files that name it still read)")
         known = ", ".join(f"{base}+{o}" for o in framework.options) or "none"
         raise AutoplanError(f"framework {base} has no option {unknown[0]!r}; its options: {known}")
     overrides = {}
@@ -105,8 +116,19 @@ def get_framework(name: str) -> Framework:
 
 
 def base_framework_name(name: str) -> str:
-    """The built-in framework a name with options ("megatron-core+tp-comm-overlap") builds on."""
+    """The built-in framework a name with options ("megatron-core+flex-deepep") builds on."""
     return name.split("+")[0]
+
+
+def without_plan_knob_options(name: str) -> tuple:
+    """A framework name (an old plan file's) without its former options that are now plan knobs, and the
+    ParallelPlan fields they turn on: "megatron-core+tp-comm-overlap" -> ("megatron-core", ("tp_comm_overlap",));
+    a name without one comes back as it is, with ()."""
+    base, *options = name.strip().lower().split("+")
+    knobs = tuple(PLAN_KNOB_OPTIONS[(base, o)] for o in options if (base, o) in PLAN_KNOB_OPTIONS)
+    if not knobs:
+        return name, ()
+    return "+".join([base, *(o for o in options if (base, o) not in PLAN_KNOB_OPTIONS)]), knobs
 
 
 discover()

@@ -51,8 +51,7 @@ MEGATRON_CORE = Framework(
     dp_sync_per_virtual_stage=True, hsdp_zero_stages=(1,), zero2_reduce_every_microbatch=True,
     pipeline_defers_grad_sync=False, sp_regathers_in_backward=True,
     by_dtype={"fp16": MEGATRON_FP16},
-    options={"tp-comm-overlap": {"tp_comm_gemm_overlap": True},
-             "overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True},
+    options={"overlap-moe-expert-parallel-comm": {"moe_a2a_overlap": True},
              "flex-deepep": {"moe_dispatch": "flex"}},
     sources={"states": "Megatron distributed optimizer docs: bf16 params, fp32 main grads, fp32 master + Adam",
              "moe_dispatch": "megatron/core/transformer/moe/token_dispatcher.py core_v0.16.1 "
@@ -131,12 +130,12 @@ MEGATRON_CORE = Framework(
                                           "forward (lines 1176-1186); each chunk is its own DDP",
              "pp_p2p_overlap": "megatron/core/pipeline_parallel/schedules.py: overlap_p2p_comm with the "
                                "interleaved schedule (--no-overlap-p2p-communication turns it off)",
-             "tp_comm_gemm_overlap": "off, as Megatron-LM's --tp-comm-overlap defaults; the framework "
-                                     "megatron-core+tp-comm-overlap turns it on (Transformer Engine userbuffers; "
-                                     "Megatron requires --sequence-parallel with it, megatron/training/"
-                                     "arguments.py validate_args), for SP plans with tp > 1, and its Megatron "
-                                     "export passes the flag; a published run says in its column "
-                                     "tp_comm_overlap whether it ran it",
+             "tp_comm_gemm_overlap": "off, as Megatron-LM's --tp-comm-overlap defaults; a plan's "
+                                     "tp_comm_overlap turns it on (Transformer Engine userbuffers; Megatron "
+                                     "requires --sequence-parallel with it, megatron/training/arguments.py "
+                                     "validate_args), for SP plans with tp > 1, and its Megatron export passes "
+                                     "the flag; a published run says in its column tp_comm_overlap whether it "
+                                     "ran it (its plan's knob)",
              "tp_comm_overlap_kind": "a plan's tp_comm_overlap is --tp-comm-overlap (megatron/training/"
                                      "arguments.py core_v0.16.1: Transformer Engine userbuffers; validate_args "
                                      "refuses it without --sequence-parallel), priced as tp_comm_gemm_overlap",
@@ -171,6 +170,9 @@ MEGATRON_CORE = Framework(
 
 LISTED_AT = 2
 FRAMEWORKS = (MEGATRON_CORE,)
+PLAN_KNOB_OPTIONS = {"tp-comm-overlap": "tp_comm_overlap"}
+"""The option megatron-core+tp-comm-overlap (until 2026-11-29) is the plan's tp_comm_overlap: old plan files
+that name it read as megatron-core with the knob on."""
 STANDS_IN_FOR = (
     "nemo-megatron-core",
     # NeMo 1.x "legacy" Megatron GPT with Transformer Engine layers (MLPerf GPT-3 2023-2024).

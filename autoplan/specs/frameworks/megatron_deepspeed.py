@@ -1,5 +1,5 @@
 """megatron-deepspeed: Megatron-DeepSpeed as BigScience ran BLOOM (2022), and the 2021-2022 runs on the
-same stack it stands in for (GPT-NeoX 20B; MT-NLG, cost_model/published.py)."""
+same stack it stands in for (GPT-NeoX 20B; MT-NLG, cost_model/published_rows.py)."""
 from __future__ import annotations
 
 from autoplan.specs.framework import Framework
