@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from autoplan.specs import ModelSpec
 from autoplan.specs.framework_facts import MoEFacts
+from cost_model.moe_dispatch_v06 import gather_scatter_rows, sp2hp_alltoall_elems, sp2hp_exchange_bytes
 from cost_model.tables import ProfileTables
 
 BYTES_ACT = 2
@@ -114,27 +115,6 @@ def permute_elems(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int) -> 
     if ep > 1 and model.num_experts // ep > 1:
         elems += 4 * t * k * etp * h
     return elems
-
-
-def gather_scatter_rows(model: ModelSpec, tokens: int, tp: int, ep: int, etp: int, rows_factor: float) -> tuple:
-    """(forward, backward) h-wide rows one rank reads and writes moving one micro-batch's tokens through
-    Megatron-Core core_v0.6.0's allgather dispatcher (Framework.moe_gather_scatter_permute;
-    megatron/core/transformer/moe/token_dispatcher.py MoEAllGatherTokenDispatcher). Every rank holds the
-    N = tokens/tp x etp x ep tokens gathered over its tensor x expert group and moves the L = N k/ep x
-    `rows_factor` (busiest_rows_factor) copies routed to its experts. A gather reads and writes its
-    output's rows, an out-of-place scatter first copies its destination, scatter_add reads and writes
-    the rows it adds into; autograd's backward of gather is zeros + scatter_add, of scatter and
-    scatter_add a gather, of a product the two products and a sum over h.
-
-    forward (14 L + 3 N): gather of the routed rows (line 135) 2 L, gather into expert order (166) 2 L,
-    zeros_like + scatter back out of expert order (191-193) L + 2 L + 2 L, times the router's
-    probabilities (197) 2 L, zeros(N) + scatter_add into the gathered tokens (220-226) N + 2 N + 3 L.
-    backward (17 L + N): scatter_add's gather 2 L, the product's two 2 L + 3 L and the sum over h L,
-    the scatter's gather 2 L, the expert-order gather's zeros + scatter_add L + 3 L, the routed rows'
-    zeros + scatter_add N + 3 L."""
-    n = tokens / tp * etp * ep
-    local = n * model.num_experts_per_token / ep * rows_factor
-    return 14 * local + 3 * n, 17 * local + n
 
 
 def stacked_weight_bytes(model: ModelSpec, ep: int, etp: int) -> tuple:
@@ -232,18 +212,34 @@ def permute_times_s(model: ModelSpec, tables: ProfileTables, tokens: int, tp: in
                     memory_scale: float, facts: MoEFacts, rows_factor: float) -> tuple:
     """(forward, backward) seconds of one layer's token permutation, memory-bound at the profile's copy
     rate for the size of one op's output: the framework's dispatcher permutes the rank's routed copies
-    (permute_elems, the same each way) or, Framework.moe_gather_scatter_permute, the gathered tokens
-    (gather_scatter_rows)."""
-    h = model.hidden_size
+    (permute_elems, the same each way), or moves them as core_v0.6.0's dispatchers did
+    (cost_model/moe_dispatch_v06.py): its allgather dispatcher the gathered tokens
+    (Framework.moe_gather_scatter_permute), its alltoall dispatcher through the tensor-parallel exchanges
+    (Framework.moe_sp2hp_alltoall)."""
+    h, k = model.hidden_size, model.num_experts_per_token
     if facts.moe_gather_scatter_permute:
         fwd_rows, bwd_rows = gather_scatter_rows(model, tokens, tp, ep, etp, rows_factor)
-        op_bytes = BYTES_ACT * h * tokens / tp * etp * model.num_experts_per_token * rows_factor
-        rate = tables.memory_bytes_per_s(int(max(op_bytes, 1)))
-        return (BYTES_ACT * h * fwd_rows * memory_scale / rate, BYTES_ACT * h * bwd_rows * memory_scale / rate)
-    op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * h
-    permute_s = (BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
-                 / tables.memory_bytes_per_s(int(max(op_bytes, 1))))
-    return permute_s, permute_s
+        op_bytes = BYTES_ACT * h * tokens / tp * etp * k * rows_factor
+        fwd_elems, bwd_elems = fwd_rows * h, bwd_rows * h
+    elif facts.moe_sp2hp_alltoall:
+        fwd_elems, bwd_elems = sp2hp_alltoall_elems(model, tokens, tp, ep, etp, rows_factor)
+        op_bytes = BYTES_ACT * h * tokens / tp * k
+    else:
+        op_bytes = BYTES_ACT * tokens / tp * k * h
+        fwd_elems = bwd_elems = permute_elems(model, tokens, tp, ep, etp)
+    rate = tables.memory_bytes_per_s(int(max(op_bytes, 1)))
+    return BYTES_ACT * fwd_elems * memory_scale / rate, BYTES_ACT * bwd_elems * memory_scale / rate
+
+
+def tp_exchange_time_s(model: ModelSpec, tables: ProfileTables, tokens: int, tp: int, gpus_per_node: int,
+                       facts: MoEFacts) -> float:
+    """One pass's tensor-parallel all-to-alls of core_v0.6.0's alltoall dispatcher (Framework.moe_sp2hp_alltoall:
+    all_to_all_sp2hp and all_to_all_hp2sp, token_dispatcher.py lines 404 and 485), at the profile's
+    all-to-all over the tp ranks; 0 for the others."""
+    if not facts.moe_sp2hp_alltoall or tp <= 1:
+        return 0.0
+    return 2 * tables.collective_time_s("all_to_all", sp2hp_exchange_bytes(model, tokens, tp), tp,
+                                        min(tp, gpus_per_node))
 
 
 def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: float,

@@ -166,7 +166,8 @@ def test_megatron_v06_allgather_moves_the_gathered_tokens_worked_example():
     """Megatron-Core core_v0.6.0's allgather dispatcher permutes with torch.gather / scatter / scatter_add
     over the tokens gathered over the tensor x expert group (token_dispatcher.py lines 135-226), as
     FlagPerf's Mixtral on 4x8 H100 ran it: micro-batch 3 x 4096 tokens, tp 8 = etp, ep 1."""
-    from cost_model.moe_time import gather_scatter_rows, permute_times_s
+    from cost_model.moe_dispatch_v06 import gather_scatter_rows
+    from cost_model.moe_time import permute_times_s
     # Each rank gathers its group's 8 x 1536 = 12,288 tokens; with every expert local it moves all
     # 2 x 12,288 = 24,576 routed copies (L). Forward: gathers 2 L + 2 L, zeros + copy + scatter 5 L,
     # the probabilities' product 2 L, zeros(N) + copy + scatter_add 3 N + 3 L: 14 L + 3 N = 380,928 rows.
@@ -191,9 +192,34 @@ def test_megatron_v06_allgather_moves_the_gathered_tokens_worked_example():
     assert plain[0] == plain[1] == pytest.approx(2 * 7 * 1536 * 4096 * 2.0 / tables.memory_bytes_per_s(2 * 1536 * 2 * 4096))
 
 
-def test_only_the_2024_rows_run_the_gather_scatter_dispatcher():
-    """FlagPerf's Megatron rows (core_v0.6.0, and Pai's copy of its dispatcher) run it; today's
-    Megatron-Core (alltoall dispatcher) does not, nor the rows that ran the alltoall dispatcher."""
+def test_megatron_v06_alltoall_trades_the_tp_shares_worked_example():
+    """core_v0.6.0's alltoall dispatcher under tp > 1 (token_dispatcher.py lines 404-485, mappings.py),
+    as Megatron-LM#756's Mixtral retest ran it: 2048 tokens, tp 2 = etp, ep 8 (one expert a rank)."""
+    from cost_model.moe_dispatch_v06 import sp2hp_alltoall_elems
+    from cost_model.moe_time import tp_exchange_time_s
+    # e = t x h = 1024 x 4096 = 4,194,304; k 2, f 1.25: the rank receives T = etp k f = 5 e once gathered
+    # to full h. Forward: sp2hp cat 2, permute 2k = 4, the last-dim gather's copy-out + cat 4T = 20, the
+    # last-dim reduce-scatter's transposes 2T + 2T/etp = 15, unpermute 6k + 1 = 13, hp2sp cat 2: 56 e.
+    # Backward: the two split-backward cats 4, unpermute 8k = 16, the gather and reduce-scatter swapped
+    # 20 + 15, permute's zeros + index_add_ 1 + 3k = 7: 62 e.
+    e = 1024 * 4096
+    assert sp2hp_alltoall_elems(MIXTRAL, 2048, tp=2, ep=8, etp=2, rows_factor=1.25) == (56 * e, 62 * e)
+    # tp 1 skips the tensor-parallel exchanges (world size 1); four local experts (ep 2) permute the
+    # received copies and back: 8k + 1 + 7kf = 17 + 17.5 forward, 11k + 1 + 6kf = 23 + 15 backward.
+    e1 = 4096 * 4096
+    assert sp2hp_alltoall_elems(MIXTRAL, 4096, tp=1, ep=2, etp=1, rows_factor=1.25) == (34.5 * e1, 38 * e1)
+    # Two tensor-parallel all-to-alls per pass of the rank's t x h share (2 B each).
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    on = MoEFacts(moe_sp2hp_alltoall=True)
+    assert tp_exchange_time_s(MIXTRAL, tables, 2048, 2, 8, on) == pytest.approx(
+        2 * tables.collective_time_s("all_to_all", 2 * 1024 * 4096, 2, 2))
+    assert tp_exchange_time_s(MIXTRAL, tables, 2048, 2, 8, MoEFacts()) == 0.0
+    assert tp_exchange_time_s(MIXTRAL, tables, 2048, 1, 8, on) == 0.0
+
+
+def test_only_the_2024_rows_run_the_v06_dispatchers():
+    """FlagPerf's Megatron rows (core_v0.6.0, and Pai's copy of its dispatcher) run its allgather
+    dispatcher, Megatron-LM#756 its alltoall one; today's Megatron-Core and every other row neither."""
     from autoplan.specs import get_framework
     runs = load_published_runs()
     flagperf = [r for r in runs if r.source == "flagperf"]
@@ -201,3 +227,7 @@ def test_only_the_2024_rows_run_the_gather_scatter_dispatcher():
     assert not get_framework("megatron-core").moe_gather_scatter_permute
     others = [r for r in runs if r.model.is_moe and r.source != "flagperf"]
     assert others and not any(r.framework_facts().moe_gather_scatter_permute for r in others)
+    # The alltoall dispatcher of core_v0.6.0: Megatron-LM#756's retest only (main ba773259).
+    v06_alltoall = {r.id for r in runs if r.model.is_moe and r.framework_facts().moe_sp2hp_alltoall}
+    assert v06_alltoall == {"MLMISSUE-mixtral8x7b-01"}
+    assert not get_framework("megatron-core").moe_sp2hp_alltoall

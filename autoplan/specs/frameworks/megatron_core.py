@@ -201,6 +201,10 @@ AS_RAN = {
     # backward is done and the weights gather after the step, all exposed, in one bucket
     # (megatron/core/distributed/distributed_data_parallel.py lines 56-66: bucket_size None without
     # overlap_grad_reduce).
+    # The Megatron-LM issue's Mixtral run (NVIDIA/Megatron-LM#756, retest on main ba773259 of 2024-04-04,
+    # whose transformer/moe and tensor_parallel/mappings.py equal core_v0.6.0's) passed
+    # --moe-token-dispatcher-type alltoall with tp 2: core_v0.6.0's alltoall dispatcher.
+    "megatron-lm-issue": {"moe_sp2hp_alltoall": True},
     "flagperf": {"moe_dispatch": "allgather", "moe_weighted_outputs_saved": True, "moe_gather_scatter_permute": True,
                  "dp_overlap_zero_stages": (), "dp_param_gather_overlap": False, "dp_bucket_params": math.inf},
 }
