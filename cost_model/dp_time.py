@@ -136,8 +136,8 @@ def dp_groups(est, plan: ParallelPlan, per_stage: int, dense: float, expert: flo
     and Megatron-FSDP does the same (mcore_fsdp_adapter.py, expt_dp_group); torchtitan 0.3.0 shards them
     over its efsdp mesh (distributed/fsdp.py apply_fsdp_to_decoder, ep_degree > 1). Without expert
     parallelism both frameworks keep the experts with the dense parameters. A group of one rank syncs
-    nothing. Hybrid sharding splits either group into the same number of replicas (Megatron's
-    num_distributed_optimizer_instances, torchtitan's dp_replicate)."""
+    nothing. Hybrid sharding is planned for dense models only (framework_rules: zero_shard_moe), so the
+    expert group is never split into replicas."""
     sw, gpn = est.framework, est.gpus_per_node
     separate = plan.ep > 1
     groups = []
@@ -153,10 +153,9 @@ def dp_groups(est, plan: ParallelPlan, per_stage: int, dense: float, expert: flo
         groups.append(DPGroup(params, fp8, group, min(group, dp_rpn), plan.zero_replicas, max(1, dp_rpn // group),
                               dp_collective_calls(sw, plan.zero_stage, bucket_group, params, per_stage), tensors))
     if separate and expert > 0 and plan.expert_dp > 1:
-        replicas = plan.zero_replicas if plan.expert_dp % plan.zero_replicas == 0 else 1
-        group, edp_rpn = plan.expert_dp // replicas, _expert_dp_ranks_per_node(plan, gpn)
+        group = plan.expert_dp
         # The expert weights are gathered in bf16 (fp8_gathered_params counts the dense linears only).
-        groups.append(DPGroup(expert, 0.0, group, min(group, edp_rpn), replicas, max(1, edp_rpn // group),
+        groups.append(DPGroup(expert, 0.0, group, min(group, _expert_dp_ranks_per_node(plan, gpn)), 1, 1,
                               dp_collective_calls(sw, plan.zero_stage, bucket_group, expert, per_stage), 1))
     return groups
 

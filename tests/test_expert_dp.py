@@ -96,10 +96,3 @@ def test_without_expert_parallelism_the_experts_stay_in_the_dense_buffer():
     groups = dp_groups(est, ParallelPlan(dp=8, tp=2, zero_stage=1), 4, 1e8, 1e9)
     assert [(g.params, g.group) for g in groups] == [(1e8 + 1e9, 8)]
 
-
-def test_hybrid_sharding_splits_the_expert_group_into_the_same_replicas():
-    # dp 16 in 2 replicas of 8 (Megatron's num_distributed_optimizer_instances = 2), ep 4: the 4 expert
-    # replicas 4 apart shard over 2 of them (both on one node), all-reduced across the 2 copies, 8 apart.
-    est = _megatron_est(builtin_profile("h100-80gb"))
-    _, experts = dp_groups(est, ParallelPlan(dp=16, ep=4, zero_stage=1, zero_shard=8), 4, 1e8, 1e9)
-    assert (experts.group, experts.ranks_per_node, experts.replicas, experts.replica_ranks_per_node) == (2, 2, 2, 1)
