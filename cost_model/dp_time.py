@@ -10,6 +10,7 @@ size, so a framework that splits the same bytes into more calls pays their laten
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from autoplan.specs import ParallelPlan
 from cost_model.layer_time import memory_time_s
@@ -97,40 +98,99 @@ def _dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
     return max(1, min(plan.dp * plan.cp, gpus_per_node // plan.tp))
 
 
-def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, compute_mb: float,
-             m: int) -> tuple:
-    """(exposed_s, total_s, bytes) of the data-parallel collectives of one step on a rank with
-    `per_stage` layers and (dense, expert) local parameters."""
-    if plan.dp * plan.cp == 1:
-        return 0.0, 0.0, 0.0
+def _expert_dp_ranks_per_node(plan: ParallelPlan, gpus_per_node: int) -> int:
+    """Expert data-parallel ranks sit etp x ep apart: Megatron-Core orders the expert ranks tp-ep-dp
+    (parallel_state.py core_v0.16.1, expert_decoder_rank_generator: order tp-cp-ep-dp-pp with cp = 1;
+    core_v0.6.0's data-modulo-expert groups stride tp x ep), torchtitan 0.3.0 unflattens its sparse mesh
+    as (pp, dp_replicate, efsdp, ep) with ep innermost and etp 1 (parallel_dims.py build_mesh). How many
+    of them share a node."""
+    return max(1, min(plan.expert_dp, gpus_per_node // (plan.expert_tp * plan.ep)))
+
+
+class DPGroup(NamedTuple):
+    """One set of data-parallel collectives: a buffer of a rank's parameters and the ranks it syncs over."""
+    params: float
+    fp8_params: float
+    """Of `params`, those gathered in fp8 (fp8_gathered_params)."""
+    group: int
+    """The ZeRO shard group (every rank of the data-parallel group without hybrid sharding)."""
+    ranks_per_node: int
+    replicas: int
+    """Copies of the shard group (hybrid sharding), all-reduced after each reduction."""
+    replica_ranks_per_node: int
+    calls: int
+    """Collectives of each kind per reduction (dp_collective_calls)."""
+    tensors_per_call: int
+    """ZeRO-3 collectives per call where the framework issues one per parameter tensor."""
+
+
+def dp_groups(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float) -> list:
+    """The rank's data-parallel buffers (DPGroup). Under expert parallelism the expert parameters sync in
+    a buffer of their own over the expert data-parallel ranks (tp*cp*dp / (etp*ep), ParallelPlan.expert_dp),
+    beside the dense parameters' over the dp x cp ranks: Megatron-Core marks expert weights
+    allreduce = not expert_parallel (tensor_parallel/layers.py, extensions/transformer_engine.py
+    core_v0.16.1; moe/experts.py core_v0.6.0), puts them in expert_parallel_buffers over the expert
+    data-parallel group (distributed_data_parallel.py core_v0.16.1 _allocate_buffers_for_parameters(
+    expert_parallel_params, intra_expt_dp_group); core_v0.6.0 over expert_data_parallel_group, with a
+    distributed optimizer of their own over get_data_modulo_expert_parallel_group: optimizer/__init__.py),
+    and Megatron-FSDP does the same (mcore_fsdp_adapter.py, expt_dp_group); torchtitan 0.3.0 shards them
+    over its efsdp mesh (distributed/fsdp.py apply_fsdp_to_decoder, ep_degree > 1). Without expert
+    parallelism both frameworks keep the experts with the dense parameters. A group of one rank syncs
+    nothing. Hybrid sharding is planned for dense models only (framework_rules: zero_shard_moe), so the
+    expert group is never split into replicas."""
+    sw, gpn = est.framework, est.gpus_per_node
+    separate = plan.ep > 1
+    groups = []
+    # The bucket size reads the dense data-parallel size for both buffers (Megatron-Core training.py
+    # core_v0.16.1: max(40M, 1M x get_data_parallel_world_size(with_context_parallel=True))).
+    bucket_group = plan.zero_shard_group
+    if plan.dp * plan.cp > 1:
+        # Every dp*cp rank, or with hybrid sharding (ParallelPlan.zero_shard) consecutive ones, tp apart.
+        params = dense if separate else dense + expert
+        group, dp_rpn = plan.zero_shard_group, _dp_ranks_per_node(plan, gpn)
+        fp8 = min(dense, fp8_gathered_params(est, plan, per_stage))
+        tensors = est.model.dense_param_tensors_per_layer if plan.zero_stage >= 3 and sw.zero3_gather_per_tensor else 1
+        groups.append(DPGroup(params, fp8, group, min(group, dp_rpn), plan.zero_replicas, max(1, dp_rpn // group),
+                              dp_collective_calls(sw, plan.zero_stage, bucket_group, params, per_stage), tensors))
+    if separate and expert > 0 and plan.expert_dp > 1:
+        group = plan.expert_dp
+        # The expert weights are gathered in bf16 (fp8_gathered_params counts the dense linears only).
+        groups.append(DPGroup(expert, 0.0, group, min(group, _expert_dp_ranks_per_node(plan, gpn)), 1, 1,
+                              dp_collective_calls(sw, plan.zero_stage, bucket_group, expert, per_stage), 1))
+    return groups
+
+
+class _GroupTerms(NamedTuple):
+    """One group's collectives in seconds before the framework's bandwidth scale (copies after it)."""
+    overlappable_s: float
+    stalled_s: float
+    """Exposed whatever the overlap: ZeRO-1/2 weights synced by broadcasts (Framework.zero1_broadcast_sync),
+    ZeRO-3 gathers (Framework.zero3_gather_blocking)."""
+    hidden_copies_s: float
+    stalled_copies_s: float
+    """HBM copies around list collectives (Framework.collective_list_copies): not wire time, so the bandwidth
+    scale leaves them alone; each hides or stalls with the collective it serves."""
+    wire_bytes: float
+    gather_per_layer_s: float
+    """One layer's ZeRO-3 weight gather, scaled, where it hides under the compute (host_sync_exposed_s)."""
+
+
+def _group_terms(est, plan: ParallelPlan, g: DPGroup, per_stage: int, m: int) -> _GroupTerms:
+    """The ZeRO stage's collectives over one data-parallel group `g`."""
     tables, sw = est.tables, est.framework
-    # The ZeRO collectives run over a shard group: every dp*cp rank, or with hybrid sharding
-    # (ParallelPlan.zero_shard) consecutive ones, which sit tp apart like the whole group.
-    group = plan.zero_shard_group
-    rpn = min(group, _dp_ranks_per_node(plan, est.gpus_per_node))
-    # Expert gradients reduce over the expert data-parallel ranks (tp*cp*dp / (etp*ep)), fewer than
-    # the dense ones' dp*cp: count their share (1/ep when etp = tp).
-    params = dense + expert * plan.expert_dp / (plan.dp * plan.cp)
-    grad_bytes = grad_reduce_bytes(sw, plan.zero_stage) * params
-    weight_bytes = BYTES_WEIGHT * params - (BYTES_WEIGHT - 1) * min(dense, fp8_gathered_params(est, plan, per_stage))
-    # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
-    calls = dp_collective_calls(sw, plan.zero_stage, group, params, per_stage)
+    grad_bytes = grad_reduce_bytes(sw, plan.zero_stage) * g.params
+    weight_bytes = BYTES_WEIGHT * g.params - (BYTES_WEIGHT - 1) * g.fp8_params
 
-    def collectives_s(op: str, num_bytes: float, n: int = calls) -> float:
-        return n * tables.collective_time_s(op, num_bytes / n, group, rpn)
+    def collectives_s(op: str, num_bytes: float, n: int = g.calls) -> float:
+        # Each bucket is one collective and pays its own latency (the table's time at the bucket's size).
+        return n * tables.collective_time_s(op, num_bytes / n, g.group, g.ranks_per_node)
 
-    # Exposed whatever the overlap: collectives the compute waits for (ZeRO-1/2 weights synced by
-    # broadcasts, Framework.zero1_broadcast_sync; ZeRO-3 gathers, Framework.zero3_gather_blocking).
-    stalled_s = 0.0
-    # HBM copies around list collectives (Framework.collective_list_copies): not wire time, so the
-    # bandwidth scale leaves them alone; each hides or stalls with the collective it serves.
-    hidden_copies_s = stalled_copies_s = synced_s = 0.0
-
+    stalled_s = hidden_copies_s = stalled_copies_s = gather_layer_s = 0.0
     if plan.zero_stage == 0:
         total = collectives_s("all_reduce", grad_bytes)
         wire = 2.0 * grad_bytes
     elif plan.zero_stage in (1, 2) and sw.zero1_broadcast_sync:
-        total, stalled_s, wire = broadcast_synced_s(est, plan, grad_bytes, weight_bytes, calls)
+        total, stalled_s, wire = broadcast_synced_s(tables, g, grad_bytes, weight_bytes)
     elif plan.zero_stage in (1, 2):
         gathers, reductions = dp_rounds(plan, m, sw)
         total = reductions * collectives_s("reduce_scatter", grad_bytes) + gathers * collectives_s("all_gather", weight_bytes)
@@ -138,33 +198,50 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     else:
         gathers, reductions = dp_rounds(plan, m, sw, recompute_regathered_share(est.model, plan, sw, per_stage))
         # One call per layer, or per parameter tensor where the framework issues them so.
-        tensor_calls = calls * est.model.dense_param_tensors_per_layer if sw.zero3_gather_per_tensor else calls
+        tensor_calls = g.calls * g.tensors_per_call
         round_s = collectives_s("all_gather", weight_bytes, tensor_calls)
         gather_s = gathers * round_s
         total = reductions * collectives_s("reduce_scatter", grad_bytes, tensor_calls)
         copies = sw.collective_list_copies
-        gather_copies_s = gathers * list_copies_s(tables, weight_bytes, tensor_calls, group) if copies else 0.0
-        hidden_copies_s = reductions * list_copies_s(tables, grad_bytes, tensor_calls, group) if copies else 0.0
+        gather_copies_s = gathers * list_copies_s(tables, weight_bytes, tensor_calls, g.group) if copies else 0.0
+        hidden_copies_s = reductions * list_copies_s(tables, grad_bytes, tensor_calls, g.group) if copies else 0.0
         if sw.zero3_gather_blocking:
             stalled_s, stalled_copies_s = gather_s, gather_copies_s
         else:
             total, hidden_copies_s = total + gather_s, hidden_copies_s + gather_copies_s
-            # Forward gathers issued only after a MoE layer's host sync (Framework.moe_host_sync).
-            synced_s = host_sync_exposed_s(est, plan, lt, per_stage, m, round_s / calls / sw.dp_bandwidth_scale)
+            gather_layer_s = round_s / g.calls / sw.dp_bandwidth_scale
         wire = gathers * weight_bytes + reductions * grad_bytes
-    if plan.zero_replicas > 1 and not sw.zero1_broadcast_sync:
+    if g.replicas > 1 and not sw.zero1_broadcast_sync:
         # Hybrid sharding: after each reduction in the shard group, each bucket's shard of the
-        # gradients is all-reduced over the replicas holding the same shard, one rank per shard group
-        # (group x tp GPUs apart).
+        # gradients is all-reduced over the replicas holding the same shard, one rank per shard group.
         _, reductions = dp_rounds(plan, m, sw)
-        replica_rpn = max(1, _dp_ranks_per_node(plan, est.gpus_per_node) // group)
-        total += reductions * calls * tables.collective_time_s("all_reduce", grad_bytes / group / calls,
-                                                               plan.zero_replicas, replica_rpn)
-        wire += reductions * 2.0 * grad_bytes / group
+        total += reductions * g.calls * tables.collective_time_s("all_reduce", grad_bytes / g.group / g.calls,
+                                                                 g.replicas, g.replica_ranks_per_node)
+        wire += reductions * 2.0 * grad_bytes / g.group
+    return _GroupTerms(total, stalled_s, hidden_copies_s, stalled_copies_s, wire, gather_layer_s)
+
+
+def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, compute_mb: float,
+            m: int) -> tuple:
+    """(exposed_s, total_s, bytes) of the data-parallel collectives of one step on a rank with
+    `per_stage` layers and (dense, expert) local parameters, each set over its own group (dp_groups)."""
+    groups = dp_groups(est, plan, per_stage, dense, expert)
+    if not groups:
+        return 0.0, 0.0, 0.0
+    sw = est.framework
+    total = stalled_s = wire = gather_layer_s = tail = 0.0
+    for g in groups:
+        terms = _group_terms(est, plan, g, per_stage, m)
+        group_total = terms.overlappable_s / sw.dp_bandwidth_scale + terms.hidden_copies_s
+        # The last backward bucket of either buffer stays exposed, whatever the host syncs of the forward.
+        tail = max(tail, group_total / g.calls)
+        total += group_total
+        stalled_s += terms.stalled_s / sw.dp_bandwidth_scale + terms.stalled_copies_s
+        wire += terms.wire_bytes
+        gather_layer_s += terms.gather_per_layer_s
+    # Forward gathers issued only after a MoE layer's host sync (Framework.moe_host_sync).
+    synced_s = host_sync_exposed_s(est, plan, lt, per_stage, m, gather_layer_s) if gather_layer_s else 0.0
     window = overlap_window_s(plan, sw, lt, per_stage, compute_mb, m)
-    total = total / sw.dp_bandwidth_scale + hidden_copies_s
-    stalled_s = stalled_s / sw.dp_bandwidth_scale + stalled_copies_s
-    tail = total / calls   # the last backward bucket, whatever the host syncs of the forward
     total, stalled_s = total - synced_s, stalled_s + synced_s
     overlap = sw.dp_comm_overlap if plan.zero_stage in sw.dp_overlap_zero_stages else 0.0
     hidden = min(total, overlap * window)
@@ -174,20 +251,18 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
     return exposed, total + stalled_s, wire
 
 
-def broadcast_synced_s(est, plan: ParallelPlan, grad_bytes: float, weight_bytes: float, calls: int) -> tuple:
+def broadcast_synced_s(tables, g: DPGroup, grad_bytes: float, weight_bytes: float) -> tuple:
     """(gradient seconds, exposed weight-sync seconds, wire bytes) of a ZeRO-1/2 whose weights come back
-    by broadcasts (Framework.zero1_broadcast_sync). The gradients are all-reduced over every dp x cp rank
-    under the backward, whatever the ZeRO group (InternEvo @34fc28d760 hybrid_zero_optim.py: reduce_rank
-    None, so utils.reduce_tensor runs dist.all_reduce over ParallelMode.DATA), in `calls` buckets; the
-    weights come back after the step as one broadcast from each rank of the ZeRO group (NCCL prices a
-    broadcast as a ring, as it does an all-gather: src/graph/tuning.cc), every one of them exposed:
-    inside a node when the group is (ParallelPlan.zero_shard)."""
-    tables, group, everyone = est.tables, plan.zero_shard_group, plan.dp * plan.cp
-    ranks_per_node = _dp_ranks_per_node(plan, est.gpus_per_node)
-    grads_s = calls * tables.collective_time_s("all_reduce", grad_bytes / calls, everyone,
-                                               min(everyone, ranks_per_node))
-    weights_s = group * tables.collective_time_s("all_gather", weight_bytes / group, group,
-                                                 min(group, ranks_per_node))
+    by broadcasts (Framework.zero1_broadcast_sync), over one data-parallel group `g`. The gradients are
+    all-reduced over every rank of the group's replicas, whatever the ZeRO group (InternEvo @34fc28d760
+    hybrid_zero_optim.py: reduce_rank None, so utils.reduce_tensor runs dist.all_reduce over
+    ParallelMode.DATA), in `g.calls` buckets; the weights come back after the step as one broadcast from
+    each rank of the ZeRO group (NCCL prices a broadcast as a ring, as it does an all-gather:
+    src/graph/tuning.cc), every one of them exposed: inside a node when the group is (ParallelPlan.zero_shard)."""
+    everyone = g.group * g.replicas
+    everyone_per_node = min(everyone, g.ranks_per_node * g.replica_ranks_per_node)
+    grads_s = g.calls * tables.collective_time_s("all_reduce", grad_bytes / g.calls, everyone, everyone_per_node)
+    weights_s = g.group * tables.collective_time_s("all_gather", weight_bytes / g.group, g.group, g.ranks_per_node)
     return grads_s, weights_s, 2.0 * grad_bytes + weight_bytes
 
 

@@ -18,7 +18,7 @@ from cost_model.layer_terms import (  # noqa: F401 (Rates, memory_time_s: read f
     memory_time_s,
 )
 from cost_model.memory import BYTES_ACT
-from cost_model.moe_time import flex_dispatch_time_s, moe_layer_times
+from cost_model.moe_time import flex_dispatch_time_s, moe_layer_times, tp_exchange_time_s
 from cost_model.tables import ProfileTables
 
 EXPERT_GEMMS = ("mlp_in", "mlp_out")
@@ -142,17 +142,19 @@ def layer_times(model: ModelSpec, tables: ProfileTables, rates: Rates, micro_bat
     ep_fwd_s = ep_bwd_s = moe_fwd_s = 0.0
     if moe:
         a2a_s, gathered_s = dispatch_times_s(model, tables, dispatch, tokens, tp, ep, etp, gpus_per_node)
+        gathered_s += tp_exchange_time_s(model, tables, tokens, tp, gpus_per_node, rates.moe)
         # Imbalance, token permutation and the all-to-all's overlap: cost_model/moe_time.py.
         expert_fwd_s, expert_bwd_s = gemms.times(EXPERT_GEMMS)
         mt = moe_layer_times(model, tables, expert_fwd_s, expert_bwd_s, a2a_s, gemm_fwd_s + attn.fwd_s,
                              gemm_bwd_s + attn.bwd_s, tokens, tp, ep, etp, rates.memory_scale, rates.moe,
-                             capacity_factor)
+                             capacity_factor, mem.routed_act_s)
         gemm_fwd_s, gemm_bwd_s = gemm_fwd_s + mt.imbalance_gemm_fwd_s, gemm_bwd_s + mt.imbalance_gemm_bwd_s
-        memory_fwd_s += mt.permute_fwd_s + mt.weight_stack_s
-        memory_bwd_s += mt.permute_bwd_s + mt.weight_stack_s
+        # The backward of an elementwise op moves twice its forward's bytes (memory_bwd_s above).
+        memory_fwd_s += mt.permute_fwd_s + mt.weight_stack_s + mt.imbalance_act_s
+        memory_bwd_s += mt.permute_bwd_s + mt.weight_stack_s + 2.0 * mt.imbalance_act_s
         ep_fwd_s, ep_bwd_s = mt.a2a_fwd_s + gathered_s, mt.a2a_bwd_s + gathered_s
         moe_fwd_s = (gemms.fwd_of(("router", *EXPERT_GEMMS, *SHARED_GEMMS)) + mt.imbalance_gemm_fwd_s + mem.act_s
-                     + mt.permute_fwd_s + mt.weight_stack_s + mt.a2a_fwd_s + gathered_s)
+                     + mt.imbalance_act_s + mt.permute_fwd_s + mt.weight_stack_s + mt.a2a_fwd_s + gathered_s)
     return LayerTimes(
         gemm_fwd_s=gemm_fwd_s, gemm_bwd_s=gemm_bwd_s, attn_fwd_s=attn.fwd_s, attn_bwd_s=attn.bwd_s,
         memory_fwd_s=memory_fwd_s, memory_bwd_s=memory_bwd_s, tp_fwd_s=tp_comm.fwd_s, tp_bwd_s=tp_comm.bwd_s,

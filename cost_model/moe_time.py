@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from autoplan.specs import ModelSpec
 from autoplan.specs.framework_facts import MoEFacts
+from cost_model.moe_dispatch_v06 import gather_scatter_rows, sp2hp_alltoall_elems, sp2hp_exchange_bytes
 from cost_model.tables import ProfileTables
 
 BYTES_ACT = 2
@@ -67,6 +68,10 @@ class MoeTimes:
     weight_stack_s: float = 0.0
     """Stacking the unpacked experts' weights (Framework.moe_stacked_expert_weights), one pass: paid in
     the forward and again in the backward (memory-bound)."""
+    imbalance_act_s: float = 0.0
+    """The routed experts' activation function (SwiGLU's silu x up) on the busiest rank's rows beyond the
+    mean's, forward (memory-bound, like the GEMMs it sits between: KempnerForge's padded experts run
+    it on every expert's padded rows, moe.py @abbbac33 lines 128-130)."""
 
 
 def expert_load_imbalance(setting: float, ep: int, capacity_factor: float = 0.0, padded: bool = False) -> float:
@@ -203,22 +208,55 @@ def flex_dispatch_time_s(model: ModelSpec, tables: ProfileTables, tokens: int, t
     return tables.hierarchical_time_s(nic_bytes, copies * (rpn - 1) / rpn, group, rpn, copies)
 
 
+def permute_times_s(model: ModelSpec, tables: ProfileTables, tokens: int, tp: int, ep: int, etp: int,
+                    memory_scale: float, facts: MoEFacts, rows_factor: float) -> tuple:
+    """(forward, backward) seconds of one layer's token permutation, memory-bound at the profile's copy
+    rate for the size of one op's output: the framework's dispatcher permutes the rank's routed copies
+    (permute_elems, the same each way), or moves them as core_v0.6.0's dispatchers did
+    (cost_model/moe_dispatch_v06.py): its allgather dispatcher the gathered tokens
+    (Framework.moe_gather_scatter_permute), its alltoall dispatcher through the tensor-parallel exchanges
+    (Framework.moe_sp2hp_alltoall)."""
+    h, k = model.hidden_size, model.num_experts_per_token
+    if facts.moe_gather_scatter_permute:
+        fwd_rows, bwd_rows = gather_scatter_rows(model, tokens, tp, ep, etp, rows_factor)
+        op_bytes = BYTES_ACT * h * tokens / tp * etp * k * rows_factor
+        fwd_elems, bwd_elems = fwd_rows * h, bwd_rows * h
+    elif facts.moe_sp2hp_alltoall:
+        fwd_elems, bwd_elems = sp2hp_alltoall_elems(model, tokens, tp, ep, etp, rows_factor)
+        op_bytes = BYTES_ACT * h * tokens / tp * k
+    else:
+        op_bytes = BYTES_ACT * tokens / tp * k * h
+        fwd_elems = bwd_elems = permute_elems(model, tokens, tp, ep, etp)
+    rate = tables.memory_bytes_per_s(int(max(op_bytes, 1)))
+    return BYTES_ACT * fwd_elems * memory_scale / rate, BYTES_ACT * bwd_elems * memory_scale / rate
+
+
+def tp_exchange_time_s(model: ModelSpec, tables: ProfileTables, tokens: int, tp: int, gpus_per_node: int,
+                       facts: MoEFacts) -> float:
+    """One pass's tensor-parallel all-to-alls of core_v0.6.0's alltoall dispatcher (Framework.moe_sp2hp_alltoall:
+    all_to_all_sp2hp and all_to_all_hp2sp, token_dispatcher.py lines 404 and 485), at the profile's
+    all-to-all over the tp ranks; 0 for the others."""
+    if not facts.moe_sp2hp_alltoall or tp <= 1:
+        return 0.0
+    return 2 * tables.collective_time_s("all_to_all", sp2hp_exchange_bytes(model, tokens, tp), tp,
+                                        min(tp, gpus_per_node))
+
+
 def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: float,
                     expert_gemm_bwd_s: float, a2a_s: float, other_fwd_s: float, other_bwd_s: float,
                     tokens: int, tp: int, ep: int, etp: int, memory_scale: float, facts: MoEFacts,
-                    capacity_factor: float = 0.0) -> MoeTimes:
+                    capacity_factor: float = 0.0, routed_act_s: float = 0.0) -> MoeTimes:
     """The MoE terms of one layer.
 
     `expert_gemm_*_s`: the expert GEMMs at balanced routing; `a2a_s`: one pass's dispatch + combine
     at balanced routing; `other_*_s`: the pass's compute the all-to-all of the opposite pass can run
     under (attention and GEMMs); `facts`: the framework's MoE facts, their moe_load_imbalance the
     measured one (TrainingSpec) where there is one; `capacity_factor`: the plan's moe_capacity_factor
-    (0 = dropless)."""
+    (0 = dropless); `routed_act_s`: the routed experts' activation function at balanced routing, one
+    forward."""
     load_imbalance, padded_gemm = facts.moe_load_imbalance, facts.moe_padded_expert_gemm
     f = busiest_rows_factor(model, load_imbalance, ep, capacity_factor, padded_gemm)
-    permute_bytes = BYTES_ACT * permute_elems(model, tokens, tp, ep, etp) * memory_scale
-    op_bytes = BYTES_ACT * tokens / tp * model.num_experts_per_token * model.hidden_size
-    permute_fwd_s = permute_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))
+    permute_fwd_s, permute_bwd_s = permute_times_s(model, tables, tokens, tp, ep, etp, memory_scale, facts, f)
     # The busiest rank receives f x the mean rank's tokens, and its link carries them.
     a2a_fwd_s = a2a_bwd_s = f * a2a_s
     hidden = 0.0
@@ -229,9 +267,10 @@ def moe_layer_times(model: ModelSpec, tables: ProfileTables, expert_gemm_fwd_s: 
         a2a_fwd_s, a2a_bwd_s = exposed_fwd, exposed_bwd
     return MoeTimes(imbalance_gemm_fwd_s=(f - 1.0) * expert_gemm_fwd_s,
                     imbalance_gemm_bwd_s=(f - 1.0) * expert_gemm_bwd_s,
-                    permute_fwd_s=permute_fwd_s, permute_bwd_s=permute_fwd_s,
+                    permute_fwd_s=permute_fwd_s, permute_bwd_s=permute_bwd_s,
                     a2a_fwd_s=a2a_fwd_s, a2a_bwd_s=a2a_bwd_s, a2a_hidden_s=hidden,
-                    weight_stack_s=stacked_weights_s(model, tables, ep, etp) if facts.moe_stacked_expert_weights else 0.0)
+                    weight_stack_s=stacked_weights_s(model, tables, ep, etp) if facts.moe_stacked_expert_weights else 0.0,
+                    imbalance_act_s=(f - 1.0) * routed_act_s)
 
 
 _FORCED = re.compile(r"force-load-balancing|force balance assumed")

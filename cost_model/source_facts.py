@@ -83,6 +83,11 @@ SOURCES = {
     # fms-fsdp's README's throughput table: "A100 80G 128 GPUs with 400Gbps", "H100 96 GPUs
     # with 800 Gbps", per 8-GPU node: 6.25 and 12.5 GB/s per GPU.
     "FMS": dict(source="fms-fsdp", nic_bytes_per_s={"a100-80gb": 400e9 / 8 / 8, "h100-80gb": 800e9 / 8 / 8}),
+    # Kempner's H200 nodes: 4 GPUs, NVLink inside, "InfiniBand (NDR 400Gbps)" between nodes (KempnerForge
+    # benchmarks/config_validation/config_validation.md @dbf29da), priced at the profile's default, one
+    # 400 Gb/s link per GPU (50 GB/s). Not one link per node (12.5 GB/s per GPU): its 8-node 70B run
+    # moved >= 20.3 GB/s per GPU, counted bytes over its step (tests/test_kempner_network.py). The MoE
+    # rows (KEMPNERMOE) ran on 2 of the same nodes (moe_packed_benchmark.md).
     "KEMPNER": dict(source="kempnerforge", **KEMPNERFORGE_MEMORY_LOG),
     # Only its 32B rows span nodes, and they ran on Ai2's Augusta cluster: the script (OLMo2-32B.py at
     # eaecf879c, a commit of the branch for "uploading checkpoints augusta") saves to gs://, and at that

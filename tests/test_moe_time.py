@@ -154,3 +154,80 @@ def test_expert_states_per_gpu_worked_example():
     assert folded == {"params": 4 * per_gpu, "grads": 8 * per_gpu, "optimizer": 12 * per_gpu}
     dense = Estimator(catalog_model("llama-2-7b"), est.training, est.cluster, est.profile)
     assert expert_state_bytes(dense, ParallelPlan(dp=16, num_microbatches=4)) == {}
+
+
+# Mixtral-8x7B's MoE shape: h 4096, 8 experts, top-2.
+MIXTRAL = ModelSpec(name="mixtral", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                    ffn_hidden_size=14336, vocab_size=32000, num_experts=8, num_experts_per_token=2,
+                    moe_ffn_hidden_size=14336)
+
+
+def test_megatron_v06_allgather_moves_the_gathered_tokens_worked_example():
+    """Megatron-Core core_v0.6.0's allgather dispatcher permutes with torch.gather / scatter / scatter_add
+    over the tokens gathered over the tensor x expert group (token_dispatcher.py lines 135-226), as
+    FlagPerf's Mixtral on 4x8 H100 ran it: micro-batch 3 x 4096 tokens, tp 8 = etp, ep 1."""
+    from cost_model.moe_dispatch_v06 import gather_scatter_rows
+    from cost_model.moe_time import permute_times_s
+    # Each rank gathers its group's 8 x 1536 = 12,288 tokens; with every expert local it moves all
+    # 2 x 12,288 = 24,576 routed copies (L). Forward: gathers 2 L + 2 L, zeros + copy + scatter 5 L,
+    # the probabilities' product 2 L, zeros(N) + copy + scatter_add 3 N + 3 L: 14 L + 3 N = 380,928 rows.
+    # Backward: gather 2 L, the product's 2 L + 3 L + sum L, gather 2 L, zeros + scatter_add 4 L and
+    # N + 3 L: 17 L + N = 430,080 rows.
+    assert gather_scatter_rows(MIXTRAL, 3 * 4096, tp=8, ep=1, etp=8, rows_factor=1.0) == (380_928, 430_080)
+    # FlagPerf's 8-layer cut on 2x8 A100: 2048 tokens, tp 2 = etp, ep 4: N = 1024 x 8 = 8192 gathered,
+    # the busiest rank's copies L = 8192 x 2 / 4 x 1.25 = 5120: 14 L + 3 N = 96,256 and 17 L + N = 95,232.
+    assert gather_scatter_rows(MIXTRAL, 2048, tp=2, ep=4, etp=2, rows_factor=1.25) == (96_256, 95_232)
+    # tp 1, ep 1 (FlagPerf's Qwen1.5-MoE, lines 137-145 and 247-256): the same ops over the rank's own
+    # 8192 tokens, N = 8192, L = 16,384: 14 L + 3 N = 253,952 and 17 L + N = 286,720.
+    assert gather_scatter_rows(MIXTRAL, 8192, tp=1, ep=1, etp=1, rows_factor=1.0) == (253_952, 286_720)
+    # Priced at the profile's copy rate for one op's output (L rows x h x 2 B), times the framework's
+    # memory-bound bytes factor, as every memory-bound op of the layer.
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    facts = MoEFacts(moe_gather_scatter_permute=True)
+    fwd_s, bwd_s = permute_times_s(MIXTRAL, tables, 3 * 4096, 8, 1, 8, 2.0, facts, 1.0)
+    rate = tables.memory_bytes_per_s(2 * 4096 * 24_576)
+    assert (fwd_s, bwd_s) == pytest.approx((2 * 4096 * 380_928 * 2.0 / rate, 2 * 4096 * 430_080 * 2.0 / rate))
+    # Off (Megatron-Core's permute of the rank's own routed copies): t = 1536 tokens, (3k + 1) t h each way.
+    plain = permute_times_s(MIXTRAL, tables, 3 * 4096, 8, 1, 8, 2.0, MoEFacts(), 1.0)
+    assert plain[0] == plain[1] == pytest.approx(2 * 7 * 1536 * 4096 * 2.0 / tables.memory_bytes_per_s(2 * 1536 * 2 * 4096))
+
+
+def test_megatron_v06_alltoall_trades_the_tp_shares_worked_example():
+    """core_v0.6.0's alltoall dispatcher under tp > 1 (token_dispatcher.py lines 404-485, mappings.py),
+    as Megatron-LM#756's Mixtral retest ran it: 2048 tokens, tp 2 = etp, ep 8 (one expert a rank)."""
+    from cost_model.moe_dispatch_v06 import sp2hp_alltoall_elems
+    from cost_model.moe_time import tp_exchange_time_s
+    # e = t x h = 1024 x 4096 = 4,194,304; k 2, f 1.25: the rank receives T = etp k f = 5 e once gathered
+    # to full h. Forward: sp2hp cat 2, permute 2k = 4, the last-dim gather's copy-out + cat 4T = 20, the
+    # last-dim reduce-scatter's transposes 2T + 2T/etp = 15, unpermute 6k + 1 = 13, hp2sp cat 2: 56 e.
+    # Backward: the two split-backward cats 4, unpermute 8k = 16, the gather and reduce-scatter swapped
+    # 20 + 15, permute's zeros + index_add_ 1 + 3k = 7: 62 e.
+    e = 1024 * 4096
+    assert sp2hp_alltoall_elems(MIXTRAL, 2048, tp=2, ep=8, etp=2, rows_factor=1.25) == (56 * e, 62 * e)
+    # tp 1 skips the tensor-parallel exchanges (world size 1); four local experts (ep 2) permute the
+    # received copies and back: 8k + 1 + 7kf = 17 + 17.5 forward, 11k + 1 + 6kf = 23 + 15 backward.
+    e1 = 4096 * 4096
+    assert sp2hp_alltoall_elems(MIXTRAL, 4096, tp=1, ep=2, etp=1, rows_factor=1.25) == (34.5 * e1, 38 * e1)
+    # Two tensor-parallel all-to-alls per pass of the rank's t x h share (2 B each).
+    tables = ProfileTables(builtin_profile("h100-80gb"))
+    on = MoEFacts(moe_sp2hp_alltoall=True)
+    assert tp_exchange_time_s(MIXTRAL, tables, 2048, 2, 8, on) == pytest.approx(
+        2 * tables.collective_time_s("all_to_all", 2 * 1024 * 4096, 2, 2))
+    assert tp_exchange_time_s(MIXTRAL, tables, 2048, 2, 8, MoEFacts()) == 0.0
+    assert tp_exchange_time_s(MIXTRAL, tables, 2048, 1, 8, on) == 0.0
+
+
+def test_only_the_2024_rows_run_the_v06_dispatchers():
+    """FlagPerf's Megatron rows (core_v0.6.0, and Pai's copy of its dispatcher) run its allgather
+    dispatcher, Megatron-LM#756 its alltoall one; today's Megatron-Core and every other row neither."""
+    from autoplan.specs import get_framework
+    runs = load_published_runs()
+    flagperf = [r for r in runs if r.source == "flagperf"]
+    assert flagperf and all(r.framework_facts().moe_gather_scatter_permute for r in flagperf)
+    assert not get_framework("megatron-core").moe_gather_scatter_permute
+    others = [r for r in runs if r.model.is_moe and r.source != "flagperf"]
+    assert others and not any(r.framework_facts().moe_gather_scatter_permute for r in others)
+    # The alltoall dispatcher of core_v0.6.0: Megatron-LM#756's retest only (main ba773259).
+    v06_alltoall = {r.id for r in runs if r.model.is_moe and r.framework_facts().moe_sp2hp_alltoall}
+    assert v06_alltoall == {"MLMISSUE-mixtral8x7b-01"}
+    assert not get_framework("megatron-core").moe_sp2hp_alltoall

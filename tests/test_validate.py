@@ -119,8 +119,11 @@ SPLIT_BOUNDS = {
     # after DeepSpeed v0.3.13's ZeRO-3 was counted; 49.0%, +0.79 after BLOOM's network was measured, and after KempnerForge's pipeline re-gathers;
     # 49.4%, +0.79 after the refit with MLPerf v3.x's and FP8-LM's flash-attn; 49.4%, +0.80 with
     # Megatron-Core's alltoall and allgather dispatchers priced as they run, Framework.moe_dispatch; 49.0%,
-    # +0.80 with cross-node all-to-alls at one NIC share and the DeepEP rows' flex dispatcher, issue 49).
-    ("moe", "bf16_fp16"): (0.52, 0.78),
+    # +0.80 with cross-node all-to-alls at one NIC share and the DeepEP rows' flex dispatcher, issue 49;
+    # 43.2%, +0.84 with the experts' activation on the busiest rank's rows; 40.5%, +0.89 with core_v0.6.0's
+    # allgather dispatcher moving the gathered tokens (Framework.moe_gather_scatter_permute); 39.9%, +0.90
+    # with its alltoall dispatcher's tensor-parallel exchanges (Framework.moe_sp2hp_alltoall)).
+    ("moe", "bf16_fp16"): (0.42, 0.86),
 }
 MIN_GAIN_OVER_CONSTANT_MFU = {("moe", "bf16_fp16"): 1.25}
 """How much better than the constant-MFU guess a split must be (1.5x unless named here)."""

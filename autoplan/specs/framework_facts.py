@@ -313,6 +313,27 @@ class MoEFacts:
     moe_packed_experts=false default), and its backward copies the gradients back apart: a transposing
     HBM copy of every local expert weight in each forward, recompute and backward
     (cost_model/moe_time.py stacked_weights_s). False: packed (E, in, out) parameters read in place."""
+    moe_gather_scatter_permute: bool = False
+    """The allgather dispatcher of Megatron-Core core_v0.6.0 moves tokens in and out of expert order with
+    torch.gather, out-of-place scatter and scatter_add over h-wide rows of the gathered tokens
+    (megatron/core/transformer/moe/token_dispatcher.py core_v0.6.0 MoEAllGatherTokenDispatcher, lines 135,
+    166, 191-197 and 220-226), not over the rank's sequence-parallel share: forward and backward move
+    14 L + 3 N and 17 L + N rows, N the tokens gathered over the tensor x expert group and L the copies
+    routed to the rank's experts (cost_model/moe_dispatch_v06.py gather_scatter_rows). The same file ran on
+    Megatron-LM main from 2024-04-02 (06cf6d74) to 2024-05-01 (e61c3841), Pai-Megatron-Patch's
+    Megatron-LM-240405 (ba773259) included; core_v0.7.0 replaced the unpermutation's scatters with its
+    moe_scatter function. False: the permute/unpermute of the rank's routed copies (moe_utils.py permute
+    and unpermute)."""
+    moe_sp2hp_alltoall: bool = False
+    """The alltoall dispatcher of Megatron-Core core_v0.6.0 (the same file on Megatron-LM main from
+    2024-04-02 to 2024-05-01) under tensor parallelism: each rank trades its sequence share for every
+    tensor rank's tokens at h/tp (all_to_all_sp2hp) and back (all_to_all_hp2sp), gathers the received
+    copies along h with a list all-gather and a cat, and reduce-scatters them along h through transposed
+    copies (megatron/core/transformer/moe/token_dispatcher.py core_v0.6.0 MoEAlltoAllTokenDispatcher, lines
+    404-485; tensor_parallel/mappings.py lines 71-104, 479-502); its unpermute zero-fills, index-copies and
+    weighs all k copies (moe_utils.py lines 125-151). cost_model/moe_dispatch_v06.py sp2hp_alltoall_elems
+    counts the bytes, moe_time.py tp_exchange_time_s the two tensor-parallel all-to-alls per pass.
+    False: today's alltoall dispatcher (moe_time.py permute_elems)."""
     moe_host_sync: bool = False
     """Every MoE layer's forward (and its recompute) waits on the host for the GPU: KempnerForge's
     grouped-GEMM path reads its tokens per expert with `torch.bincount(...).tolist()`

@@ -190,7 +190,10 @@ AS_RAN = {
     # dispatcher, the default of core_v0.6.0 and after (transformer_config.py moe_token_dispatcher_type =
     # "allgather"), whose unpermutation weighs the experts' outputs by the router's probabilities and so
     # keeps them (token_dispatcher.py line 197 at core_v0.6.0, the tag of its Mixtral H100 row; the
-    # others are of the same weeks of 2024).
+    # others are of the same weeks of 2024). That dispatcher permutes the tokens gathered over the tensor
+    # x expert group with torch.gather / scatter / scatter_add (moe_gather_scatter_permute, lines 135-226);
+    # Pai-Megatron-Patch's qwen1_5 copy of it (megatron_patch/model/qwen1_5/moe/token_dispatcher.py @1f3c6fc,
+    # 2024-04-27) differs from core_v0.6.0's in whitespace only.
     # Its scripts (mixtral_8x7B megatron_main.sh @68d2944f, mixtral_7b @d23d2118, qwen1.5_MoE
     # megatron_pai_main.sh @6faf9c1f on Pai's Megatron-LM-240405) pass --use-distributed-optimizer but
     # neither --overlap-grad-reduce nor --overlap-param-gather, both off by default (Megatron-LM
@@ -198,6 +201,10 @@ AS_RAN = {
     # backward is done and the weights gather after the step, all exposed, in one bucket
     # (megatron/core/distributed/distributed_data_parallel.py lines 56-66: bucket_size None without
     # overlap_grad_reduce).
-    "flagperf": {"moe_dispatch": "allgather", "moe_weighted_outputs_saved": True,
+    # The Megatron-LM issue's Mixtral run (NVIDIA/Megatron-LM#756, retest on main ba773259 of 2024-04-04,
+    # whose transformer/moe and tensor_parallel/mappings.py equal core_v0.6.0's) passed
+    # --moe-token-dispatcher-type alltoall with tp 2: core_v0.6.0's alltoall dispatcher.
+    "megatron-lm-issue": {"moe_sp2hp_alltoall": True},
+    "flagperf": {"moe_dispatch": "allgather", "moe_weighted_outputs_saved": True, "moe_gather_scatter_permute": True,
                  "dp_overlap_zero_stages": (), "dp_param_gather_overlap": False, "dp_bucket_params": math.inf},
 }
