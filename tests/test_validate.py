@@ -127,7 +127,9 @@ SPLIT_BOUNDS = {
     # +0.80 with cross-node all-to-alls at one NIC share and the DeepEP rows' flex dispatcher, issue 49;
     # 43.2%, +0.84 with the experts' activation on the busiest rank's rows; 40.5%, +0.89 with core_v0.6.0's
     # allgather dispatcher moving the gathered tokens (Framework.moe_gather_scatter_permute); 39.9%, +0.90
-    # with its alltoall dispatcher's tensor-parallel exchanges (Framework.moe_sp2hp_alltoall)).
+    # with its alltoall dispatcher's tensor-parallel exchanges (Framework.moe_sp2hp_alltoall); 40.7%, +0.87
+    # with the expert gradients over the expert data-parallel group (MOEZOO-q3235b-03 -21% -> -49%); 40.3%,
+    # +0.87 after 2026-11-29's full refit with InternEvo's Hybrid ZeRO).
     ("moe", "bf16_fp16"): (0.42, 0.86),
 }
 MIN_GAIN_OVER_CONSTANT_MFU = {("moe", "bf16_fp16"): 1.25}
