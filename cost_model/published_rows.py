@@ -2,7 +2,8 @@
 
 Each row becomes (ModelSpec, TrainingSpec, ClusterSpec, ParallelPlan, framework, measured tokens/s/GPU).
 Where the source leaves a cell empty, the filling rule is written next to it here and recorded on the
-run (`assumptions`), so a reader can see what was inferred. How a run is priced is cost_model/published.py.
+run (`assumptions`), so a reader can see what was inferred. How a run is priced is cost_model/published.py;
+what its software ran against its framework's defaults, cost_model/row_stack_facts.py.
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from typing import NamedTuple
 from autoplan.specs import FRAMEWORKS, AutoplanError, ClusterSpec, ModelSpec, ParallelPlan, TrainingSpec
 from autoplan.specs.frameworks import AS_RAN, STANDS_IN_FOR
 from autoplan.specs.frameworks.deepspeed import DEEPSPEED_V0_3_13_ZERO3
-from autoplan.specs.frameworks.megatron_core import MSAMP_O3_STATES, NEMO2_MLPERF_LLAMA31
 from cost_model.moe_time import moe_run_facts
 from cost_model.published import PublishedRun
+from cost_model.row_stack_facts import stack_facts, stated_flash_attention
 from cost_model.source_facts import MODEL_FACTS, SOURCES
 
 PUBLISHED_RUNS_PATH = Path(__file__).parent / "data" / "published_runs.csv"
@@ -24,41 +25,15 @@ _PEAK_MEMORY = re.compile(r"(?:peak mem|max GPU mem|mem) ([0-9.]+) ?(GiB|GB)")
 _MEMORY_USED_OF_TOTAL = re.compile(r"\bmem ([0-9.]+)/[0-9.]+\b")
 """FlagPerf's "mem 75/80" (its published_metric cell): GiB in use of the device's total."""
 
-_FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
-"""How an MLPerf row's config or log states NeMo's fp8_params."""
-_FSDP_FLOAT8_GATHER = re.compile(r"enable_fsdp_float8_all_gather|FSDP float8 all-gather", re.IGNORECASE)
-"""How a torchtitan row's config or notes state torchao's float8 all-gather under FSDP2."""
 _SESSION = re.compile(r"\((\d\d-\d\d)\)|(\d{4}-\d{2}-\d{2})|@([0-9a-f]{7,40})")
 """The first date or commit a row's citation names (BigScience's "(02-25)", a README table's
 "(2024-09-26)", "@130677789"): when, or on which code, its campaign measured it (PublishedRun.session)."""
 _ASYNC_TP = re.compile(r"asyncTP|AsyncTP|enable_async_tensor_parallel\s*=\s*true")
 """How a torchtitan row states async TP (experimental.enable_async_tensor_parallel)."""
-_GRAD_SYNC_BF16 = (
-    # mlcommons/training_results_v3.0 NVIDIA/benchmarks/gpt3/implementations/pytorch/conf/
-    # megatron_gpt_config.yaml (9f08e30): optim distributed_fused_adam, grad_sync_dtype: bf16.
-    "MLPerf Training v3.0 NVIDIA dgxh100_",
-    # mlcommons/training_results_v4.0 NVIDIA/benchmarks/gpt3/implementations/nemo/conf/optim/
-    # distributed_fused_adam.yaml (62f111b): grad_sync_dtype: bf16.
-    "NVIDIA/benchmarks/gpt3/implementations/nemo/config_DGXH100",
-)
-"""Where an MLPerf row's implementation reduces its gradients in bf16 (NVIDIA's own GPT-3 configs; the
-partners' copies and v3.1's, whose optimizer config is not in their results, keep Megatron's fp32)."""
 _HSDP_SHARD = re.compile(r"HSDP shard group (\d+)|shard group (\d+) GPUs|shard group =? ?(\d+) (?:ranks|\(zero1=)")
 """How a row's notes state hybrid sharding: "HSDP shard group 8" (fms-fsdp's HYBRID_SHARD within a node,
 BloombergGPT's 128), "shard group 256 GPUs" (OLMo-core's num_replicas), "shard group = 8 ranks" or
 "shard group 8 (zero1=8" (InternEvo's zero1 size)."""
-_TORCHTITAN_COMPILED_LOSS = ("TORCHTITAN-2506-", "TORCHTITAN-H200-")
-"""torchtitan rows made at commits that compile the loss (820504e and e7c0cae, both 2025-06-13, after
-bbb1b616e): the async-TP benchmark's and the H200 benchmark's (their docs' "Versions and Dates")."""
-_FLASH_ATTN_ROWS = ("MLPERF-v30-", "MLPERF-v31-", "FP8LM-")
-"""Rows whose Megatron stack attended with the flash-attn package on Hopper, not cuDNN's fused attention.
-Transformer Engine before v1.2 (2023-12-15) returns flash-attn first whenever it applies
-(transformer_engine/pytorch/attention.py, v0.12-v1.1: `if use_flash_attention:` before the fused
-backend; v0.8, transformer.py: flash-attn only); v1.2 added "Select FusedAttention on sm90". MLPerf v3.0
-ran TE release_v0.8, v3.1 TE 09ba842 (2023-10-01; Azure's 4ee8e8e, 2023-10-02) with flash-attn 2.0.8
-(its Dockerfile, mlcommons/training_results_v3.1 NVIDIA/benchmarks/gpt3/implementations/pytorch);
-FP8-LM's notes say "FlashAttention used". TE v0.8 calls flash-attn 1.x (flash_attn_unpadded_func), which
-is slower than the FlashAttention-2 table that prices it (no FlashAttention-1 kernel was timed)."""
 _ETP = re.compile(r"--expert-tensor-parallel-size (\d+)|\bETP ?=? ?(\d+)\b")
 _RECOMPUTE_MODULES = re.compile(r"--recompute-modules ((?:[a-z_]+ ?)+)")
 """Megatron-Core's selective recompute modules, as a run's notes quote its command line."""
@@ -161,7 +136,7 @@ def row_to_run(row: dict) -> PublishedRun:
         # The FlashAttention-2 paper's baselines name their attention in the model column; the
         # Megatron-DeepSpeed long-sequence README's "New" rows ran its script's --use-flash-attn-triton
         # (the rebase added FlashAttention: examples_deepspeed/rebase/README.md), its "Old" rows not.
-        flash_attention=_stated_flash_attention(prefix, row),
+        flash_attention=stated_flash_attention(prefix, row),
         nic_bytes_per_s=_per_gpu(facts.get("nic_bytes_per_s"), row["gpu"]),
         reported_peak_memory_bytes=_reported_memory_bytes(row, facts),
         reported_memory_is_allocated=facts.get("memory_is_allocated", False),
@@ -312,7 +287,7 @@ def _as_ran(prefix: str, row: dict, facts: dict, plan: ParallelPlan, compiled: b
     if plan.recompute_modules and framework in FRAMEWORKS and not FRAMEWORKS[framework].recompute_modules:
         # The stack it ran names the submodules it recomputes (OLMo-core's selected_modules mode).
         then["recompute_modules"] = True
-    then.update(_stack_facts(prefix, row, facts, compiled))
+    then.update(stack_facts(prefix, row, facts, compiled))
     return _AsRan(framework, then, derived)
 
 
@@ -352,58 +327,6 @@ def _micro_batch_unstated(prefix: str, row: dict) -> bool:
     flash_attn_qkvpacked_func q, k, v and the output; FusedMLPFunc at mlp_checkpoint_lvl 0 its input,
     pre_act and the GeLU output): 95 GiB at 4 x 8192 tokens over 32 layers of 2560."""
     return prefix == "FA2"
-
-
-def _stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:
-    """The facts of the software a row ran that its notes or source state (fp8 parameter gathers,
-    bf16 gradient sync, a compiled loss, its own states or attention kernel), over its framework's."""
-    then = {}
-    stated = row["source"] + " " + row["notes"]
-    if row["precision"] == "fp8" and _FP8_PARAMS.search(stated):
-        # NeMo fp8_params (FP8_PARAMS=True in MLPerf's config_common.sh): the distributed optimizer
-        # all-gathers the linears' weights in fp8 (Framework.fp8_param_gather).
-        then["fp8_param_gather"] = True
-    if prefix == "MLPERF" and "MLPerf llama31" in row["model_name"]:
-        then.update(NEMO2_MLPERF_LLAMA31)       # bf16 main gradients (grad_reduce_in_fp32=False)
-    if row["precision"] == "fp8" and _FSDP_FLOAT8_GATHER.search(stated):
-        # torchao's float8 all-gather (torchtitan [float8] enable_fsdp_float8_all_gather): FSDP2
-        # gathers the linears' weights as fp8 tensors, 1 B each on the wire and in the gathered copy.
-        then["fp8_weight_copy_bytes"] = 1.0
-    if prefix == "TORCHTITAN" and row["id"].startswith(_TORCHTITAN_COMPILED_LOSS) and compiled:
-        # torchtitan from 2025-04-02 on (bbb1b616e, components/loss.py build_cross_entropy_loss) compiles the
-        # loss with training.compile: Inductor fuses the fp32 cast into the cross-entropy, so the backward
-        # holds the bf16 logits it saved and their bf16 gradient, 2 + 2 B per logit, not 10.
-        then["loss_bytes_per_logit"] = 4.0
-    if prefix == "FP8LM" and facts.get("fp8_recipe") == "fp8lm":
-        # FP8-LM's own recipe (MS-AMP O3 on Megatron-LM): its states (memory only; the step time keeps
-        # Megatron's facts). The GEMMs stay Transformer Engine's, with its fp8 weight workspaces.
-        then["states"] = MSAMP_O3_STATES
-    if row["id"].startswith(_FLASH_ATTN_ROWS):
-        then["attention_kernel"] = "flash2"
-    if any(where in row["source"] for where in _GRAD_SYNC_BF16):
-        then["main_grad_reduce_bytes"] = 2.0
-    if prefix == "INTERNEVO":
-        # InternEvo's Hybrid ZeRO all-reduces the gradients over every DP rank and syncs the weights by
-        # one broadcast per rank of its ZeRO group (Framework.zero1_broadcast_sync): over every DP rank
-        # (zero1=-1), or inside a node (zero1=8 or 4, ParallelPlan.zero_shard), over NVLink. It reduces
-        # the bf16 model weights' own gradients in their dtype (@34fc28d760 hybrid_zero_optim.py
-        # _reduce_and_copy -> solver/optimizer/utils.py reduce_tensor: dtype = tensor.dtype): 2 B each.
-        then["zero1_broadcast_sync"] = True
-        then["main_grad_reduce_bytes"] = 2.0
-    return then
-
-
-def _stated_flash_attention(prefix: str, row: dict) -> bool | None:
-    """Fused attention where a row states it against its framework's default. The FlashAttention-2
-    paper's baselines name their attention in the model column. The Megatron-DeepSpeed long-sequence
-    README compares its rebased code, whose script runs --use-flash-attn-triton, with the code before
-    the rebase, which had no FlashAttention (the rebase added it: examples_deepspeed/rebase/README.md,
-    "Enabled FlashAttention v1 and v2"): its "Old" rows ran the fused softmax."""
-    if "no flashattention" in row["model_name"].lower():
-        return False
-    if prefix == "MDS" and "Old Megatron-DeepSpeed" in row["published_metric"]:
-        return False
-    return None
 
 
 def load_published_runs(path: str | Path = PUBLISHED_RUNS_PATH) -> list:

@@ -96,7 +96,7 @@ SPLIT_BOUNDS = {
     # then KempnerForge's pipeline path re-gathering its weights after each forward (m + 1 all-gathers a
     # step, Framework.pp_reshard_after_forward), refitted: -> the eighteenth; then MLPerf v3.0/v3.1's and
     # FP8-LM's attention on flash-attn, as Transformer Engine before v1.2 ran it on Hopper (not cuDNN's fused
-    # attention: cost_model/published_rows.py _FLASH_ATTN_ROWS), refitted: -> the last. 2026-11-29 (third
+    # attention: cost_model/row_stack_facts.py _FLASH_ATTN_ROWS), refitted: -> the last. 2026-11-29 (third
     # session), InternEvo's Hybrid ZeRO as its code runs (gradients all-reduced over every DP rank in bf16,
     # weights broadcast inside its ZeRO group) and a full refit on the day's code (the refits shipped before
     # were of 2026-11-28's code): bf16 by source 7.3% -> 7.9%, by GPU generation 7.8% -> 8.5%, by scale band
