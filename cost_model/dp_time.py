@@ -221,7 +221,7 @@ def _group_terms(est, plan: ParallelPlan, g: DPGroup, per_stage: int, m: int) ->
     return _GroupTerms(total, stalled_s, hidden_copies_s, stalled_copies_s, wire, gather_layer_s)
 
 
-def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, compute_mb: float,
+def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float, lt, busy_mb: float,
             m: int) -> tuple:
     """(exposed_s, total_s, bytes) of the data-parallel collectives of one step on a rank with
     `per_stage` layers and (dense, expert) local parameters, each set over its own group (dp_groups)."""
@@ -241,7 +241,7 @@ def dp_time(est, plan: ParallelPlan, per_stage: int, dense: float, expert: float
         gather_layer_s += terms.gather_per_layer_s
     # Forward gathers issued only after a MoE layer's host sync (Framework.moe_host_sync).
     synced_s = host_sync_exposed_s(est, plan, lt, per_stage, m, gather_layer_s) if gather_layer_s else 0.0
-    window = overlap_window_s(plan, sw, lt, per_stage, compute_mb, m)
+    window = overlap_window_s(plan, sw, lt, per_stage, busy_mb, m)
     total, stalled_s = total - synced_s, stalled_s + synced_s
     overlap = sw.dp_comm_overlap if plan.zero_stage in sw.dp_overlap_zero_stages else 0.0
     hidden = min(total, overlap * window)
@@ -281,12 +281,15 @@ def host_sync_exposed_s(est, plan: ParallelPlan, lt, per_stage: int, m: int, gat
     return rounds * per_stage * share * max(0.0, gather_per_layer_s - moe_block_fwd_s)
 
 
-def overlap_window_s(plan: ParallelPlan, sw, lt, per_stage: int, compute_mb: float, m: int) -> float:
-    """The compute the data-parallel collectives can hide under: ZeRO 0-2 reduce during the last
-    micro-batch's backward; ZeRO-3 prefetches during all forward and backward compute. One layer's
-    share always stays exposed (the last bucket, dp_time's tail)."""
+def overlap_window_s(plan: ParallelPlan, sw, lt, per_stage: int, busy_mb: float, m: int) -> float:
+    """The time the data-parallel collectives can hide under: ZeRO 0-2 reduce during the last
+    micro-batch's backward GEMMs and attention; ZeRO-3 prefetches the next layer's weights while the
+    GPU runs anything of this one, its GEMMs, attention, memory-bound kernels and recompute alike
+    (`busy_mb`, one micro-batch's busy time: torch FSDP2 issues the next all-gather on its own stream at
+    the layer's pre-forward / pre-backward hook, `_fsdp_param_group.py`, whatever the layer runs).
+    One layer's share always stays exposed (the last bucket, dp_time's tail)."""
     if plan.zero_stage >= 3:
-        return m * compute_mb
+        return m * busy_mb
     # The last micro-batch's backward, or every backward where each gathers the weights again or
     # reduces its own gradients.
     backwards = m if _gathers_every_backward(plan, sw) or reduces_every_microbatch_at_zero2(plan, sw) else 1

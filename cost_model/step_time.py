@@ -84,7 +84,9 @@ def step_time_terms(est, plan: ParallelPlan, costs) -> tuple:
     bubble_s = bubble_ranks / v * t_mb
 
     dense, expert, state_layers = _state_rank_params(plan, costs, split, per_stage, even)
-    dp_s, dp_total_s, dp_bytes = dp_time(est, plan, state_layers, dense, expert, lt, compute_mb, m)
+    # ZeRO-3's prefetched gathers run beside every kernel of the layers, not only their GEMMs.
+    busy_mb = compute_mb + memory_mb + recompute_s
+    dp_s, dp_total_s, dp_bytes = dp_time(est, plan, state_layers, dense, expert, lt, busy_mb, m)
     # Optimizer: memory-bound AdamW over the local shard of the stage's parameters, moving the
     # framework's bytes per parameter (fused vs for-each implementation).
     shard = plan.zero_shard_group if plan.zero_stage >= 1 else 1
