@@ -30,7 +30,11 @@ def exposed_host_s(gpu_s: float, layers: int, kernels_per_layer: float, host_s_p
 
 
 def microbatch_host_wait_s(profile, framework, gpu_s: float, layers: int) -> float:
-    """exposed_host_s with `framework`'s facts, 0 on a CPU profile (no device to starve)."""
+    """exposed_host_s with `framework`'s facts, 0 on a CPU profile (no device to starve). Under
+    synchronous launches (Framework.launch_blocking: CUDA_LAUNCH_BLOCKING=1) the GPU is idle while the
+    host issues each kernel, so all of the host issue time shows."""
     if getattr(profile, "device_kind", "gpu") == "cpu":
         return 0.0
+    if framework.launch_blocking:
+        return host_issue_s(layers, framework.kernels_per_layer, framework.host_s_per_kernel)
     return exposed_host_s(gpu_s, layers, framework.kernels_per_layer, framework.host_s_per_kernel)

@@ -273,6 +273,12 @@ class PipelineFacts:
     host_s_per_kernel: float = 0.0
     """Host seconds to issue one of them (Python, dispatcher, autograd, launch): a micro-batch takes
     max(GPU time, layers x kernels_per_layer x host_s_per_kernel) (cost_model/host_time.py)."""
+    launch_blocking: bool = False
+    """CUDA_LAUNCH_BLOCKING=1: each kernel launch returns only once the kernel has run, so the host issues
+    the next kernel after the GPU finished the last and the micro-batch takes GPU time + host issue time,
+    not the larger of the two (cost_model/host_time.py). BigScience's tr11 runs on 48 Jean Zay nodes
+    (tr11-176B-ml.slurm: "do not remove or the training will hang"; chronicles-prequel.md, "dealing with JZ
+    hanging": asynchronous launches always hung at 320 GPUs)."""
 
 
 @dataclass(frozen=True, kw_only=True)
