@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from autoplan.specs.frameworks._eager import EAGER_HOST_S_PER_KERNEL, EAGER_KERNELS_PER_LAYER
+from autoplan.specs.frameworks._eager import EAGER_GPT_HOST_S_PER_KERNEL, EAGER_GPT_KERNELS_PER_LAYER
 from autoplan.specs.frameworks.megatron_core import MSAMP_O3_STATES, NEMO2_MLPERF_LLAMA31
 
 _FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
@@ -74,10 +74,10 @@ def stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:
         # or the training will hang"); chronicles-prequel.md, "dealing with JZ hanging", measured
         # asynchronous launches hanging always at 320 GPUs, before its 384-GPU topology rows. The host issue
         # time then adds to every micro-batch. Its count and cost per kernel are a stand-in: eager
-        # PyTorch's, counted on the executor's Llama layer (forward and backward; the recompute's second
-        # forward is not counted); Megatron-DeepSpeed's fused GPT layer was not counted.
-        then.update(launch_blocking=True, kernels_per_layer=EAGER_KERNELS_PER_LAYER,
-                    host_s_per_kernel=EAGER_HOST_S_PER_KERNEL)
+        # PyTorch's on a GPT layer (LayerNorm, GeLU, biases: the executor's GPT-2, forward and backward; the
+        # recompute's second forward is not counted); Megatron-DeepSpeed's fused GPT layer was not counted.
+        then.update(launch_blocking=True, kernels_per_layer=EAGER_GPT_KERNELS_PER_LAYER,
+                    host_s_per_kernel=EAGER_GPT_HOST_S_PER_KERNEL)
     if prefix == "INTERNEVO":
         # InternEvo's Hybrid ZeRO all-reduces the gradients over every DP rank and syncs the weights by
         # one broadcast per rank of its ZeRO group (Framework.zero1_broadcast_sync): over every DP rank

@@ -3,14 +3,15 @@ a worked example: BigScience's tr11 topology runs, which launched that way on 48
 
 BLOOM-PREQ-05 (181B: 72 layers, hidden 14,336; TP 8, PP 6, DP 8, micro-batch 1, global batch 2,048):
 each pipeline stage holds 72 / 6 = 12 layers and runs 2,048 / (8 x 1) = 256 micro-batches a step. With
-the host issuing 194 kernels per layer and micro-batch at 9.4 us each (eager PyTorch's count and cost,
-autoplan/specs/frameworks/_eager.py), a micro-batch waits 12 x 194 x 9.4 us = 21.8 ms for its host, all
-of it, since no kernel is queued while the host issues the next: 256 x 21.8 ms = 5.58 s a step. With
-launches asynchronous the host's 21.8 ms hide under the GPU's ~400 ms per micro-batch: nothing shows.
+the host issuing 113.75 kernels per layer and micro-batch at 7.8 us each (eager PyTorch's count and cost
+on a GPT layer, autoplan/specs/frameworks/_eager.py), a micro-batch waits 12 x 113.75 x 7.8 us = 10.7 ms
+for its host, all of it, since no kernel is queued while the host issues the next: 256 x 10.7 ms = 2.73 s
+a step. With launches asynchronous the host's 10.7 ms hide under the GPU's ~400 ms per micro-batch:
+nothing shows.
 Planting the fault (the larger of host and GPU time, as for asynchronous launches) fails the first test."""
 import pytest
 
-from autoplan.specs.frameworks._eager import EAGER_HOST_S_PER_KERNEL, EAGER_KERNELS_PER_LAYER
+from autoplan.specs.frameworks._eager import EAGER_GPT_HOST_S_PER_KERNEL, EAGER_GPT_KERNELS_PER_LAYER
 from cost_model.published_rows import load_published_runs
 from cost_model.validation import predict_runs
 
@@ -22,11 +23,11 @@ def _bloom(row_id: str):
 def test_every_micro_batch_waits_for_its_host_under_synchronous_launches():
     run = _bloom("BLOOM-PREQ-05")
     assert (run.plan.pp, run.plan.num_microbatches, run.plan.micro_batch_size) == (6, 256, 1)
-    assert round(EAGER_KERNELS_PER_LAYER) == 194 and EAGER_HOST_S_PER_KERNEL == pytest.approx(9.37e-6, rel=1e-3)
+    assert EAGER_GPT_KERNELS_PER_LAYER == 113.75 and EAGER_GPT_HOST_S_PER_KERNEL == pytest.approx(7.81e-6, rel=1e-3)
     (result,) = predict_runs([run])
     host_s = dict(result.time_breakdown_s)["host_issue"]
-    assert host_s == pytest.approx(256 * 12 * EAGER_KERNELS_PER_LAYER * EAGER_HOST_S_PER_KERNEL, rel=1e-9)
-    assert host_s == pytest.approx(5.58, abs=0.01)
+    assert host_s == pytest.approx(256 * 12 * EAGER_GPT_KERNELS_PER_LAYER * EAGER_GPT_HOST_S_PER_KERNEL, rel=1e-9)
+    assert host_s == pytest.approx(2.73, abs=0.01)
 
 
 def test_asynchronous_launches_hide_the_same_host_time_under_the_gpu():
