@@ -12,6 +12,7 @@ Planting the fault (the larger of host and GPU time, as for asynchronous launche
 import pytest
 
 from autoplan.specs.frameworks._eager import EAGER_GPT_HOST_S_PER_KERNEL, EAGER_GPT_KERNELS_PER_LAYER
+from cost_model.estimator import Estimator
 from cost_model.published_rows import load_published_runs
 from cost_model.validation import predict_runs
 
@@ -33,8 +34,6 @@ def test_every_micro_batch_waits_for_its_host_under_synchronous_launches():
 def test_asynchronous_launches_hide_the_same_host_time_under_the_gpu():
     run = _bloom("BLOOM-PREQ-05")
     facts = run.framework_facts(None).with_overrides(launch_blocking=False)
-    from cost_model.estimator import Estimator
-
     est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=facts, allow_tp_across_nodes=True)
     assert est.estimate(run.plan_to_price(est)).time_breakdown_s["host_issue"] == 0.0
 
