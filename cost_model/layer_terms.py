@@ -54,6 +54,17 @@ def memory_time_s(tables: ProfileTables, num_bytes: float, op_bytes: float) -> f
     return num_bytes / tables.memory_bytes_per_s(int(max(op_bytes, 1)))
 
 
+def tile_head_dim(kernel: str, head_dim: int) -> int:
+    """The head width an attention kernel's tiles compute at. flash-attn's Triton kernel
+    (flash_attn/flash_attn_triton.py, `_flash_attn_forward` and `_flash_attn_backward`) tiles the head
+    dimension at BLOCK_HEADDIM = max(next_power_of_2(d), 16) and masks the rest, so at d = 96 its dot
+    products run 128 wide: 4/3 of the useful FLOPs, forward and backward. The CUDA and cuDNN kernels
+    are compiled for the widths they support and compute at d (their tables are timed at it)."""
+    if kernel != "flash-triton":
+        return head_dim
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
 class AttentionTimes(NamedTuple):
     flops: float
     """Forward FLOPs of the attention core (QK^T and AV) the kernel does."""
@@ -73,12 +84,14 @@ def attention_core_times(model: ModelSpec, tables: ProfileTables, rates: Rates, 
     attn_flops = attention_core_fwd_flops(core_model, micro_batch, seq_len, tp, cp, causal=rates.flash_attention,
                                           window=window)
     if rates.flash_attention:
-        fwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
+        tile_dim = tile_head_dim(rates.attention_kernel, model.head_dim)
+        work = attn_flops * tile_dim / model.head_dim  # what the tiles compute, padding included
+        fwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, tile_dim,
                                                 rates.gemm_dtype, "fwd", rates.attention_kernel)
-        bwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, model.head_dim,
+        bwd_rate = tables.attention_flops_per_s(s_local, micro_batch * heads_local, tile_dim,
                                                 rates.gemm_dtype, "bwd", rates.attention_kernel)
-        return AttentionTimes(attn_flops, attn_flops / (fwd_rate * rates.attention_scale),
-                              ATTN_BWD_FLOPS_RATIO * attn_flops / (bwd_rate * rates.attention_scale))
+        return AttentionTimes(attn_flops, work / (fwd_rate * rates.attention_scale),
+                              ATTN_BWD_FLOPS_RATIO * work / (bwd_rate * rates.attention_scale))
     dtype = "bf16" if rates.gemm_dtype == "fp8" else rates.gemm_dtype
     per_head = gemm_time_s(tables, Gemm("scores", s_local, seq_len, model.head_dim), dtype, rates.matmul_scale)
     scores = micro_batch * heads_local * s_local * seq_len

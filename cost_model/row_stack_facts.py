@@ -12,6 +12,10 @@ from autoplan.specs.frameworks.megatron_core import MSAMP_O3_STATES, NEMO2_MLPER
 _FP8_PARAMS = re.compile(r"FP8_PARAMS=True|fp8_params true|\bfp8 params\b")
 """How an MLPerf row's config or log states NeMo's fp8_params."""
 
+_FLASH1_MODEL = re.compile(r"(?<!no )FlashAttention(-1)?\)")
+"""How a FlashAttention-2 source row names FlashAttention-1 in its model column ("..., FlashAttention)",
+"..., FlashAttention-1)"), not "no FlashAttention)" or "FlashAttention-2)"."""
+
 _FSDP_FLOAT8_GATHER = re.compile(r"enable_fsdp_float8_all_gather|FSDP float8 all-gather", re.IGNORECASE)
 """How a torchtitan row's config or notes state torchao's float8 all-gather under FSDP2."""
 
@@ -30,15 +34,29 @@ _TORCHTITAN_COMPILED_LOSS = ("TORCHTITAN-2506-", "TORCHTITAN-H200-")
 """torchtitan rows made at commits that compile the loss (820504e and e7c0cae, both 2025-06-13, after
 bbb1b616e): the async-TP benchmark's and the H200 benchmark's (their docs' "Versions and Dates")."""
 
-_FLASH_ATTN_ROWS = ("MLPERF-v30-", "MLPERF-v31-", "FP8LM-")
-"""Rows whose Megatron stack attended with the flash-attn package on Hopper, not cuDNN's fused attention.
+_FLASH_ATTN_ROWS = {"MLPERF-v30-": "flash1", "MLPERF-v31-": "flash2", "FP8LM-": "flash2"}
+"""Rows whose Megatron stack attended with the flash-attn package on Hopper, not cuDNN's fused attention,
+and the package's kernel.
 Transformer Engine before v1.2 (2023-12-15) returns flash-attn first whenever it applies
 (transformer_engine/pytorch/attention.py, v0.12-v1.1: `if use_flash_attention:` before the fused
 backend; v0.8, transformer.py: flash-attn only); v1.2 added "Select FusedAttention on sm90". MLPerf v3.0
 ran TE release_v0.8, v3.1 TE 09ba842 (2023-10-01; Azure's 4ee8e8e, 2023-10-02) with flash-attn 2.0.8
 (its Dockerfile, mlcommons/training_results_v3.1 NVIDIA/benchmarks/gpt3/implementations/pytorch);
-FP8-LM's notes say "FlashAttention used". TE v0.8 calls flash-attn 1.x (flash_attn_unpadded_func), which
-is slower than the FlashAttention-2 table that prices it (no FlashAttention-1 kernel was timed)."""
+FP8-LM's notes say "FlashAttention used" (its version unstated: FlashAttention-2, the release of its
+time). TE v0.8 calls flash-attn 1.x (flash_attn_unpadded_func): FlashAttention-1."""
+
+_LLMFOUNDRY_FLASH2 = ("MPT-1b", "MPT-3b", "MPT-7b", "MPT-70b")
+"""The models llm-foundry's large-scale H100 sweep ran on FlashAttention-2 (scripts/train/benchmarking/
+sweep.py @5e85bd62d: `--attn_impl flash`, installed as '.[gpu-flash2]'; its 13b and 30b pass `--attn_impl
+triton`). Every other benchmark row ran submit_benchmarks.py's default, `--attn_impl triton` (@b2a43a147 and
+@5e85bd62d, line 144): llmfoundry/models/layers/flash_attn_triton.py, flash-attn's Triton kernel copied
+at eff9fe6b."""
+
+
+def _llmfoundry_kernel(row: dict) -> str:
+    flash2 = "Large Scale" in row["source"] and row["model_name"] in _LLMFOUNDRY_FLASH2
+    return "flash2" if flash2 else "flash-triton"
+
 
 def stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:
     """The facts of the software a row ran that its notes or source state (fp8 parameter gathers,
@@ -64,8 +82,20 @@ def stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:
         # FP8-LM's own recipe (MS-AMP O3 on Megatron-LM): its states (memory only; the step time keeps
         # Megatron's facts). The GEMMs stay Transformer Engine's, with its fp8 weight workspaces.
         then["states"] = MSAMP_O3_STATES
-    if row["id"].startswith(_FLASH_ATTN_ROWS):
-        then["attention_kernel"] = "flash2"
+    for start, kernel in _FLASH_ATTN_ROWS.items():
+        if row["id"].startswith(start):
+            then["attention_kernel"] = kernel
+    if prefix == "FA2" and _FLASH1_MODEL.search(row["model_name"]):
+        # FlashAttention-2's Table 1 baselines "FlashAttention" and the flash-attn training README's GPT3
+        # rows (FlashAttention-1 + fused kernels): the package before 2.0
+        then["attention_kernel"] = "flash1"
+    if prefix == "LLMFOUNDRY":
+        then["attention_kernel"] = _llmfoundry_kernel(row)
+    if "--use-flash-attn-triton" in stated and stated_flash_attention(prefix, row) is not False:
+        # Megatron-DeepSpeed's FlashSelfAttentionTriton (megatron/model/transformer.py): flash-attn's
+        # Triton kernel, whose tiles pad the head width to a power of two (cost_model/layer_terms.py
+        # tile_head_dim). Rows that ran without FlashAttention say so (stated_flash_attention).
+        then["attention_kernel"] = "flash-triton"
     if any(where in row["source"] for where in _GRAD_SYNC_BF16):
         then["main_grad_reduce_bytes"] = 2.0
     if prefix == "BLOOM":

@@ -19,6 +19,7 @@ import math
 from functools import lru_cache
 
 from autoplan.specs import NIC_SHARE_OPS, AutoplanError, HardwareProfile
+from autoplan.specs.choices import ATTENTION_KERNEL_STAND_IN
 from cost_model.profiles import nccl_inter_node_latency_s
 
 # Bus-bandwidth factor per collective (nccl-tests PERFORMANCE.md): bytes each rank moves per byte
@@ -195,13 +196,15 @@ class ProfileTables:
 
     def _attention_flops_per_s(self, seq_len: int, batch_heads: int, head_dim: int, dtype: str,
                                pass_: str, kernel: str = "sdpa") -> float:
-        """`kernel`: the framework's attention kernel. A profile without samples of it (a measured
-        profile times "sdpa" only; the built-in Ampere ones hold FlashAttention-2 only, which Transformer
-        Engine also picks before Hopper) answers with the samples it has."""
+        """`kernel`: the framework's attention kernel. A profile without samples of it answers with its
+        stand-in's (ATTENTION_KERNEL_STAND_IN), else with the samples it has (a measured profile times
+        "sdpa" only; the built-in Ampere ones hold FlashAttention-2 only, which Transformer Engine also
+        picks before Hopper)."""
         dtype = "bf16" if dtype in ("fp16", "fp8") else dtype  # attention runs in bf16 under fp8
         table = None
-        wanted = ((kernel, dtype), (kernel, "bf16"),
-                  *((k, d) for k in self._attention_kernels for d in (dtype, "bf16")))
+        stand_in = (ATTENTION_KERNEL_STAND_IN[kernel],) if kernel in ATTENTION_KERNEL_STAND_IN else ()
+        kernels = (kernel, *stand_in, *self._attention_kernels)
+        wanted = ((k, d) for k in kernels for d in (dtype, "bf16"))
         for key in wanted:
             table = self._attention.get((*key, pass_))
             if table is not None:

@@ -106,7 +106,9 @@ SPLIT_BOUNDS = {
     # synchronous kernel launches (CUDA_LAUNCH_BLOCKING=1, Framework.launch_blocking, a GPT layer's eager kernel
     # count), refitted: 7.9% -> 8.1%, all of it Narayanan's rows held out (12.0% -> 15.8%): refitted without
     # them, DeepSpeed's shared bandwidth scale rests on MT-NLG's 3 rows and GPT-NeoX's 1, and the pipeline
-    # overhead that BLOOM's rows no longer need shrinks.
+    # overhead that BLOOM's rows no longer need shrinks. 2026-11-29 (fifth session): the attention kernel each
+    # row ran (flash-attn's Triton kernel for llm-foundry's and Megatron-DeepSpeed's rows, computing at its
+    # power-of-two head width; FlashAttention-1 named), refitted: 8.1% -> 8.0%, by GPU generation 8.4% -> 8.1%.
     ("source", "bf16_fp16"): (0.082, 0.88),          # 11.8% -> 11.4% -> 10.6% -> 10.6% -> 10.4% -> 9.5% -> 9.5% -> 9.6% -> 9.4% -> 9.1% -> 7.7% -> 7.7% -> 7.5% -> 7.5% -> 7.5% -> 7.9% -> 7.6% -> 7.4% -> 7.2%, +0.95
     # 2026-11-29 (issue 48): honest splits, BLOOM's network fraction (solved from BigScience's own step
     # times) withheld wherever BigScience's measurements are held out: by source 7.1% -> 7.3%, by GPU

@@ -46,8 +46,17 @@ MEMORY_OPS = ("copy", "add", "activation", "norm")
 """Memory-bound ops the profiler times for achieved bandwidth (the elementwise traffic of a transformer
 layer); a profile's memory_ops rows name one of them."""
 
-ATTENTION_KERNELS = ("sdpa", "flash2", "cudnn")
+ATTENTION_KERNELS = ("sdpa", "flash2", "cudnn", "flash1", "flash-triton")
 """The attention kernel a profile's sample timed, and a framework's attention runs on: "sdpa" is
 PyTorch's scaled_dot_product_attention with its own backend choice (what `autoplan profile` times),
 "flash2" FlashAttention-2 (the flash-attn package, and SDPA's flash backend), "cudnn" cuDNN's fused
-attention (SDPA's cuDNN backend, and Transformer Engine's FusedAttention)."""
+attention (SDPA's cuDNN backend, and Transformer Engine's FusedAttention), "flash1" FlashAttention-1
+(the flash-attn package before 2.0), "flash-triton" the flash-attn package's Triton kernel
+(flash_attn/flash_attn_triton.py; llm-foundry's attn_impl "triton", Megatron-DeepSpeed's
+--use-flash-attn-triton)."""
+ATTENTION_KERNEL_STAND_IN = {"flash1": "flash2", "flash-triton": "flash2"}
+"""The timed kernel whose samples price one a profile has none of: no built-in profile times these two,
+and FlashAttention-2, their successor in the same package, prices them (the Triton kernel's padded
+width apart, cost_model/layer_terms.py tile_head_dim). FlashAttention-2's own figures put both at
+0.42-0.60 of its rate; read so, with the one attention efficiency every framework shares, they make
+every split worse (docs/cost_model.md, "Kernels no record of ours timed")."""
