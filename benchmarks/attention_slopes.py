@@ -15,8 +15,9 @@ with T the measured tokens/s/GPU and A the executed attention FLOPs per token of
 (cost_model.flops.attention_core_fwd_flops; the tokens/s/GPU already share the model over the GPUs).
 Printed beside it: the kernel the run read (its facts, cost_model/row_stack_facts.py) and that kernel's
 table rate at the longer length, forward + backward, with the framework's fitted attention efficiency
-(cost_model/data/constants.json), which is what the model prices. The figures in docs/cost_model.md
-("Kernels no record of ours timed") come from here.
+(cost_model/data/constants.json), which is what the model prices. The mixture-of-experts rows are read
+too: they are validation-only, and reading what their attention ran at fits nothing. The figures in
+docs/cost_model.md ("Kernels no record of ours timed") come from here.
 """
 from __future__ import annotations
 
@@ -59,10 +60,12 @@ def _table_rate(run, constants) -> tuple:
 
 
 def pairs(runs: list) -> list:
-    """(shorter, longer) run pairs of one sweep, neighbours in sequence length, with flash attention."""
+    """(shorter, longer) run pairs of one sweep, neighbours in sequence length, with flash attention. A
+    sweep may change other knobs with the length (context parallelism in the MoE model zoo's): their cost
+    is charged to attention too."""
     groups = {}
     for r in runs:
-        if r.flash_attention is not False and not r.model.is_moe:
+        if r.flash_attention is not False:
             groups.setdefault(_key(r), {}).setdefault(r.training.seq_len, r)
     out = []
     for by_len in groups.values():
