@@ -58,6 +58,25 @@ def _llmfoundry_kernel(row: dict) -> str:
     return "flash2" if flash2 else "flash-triton"
 
 
+def _attention_kernel(prefix: str, row: dict, stated: str) -> str | None:
+    """The attention kernel a row's stack ran where it differs from its framework's (None: the framework's)."""
+    for start, kernel in _FLASH_ATTN_ROWS.items():
+        if row["id"].startswith(start):
+            return kernel
+    if prefix == "FA2" and _FLASH1_MODEL.search(row["model_name"]):
+        # FlashAttention-2's Table 1 baselines "FlashAttention" and the flash-attn training README's GPT3
+        # rows (FlashAttention-1 + fused kernels): the package before 2.0
+        return "flash1"
+    if prefix == "LLMFOUNDRY":
+        return _llmfoundry_kernel(row)
+    if "--use-flash-attn-triton" in stated and stated_flash_attention(prefix, row) is not False:
+        # Megatron-DeepSpeed's FlashSelfAttentionTriton (megatron/model/transformer.py): flash-attn's
+        # Triton kernel, whose tiles pad the head width to a power of two (cost_model/layer_terms.py
+        # tile_head_dim). Rows that ran without FlashAttention say so (stated_flash_attention).
+        return "flash-triton"
+    return None
+
+
 def stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:
     """The facts of the software a row ran that its notes or source state (fp8 parameter gathers,
     bf16 gradient sync, a compiled loss, its own states or attention kernel), over its framework's."""
@@ -82,20 +101,9 @@ def stack_facts(prefix: str, row: dict, facts: dict, compiled: bool) -> dict:
         # FP8-LM's own recipe (MS-AMP O3 on Megatron-LM): its states (memory only; the step time keeps
         # Megatron's facts). The GEMMs stay Transformer Engine's, with its fp8 weight workspaces.
         then["states"] = MSAMP_O3_STATES
-    for start, kernel in _FLASH_ATTN_ROWS.items():
-        if row["id"].startswith(start):
-            then["attention_kernel"] = kernel
-    if prefix == "FA2" and _FLASH1_MODEL.search(row["model_name"]):
-        # FlashAttention-2's Table 1 baselines "FlashAttention" and the flash-attn training README's GPT3
-        # rows (FlashAttention-1 + fused kernels): the package before 2.0
-        then["attention_kernel"] = "flash1"
-    if prefix == "LLMFOUNDRY":
-        then["attention_kernel"] = _llmfoundry_kernel(row)
-    if "--use-flash-attn-triton" in stated and stated_flash_attention(prefix, row) is not False:
-        # Megatron-DeepSpeed's FlashSelfAttentionTriton (megatron/model/transformer.py): flash-attn's
-        # Triton kernel, whose tiles pad the head width to a power of two (cost_model/layer_terms.py
-        # tile_head_dim). Rows that ran without FlashAttention say so (stated_flash_attention).
-        then["attention_kernel"] = "flash-triton"
+    kernel = _attention_kernel(prefix, row, stated)
+    if kernel:
+        then["attention_kernel"] = kernel
     if any(where in row["source"] for where in _GRAD_SYNC_BF16):
         then["main_grad_reduce_bytes"] = 2.0
     if prefix == "BLOOM":
