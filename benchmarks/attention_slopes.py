@@ -26,6 +26,7 @@ import itertools
 from autoplan.specs import AutoplanError
 from autoplan.specs.flops import ATTENTION_BACKWARD_FLOPS_RATIO as BWD
 from cost_model import builtin_profile, load_constants
+from cost_model.attention_tables import fwd_bwd_flops_per_s
 from cost_model.flops import attention_core_fwd_flops
 from cost_model.layer_terms import tile_head_dim
 from cost_model.published_rows import load_published_runs
@@ -55,7 +56,7 @@ def _table_rate(run, constants) -> tuple:
     tile = tile_head_dim(fw.attention_kernel, run.model.head_dim)
     fwd, bwd = (tables.attention_flops_per_s(seq, heads, tile, run.training.dtype, p, fw.attention_kernel)
                 for p in ("fwd", "bwd"))
-    both = (1.0 + BWD) / (1.0 / fwd + BWD / bwd)
+    both = fwd_bwd_flops_per_s(fwd, bwd)
     return fw.attention_kernel, fw.attention_efficiency * both * run.model.head_dim / tile
 
 

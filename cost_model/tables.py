@@ -202,8 +202,7 @@ class ProfileTables:
         picks before Hopper)."""
         dtype = "bf16" if dtype in ("fp16", "fp8") else dtype  # attention runs in bf16 under fp8
         table = None
-        stand_in = (ATTENTION_KERNEL_STAND_IN[kernel],) if kernel in ATTENTION_KERNEL_STAND_IN else ()
-        kernels = (kernel, *stand_in, *self._attention_kernels)
+        kernels = (kernel, ATTENTION_KERNEL_STAND_IN.get(kernel, kernel), *self._attention_kernels)
         wanted = ((k, d) for k in kernels for d in (dtype, "bf16"))
         for key in wanted:
             table = self._attention.get((*key, pass_))
