@@ -60,6 +60,7 @@ PARAMETERS = (
     ("fp8_gemm_efficiency", "fp8_gemm_efficiency", PUBLISHED, 1.02, (0.3, 1.2), True),
     ("fp8_rowwise_efficiency", "fp8_rowwise_efficiency", ("torchtitan",), 0.53, (0.3, 1.2), True),
     ("attention_efficiency", "attention_efficiency", PUBLISHED, 0.50, (0.3, 1.5), True),
+    ("triton_attention_efficiency", "triton_attention_efficiency", PUBLISHED, 1.0, (0.2, 1.5), True),
     ("elementwise_bytes_factor", "elementwise_bytes_factor", PUBLISHED, 1.28, (1.0, 6.0), True),  # at least the minimal bytes
     ("async_tp_overlap", "async_tp_overlap", PUBLISHED, 0.33, (0.0, 1.0), False),
     ("fsdp_dp_overlap", "dp_comm_overlap", FSDP_FRAMEWORKS, 0.36, (0.0, 1.0), False),

@@ -125,7 +125,8 @@ class Estimator:
         self.rates = Rates(
             gemm_dtype=dtype, matmul_scale=fw.gemm_efficiency,
             fp8_scale=fw.fp8_gemm_efficiency * (fw.fp8_rowwise_efficiency if fw.fp8_rowwise else 1.0),
-            attention_scale=fw.attention_efficiency,
+            attention_scale=fw.attention_efficiency * (fw.triton_attention_efficiency
+                                                       if fw.attention_kernel == "flash-triton" else 1.0),
             memory_scale=fw.elementwise_bytes_factor * fw.fused_elementwise,
             flash_attention=fw.flash_attention, attention_kernel=fw.attention_kernel,
             # The user's measured routing (TrainingSpec.moe_load_imbalance) over the framework's default.

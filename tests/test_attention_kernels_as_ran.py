@@ -1,5 +1,5 @@
-"""flash-attn's Triton kernel pads the head width to a power of two, and the published rows that ran it, or
-FlashAttention-1, say so.
+"""flash-attn's Triton kernel pads the head width to a power of two and runs at its own fraction of the
+table that prices it, and the published rows that ran it, or FlashAttention-1, say so.
 
 The worked example is Megatron-DeepSpeed's long-sequence GPT-30B (examples_deepspeed/deepspeed4science/
 megatron_long_seq_support, --use-flash-attn-triton): 64 heads of 96, TP 32, one sequence of 256k tokens.
@@ -14,6 +14,7 @@ import pytest
 
 from autoplan.specs import ModelSpec
 from cost_model import builtin_profile
+from cost_model.estimator import Estimator
 from cost_model.layer_terms import Rates, attention_core_times, tile_head_dim
 from cost_model.published_rows import load_published_runs
 from cost_model.tables import ProfileTables
@@ -95,3 +96,21 @@ def test_on_hopper_the_untimed_kernels_read_flashattention_2_not_the_profiles_ow
         rate = tables.attention_flops_per_s(16384, 32, 128, "bf16", pass_, kernel)
         assert rate == tables.attention_flops_per_s(16384, 32, 128, "bf16", pass_, "flash2")
         assert rate < 0.8 * tables.attention_flops_per_s(16384, 32, 128, "bf16", pass_, "sdpa")
+
+
+def _attention_scale(run, **facts) -> float:
+    framework = run.framework_facts().with_overrides(**facts)
+    est = Estimator(run.model, run.training, run.cluster, run.profile(), framework=framework,
+                    allow_tp_across_nodes=True)
+    return est.rates.attention_scale
+
+
+@pytest.mark.parametrize("kernel,scale", [("flash-triton", 0.6 * 0.5), ("flash1", 0.6), ("flash2", 0.6),
+                                          ("cudnn", 0.6)])
+def test_the_triton_kernel_runs_at_its_own_fraction_of_the_table_that_prices_it(kernel, scale):
+    # Worked example: a framework whose attention runs at 0.6 of its kernel's table, and whose Triton
+    # kernel at half of the FlashAttention-2 table that prices it: 0.3. Every other kernel keeps 0.6,
+    # FlashAttention-1 too, though FlashAttention-2's table prices it as well.
+    run = next(r for r in load_published_runs() if r.id.startswith("LLMFOUNDRY-"))
+    assert _attention_scale(run, attention_kernel=kernel, attention_efficiency=0.6,
+                            triton_attention_efficiency=0.5) == pytest.approx(scale)

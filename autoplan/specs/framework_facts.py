@@ -168,6 +168,11 @@ class KernelFacts:
     kernels the profiler timed, e.g. torch.matmul -> cuBLAS)."""
     attention_efficiency: float = 1.0
     """Its attention kernels' throughput over the profile's attention table."""
+    triton_attention_efficiency: float = 1.0
+    """flash-attn's Triton kernel (`flash-triton`: flash_attn_triton.py v1.0.4, llm-foundry's copy of it),
+    which no profile times and FlashAttention-2's table prices (autoplan.specs.choices
+    ATTENTION_KERNEL_STAND_IN), runs at this fraction of that table's rate, on top of attention_efficiency
+    (cost_model/estimator.py)."""
     fp8_gemm_efficiency: float = 1.0
     """Its fp8 GEMMs (scaling recipe included) relative to gemm_efficiency on the profile's fp8 table."""
     fp8_rowwise_efficiency: float = 1.0
