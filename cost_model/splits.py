@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from autoplan.specs.flops import model_flops_per_token
 from autoplan.specs.frameworks import base_framework_name
 from cost_model.profiles import builtin_profile
+from cost_model.row_checks import excluded_reason
 
 GENERATIONS = {"a100": "ampere", "h100": "hopper", "h200": "hopper"}
 """GPU type prefix -> architecture generation (the built-in profiles' GPUs)."""
@@ -76,8 +77,9 @@ def validation_only(run) -> bool:
 
 
 def fit_rows(runs: list) -> list:
-    """The rows constants are fitted on (the full fit and every refit): all but the validation-only."""
-    return [r for r in runs if not validation_only(r)]
+    """The rows constants are fitted on (the full fit and every refit) and scored out of sample: all but
+    the validation-only and those a sibling contradicts (cost_model/row_checks.py EXCLUDED_ROWS)."""
+    return [r for r in runs if not validation_only(r) and not excluded_reason(r.id)]
 
 
 def split_groups(runs: list, split: str) -> list:

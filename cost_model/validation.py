@@ -17,6 +17,7 @@ from cost_model.estimator import Estimator
 from cost_model.intervals import coverage
 from cost_model.profiles import builtin_profile
 from cost_model.published import PublishedRun
+from cost_model.row_checks import excluded_reason
 from cost_model.source_facts import ROW_DERIVED_FACTS
 from cost_model.stage_memory import allocated_peak_bytes, stage_memory
 from cost_model.stages import stage_split
@@ -61,6 +62,9 @@ def predict_runs(runs: list, constants: Constants | None = None, framework: str 
     becomes a skipped row with its reason."""
     results = []
     for run in runs:
+        if excluded_reason(run.id):
+            results.append(RowResult(run, None, skipped=excluded_reason(run.id)))
+            continue
         if (framework or run.framework) not in FRAMEWORK_NAMES:
             results.append(RowResult(run, None, skipped=f"no_framework_facts: {run.framework} has no built-in "
                                                         f"framework entry (autoplan.specs.frameworks)"))

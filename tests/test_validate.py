@@ -112,6 +112,10 @@ SPLIT_BOUNDS = {
     # 2026-11-30: the Triton kernel's own fraction of the FlashAttention-2 table that prices it
     # (Framework.triton_attention_efficiency), refitted: bf16 8.02% -> 8.00%, by GPU generation 8.14% -> 8.03%,
     # by scale band 7.19% -> 7.34%; fp8 8.95% -> 7.84%, 8.55% -> 7.87%, 7.41% -> 7.35%, held out 8.24% -> 7.99%.
+    # 2026-11-30 (seventh session): BLOOM-PREQ-08, which its same-plan sibling -09 contradicts, out of every fit
+    # and score (cost_model/row_checks.py), refitted: bf16 8.00% -> 8.02% (Narayanan's rows held out 17.5% ->
+    # 18.4%: MT-NLG's 3 rows alone pin DeepSpeed's bandwidth scale there, 0.198 -> 0.181), by GPU generation
+    # 8.03% -> 7.97%, by scale band 7.34% -> 7.24%; fp8 7.84% -> 7.86%, 7.87% -> 7.88%, 7.35% -> 7.34%.
     ("source", "bf16_fp16"): (0.082, 0.88),          # 11.8% -> 11.4% -> 10.6% -> 10.6% -> 10.4% -> 9.5% -> 9.5% -> 9.6% -> 9.4% -> 9.1% -> 7.7% -> 7.7% -> 7.5% -> 7.5% -> 7.5% -> 7.9% -> 7.6% -> 7.4% -> 7.2%, +0.95
     # 2026-11-29 (issue 48): honest splits, BLOOM's network fraction (solved from BigScience's own step
     # times) withheld wherever BigScience's measurements are held out: by source 7.1% -> 7.3%, by GPU
@@ -157,13 +161,16 @@ HONEST_EXTRAS_BOUNDS = {
     # rows' residuals held out by source); MoE 79 % (222 %: MoE MAPE is 44 %), 50 %. Before (percentiles
     # of signed residuals): 75 % (19 %), 77 % (28 %), 65 % (22 %), 54 % (22 %), 77 % (19 %), 75 % (24 %),
     # 68 % (21 %), 42 % (68 %).
-    ("source", "bf16_fp16"): (0.77, 0.28, 0.80),
+    # 2026-11-30 (seventh session), BLOOM-PREQ-08 out (cost_model/row_checks.py), refitted: pairs by source
+    # 85 % -> 86 %, by GPU generation 80 % -> 81 %, by scale band 87 % -> 87 %; coverage 77/82/80 % ->
+    # 76/82/80 % (bf16), fp8 by source 86 % -> 85 %.
+    ("source", "bf16_fp16"): (0.75, 0.28, 0.84),
     ("source", "fp8"): (0.78, 0.38, 0.95),
     # 2026-11-29 (third session): InternEvo's Hybrid ZeRO as its code runs and a full refit on the day's
     # code: by GPU generation bf16 82 % (28 %), 79 % of pairs; the width bound 0.27 -> 0.29.
-    ("gpu_generation", "bf16_fp16"): (0.75, 0.29, 0.74),
+    ("gpu_generation", "bf16_fp16"): (0.75, 0.29, 0.79),
     ("gpu_generation", "fp8"): (0.70, 0.31, 0.83),
-    ("scale", "bf16_fp16"): (0.77, 0.25, 0.80),
+    ("scale", "bf16_fp16"): (0.77, 0.25, 0.85),
     ("scale", "fp8"): (0.75, 0.30, 0.95),
     ("precision", "fp8"): (0.65, 0.25, 0.87),
     # MoE after issue 49 (inter-node all-to-all at the NIC share, DeepEP rows with flex dispatch): pairs
@@ -171,6 +178,26 @@ HONEST_EXTRAS_BOUNDS = {
     # to +256 % for reasons other than the network.
     ("moe", "bf16_fp16"): (0.75, 2.5, 0.48),
 }
+
+WITHIN_PROBLEM_RANK_BOUNDS = {
+    # Issue 48's target: the mean Spearman correlation within problems (one campaign's plans of one
+    # problem, three rows or more) >= 0.8 held out. 2026-11-30 (seventh session), with BLOOM-PREQ-08 out
+    # (its problem read -1.0 on three rows: cost_model/row_checks.py) and refitted: by source +0.73 -> +0.87,
+    # by GPU generation +0.68 -> +0.81, by scale band +0.80 -> +0.90 (14 -> 13 ranked problems). Bounds at
+    # the target, or a little below what holds where that is higher.
+    ("source", "bf16_fp16"): 0.85,
+    ("gpu_generation", "bf16_fp16"): 0.80,
+    ("scale", "bf16_fp16"): 0.88,
+}
+
+
+def test_plans_of_one_problem_are_ordered_held_out():
+    from cost_model.validation import out_of_sample
+
+    doc = out_of_sample(load_published_runs())
+    for (split, precision), bound in WITHIN_PROBLEM_RANK_BOUNDS.items():
+        within = doc[split][precision]["within_problem"]
+        assert within["num_ranked"] >= 13 and within["spearman_mean"] >= bound, (split, precision, within)
 
 
 MOE_MEMORY_BOUNDS = {

@@ -356,8 +356,8 @@ def skipped_lines(skipped: list) -> str:
     by_reason: dict = {}
     for s in skipped:
         by_reason.setdefault(s["reason"], []).append(s["id"])
-    text = (f"skipped {len(skipped)} rows whose plan breaks a rule of ours, by reason (--rows or --json lists "
-            f"each):\n")
+    text = (f"skipped {len(skipped)} rows: no built-in framework, a plan that breaks a rule of ours, or a "
+            f"measurement its sibling contradicts; by reason (--rows or --json lists each):\n")
     for reason, ids in sorted(by_reason.items(), key=lambda item: -len(item[1])):
         text += f"  {len(ids):3d} row{'' if len(ids) == 1 else 's'}: {reason}\n"
     return text
