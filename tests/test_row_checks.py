@@ -76,3 +76,24 @@ def test_no_fit_and_no_score_uses_an_excluded_row(runs):
     bigscience = [r for r in runs if r.source == "bigscience"]
     scored = {r.run.id for r in held_out_results(bigscience, split="source")}
     assert "BLOOM-PREQ-09" in scored and "BLOOM-PREQ-08" not in scored
+
+
+def test_the_pairs_script_prints_every_pair_and_fails_on_an_unexcluded_contradiction(capsys, monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    import cost_model.row_checks as row_checks
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "row_pairs.py"
+    spec = importlib.util.spec_from_file_location("row_pairs", path)
+    row_pairs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(row_pairs)
+
+    assert row_pairs.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("7 pairs") and "CONTRADICTS; excluded: BLOOM-PREQ-08" in out
+    monkeypatch.setattr(row_checks, "EXCLUDED_ROWS", {})
+    monkeypatch.setattr(row_pairs, "EXCLUDED_ROWS", {})
+    monkeypatch.setattr(row_pairs, "unexplained", lambda runs: row_checks.unexplained(runs, {}))
+    assert row_pairs.main([]) == 1
+    assert "PROBLEM: BLOOM-PREQ-08 and BLOOM-PREQ-09 contradict" in capsys.readouterr().out
