@@ -21,7 +21,8 @@ priced with the largest that fits, halving from the rule's, as its README says t
 
 def test_no_other_published_run_is_predicted_not_to_fit():
     results = [r for r in predict_runs(load_published_runs()) if not r.skipped]
-    assert len(results) >= 480
+    # 480 until BLOOM-PREQ-08 was left out (cost_model/row_checks.py): it is skipped, not predicted.
+    assert len(results) >= 479
     misses = {r.run.id for r in results if not r.fits}
     assert misses <= KNOWN_NOT_FITTING, sorted(misses - KNOWN_NOT_FITTING)
     # The list shrinks as the model learns: a row that now fits is taken off it.
