@@ -83,3 +83,59 @@ def test_any_ranks_are_bounded_above():
         predicted = formula_step_s(forward, backward, m)
         assert simulated <= predicted + 1e-9
         assert predicted <= 1.15 * simulated, (forward, m)
+
+
+_P2P = {"SendActivation": (1, "RecvActivation"), "RecvActivation": (-1, "SendActivation"),
+        "SendGrad": (-1, "RecvGrad"), "RecvGrad": (1, "SendGrad")}
+
+
+def deepspeed_schedule_makespan(forward_s: list, backward_s: list, num_microbatches: int) -> float:
+    """Makespan of DeepSpeed's own pipeline schedule (deepspeed.runtime.pipe.schedule.TrainSchedule, the
+    instruction stream its PipelineEngine executes per stage) with per-rank forward and backward times:
+    each send meets the receive of the same channel in order (a rendezvous, as its blocking p2p is:
+    both ranks go on when both have arrived; transfers take no time here)."""
+    from deepspeed.runtime.pipe.schedule import TrainSchedule
+
+    p, m = len(forward_s), num_microbatches
+    streams = [[type(c).__name__ for cmds in TrainSchedule(micro_batches=m, stages=p, stage_id=rank).steps()
+                for c in cmds if type(c).__name__ in ("ForwardPass", "BackwardPass", *_P2P)] for rank in range(p)]
+    clock, at = [0.0] * p, [0] * p
+    count = [dict.fromkeys(_P2P, 0) for _ in range(p)]
+    moved = True
+    while moved:
+        moved = False
+        for rank in range(p):
+            while at[rank] < len(streams[rank]):
+                op = streams[rank][at[rank]]
+                if op in _P2P:
+                    step, other = _P2P[op]
+                    peer = rank + step
+                    if not (at[peer] < len(streams[peer]) and streams[peer][at[peer]] == other
+                            and count[peer][other] == count[rank][op]):
+                        break
+                    clock[rank] = clock[peer] = max(clock[rank], clock[peer])
+                    count[rank][op] += 1
+                    count[peer][other] += 1
+                    at[peer] += 1
+                else:
+                    clock[rank] += forward_s[rank] if op == "ForwardPass" else backward_s[rank]
+                at[rank] += 1
+                moved = True
+    assert at == [len(s) for s in streams], "DeepSpeed's schedule deadlocked"
+    return max(clock)
+
+
+@pytest.mark.parametrize("p, m, head_s", [(2, 4, 0.0), (4, 8, 0.0), (35, 240, 0.0), (12, 128, 0.0), (4, 8, 0.3),
+                                          (8, 32, 0.5), (4, 4, 1.0)])
+def test_deepspeeds_own_schedule_takes_the_step_the_formula_prices(p, m, head_s):
+    """The 1F1B step priced for every framework is the one DeepSpeed's PipelineEngine runs (its installed
+    TrainSchedule, not a restatement): (m + p - 1) micro-batch times with equal ranks (MT-NLG's p = 35 and
+    m = 240 among them: 822 s at 1 s + 2 s), the formula's with the head on the last rank. So the fixed
+    ~4 s a step MT-NLG's scale series shows beyond the model (docs/cost_model.md) is not its schedule."""
+    forward = [1.0] * p
+    forward[-1] += head_s
+    backward = [2.0 * f for f in forward]
+    assert deepspeed_schedule_makespan(forward, backward, m) == pytest.approx(formula_step_s(forward, backward, m),
+                                                                             rel=1e-12)
+    if head_s == 0.0:
+        assert deepspeed_schedule_makespan(forward, backward, m) == pytest.approx((m + p - 1) * 3.0)
