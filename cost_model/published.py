@@ -67,6 +67,19 @@ class PublishedRun:
     derived_facts: tuple = ()
     """The facts among framework_then that came from a source's measured rows (RowDerivedFact)."""
 
+    def campaign(self) -> tuple:
+        """Where and how it was measured, all but the batch: one document of a source (the first two parts
+        of the id, e.g. BLOOM-PREQ, MLPERF-v31) in one session, one model on one GPU type and count, one
+        sequence length and precision (cost_model.validation.problem_key adds the global batch,
+        cost_model/row_checks.py the plan less its micro-batch count)."""
+        t = self.training
+        return ("-".join(self.id.split("-")[:2]), self.session, repr(self.model), self.gpu, self.cluster.num_gpus,
+                t.seq_len, t.dtype)
+
+    def switches(self) -> tuple:
+        """The switches a user turns on beside the plan: async TP, row-wise fp8, torch.compile, fused attention."""
+        return self.async_tp, self.fp8_rowwise, self.compiled, self.flash_attention
+
     def withholding(self, held_out) -> "PublishedRun":
         """This run without the facts derived from measurements that `held_out` (a predicate on a
         cost_model.splits.Where) holds: they fall back to the framework's fitted or documented value."""

@@ -75,12 +75,9 @@ def step_time_s(run) -> float:
 
 
 def _same_plan_key(run) -> tuple:
-    """One plan in one session: the problem (cost_model.validation.problem_key) less the global batch,
-    and the plan less its micro-batch count, with the switches a user chooses."""
-    t = run.training
-    return ("-".join(run.id.split("-")[:2]), run.session, repr(run.model), run.gpu, run.cluster.num_gpus,
-            t.seq_len, t.dtype, repr(run.plan.replace(num_microbatches=0)), run.async_tp, run.fp8_rowwise,
-            run.compiled, run.flash_attention)
+    """One plan in one session: the campaign (PublishedRun.campaign, the problem less its global batch),
+    the plan less its micro-batch count, and the switches."""
+    return (*run.campaign(), repr(run.plan.replace(num_microbatches=0)), *run.switches())
 
 
 def pair_check(fewer, more) -> PairCheck:

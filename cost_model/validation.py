@@ -224,21 +224,16 @@ def _short(summary: dict) -> dict:
 
 
 def problem_key(run) -> tuple:
-    """One problem as one measurement campaign posed it: one document of a source (the first two parts
-    of the row id, e.g. BLOOM-PREQ, TORCHTITAN-2506, MLPERF-v31) measured in one session (the date or
-    commit its citation names, PublishedRun.session: one software stack at one time), one model on one
-    GPU type and count, one training shape (sequence length, global batch, precision). Its rows differ
-    in the plan; the same plan on another stack or date is another problem."""
-    t = run.training
-    document = "-".join(run.id.split("-")[:2])
-    return (document, run.session, repr(run.model), run.gpu, run.cluster.num_gpus, t.seq_len, t.global_batch_size,
-            t.dtype)
+    """One problem as one measurement campaign posed it (PublishedRun.campaign: one document, session,
+    model, GPU type and count, sequence length and precision) at one global batch. Its rows differ in the
+    plan; the same plan on another stack or date is another problem."""
+    return (*run.campaign(), run.training.global_batch_size)
 
 
 def plan_identity(run) -> tuple:
-    """What a user chooses of a run: the parallel plan (TP comm overlap included) and the switches (async
-    TP, row-wise fp8, torch.compile, fused attention). Two rows alike in these are one plan measured twice."""
-    return repr(run.plan), run.async_tp, run.fp8_rowwise, run.compiled, run.flash_attention
+    """What a user chooses of a run: the parallel plan (TP comm overlap included) and the switches
+    (PublishedRun.switches). Two rows alike in these are one plan measured twice."""
+    return (repr(run.plan), *run.switches())
 
 
 def within_problem_rank(results: list) -> dict:
