@@ -65,7 +65,9 @@ class PublishedRun:
     """(fact, value) pairs of the framework as it was when the run was made (its framework module's
     AS_RAN in autoplan/specs/frameworks, and what the row states)."""
     derived_facts: tuple = ()
-    """The facts among framework_then that came from a source's measured rows (RowDerivedFact)."""
+    """The facts among framework_then and the plan that came from a source's measured rows (RowDerivedFact)."""
+    plan_withheld: ParallelPlan | None = None
+    """The plan by the row's own rules, without the plan facts among derived_facts (None: it has none)."""
 
     def campaign(self) -> tuple:
         """Where and how it was measured, all but the batch: one document of a source (the first two parts
@@ -83,11 +85,13 @@ class PublishedRun:
     def withholding(self, held_out) -> "PublishedRun":
         """This run without the facts derived from measurements that `held_out` (a predicate on a
         cost_model.splits.Where) holds: they fall back to the framework's fitted or documented value."""
-        gone = {f.field for f in self.derived_facts if any(held_out(w) for w in f.evidence)}
+        gone = [f for f in self.derived_facts if any(held_out(w) for w in f.evidence)]
         if not gone:
             return self
-        return replace(self, framework_then=tuple((k, v) for k, v in self.framework_then if k not in gone),
-                       derived_facts=tuple(f for f in self.derived_facts if f.field not in gone))
+        fields = {f.field for f in gone if not f.on_plan}
+        plan = self.plan_withheld if any(f.on_plan for f in gone) else self.plan
+        return replace(self, plan=plan, framework_then=tuple((k, v) for k, v in self.framework_then if k not in fields),
+                       derived_facts=tuple(f for f in self.derived_facts if f not in gone))
 
     def framework_facts(self, constants: Constants | None = None, name: str | None = None) -> Framework:
         """The run's framework (or framework `name`) under the given (fitted) constants, with the

@@ -104,9 +104,8 @@ class _AsRan(NamedTuple):
     """The built-in framework that prices a row and its facts as the row's source ran it."""
     framework: str
     then: dict
-    """Framework field -> value over the built-in framework's (PublishedRun.framework_then)."""
-    derived: tuple
-    """The facts among `then` that the source's measured rows chose (RowDerivedFact)."""
+    """Framework field -> value over the built-in framework's (PublishedRun.framework_then), the facts
+    the source's measured rows chose among them (RowDerivedFact, recorded in PublishedRun.derived_facts)."""
 
 
 def row_to_run(row: dict) -> PublishedRun:
@@ -119,7 +118,12 @@ def row_to_run(row: dict) -> PublishedRun:
                             dtype=row["precision"])
     cluster = ClusterSpec(name=row["gpu"], num_gpus=_int(row, "num_gpus"), gpus_per_node=facts.get("gpus_per_node", 8),
                           profile=f"builtin:{row['gpu']}")
-    plan = _plan_of(prefix, row, facts, model, training, assumptions)
+    derived = tuple(facts.get("derived", ()))
+    plan = _plan_of(prefix, row, facts, model, training, assumptions, derived)
+    # The plan by the row's own rules alone, for a split that withholds the plan facts its source's
+    # measured rows chose (PublishedRun.withholding).
+    plan_withheld = _plan_of(prefix, row, facts, model, training, [], ()) \
+        if any(f.on_plan for f in derived) else None
     compiled = facts["compiled"] if "compiled" in facts else "compile" in row["notes"]
     as_ran = _as_ran(prefix, row, facts, plan, compiled)
     framework, notes = as_ran.framework, row["notes"]
@@ -127,6 +131,7 @@ def row_to_run(row: dict) -> PublishedRun:
         # Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers), as the row's column states
         # (empty: off, Megatron-LM's default): the plan's knob (ParallelPlan.tp_comm_overlap).
         plan = plan.replace(tp_comm_overlap=True)
+        plan_withheld = plan_withheld and plan_withheld.replace(tp_comm_overlap=True)
     return PublishedRun(
         id=row["id"], source=facts["source"], gpu=row["gpu"], model=model, training=training,
         cluster=cluster, plan=plan, framework=framework,
@@ -150,7 +155,7 @@ def row_to_run(row: dict) -> PublishedRun:
         framework_then=tuple({**({"loss_chunks": 1} if framework == "torchtitan" else {}),
                               **as_ran.then, **(moe_run_facts(f"{notes} {row.get('published_metric') or ''}")
                                                 if model.is_moe else {})}.items()),
-        derived_facts=as_ran.derived,
+        derived_facts=derived, plan_withheld=plan_withheld,
         sweep=f"{facts['source']}/{row['model_name']}/{row['gpu']}/{row['precision']}")
 
 
@@ -169,11 +174,16 @@ def _model_of(row: dict, facts: dict) -> ModelSpec:
 
 
 def _plan_of(prefix: str, row: dict, facts: dict, model: ModelSpec, training: TrainingSpec,
-             assumptions: list) -> ParallelPlan:
-    """The row's plan, each cell the source leaves empty filled by its rule (appended to `assumptions`)."""
+             assumptions: list, derived: tuple) -> ParallelPlan:
+    """The row's plan, each cell the source leaves empty filled by its rule (appended to `assumptions`),
+    or by a plan fact its source's measured rows chose (`derived`, source_facts.RowDerivedFact.on_plan)."""
     layers, moe = model.num_layers, model.is_moe
     tp, pp, dp, cp = (_int(row, k) for k in ("tp", "pp", "dp", "cp"))
-    mb = _micro_batch(prefix, row, pp, assumptions)
+    chosen = {f.field: f for f in derived if f.on_plan}
+    if set(chosen) - {"micro_batch_size"}:
+        raise AutoplanError(f"row {row['id']}: no rule applies a measured-row fact to plan field(s) "
+                            f"{sorted(set(chosen) - {'micro_batch_size'})}; add one in _plan_of")
+    mb = _micro_batch(prefix, row, pp, assumptions, chosen.get("micro_batch_size"))
     m = training.global_batch_size // max(1, dp * mb)
     recompute = _recompute(prefix, row, assumptions)
     vpp = _virtual_stages(prefix, row, layers, pp, m, assumptions)
@@ -194,8 +204,11 @@ def _plan_of(prefix: str, row: dict, facts: dict, model: ModelSpec, training: Tr
     return plan
 
 
-def _micro_batch(prefix: str, row: dict, pp: int, assumptions: list) -> int:
+def _micro_batch(prefix: str, row: dict, pp: int, assumptions: list, chosen=None) -> int:
     mb = _int(row, "micro_batch")
+    if mb is None and chosen is not None:
+        mb = int(chosen.value)
+        assumptions.append(f"micro_batch missing: {mb}, {chosen.how} (withheld where those rows are held out)")
     if mb is None:
         # Megatron-LM's runs in Narayanan 2021 Table 1 do not state it; their Table 2 PTD rows
         # use 1, so do we.
@@ -273,9 +286,8 @@ def _as_ran(prefix: str, row: dict, facts: dict, plan: ParallelPlan, compiled: b
         framework = "megatron-deepspeed"    # 2021: fused softmax, no flash attention
     then = dict(AS_RAN.get(facts["source"], {}))  # its framework as the source ran it
     # Facts a source's measured rows chose (source_facts.RowDerivedFact), recorded so a held-out split
-    # can withhold them.
-    derived = tuple(facts.get("derived", ()))
-    then.update({f.field: f.value for f in derived})
+    # can withhold them (those of the plan are _plan_of's).
+    then.update({f.field: f.value for f in facts.get("derived", ()) if not f.on_plan})
     if prefix == "N21" and plan.zero_stage == 3:
         # Table 2's ZeRO-3 baseline ran on DeepSpeed of early 2021 (the paper is of 2021-04).
         framework = "deepspeed"
@@ -288,7 +300,7 @@ def _as_ran(prefix: str, row: dict, facts: dict, plan: ParallelPlan, compiled: b
         # The stack it ran names the submodules it recomputes (OLMo-core's selected_modules mode).
         then["recompute_modules"] = True
     then.update(stack_facts(prefix, row, facts, compiled))
-    return _AsRan(framework, then, derived)
+    return _AsRan(framework, then)
 
 
 def _reported_memory_bytes(row: dict, facts: dict) -> float | None:

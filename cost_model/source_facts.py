@@ -28,7 +28,8 @@ class RowDerivedFact:
     takes its framework's fitted or documented value, as a new source would), and
     benchmarks/fit_constants.py withholds it from the refit's training rows the same way."""
     field: str
-    """The Framework field it sets on the source's rows."""
+    """The field it sets on the source's rows: a Framework field, or with `on_plan` a ParallelPlan field
+    that the rows leave empty (withheld, the row's own rule for the empty cell applies)."""
     value: float
     source: str
     """The source whose measured rows chose it."""
@@ -37,6 +38,8 @@ class RowDerivedFact:
     evidence: tuple
     """Where (cost_model.splits) each measurement it came from was made: its source, GPU, GPU count
     and precision, which need not be rows of the CSV."""
+    on_plan: bool = False
+    """A fact of the runs' plans (a knob the source leaves unstated), not of their framework."""
 
 
 BLOOM_NETWORK = RowDerivedFact(
@@ -48,7 +51,19 @@ BLOOM_NETWORK = RowDerivedFact(
 BigScience's one-vs-two-replica pairs (tests/test_cost_model_published.py re-solves it with the
 shipped constants)."""
 BLOOM_DP_BANDWIDTH_SCALE = BLOOM_NETWORK.value
-ROW_DERIVED_FACTS = (BLOOM_NETWORK,)
+
+MTNLG_MICRO_BATCH = RowDerivedFact(
+    "micro_batch_size", 2, "mt-nlg",
+    "solved from MT-NLG's three step times at 8, 10 and 12 replicas of one 280-GPU pipeline (Smith et al. "
+    "2022 sec. 2.4: 60.1, 50.2, 44.4 s at batch 1920): the step's part that does not shrink with the "
+    "replicas is the pipeline's fill and drain, (p - 1) micro-batch times, and it holds 1.9 micro-batches "
+    "of one sample: benchmarks/mtnlg_micro_batch.py",
+    evidence=tuple(Where("mt-nlg", "a100-80gb", n, "bf16") for n in (2240, 2800, 3360)), on_plan=True)
+"""MT-NLG's micro-batch, which the paper does not state (BigScience's reconstruction of its config,
+tr8-104B-wide/chronicles.md, wrote 1 from Narayanan et al.'s Table 1, a Megatron-LM run of another batch
+and schedule). At 1 the three step times leave ~6 s a step that no part of DeepSpeed's 1F1B pipeline step
+explains (tests/test_pipeline_bubble.py runs its own schedule); at 2 the fill and drain account for it."""
+ROW_DERIVED_FACTS = (BLOOM_NETWORK, MTNLG_MICRO_BATCH)
 """Every fact solved or chosen from a source's measured rows (each applied through SOURCES "derived").
 Not here, because read from code rather than chosen by the rows, though the rows were checked against
 them: DeepSpeed v0.3.13's ZeRO-3 terms of Narayanan et al. 2021's baseline rows (cost_model/published_rows.py,
@@ -98,7 +113,7 @@ SOURCES = {
     "TTDOCS": dict(source="torchtitan-docs"),
     "NANOTRON": dict(source="nanotron"),
     "MLPERF": dict(source="mlperf"),
-    "MTNLG": dict(source="mt-nlg"),
+    "MTNLG": dict(source="mt-nlg", derived=(MTNLG_MICRO_BATCH,)),
     "NEMOTRON": dict(source="nemotron"),
     "FP8LM": dict(source="fp8-lm"),
     "ZB": dict(source="zero-bubble"),

@@ -8,7 +8,7 @@ import pytest
 
 from cost_model.intervals import MIN_STRATUM_ROWS, conformal_quantile, coverage, interval_of, pooled_residuals
 from cost_model.published_rows import load_published_runs
-from cost_model.source_facts import BLOOM_NETWORK, ROW_DERIVED_FACTS
+from cost_model.source_facts import BLOOM_NETWORK, MTNLG_MICRO_BATCH, ROW_DERIVED_FACTS
 from cost_model.splits import SPLITS, Where, stratum, withhold
 from cost_model.validation import RowResult, held_out_results, within_problem_rank
 
@@ -42,6 +42,28 @@ def test_bloom_network_is_withheld_exactly_where_its_measurements_are_held_out(r
     refit = held_out_results.__globals__["load_constants"]().refit_without("source:bigscience")
     assert bloom.withholding(lambda w: True).framework_facts(refit).dp_bandwidth_scale == \
         refit.frameworks["megatron-deepspeed"]["dp_bandwidth_scale"]
+
+
+def test_mtnlg_micro_batch_is_withheld_exactly_where_its_measurements_are_held_out(runs):
+    """MT-NLG's micro-batch (2) was solved from its own three step times (2,240-3,360 A100s, bf16): held out
+    by source (mt-nlg), GPU generation (ampere) or scale band (> 1024 GPUs) its rows take the default
+    rule's 1, so 1920 / 8 = 240 micro-batches on 8 replicas instead of 120, and their prediction moves; a
+    group that holds none of those measurements keeps it."""
+    row = next(r for r in runs if r.id == "MTNLG-530B-01")
+    assert MTNLG_MICRO_BATCH.on_plan and MTNLG_MICRO_BATCH in row.derived_facts
+    assert (row.plan.micro_batch_size, row.plan.num_microbatches) == (2, 120)
+    for split, group, kept in (("source", "mt-nlg", False), ("gpu_generation", "ampere", False),
+                               ("scale", ">1024 GPUs", False), ("source", "narayanan2021", True),
+                               ("gpu_generation", "hopper", True), ("scale", "65-1024 GPUs", True),
+                               ("precision", "fp8", True)):
+        [after] = withhold([row], split, group)
+        assert (after.plan.micro_batch_size, after.plan.num_microbatches) == ((2, 120) if kept else (1, 240)), \
+            (split, group)
+        assert (MTNLG_MICRO_BATCH in after.derived_facts) is kept
+        assert after.framework_then == row.framework_then
+    honest = held_out_results([row], split="source")[0]
+    seen = held_out_results([row], split="source", honest=False)[0]
+    assert honest.predicted_tokens_per_s_per_gpu != seen.predicted_tokens_per_s_per_gpu
 
 
 def test_the_refits_train_without_the_facts_of_their_held_out_group():
