@@ -84,7 +84,8 @@ class PublishedRun:
 
     def withholding(self, held_out) -> "PublishedRun":
         """This run without the facts derived from measurements that `held_out` (a predicate on a
-        cost_model.splits.Where) holds: they fall back to the framework's fitted or documented value."""
+        cost_model.splits.Where) holds: they fall back to the framework's fitted or documented value, and a
+        plan fact (RowDerivedFact.on_plan) to the row's own rule for the cell (plan_withheld)."""
         gone = [f for f in self.derived_facts if any(held_out(w) for w in f.evidence)]
         if not gone:
             return self

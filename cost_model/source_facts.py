@@ -25,7 +25,8 @@ class RowDerivedFact:
     Every other fact a source states here is read from its code, configs or papers (each entry's
     comment cites where), and the fitted constants record theirs in constants.json. A held-out group
     that holds any of `evidence` must not see it: `autoplan validate` withholds it there (the run then
-    takes its framework's fitted or documented value, as a new source would), and
+    takes its framework's fitted or documented value, or for a plan fact the row's own rule for the cell,
+    as a new source would), and
     benchmarks/fit_constants.py withholds it from the refit's training rows the same way."""
     field: str
     """The field it sets on the source's rows: a Framework field, or with `on_plan` a ParallelPlan field
