@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cost_model.published_rows import load_published_runs  # noqa: E402
+from cost_model.row_checks import step_time_s  # noqa: E402
 from cost_model.source_facts import MTNLG_MICRO_BATCH  # noqa: E402
 
 
@@ -67,8 +68,7 @@ def solve_micro_batch(points: list, pp: int, global_batch: int) -> dict:
 
 def main() -> int:
     rows = series(load_published_runs())
-    points = [(r.plan.dp, r.training.global_batch_size * r.training.seq_len
-               / (r.measured_tokens_per_s_per_gpu * r.cluster.num_gpus)) for r in rows]
+    points = [(r.plan.dp, step_time_s(r)) for r in rows]
     pp, batch = rows[0].plan.pp, rows[0].training.global_batch_size
     s = solve_micro_batch(points, pp, batch)
     print(f"MT-NLG 530B, PP {pp}, batch {batch}: " + ", ".join(f"{dp} replicas {t:.2f} s" for dp, t in points))
