@@ -9,12 +9,18 @@ new scale band; a plan's interval assumes one ("new source" unless told), and va
 split's rows with the residuals of that same split.
 
 The interval is split-conformal (Vovk et al. 2005; Lei et al. 2018, "Distribution-free predictive
-inference for regression", JASA, the split method with the absolute residual as score): with n
-residuals of the pool, its half-width in log space is the ceil((n + 1) * level)-th smallest |residual|,
-so under exchangeable held-out groups a new row falls inside with probability >= level. The score is
-symmetric because the sign of a transfer's miss does not carry over from one group to another (held
-out by GPU generation, the Ampere rows are predicted too fast and the Hopper rows too slow, and
-percentiles of one side's signed residuals put the other side outside: 65 % and 54 % coverage before).
+inference for regression", JASA, the split method with the absolute residual as score): with n residuals
+in the pool, its half-width in log space is the level quantile of their |residual|s. The quantile is
+Hyndman and Fan's type 6 ("Sample quantiles in statistical packages", The American Statistician, 1996):
+rank (n + 1) x level, interpolated between the order statistics around it. The k-th smallest of n
+exchangeable scores holds a new one with probability k / (n + 1), so that rank makes the interval cover
+`level` of new rows in expectation. Split-conformal's usual rank, ceil((n + 1) x level), guarantees at
+least `level` and in pools of 20-30 residuals aims at 84-87 %: measured on the fp8 rows held out by source
+(2026-11-30), 86 % covered against 83 % with type 6, every other split within a point and a half of
+before. The score is symmetric because the sign of a transfer's miss does not carry over from one group
+to another (held out by GPU generation, the Ampere rows are predicted too fast and the Hopper rows too
+slow, and percentiles of one side's signed residuals put the other side outside: 65 % and 54 % coverage
+before).
 
 The pool is the residuals of the row's stratum: GPU generation, scale band, framework family and
 precision (cost_model.splits.stratum); dense and mixture-of-experts models never share residuals (the
@@ -68,12 +74,18 @@ class Interval:
         return [self.low, self.high]
 
 
-def conformal_quantile(values: list, level: float) -> float:
-    """The split-conformal quantile of `values` (scores): the ceil((n + 1) * level)-th smallest, the
-    largest when that rank passes n (Lei et al. 2018, section 2.2)."""
+def interval_quantile(values: list, level: float) -> float:
+    """The `level` quantile of `values` (scores) that a new exchangeable score falls under with
+    probability `level` in expectation: Hyndman and Fan's type 6, rank (n + 1) x level between the order
+    statistics, linearly interpolated; the smallest below rank 1, the largest from rank n on."""
     ordered = sorted(values)
-    rank = math.ceil((len(ordered) + 1) * level - 1e-9)
-    return ordered[min(rank, len(ordered)) - 1]
+    rank = (len(ordered) + 1) * level
+    below = math.floor(rank + 1e-9)
+    if below >= len(ordered):
+        return ordered[-1]
+    if below < 1:
+        return ordered[0]
+    return ordered[below - 1] + (rank - below) * (ordered[below] - ordered[below - 1])
 
 
 def residual(result) -> float:
@@ -99,12 +111,12 @@ def pooled_residuals(residuals: list, where: dict) -> tuple:
 def interval_of(predicted: float, residuals: list, where: dict, level: float = LEVEL,
                 transfer: str = DEFAULT_TRANSFER) -> Interval | None:
     """The `level` interval of `predicted` from the residuals of its stratum among `residuals` ((stratum,
-    value) pairs, made across `transfer`): predicted x exp(-/+ the conformal quantile of their |values|).
+    value) pairs, made across `transfer`): predicted x exp(-/+ the interval_quantile of their |values|).
     None when there are none."""
     values, pooled = pooled_residuals(residuals, where)
     if not values:
         return None
-    half = conformal_quantile([abs(v) for v in values], level)
+    half = interval_quantile([abs(v) for v in values], level)
     label = ", ".join(str(where[a]) for a in ("generation", "scale", "family", "precision"))
     return Interval(predicted * math.exp(-half), predicted * math.exp(half), level,
                     f"{label}, {'moe' if where['moe'] else 'dense'}", ", ".join(pooled), len(values),

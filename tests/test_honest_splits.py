@@ -2,11 +2,12 @@
 measurements are held out), the rank within problems, and prediction intervals from residuals that
 never saw the row. Worked examples on made-up rows; the shipped rows only where a fact is named."""
 import math
+import random
 from dataclasses import replace
 
 import pytest
 
-from cost_model.intervals import MIN_STRATUM_ROWS, conformal_quantile, coverage, interval_of, pooled_residuals
+from cost_model.intervals import MIN_STRATUM_ROWS, coverage, interval_of, interval_quantile, pooled_residuals
 from cost_model.published_rows import load_published_runs
 from cost_model.source_facts import BLOOM_NETWORK, MTNLG_MICRO_BATCH, ROW_DERIVED_FACTS
 from cost_model.splits import SPLITS, Where, stratum, withhold
@@ -147,12 +148,23 @@ def test_a_misordered_pair_names_the_terms_that_order_it(runs):
     assert m["terms_for_s"] == {"dp_comm": pytest.approx(-0.4)}
 
 
-def test_conformal_quantile_and_pooling():
-    """Split-conformal rank ceil((n + 1) * 0.8): of 9 scores 1..9 the 8th; of 4 scores the 4th (rank 4);
-    of 3 the rank is 4 > 3, so the largest."""
-    assert conformal_quantile([9.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], 0.8) == 8.0
-    assert conformal_quantile([0.4, 0.1, 0.3, 0.2], 0.8) == 0.4
-    assert conformal_quantile([0.1, 0.3, 0.2], 0.8) == 0.3
+def test_interval_quantile_and_pooling():
+    """Hyndman and Fan's type 6 at level 0.8: rank 0.8 (n + 1), interpolated. Of the 20 scores 1..20 the
+    rank is 16.8: 16 + 0.8 x (17 - 16) = 16.8 (split-conformal's ceil(16.8) = 17th would be 17); of 10
+    scores 1..10, 8.8. Of 9 scores 1..9 the rank is exactly 8; of 4 scores it is 4, the largest; of 3 it
+    is 3.2 > 3, so the largest; of 1 score, 1.6: that one."""
+    assert interval_quantile([float(v) for v in range(20, 0, -1)], 0.8) == pytest.approx(16.8)
+    assert interval_quantile([float(v) for v in range(1, 11)], 0.8) == pytest.approx(8.8)
+    assert interval_quantile([9.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], 0.8) == pytest.approx(8.0)
+    assert interval_quantile([0.4, 0.1, 0.3, 0.2], 0.8) == 0.4
+    assert interval_quantile([0.1, 0.3, 0.2], 0.8) == 0.3
+    assert interval_quantile([0.7], 0.8) == 0.7
+    # Over many draws of 21 exchangeable scores, the type-6 quantile of the first 20 holds the 21st in
+    # 80 % of them (k / (n + 1) at rank k); the rank-17 order statistic would hold it in 17 / 21 = 81 %.
+    rng = random.Random(7)
+    draws = [[rng.random() for _ in range(21)] for _ in range(40000)]
+    held = sum(d[20] <= interval_quantile(d[:20], 0.8) for d in draws) / len(draws)
+    assert held == pytest.approx(0.80, abs=0.005)
     where = {"generation": "hopper", "scale": "<=64 GPUs", "family": "megatron", "precision": "fp8", "moe": False}
     few = [(dict(where), 0.0)] * (MIN_STRATUM_ROWS - 1)
     other_family = [(dict(where, family="pytorch"), -0.1)] * 5
@@ -160,7 +172,7 @@ def test_conformal_quantile_and_pooling():
     values, pooled = pooled_residuals(few + other_family + moe, where)
     # Too few in the stratum: the framework family is pooled away first; MoE residuals never join.
     assert pooled == ("family",) and len(values) == MIN_STRATUM_ROWS - 1 + 5
-    # 24 scores |r|: 19 zeros and five 0.1; rank ceil(25 * 0.8) = 20 is the first 0.1. The interval is
+    # 24 scores |r|: 19 zeros and five 0.1; rank 25 * 0.8 = 20 is the first 0.1. The interval is
     # symmetric in log space though every residual leans one way (its sign does not transfer).
     iv = interval_of(1000.0, few + other_family + moe, where)
     assert iv.pooled == "family" and iv.num_residuals == len(values) and iv.transfer == "new source"
@@ -172,7 +184,7 @@ def test_coverage_takes_no_residual_from_the_rows_own_group(runs):
     fast (|residual| log 1.5). Each row's interval comes from the other group only: a's rows get b's
     interval, predicted x [2/3, 3/2], and are inside; b's rows get a's, 150 x [1, 1], and are outside:
     coverage 1/2, median width (3/2 - 2/3 on a, 0 on b) the mean of the two. A leak of the row's own
-    group would make every pool 40 scores, whose 33rd smallest is log 1.5: every row covered."""
+    group would make every pool 39 scores, whose rank 40 x 0.8 = 32 is log 1.5: every row covered."""
     base = next(r for r in runs if r.id == "BLOOM-PREQ-01")
     a = _rows(base, [(100.0, 100.0)] * 20, group="a")
     b = _rows(base, [(100.0, 150.0)] * 20, group="b")

@@ -133,8 +133,8 @@ def split_table(out_of_sample: dict) -> str:
             "(cost_model/source_facts.py ROW_DERIVED_FACTS;\n'was': the figure with them kept on); beside it one "
             "constant MFU fitted on the same training rows. 'in-problem rank': mean Spearman within problems\n"
             "(one model, GPU type and count, training shape; 3+ plans) / share of plan pairs in the measured order. "
-            "'80% cover': share of rows inside their\n80 % interval (split-conformal: |residuals| of rows held out "
-            "the same way, outside the row's group), median width in brackets. 'bias': the median signed error (+: predicted too fast)\n"
+            "'80% cover': share of rows inside their\n80 % interval (split-conformal: the 80th percentile, type 6, of the |residuals| of rows held out "
+            "the same way outside the row's group), median width in brackets. 'bias': the median signed error (+: predicted too fast)\n"
             f"  {'split':46s} {'rows':>5s} {'MAPE':>7s} {'was':>6s} {'median':>7s} {'bias':>6s} {'worst':>7s}  {'MFU rank':>8s}  "
             f"{'in-problem rank':>15s}  {'80% cover':>10s}  {'const-MFU MAPE':>14s}  worst row\n")
     for title, label, s, rho, before, problem, cover in _split_rows(out_of_sample):
