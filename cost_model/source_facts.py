@@ -43,6 +43,27 @@ class RowDerivedFact:
     """A fact of the runs' plans (a knob the source leaves unstated), not of their framework."""
 
 
+def nccl_tests_busbw(reported_bytes_per_s: float, reported_ranks: int, ranks: int) -> float:
+    """An all-reduce bus bandwidth reported with 2 (r - 1) / r at `reported_ranks`, restated at the
+    `ranks` that ran it, as nccl-tests defines busbw (doc/PERFORMANCE.md: algbw x 2 (n - 1) / n)."""
+    return reported_bytes_per_s * (2 * (ranks - 1) / ranks) / (2 * (reported_ranks - 1) / reported_ranks)
+
+
+FLAGPERF_A100_NIC_BYTES_PER_S = 25e9
+"""One of the BAAI A100 servers' RDMA NICs: "RDMA网卡：25GB/s" (200 Gb/s), FlagPerf
+base/benchmarks/interconnect-P2P_interserver/nvidia/A100/README.md @97012624, where one GPU pair across
+two servers reached 19.33 GB/s of it."""
+FLAGPERF_A100_ALLREDUCE_BUSBW = nccl_tests_busbw(45.11e9, reported_ranks=8, ranks=16)
+"""FlagPerf's own 2-server, 16-GPU all-reduce on its DGX A100 40GB servers (the machines its
+mixtral_7b-megatron A100x2x8 case names): 45.11 GB/s, FlagPerf base/benchmarks/
+interconnect-MPI_interserver/nvidia/A100/README.md @97012624, fp32 buffers of 4 GiB, 1,000 iterations.
+Its main.py computes busbw with node_size = 8 where 16 ranks ran: 48.3 GB/s as nccl-tests counts it."""
+FLAGPERF_A100_NICS_PER_NODE = round(FLAGPERF_A100_ALLREDUCE_BUSBW / FLAGPERF_A100_NIC_BYTES_PER_S)
+"""2: a ring all-reduce across nodes runs at the node's NIC total, and 48.3 GB/s is 1.93 of those NICs, not
+the 8 of a DGX A100 as shipped (the profile's default). A measurement of the cluster, not of any training
+row: not a RowDerivedFact."""
+
+
 BLOOM_NETWORK = RowDerivedFact(
     "dp_bandwidth_scale", 0.265, "bigscience",
     "solved from BigScience's 200B one-vs-two-replica step times on Jean Zay (chronicles-prequel.md "
@@ -134,7 +155,10 @@ SOURCES = {
     # FlagPerf's "mem" column (its READMEs: "显存", in GiB, as "used/total") is the device memory its
     # monitor reads from nvidia-smi's Memory-Usage (training/nvidia/nvidia_monitor.py): everything the
     # process holds, compared with the whole predicted peak (allocated + allocator slack + CUDA context).
-    "FLAGPERF": dict(source="flagperf", memory_used_of_total_gib=True),
+    # Its A100 servers' scale-out network from its own interconnect benchmarks (FLAGPERF_A100_NICS_PER_NODE);
+    # none of its H100 servers were measured so, and those keep the DGX default.
+    "FLAGPERF": dict(source="flagperf", memory_used_of_total_gib=True,
+                     nic_bytes_per_s={"a100-40gb": FLAGPERF_A100_NICS_PER_NODE * FLAGPERF_A100_NIC_BYTES_PER_S / 8}),
     "MLMISSUE": dict(source="megatron-lm-issue"),
 }
 
