@@ -17,10 +17,10 @@ exchangeable scores holds a new one with probability k / (n + 1), so that rank m
 `level` of new rows in expectation. Split-conformal's usual rank, ceil((n + 1) x level), guarantees at
 least `level`: its expected coverage lies between `level` and `level` + 1 / (n + 1), 80-84.8 % in a pool of
 20 residuals. Measured on the fp8 rows held out by source (2026-11-30): 86 % covered with that rank, 83 %
-with type 6; every other split moved by at most a point and a half. The score is symmetric because the sign of a transfer's miss does not carry over from one group
-to another (held out by GPU generation, the Ampere rows are predicted too fast and the Hopper rows too
-slow, and percentiles of one side's signed residuals put the other side outside: 65 % and 54 % coverage
-before).
+with type 6; every other split moved by at most a point and a half. The score is symmetric because the
+sign of a transfer's miss does not carry over from one group to another (held out by GPU generation, the
+Ampere rows are predicted too fast and the Hopper rows too slow, and percentiles of one side's signed
+residuals put the other side outside: 65 % and 54 % coverage before).
 
 The pool is the residuals of the row's stratum: GPU generation, scale band, framework family and
 precision (cost_model.splits.stratum); dense and mixture-of-experts models never share residuals (the
