@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cost_model.splits import Where
+from cost_model.tables import BUS_FACTOR
 
 KEMPNERFORGE_MEMORY_LOG = dict(memory_gb_is_gib=True, memory_is_allocated=True, memory_of_rank0=True)
 """What KempnerForge's "Mem/GPU ... GB" is: torch.cuda.max_memory_allocated / 1024**3 (GiB of allocated
@@ -45,8 +46,9 @@ class RowDerivedFact:
 
 def nccl_tests_busbw(reported_bytes_per_s: float, reported_ranks: int, ranks: int) -> float:
     """An all-reduce bus bandwidth reported with 2 (r - 1) / r at `reported_ranks`, restated at the
-    `ranks` that ran it, as nccl-tests defines busbw (doc/PERFORMANCE.md: algbw x 2 (n - 1) / n)."""
-    return reported_bytes_per_s * (2 * (ranks - 1) / ranks) / (2 * (reported_ranks - 1) / reported_ranks)
+    `ranks` that ran it, as nccl-tests defines busbw (cost_model.tables.BUS_FACTOR)."""
+    factor = BUS_FACTOR["all_reduce"]
+    return reported_bytes_per_s * factor(ranks) / factor(reported_ranks)
 
 
 FLAGPERF_A100_NIC_BYTES_PER_S = 25e9
