@@ -8,9 +8,11 @@ The records (cost_model/data/kernels/kernel_rates-{h100,h200}.json, `grouped` en
 grouped-balanced) time four models' expert shapes (Qwen3-30B-A3B, Qwen3-235B-A22B, DeepSeek-V3,
 Mixtral 8x7B; up and down projections) with 8 and 32 local experts at 128-8192 tokens per expert.
 Printed per GPU: the measured rate over the table's, per tokens-per-expert (median and range), and
-two mean absolute errors of the predicted rate: the table alone, and the table times the ratio the
+three mean absolute errors of the predicted rate: the table alone, the table times the ratio the
 other three models' records give at the nearest shapes (inverse-distance weights over log m, n, k,
-each model held out in turn: what wiring the records would give a model they do not hold).
+each model held out in turn: what wiring the records would give a model they do not hold), and the
+grouped kernel's own model (cost_model/grouped_gemm.py: fixed time + compute of the stacked rows and
+HBM streaming, its two parameters fitted on the other three models), which the cost model prices with.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import math
 import statistics
 from pathlib import Path
 
+from cost_model.grouped_gemm import fit_kernel, kernel_time_s, record_points
 from cost_model.profiles import builtin_profile
 from cost_model.tables import ProfileTables
 
@@ -61,6 +64,25 @@ def main() -> None:
         interpolated = statistics.fmean(abs(p[5] * held_out_ratio(p, points) / p[4] - 1) for p in points)
         print(f"  rate error, mean over the entries: table alone {table_alone:.1%}; table x the other models' "
               f"measured ratio {interpolated:.1%}")
+        print_kernel_model(gpu, record, points)
+
+
+def print_kernel_model(gpu: str, record: str, points: list) -> None:
+    """The grouped kernel's own model (cost_model/grouped_gemm.py), each model held out in turn: fitted on
+    the other three, scored on it; beside the per-expert table's error on the same entries."""
+    tables = ProfileTables(builtin_profile(gpu))
+    timed = record_points(tables, record)
+    print(f"  grouped kernel model, fitted on all entries: {fit_kernel(timed)}")
+    print("  held-out model   fixed_s  overlap  rate error: kernel model / table alone")
+    errors = []
+    for held in sorted({p[0] for p in timed}):
+        kernel = fit_kernel([p for p in timed if p[0] != held])
+        mine = [abs(t / kernel_time_s(kernel, c, s) - 1) for model, t, c, s in timed if model == held]
+        table = [abs(p[5] / p[4] - 1) for p in points if p[0] == held]
+        errors += mine
+        print(f"  {held:15s} {kernel.fixed_s * 1e6:5.0f} us  {kernel.overlap:6.2f}  "
+              f"{statistics.fmean(mine):6.1%} / {statistics.fmean(table):6.1%}")
+    print(f"  every entry, its model held out: {statistics.fmean(errors):.1%}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from cost_model.layer_terms import (  # noqa: F401 (Rates, memory_time_s: read f
     memory_time_s,
 )
 from cost_model.memory import BYTES_ACT
+from cost_model.grouped_gemm import GroupedKernel, grouped_gemm_time_s, kernel_for
 from cost_model.moe_time import flex_dispatch_time_s, moe_layer_times, tp_exchange_time_s
 from cost_model.tables import ProfileTables
 
@@ -75,17 +76,22 @@ training frameworks' backward GEMMs; their forward GEMMs run cuBLASLt's fast acc
 (pytorch/ao issue 2377, 2025-06-14); 1.15 is that range's middle (no device measured it here)."""
 
 
-def gemms_time_s(tables: ProfileTables, gemms, rates: Rates) -> tuple:
-    """(forward, backward) seconds of `gemms`. Remembered per table, GEMM shapes and rate: a search
-    asks for the same layer's GEMMs under many plans (a bound for each of ~10^6 candidates)."""
+def gemms_time_s(tables: ProfileTables, gemms, rates: Rates, grouped: GroupedKernel | None = None) -> tuple:
+    """(forward, backward) seconds of `gemms`; with a `grouped` kernel, each Gemm's `count` groups run as
+    one grouped call (cost_model/grouped_gemm.py), else as `count` GEMMs of the dense table. Remembered
+    per table, GEMM shapes, rate and kernel: a search asks for the same layer's GEMMs under many plans (a
+    bound for each of ~10^6 candidates)."""
     dtype = rates.gemm_dtype
     scale = rates.matmul_scale * (rates.fp8_scale if dtype == "fp8" else 1.0)
-    key = (tuple(gemms), dtype, scale)
+    key = (tuple(gemms), dtype, scale, grouped)
     times = tables.gemm_times_memo.get(key)
     if times is None:
+        def time_s(g, at_scale):
+            return grouped_gemm_time_s(tables, g, dtype, at_scale, grouped) if grouped else \
+                gemm_time_s(tables, g, dtype, at_scale)
         fwd_scale = scale * (FP8_FPROP_FAST_ACCUM_SPEEDUP if dtype == "fp8" else 1.0)
-        fwd = sum(gemm_time_s(tables, g, dtype, fwd_scale) for g in gemms)
-        bwd = sum(gemm_time_s(tables, b, dtype, scale) for g in gemms for b in backward_shapes(g))
+        fwd = sum(time_s(g, fwd_scale) for g in gemms)
+        bwd = sum(time_s(b, scale) for g in gemms for b in backward_shapes(g))
         if len(tables.gemm_times_memo) >= GEMM_TIMES_MEMO_SIZE:
             tables.gemm_times_memo.clear()
         times = tables.gemm_times_memo[key] = (fwd, bwd)
@@ -174,13 +180,15 @@ class LayerGemms:
         self.expert_rates = replace(rates, gemm_dtype="bf16") if bf16_experts else rates
         self.fp8_gemms = [g for g in gemms if not (bf16_experts and g.name in EXPERT_GEMMS)]
         """The GEMMs whose inputs an fp8 plan casts (fp8_cast_times)."""
+        self.grouped = kernel_for(tables, self.expert_rates.gemm_dtype) if moe and rates.moe.moe_grouped_gemm else None
+        """The routed experts' grouped kernel (Framework.moe_grouped_gemm), where a record covers the GPU."""
 
     def times(self, names=None) -> tuple:
         """(forward, backward) seconds of the GEMMs named (all without `names`), each at its rates."""
         chosen = [g for g in self.gemms if names is None or g.name in names]
         experts = [g for g in chosen if g.name in EXPERT_GEMMS]
         rest = gemms_time_s(self.tables, [g for g in chosen if g.name not in EXPERT_GEMMS], self.rates)
-        routed = gemms_time_s(self.tables, experts, self.expert_rates)
+        routed = gemms_time_s(self.tables, experts, self.expert_rates, self.grouped)
         return rest[0] + routed[0], rest[1] + routed[1]
 
     def fwd_of(self, names) -> float:

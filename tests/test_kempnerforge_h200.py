@@ -166,8 +166,10 @@ def test_every_record_is_priced_at_its_own_routing():
     # also step AdamW. Pricing the activation at the mean rows instead reads them 10.3 % under on average.
     # 6.6 % under on average (worst 14.7 %) until 2026-11-30; 9.1 % (worst 15.7 %, E = 16 packed at 4 and at
     # 24 layers) once flash-attn's Triton kernel took its own fraction and the shared attention efficiency
-    # these rows' FlashAttention-2 reads rose 0.575 -> 0.640 (docs/cost_model.md): every record is under,
-    # so any faster term reads them further under. The bounds keep them from getting worse than that.
+    # these rows' FlashAttention-2 reads rose 0.575 -> 0.640 (docs/cost_model.md); 8.0 % (worst 14.8 %)
+    # once their grouped expert GEMMs were priced as the grouped kernel (cost_model/grouped_gemm.py,
+    # 2026-11-30): every record is under, so any faster term reads them further under. The bounds keep
+    # them from getting worse than that.
     errors = []
     for name in ("depth-2026-11-28.jsonl", "full-2026-11-28.jsonl"):
         for record in _records(name):

@@ -136,8 +136,11 @@ def test_padded_expert_gemm_pays_the_imbalance_without_ep():
     lt, lt0 = est.stage_costs(run.plan).layer, unpadded.stage_costs(run.plan).layer
     from cost_model.layer_time import EXPERT_GEMMS, gemms_time_s
     from cost_model.flops import layer_gemms
+    from cost_model.grouped_gemm import kernel_for
+    # Its experts run torch._grouped_mm (Framework.moe_grouped_gemm): priced as that kernel on the H200.
+    assert run.framework_facts().moe_grouped_gemm and kernel_for(est.tables, "bf16") is not None
     expert_fwd_s = gemms_time_s(est.tables, [g for g in layer_gemms(run.model, 4 * 4096, 1, 1, True, 1)
-                                              if g.name in EXPERT_GEMMS], est.rates)[0]
+                                              if g.name in EXPERT_GEMMS], est.rates, kernel_for(est.tables, "bf16"))[0]
     assert lt.gemm_fwd_s - lt0.gemm_fwd_s == pytest.approx(0.25 * expert_fwd_s, rel=1e-9)
 
 

@@ -312,6 +312,13 @@ class MoEFacts:
     """Routed tokens of the busiest expert-parallel rank over the mean (a measured max/mean load);
     0: the published default of cost_model/moe_time.py (dropless, auxiliary-loss router); 1: balanced
     routing (Megatron-Core --moe-router-force-load-balancing, a benchmark setting)."""
+    moe_grouped_gemm: bool = False
+    """The local experts' GEMMs run as one torch._grouped_mm call per weight over every local expert's
+    rows (torchtitan 0.3.0 models/common/moe.py GroupedExperts._grouped_mm; KempnerForge's grouped_expert_forward;
+    autoplan's executor/moe.py on Hopper in bf16), priced as that kernel where a record of it covers the
+    GPU (cost_model/grouped_gemm.py). False: each local expert's GEMM at its own shape from the dense
+    table (a loop of GEMMs: Megatron-Core's SequentialMLP, which autoplan's export runs, DeepSpeed's
+    experts; Megatron-Core's TE grouped GEMM, no record of which was timed)."""
     moe_padded_expert_gemm: bool = False
     """The grouped expert GEMM runs every local expert over the busiest one's token count (inputs
     zero-padded to (experts, max tokens, h)), so the routed-token imbalance costs GEMM time even

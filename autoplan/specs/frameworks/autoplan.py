@@ -55,7 +55,7 @@ AUTOPLAN = Framework(
     activation_recipe="eager", runtime_bytes=AUTOPLAN_RUNTIME_BYTES,
     fused_cross_entropy=True, flash_attention=True, attention_kernel="sdpa",
     dtypes=("bf16", "fp8", "fp32"),
-    fp8_mla=False, fp8_expert_gemms=False, fp8_weight_copy_bytes=1.0, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
+    fp8_mla=False, fp8_expert_gemms=False, moe_grouped_gemm=True, fp8_weight_copy_bytes=1.0, min_microbatches_per_stage=True, tied_embeddings_one_stage=True,
     hsdp_zero_stages=(1, 2, 3),
     learned_positions_split_sequence=False, seq_len_within_model=True, tp_with_block_extras=False,
     cp_with_masked_attention=False, mla_padded_values=True,
@@ -65,6 +65,9 @@ AUTOPLAN = Framework(
     fused_adamw_on_cuda=True, zero2_reduce_every_microbatch=True, sharded_reduce_bytes_per_grad=4.0,
     options={"fp8-rowwise": {"fp8_rowwise": True, "fp8_weight_copy_bytes": 0.0}},
     sources={
+        "moe_grouped_gemm": "executor/moe.py GroupedExperts: one torch._grouped_mm per weight over the local experts "
+                            "where it runs (grouped_mm_runs: Hopper in bf16; the A100 and fp8 keep the per-expert "
+                            "pricing, cost_model/grouped_gemm.py kernel_for)",
         "zero2_reduce_every_microbatch": "executor/torch_backend/train.py _set_grad_sync: FSDP2's gradient sync is "
                                          "turned off between micro-batches at ZeRO 0-1 only",
         "sharded_reduce_bytes_per_grad": "executor/torch_backend/parallelize.py mixed_precision: "
@@ -144,9 +147,10 @@ AUTOPLAN_91EE867 = replace(
     activation_recipe="eager-autocast", fused_cross_entropy=False, optimizer_bytes_per_param=92.0,
     fused_adamw_on_cuda=False,
     dtypes=("bf16", "fp32"), fp8_weight_copy_bytes=0.0, options={}, hsdp_zero_stages=(), mla=False,
-    moe_with_tp_pp=False,
+    moe_with_tp_pp=False, moe_grouped_gemm=False,
     sources={**AUTOPLAN.sources,
              "moe_with_tp_pp": "executor at 91ee867: MoE ran with dp, cp and ep only",
+             "moe_grouped_gemm": "executor/moe.py at 91ee867: a loop of per-expert matmuls",
              "mla": "executor/model.py at 91ee867 refused multi-head latent attention (planned only)",
              "hsdp_zero_stages": "executor/torch_backend/parallel_dims.py at 91ee867: one dp mesh dimension",
              "optimizer_bytes_per_param": "executor/torch_backend/train.py at 91ee867: torch.optim.AdamW(foreach=True), "

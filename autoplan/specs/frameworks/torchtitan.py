@@ -66,10 +66,12 @@ TORCHTITAN = Framework(
     zero_stages=(0, 1, 2, 3), hsdp_zero_stages=(1, 2, 3), min_microbatches_per_stage=True,
     zero2_reduce_every_microbatch=True,
     tied_embeddings_with_pp=False, gather_copy_bytes_per_param=2.0 * 2, reduce_copy_bytes_per_param=2.0 + 4, sharded_reduce_bytes_per_grad=4.0,
-    experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep", fp8_expert_gemms=False,
+    experts_whole_with_ep=True, moe_dispatch="alltoall-with-ep", fp8_expert_gemms=False, moe_grouped_gemm=True,
     kernels_per_layer=EAGER_KERNELS_PER_LAYER, host_s_per_kernel=EAGER_HOST_S_PER_KERNEL,
     tp_comm_overlap_kind="async-tp",
-    sources={"tp_comm_overlap_kind": "a plan's tp_comm_overlap is async TP: 0.3.0 CompileConfig."
+    sources={"moe_grouped_gemm": "models/common/moe.py GroupedExperts: torch._grouped_mm over the local experts' "
+                                 "token groups, one call per weight (0.3.0)",
+             "tp_comm_overlap_kind": "a plan's tp_comm_overlap is async TP: 0.3.0 CompileConfig."
                                      "enable_async_tensor_parallel (config/configs.py: needs compile.enable and "
                                      "'model' in compile.components, else ValueError), 0.2.0 parallelism."
                                      "enable_async_tensor_parallel (distributed/tensor_parallel.py "
