@@ -20,9 +20,9 @@ The kernel is priced in three named parts, each read from what the profile alrea
   rows only, so at few rows the kernel waits on HBM where a dense GEMM of the stacked rows would
   reuse them from L2;
 - fixed_s and overlap: one call's fixed time (launch and setup) and how much of the shorter part the
-  kernel fails to hide under the longer. These two are the kernel's, per GPU: fitted to the records
-  by `fit_kernel` (grid search, least mean |log| error of the time) when first needed (`fitted_kernel`): on all of the
-  H100 record, 13 us and 0.10; on the H200's, 9 us and 0.30.
+  kernel fails to hide under the longer. These two are the kernel's, per GPU, fitted to its record by
+  `fit_kernel` (grid search, least mean |log| error of the time) when first needed (`fitted_kernel`):
+  on all of the H100 record, 13 us and 0.10; on the H200's, 9 us and 0.30.
 
 Held out one model at a time (the other three fit the two parameters), the records' grouped rates are
 predicted within 4.7 % (H100) and 5.7 % (H200) mean absolute error, Qwen3-30B-A3B's within 8.8 % and
@@ -42,12 +42,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from cost_model.profiles import builtin_profile
+from cost_model.tables import ProfileTables
+
 RECORDS = Path(__file__).resolve().parent / "data" / "kernels"
 GROUPED_RECORDS = {"h100-80gb": "kernel_rates-h100.json", "h200": "kernel_rates-h200.json"}
 """Built-in profile -> the kernel record timed on its GPU (torch 2.11, CUDA 13.0, 2026-11-27)."""
 GROUPED_DTYPES = ("bf16", "fp16")
 """The records time bf16 (fp16 runs the same tensor-core kernel); an fp8 grouped GEMM is another kernel."""
 BYTES_PER_ELEMENT = 2
+"""Of a GROUPED_DTYPES operand."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,6 @@ def kernel_for(tables, dtype: str) -> GroupedKernel | None:
 
 @lru_cache(maxsize=None)
 def _device_name(profile_name: str) -> str:
-    from cost_model.profiles import builtin_profile
     return builtin_profile(profile_name).device_name
 
 
@@ -84,9 +87,6 @@ def _device_name(profile_name: str) -> str:
 def fitted_kernel(profile_name: str) -> GroupedKernel:
     """`fit_kernel` over every balanced entry of the record of a built-in profile's GPU
     (GROUPED_RECORDS), priced on that profile (about 0.1 s, once per process)."""
-    from cost_model.profiles import builtin_profile
-    from cost_model.tables import ProfileTables
-
     tables = ProfileTables(builtin_profile(profile_name))
     return fit_kernel(record_points(tables, GROUPED_RECORDS[profile_name]))
 

@@ -13,12 +13,12 @@ from typing import NamedTuple
 
 from autoplan.specs import ModelSpec
 from cost_model.flops import backward_shapes, layer_gemms, logits_gemm
+from cost_model.grouped_gemm import GroupedKernel, grouped_gemm_time_s, kernel_for
 from cost_model.layer_terms import (  # noqa: F401 (Rates, memory_time_s: read from here by the estimator and steps)
     MemoryBoundTimes, Rates, attention_core_times, cp_times, fp8_cast_times, gemm_time_s, memory_bound_times,
     memory_time_s,
 )
 from cost_model.memory import BYTES_ACT
-from cost_model.grouped_gemm import GroupedKernel, grouped_gemm_time_s, kernel_for
 from cost_model.moe_time import flex_dispatch_time_s, moe_layer_times, tp_exchange_time_s
 from cost_model.tables import ProfileTables
 
