@@ -396,6 +396,8 @@ def render_framework(f, fitted: dict | None = None) -> str:
                  + ("split over an expert TP of their own (--etp)" if f.expert_tensor_parallel else
                     "whole under expert parallelism (etp 1), split over tp without" if f.experts_whole_with_ep else
                     "split over tp")
+                 + (", one grouped GEMM per weight (torch._grouped_mm)" if f.moe_grouped_gemm else
+                    ", a GEMM per local expert")
                  + ("; in fp8 plans their GEMMs stay bf16" if not f.fp8_expert_gemms and "fp8" in f.dtypes else "")]
                 if f.moe else []),
               f"can run: {_can_run(f)}"]
