@@ -16,27 +16,22 @@ HBM streaming, its two parameters fitted on the other three models), which the c
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
-from pathlib import Path
 
-from cost_model.grouped_gemm import fit_kernel, kernel_time_s, record_points
+from cost_model.grouped_gemm import GROUPED_RECORDS, balanced_entries, fit_kernel, kernel_time_s, record_points
 from cost_model.profiles import builtin_profile
 from cost_model.tables import ProfileTables
 
-RECORDS = Path(__file__).resolve().parents[1] / "cost_model" / "data" / "kernels"
-GPUS = {"h100-80gb": "kernel_rates-h100.json", "h200": "kernel_rates-h200.json"}
 IDW_POWER = 4  # the best of 1, 2 and 4 for the held-out interpolation (the comparison's favour)
 
 
 def grouped_points(gpu: str, record: str) -> list:
     """(model, tokens per expert, n, k, measured FLOP/s, table FLOP/s) per balanced grouped entry."""
     tables = ProfileTables(builtin_profile(gpu))
-    entries = json.loads((RECORDS / record).read_text())["entries"]
     return [(e["model"], e["tokens_per_expert"], e["n"], e["k"], e["flops_per_s"],
              tables.matmul_flops_per_s(e["tokens_per_expert"], e["n"], e["k"], "bf16"))
-            for e in entries if e.get("kind") == "grouped" and e["variant"] == "grouped-balanced"]
+            for e in balanced_entries(record)]
 
 
 def held_out_ratio(point: tuple, points: list) -> float:
@@ -53,7 +48,7 @@ def held_out_ratio(point: tuple, points: list) -> float:
 
 
 def main() -> None:
-    for gpu, record in GPUS.items():
+    for gpu, record in GROUPED_RECORDS.items():
         points = grouped_points(gpu, record)
         print(f"{gpu}: {len(points)} grouped GEMMs timed ({record})")
         print("  tokens/expert  measured/table: median (min-max)")

@@ -111,13 +111,17 @@ def grouped_gemm_time_s(tables, gemm, dtype: str, scale: float, kernel: GroupedK
     return kernel_time_s(kernel, compute_s, streaming_s) / scale
 
 
+def balanced_entries(record: str) -> list:
+    """The balanced grouped-GEMM entries of a kernel record (benchmarks/kernel_rates.py `grouped`,
+    variant grouped-balanced: every local expert the same rows)."""
+    entries = json.loads((RECORDS / record).read_text())["entries"]
+    return [e for e in entries if e.get("kind") == "grouped" and e["variant"] == "grouped-balanced"]
+
+
 def record_points(tables, record: str) -> list:
     """(model, measured s, compute_s, streaming_s) of every balanced grouped entry of a kernel record."""
-    entries = json.loads((RECORDS / record).read_text())["entries"]
     points = []
-    for e in entries:
-        if e.get("kind") != "grouped" or e["variant"] != "grouped-balanced":
-            continue
+    for e in balanced_entries(record):
         m, n, k, experts = e["tokens_per_expert"], e["n"], e["k"], e["experts"]
         measured_s = 2.0 * m * n * k * experts / e["flops_per_s"]
         points.append((e["model"], measured_s, *kernel_parts_s(tables, m, n, k, experts, "bf16")))

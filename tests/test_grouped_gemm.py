@@ -7,33 +7,28 @@ hand from the profile's tables, never taken from the function under test.
 """
 from __future__ import annotations
 
-import json
 import statistics
 
 import pytest
 
+from autoplan.specs import ClusterSpec, ModelSpec, TrainingSpec
+from autoplan.specs.frameworks import get_framework
+from cost_model.estimator import Estimator
 from cost_model.flops import Gemm, layer_gemms
 from cost_model.grouped_gemm import (
-    GROUPED_RECORDS, RECORDS, GroupedKernel, fit_kernel, fitted_kernel, grouped_gemm_time_s, kernel_for,
-    kernel_time_s,
-    record_points,
+    GROUPED_RECORDS, GroupedKernel, balanced_entries, fit_kernel, fitted_kernel, grouped_gemm_time_s, kernel_for,
+    kernel_time_s, record_points,
 )
 from cost_model.layer_time import EXPERT_GEMMS, LayerGemms
 from cost_model.profiles import builtin_profile
 from cost_model.tables import ProfileTables
-from autoplan.specs import ModelSpec
-from autoplan.specs.frameworks import get_framework
-from cost_model.estimator import Estimator
-from autoplan.specs import ClusterSpec, TrainingSpec
 
 QWEN3_30B_EXPERT = (1536, 2048)
 """Qwen3-30B-A3B's expert up-projection in the records: gate and up fused (2 x 768) over h = 2048."""
 
 
 def _record_entry(record: str, model: str, experts: int, m: int, n: int, k: int) -> dict:
-    entries = json.loads((RECORDS / record).read_text())["entries"]
-    (entry,) = [e for e in entries if e.get("kind") == "grouped" and e["variant"] == "grouped-balanced"
-                and e["model"] == model and e["experts"] == experts and e["tokens_per_expert"] == m
+    (entry,) = [e for e in balanced_entries(record) if e["model"] == model and e["experts"] == experts and e["tokens_per_expert"] == m
                 and (e["n"], e["k"]) == (n, k)]
     return entry
 
@@ -67,8 +62,7 @@ def test_the_kernel_model_carries_to_an_expert_shape_it_was_not_fitted_on(gpu):
     # Mixtral, Qwen3-235B, Qwen3-30B); H200 5.1 / 4.3 / 4.6 / 8.7 %, table 8.8 / 9.2 / 13.4 / 25.2 %.
     tables = ProfileTables(builtin_profile(gpu))
     points = record_points(tables, GROUPED_RECORDS[gpu])
-    entries = [e for e in json.loads((RECORDS / GROUPED_RECORDS[gpu]).read_text())["entries"]
-               if e.get("kind") == "grouped" and e["variant"] == "grouped-balanced"]
+    entries = balanced_entries(GROUPED_RECORDS[gpu])
     models = sorted({p[0] for p in points})
     assert len(models) == 4 and len(points) == 112
     for held in models:
