@@ -20,12 +20,14 @@ from autoplan.specs.host_process import (  # noqa: F401  (the executor's names f
 )
 
 
-def _git_revision() -> str:
-    root = Path(__file__).resolve().parent.parent
+def _git_revision(root: Path = Path(__file__).resolve().parent.parent) -> str:
+    """The checkout's short revision, "+dirty" where tracked files differ from it ("" outside git)."""
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        # --no-optional-locks: status never takes the index lock to refresh it, so a status killed at its
+        # timeout (or with the run it stamps) leaves no stale .git/index.lock behind in the user's checkout.
+        dirty = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
