@@ -20,7 +20,7 @@ from autoplan.specs.host_process import (  # noqa: F401  (the executor's names f
 )
 
 
-def _git_revision(root: Path = Path(__file__).resolve().parent.parent) -> str:
+def git_revision(root: Path = Path(__file__).resolve().parent.parent) -> str:
     """The checkout's short revision, "+dirty" where tracked files differ from it ("" outside git)."""
     try:
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
@@ -58,7 +58,7 @@ def environment(device: str, world_size: int, backend: str, device_name: str = "
         "device": device,
         "device_name": device_name or (torch.cuda.get_device_name() if device == "cuda"
                                        else platform.processor() or "cpu"),
-        "git_revision": _git_revision(),
+        "git_revision": git_revision(),
     }
     if device == "cuda":
         env.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(), driver=_nvidia_driver(),

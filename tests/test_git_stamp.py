@@ -8,7 +8,7 @@ import os
 import subprocess
 import time
 
-from executor.record import _git_revision
+from executor.record import git_revision
 
 
 def _git(repo, *args):
@@ -27,9 +27,9 @@ def test_the_stamp_never_rewrites_the_index(tmp_path):
     later = time.time() + 5
     os.utime(tmp_path / "f.txt", (later, later))
     before = index.stat().st_mtime_ns, index.read_bytes()
-    rev = _git_revision(tmp_path)
+    rev = git_revision(tmp_path)
     assert rev and not rev.endswith("+dirty"), rev
     assert (index.stat().st_mtime_ns, index.read_bytes()) == before
     assert not (tmp_path / ".git" / "index.lock").exists()
     (tmp_path / "f.txt").write_text("b\n")
-    assert _git_revision(tmp_path).endswith("+dirty")
+    assert git_revision(tmp_path).endswith("+dirty")
