@@ -29,7 +29,9 @@ from typing import Callable
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import DEFAULT_GPUS_PER_NODE, builtin_gpu_names, resolve_cluster
 from cost_model.budget import training_run
-from autoplan.planning.planner import leanest_fitting_knobs, make_estimator, plan_document, resolve_framework
+from autoplan.planning.estimators import make_estimator, resolve_framework
+from autoplan.planning.no_plan import leanest_fitting_knobs
+from autoplan.planning.planner import plan_document
 from autoplan.planning.prediction import prediction_block
 from autoplan.planning.training_shape import training_shape
 from autoplan.planning.search import PlanScorer, SearchResult, search

@@ -6,26 +6,24 @@
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from autoplan.inputs.catalog import resolve_model
 from autoplan.inputs.clusters import check_dtype, cluster_for_plan_file, resolve_cluster
-from autoplan.planning.blame import NOT_A_PLAN, rule_that_broke
 from autoplan.planning.prediction import prediction_block
 from autoplan.planning.search import GIB, PlanScorer, Scored, SearchResult, out_of_memory_message, search
-from autoplan.planning.space import MIN_CP_CHUNK_TOKENS, Pins, SearchSpace
+from autoplan.planning.estimators import make_estimator, resolve_framework
+from autoplan.planning.no_plan import no_plan_error
+from autoplan.planning.space import Pins, SearchSpace
 from autoplan.planning.training_shape import training_shape
 from autoplan.specs import (
-    AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, ClusterSpec, Framework, InfeasiblePlan, PlanDocument,
-    MemoryHeadroom, get_framework, resolve_headroom,
+    AUTOPLAN_VERSION, DEFAULT_FRAMEWORK, AutoplanError, Framework, MemoryHeadroom, PlanDocument, resolve_headroom,
 )
 from autoplan.specs.framework_rules import check_tp_comm_overlap_offered
 from autoplan.specs.headroom import headroom_default_line
 
 NUM_ALTERNATIVES = 4
-MAX_NODES_TRIED = 4096
 
 
 @dataclass
@@ -72,35 +70,6 @@ class PlanOutcome:
     best: Scored
 
 
-def resolve_framework(framework: str | Framework, dtype: str) -> Framework:
-    """The one Framework a search or an estimate uses, from its name: the documented facts with the
-    fitted efficiency values (cost_model/data/constants.json) merged in, as a run in `dtype` uses
-    them. A Framework passes through (already resolved). The search space, the framework's rules and
-    the estimator all read this object."""
-    if isinstance(framework, Framework):
-        return framework
-    from cost_model import load_constants
-
-    return load_constants().framework(get_framework(framework)).for_dtype(dtype)
-
-
-def make_estimator(model, training, cluster, profile, allow_tp_across_nodes: bool = False, calibration=None,
-                   framework: str | Framework = DEFAULT_FRAMEWORK, memory_headroom_bytes: int = 0):
-    """The estimator for `framework` (a name, or the Framework `resolve_framework` gave), calibrated or
-    not; "fits" is judged against the capacity less `memory_headroom_bytes`."""
-    from cost_model import Estimator
-
-    facts = resolve_framework(framework, training.dtype)
-    if calibration is not None:
-        from cost_model.learned.calibration import CalibratedEstimator
-
-        return CalibratedEstimator(model, training, cluster, profile, calibration,
-                                   allow_tp_across_nodes=allow_tp_across_nodes, framework=facts,
-                                   memory_headroom_bytes=memory_headroom_bytes)
-    return Estimator(model, training, cluster, profile, allow_tp_across_nodes=allow_tp_across_nodes, framework=facts,
-                     memory_headroom_bytes=memory_headroom_bytes)
-
-
 def why_lost(alt: Scored, best: Scored, num_terms: int = 2) -> str:
     """The breakdown terms that differ most from the winner, e.g. '+0.41 s pp_bubble, -0.10 s tp_comm'."""
     if not alt.feasible:
@@ -143,80 +112,6 @@ def alternative_entry(alt: Scored, best: Scored, predict=None) -> dict:
     return entry
 
 
-def leanest_fitting_knobs(model, training, cluster, profile, framework: str | Framework,
-                          memory_headroom_bytes: int = 0) -> dict | None:
-    """The knobs of a plan that fits in memory on this cluster, or None when no plan does. Asks only
-    the leanest memory plan of each layout (ZeRO-3, sequence parallel, micro-batch 1, full recompute
-    of the fewest layers that fit), smallest model-parallel degrees first."""
-    framework = resolve_framework(framework, training.dtype)
-    space = SearchSpace(model, training, cluster, framework=framework)
-    est = make_estimator(model, training, cluster, profile, framework=framework,
-                         memory_headroom_bytes=memory_headroom_bytes)
-    for tp in space.domains["tp"]:
-        for pp in space.domains["pp"]:
-            for cp in space.domains["cp"]:
-                # etp 1 lets ep reach past dp*cp (the leanest experts where ep is capped by the expert
-                # count); a wider expert TP of its own holds no less than one of these two
-                for ep, etp in itertools.product(space.domains["ep"], [e for e in space.domains["etp"] if e <= 1]):
-                    knobs = dict(tp=tp, pp=pp, cp=cp, vpp=1, ep=ep, etp=etp, micro_batch_size=1, zero_stage=3,
-                                 recompute="full", sequence_parallel=tp > 1)
-                    try:
-                        if est.min_full_recompute_layers(space.plan(knobs)) is not None:
-                            return knobs
-                    except InfeasiblePlan:
-                        continue
-    return None
-
-
-def fits_somewhere(model, training, cluster, profile, framework: str | Framework,
-                   memory_headroom_bytes: int = 0) -> bool:
-    """Does any plan fit in memory on this cluster? (`leanest_fitting_knobs` finds one.)"""
-    return leanest_fitting_knobs(model, training, cluster, profile, framework, memory_headroom_bytes) is not None
-
-
-def smallest_fitting_gpus(model, training, cluster, profile, framework: str | Framework = DEFAULT_FRAMEWORK,
-                          memory_headroom_bytes: int = 0) -> int | None:
-    """The fewest GPUs (whole nodes, upwards from the current count) on which some plan fits."""
-    per_node = cluster.gpus_per_node
-    start = max(1, cluster.num_gpus // per_node + 1)
-    # Beyond this many GPUs even the widest model parallelism leaves dp > global batch: no plan.
-    widest = max(per_node, model.num_heads) * model.num_layers * max(1, training.seq_len // (2 * MIN_CP_CHUNK_TOKENS))
-    last = min(start + MAX_NODES_TRIED, training.global_batch_size * widest // per_node + 1)
-    for nodes in range(start, last + 1):
-        bigger = ClusterSpec(cluster.name, nodes * per_node, per_node, cluster.profile)
-        if fits_somewhere(model, training, bigger, profile, framework, memory_headroom_bytes):
-            return bigger.num_gpus
-    return None
-
-
-def _no_plan_error(space: SearchSpace, result: SearchResult, model, training, cluster, profile,
-                   framework: Framework, memory_headroom_bytes: int = 0) -> AutoplanError:
-    pins = space.pins.describe()
-    if pins and result.unfit:
-        leanest = min(result.unfit, key=lambda s: s.peak_memory_bytes)
-        return InfeasiblePlan(f"no plan with {pins} fits on {cluster.num_gpus} GPUs; the leanest "
-                              f"{leanest.reason}; relax the pins", "out_of_memory")
-    tag = rule_that_broke(result.rejections, set(space.pins.pinned()))
-    if tag != "out_of_memory":
-        count, first = result.rejections[tag]
-        if pins:
-            return InfeasiblePlan(f"{pins} cannot work: {first}", tag)
-        plans = sum(c for t, (c, _) in result.rejections.items() if t not in NOT_A_PLAN)
-        # Counted as rejected for memory: scored (result.unfit) or known without scoring (bounded search).
-        num_unfit = result.rejections.get("out_of_memory", (0, ""))[0]
-        unfit = f"; {num_unfit} others break no rule but do not fit in memory" if num_unfit else ""
-        return InfeasiblePlan(f"no valid plan on {cluster.num_gpus} GPUs: {first} (this rule rejected {count} of "
-                              f"the {plans} plans tried{unfit})", tag)
-    needed = smallest_fitting_gpus(model, training, cluster, profile, framework, memory_headroom_bytes)
-    gib = profile.memory_capacity_bytes / GIB
-    margin = f", {memory_headroom_bytes / GIB:.1f} GiB kept free" if memory_headroom_bytes else ""
-    head = (f"{model.name} does not fit on {cluster.num_gpus} x {cluster.name} ({gib:.1f} GiB each{margin}) "
-            f"with any plan")
-    if needed is None:
-        return InfeasiblePlan(f"{head}, nor on up to {MAX_NODES_TRIED} more nodes", "out_of_memory")
-    return InfeasiblePlan(f"{head}; the smallest GPU count that fits is {needed} (--gpus {needed})", "out_of_memory")
-
-
 def plan_search(request: PlanRequest) -> PlanOutcome:
     """Search the best plan for the request; raises AutoplanError with one line when there is none."""
     model = resolve_model(request.model)
@@ -251,7 +146,7 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         # the leanest pinned plan that does not fit, which only scoring every plan finds.
         result = search(space, scorer, exhaustive=True)
     if result.best is None:
-        raise _no_plan_error(space, result, model, training, cluster, profile, framework, headroom)
+        raise no_plan_error(space, result, model, training, cluster, profile, framework, headroom)
     result.capacity_bests = _capacity_bests(space, scorer, result.best, request)
     doc = plan_document(model, training, cluster, framework.name, result, defaults,
                         request.calibration_path if calibration is not None else None)
