@@ -146,7 +146,8 @@ def plan_search(request: PlanRequest) -> PlanOutcome:
         # the leanest pinned plan that does not fit, which only scoring every plan finds.
         result = search(space, scorer, exhaustive=True)
     if result.best is None:
-        raise no_plan_error(space, result, model, training, cluster, profile, framework, headroom)
+        raise no_plan_error(space, result, profile, lambda c: training_shape(
+            model, c, request.seq_len, request.global_batch_size, request.dtype, request.moe_load_imbalance)[0], headroom)
     result.capacity_bests = _capacity_bests(space, scorer, result.best, request)
     doc = plan_document(model, training, cluster, framework.name, result, defaults,
                         request.calibration_path if calibration is not None else None)
