@@ -6,7 +6,9 @@ per (micro-batch, tp, cp, ep, sp)) and keeps only terms that step_time.step_time
 at least that many layers, each term non-negative:
 
     bound = (m + (p - 1) / v) * L_min * per_layer
-    per_layer = compute + memory-bound + exposed TP/CP/EP + the framework's layer overhead
+    per_layer = compute + memory-bound + exposed TP (step_time.tp_exposed_s: pipelined under the GEMMs
+                with Megatron-Core's userbuffers, else the framework's hidden share) + CP/EP
+                + the framework's layer overhead
 
 m micro-batches of the slowest rank (which holds at least L_min layers, the fewest of any rank),
 plus the pipeline bubble, which is at least (p - 1) / v micro-batch times of the other ranks (each
@@ -22,7 +24,9 @@ ever comes in under its bound.
 from __future__ import annotations
 
 from autoplan.specs import ParallelPlan
+from autoplan.specs.framework_facts import TensorParallelFacts
 from cost_model.stages import stage_split
+from cost_model.step_time import tp_exposed_s
 
 SAFETY = 1.0 - 1e-9
 """The bound and the estimate sum the same floats in different orders."""
@@ -37,7 +41,7 @@ def step_time_lower_bound(est, plan: ParallelPlan) -> float:
     lt, sw = costs.layer, est.framework
     per_layer = (lt.gemm_fwd_s + lt.gemm_bwd_s + lt.attn_fwd_s + lt.attn_bwd_s
                  + lt.memory_fwd_s + lt.memory_bwd_s
-                 + (1.0 - sw.tp_comm_overlap) * (lt.tp_fwd_s + lt.tp_bwd_s)
+                 + tp_exposed_s(plan, sw.facts(TensorParallelFacts), lt)
                  + lt.cp_fwd_s + lt.cp_bwd_s + lt.ep_fwd_s + lt.ep_bwd_s
                  + sw.layer_overhead_s * sw.fused_elementwise)
     fewest = min(stage_split(plan, est.model.num_layers).num_layers)

@@ -27,14 +27,25 @@ def _space(case):
     model = resolve_model(case["model"])
     cluster, profile = resolve_cluster(case["num_gpus"])
     training, _ = training_shape(model, cluster, case["seq_len"], case["global_batch_size"], "bf16")
-    return SearchSpace(model, training, cluster), PlanScorer(make_estimator(model, training, cluster, profile))
+    framework = get_framework(case.get("framework", "autoplan"))
+    return (SearchSpace(model, training, cluster, framework=framework),
+            PlanScorer(make_estimator(model, training, cluster, profile, framework=case.get("framework", "autoplan"))))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["model"])
+def _case_id(case):
+    return case["model"] + ("-" + case["framework"] if "framework" in case else "")
+
+
+@pytest.mark.parametrize("case", CASES + [
+    # Megatron-Core's userbuffers: TP traffic pipelined under the GEMMs (step_time.tp_exposed_s), which
+    # the bound once priced as the framework's hidden share (0 there), above the step of such plans
+    dict(CASES[0], framework="megatron-core")], ids=_case_id)
 def test_bounds_are_below_every_plans_step_time(case):
     space, scorer = _space(case)
     result = exhaustive_search(space, scorer)
     est = scorer.estimator
+    if "framework" in case:
+        assert any(s.plan.tp_comm_overlap for s in result.ranked)
     for s in result.ranked + result.unfit:
         assert step_time_lower_bound(est, s.plan) <= s.step_time_s
         assert no_recompute_time_s(est, s.plan) <= s.step_time_s
@@ -74,7 +85,7 @@ def test_fewest_recomputed_layers_is_the_smallest_count_that_fits(case):
 @pytest.mark.parametrize("case", CASES + [dict(CASES[0], framework="deepspeed"),
                                   # expert TP of its own (Framework.expert_tensor_parallel): etp searched too
                                   dict(CASES[1], framework="megatron-core")],
-                         ids=lambda c: c["model"] + ("-" + c["framework"] if "framework" in c else ""))
+                         ids=_case_id)
 def test_default_search_is_the_exhaustive_optimum(case):
     oracle = plan_search(PlanRequest(exhaustive=True, **case))
     found = plan_search(PlanRequest(**case))
@@ -83,7 +94,9 @@ def test_default_search_is_the_exhaustive_optimum(case):
     # the runners-up of other layouts are the oracle's too
     assert [a["parallel"] for a in found.document.alternatives[:4]] == \
         [a["parallel"] for a in oracle.document.alternatives[:4]]
-    assert found.result.num_evaluated + found.result.num_pruned >= found.result.num_evaluated
+    # the bounds held: a scored plan under its bound sends the search back to scoring every plan, which
+    # prunes none (the same answer, tens of times slower: Mixtral on 64 GPUs, 39 s against 1.5 s)
+    assert found.result.num_pruned > 0
     assert found.document.search["num_plans_pruned"] == found.result.num_pruned
 
 
