@@ -14,7 +14,7 @@ from autoplan.planning.blame import NOT_A_PLAN, rule_that_broke
 from autoplan.planning.estimators import make_estimator, resolve_framework
 from autoplan.planning.search import GIB, SearchResult
 from autoplan.planning.space import MIN_CP_CHUNK_TOKENS, SearchSpace
-from autoplan.specs import AutoplanError, ClusterSpec, Framework, InfeasiblePlan
+from autoplan.specs import AutoplanError, ClusterSpec, Framework, InfeasiblePlan, TrainingSpec
 from autoplan.specs.frameworks import FRAMEWORK_NAMES, HISTORICAL_FRAMEWORKS
 
 MAX_NODES_TRIED = 4096
@@ -22,7 +22,7 @@ FRAMEWORK_NODES_TRIED = 64
 """Nodes past the first count where a plan would fit over which the framework's own plans are tried (each
 count asks every layout the framework's rules: too slow for MAX_NODES_TRIED on an error line)."""
 
-TrainingAt = Callable[[ClusterSpec], object]
+TrainingAt = Callable[[ClusterSpec], TrainingSpec]
 """The TrainingSpec a search on a cluster would use: the user's shape, its defaults taken at that cluster."""
 
 
@@ -106,7 +106,7 @@ def framework_rule_in_the_way(model, training, cluster, profile, framework: Fram
         framework.check(model, training, SearchSpace(model, training, cluster, framework=framework).plan(knobs))
         return ""
     except InfeasiblePlan as exc:
-        rule = str(exc).split("; plan with")[0]
+        rule = str(exc)
     others = [name for name in FRAMEWORK_NAMES if name not in HISTORICAL_FRAMEWORKS and name != framework.name
               and _runs_a_fitting_plan(model, training, cluster, profile, name, memory_headroom_bytes)]
     where = (f"; {', '.join(others)} run one that fits on {cluster.num_gpus} (--framework {others[0]})" if others
