@@ -22,8 +22,8 @@ minutes of training or measuring. Standard library only, like the rest of autopl
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
-import signal
 import stat
 import sys
 import tempfile
@@ -279,46 +279,29 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         sys.stdout.flush()
         return
     target = resolve_target(path)
-    # Ctrl-C and SIGTERM (a stopped profiling rank) are held while the temporary file is created and
-    # its name kept, then delivered inside the `try`, whose cleanup removes it: no exit path leaves one.
-    held = _hold_signals()
+    # The temporary file's name is chosen before the file exists, and the `try` that removes it covers its
+    # creation: a Ctrl-C or SIGTERM (a stopped profiling rank) landing anywhere, even as the creating call
+    # returns, leaves no temporary file. (mkstemp names the file only once it has created it; a signal
+    # pending when it ran could surface inside it, with no name yet to remove: a rank stopped by SIGTERM
+    # left one, tests/test_profiler.py, under two test workers.)
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        _release_signals(held)
-        raise AutoplanError(f"cannot write {_quote(path)}: {exc.strerror or exc}") from None
-    except BaseException:
-        _release_signals(held)
-        raise
-    try:
-        _release_signals(held)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        # mkstemp creates 0600; give the file the mode a plain open() would (0666 minus umask).
+        # Created 0600, as mkstemp does; give the file the mode a plain open() would (0666 minus umask).
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        if not isinstance(exc, FileExistsError):  # that name is another file's (48 random bits: never)
+            try:
+                os.unlink(tmp)
+            except OSError:  # never created, or already renamed into place
+                pass
         if isinstance(exc, OSError):  # a full disk, a read-only file system: one line
             raise AutoplanError(f"cannot write {_quote(path)}: {exc.strerror or exc}") from None
         raise
-
-
-def _hold_signals():
-    """Block SIGINT and SIGTERM in this thread; returns the mask to restore (None where the platform
-    has no pthread_sigmask, e.g. Windows: there the window stays, a few bytecodes wide)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-
-
-def _release_signals(held) -> None:
-    if held is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
